@@ -1,0 +1,25 @@
+# Two commands for a fresh machine: `make train` (set up + train the default) and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: setup train test test-all
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	touch $@
+
+# Extra Hydra overrides: make train ARGS="trainer.max_steps=200 model.hidden_size=128"
+train: setup
+	$(PY) train.py $(ARGS)
+
+test: setup
+	$(PY) -m pytest -q
+
+# Also the slow tests (multi-process, longer runs); CI runs this.
+test-all: setup
+	$(PY) -m pytest -q -m "slow or not slow"

@@ -1,0 +1,60 @@
+"""Causal self-attention with RoPE, grouped-query heads, SDPA, and an optional KV cache."""
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from model.config import ModelConfig
+from model.kv_cache import KVCache
+from model.rope import apply_rope
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer_idx: int):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        # Separate q/k/v projections (no biases, as LLaMA) keep the HF weight names one-to-one.
+        self.q_proj = nn.Linear(cfg.hidden_size, cfg.n_heads * cfg.head_dim, bias=False)
+        self.k_proj = nn.Linear(cfg.hidden_size, cfg.n_kv_heads * cfg.head_dim, bias=False)
+        self.v_proj = nn.Linear(cfg.hidden_size, cfg.n_kv_heads * cfg.head_dim, bias=False)
+        self.o_proj = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.hidden_size, bias=False)
+        self.dropout = cfg.dropout
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                cache: Optional[KVCache] = None) -> torch.Tensor:
+        """x (B, T, D); cos/sin (T, head_dim) rows for these T positions; cache holds earlier ones."""
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim)
+        k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
+        v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, heads, T, head_dim)
+
+        past = 0
+        if cache is not None:
+            past = cache.length
+            k, v = cache.update(self.layer_idx, k, v)  # (B, n_kv_heads, past + T, head_dim)
+        out = F.scaled_dot_product_attention(
+            q, k, v,
+            attn_mask=_causal_mask(T, past, x.device),
+            is_causal=past == 0 and T > 1,
+            dropout_p=self.dropout if self.training else 0.0,
+            # Each group of n_heads/n_kv_heads query heads shares one k/v head.
+            enable_gqa=self.n_kv_heads != self.n_heads,
+        )  # (B, n_heads, T, head_dim)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
+
+
+def _causal_mask(T: int, past: int, device: torch.device) -> Optional[torch.Tensor]:
+    """None when SDPA's own masking is right: no cache (is_causal) or one new token (sees all).
+
+    For T > 1 new tokens after `past` cached ones, SDPA's is_causal would align the triangle to
+    the top-left and hide cached keys, so build the bottom-right-aligned mask explicitly.
+    """
+    if past == 0 or T == 1:
+        return None
+    q_pos = torch.arange(past, past + T, device=device)[:, None]
+    k_pos = torch.arange(past + T, device=device)[None, :]
+    return k_pos <= q_pos  # (T, past + T), True = may attend

@@ -1,0 +1,139 @@
+"""train.py end to end on the tiny debug config: learning, outputs, exact resume, signals, bad input."""
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tests.train_helpers import REPO, read_metrics, run_dirs, run_train
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("data_cache")
+
+
+def test_tiny_run_learns_and_writes_outputs(tmp_path, cache_dir):
+    proc = run_train(tmp_path, "trainer.max_steps=40", "trainer.eval_interval=20", cache_dir=cache_dir)
+    (run,) = run_dirs(tmp_path)
+    rows = read_metrics(run)
+    train_rows = [r for r in rows if r["kind"] == "train"]
+    evals = [r for r in rows if r["kind"] == "eval"]
+    assert train_rows[-1]["loss"] < train_rows[0]["loss"] - 0.5
+    assert [e["step"] for e in evals] == [20, 40]
+    assert evals[-1]["val_loss"] < evals[0]["val_loss"]
+    for key in ("val_ppl", "val_bpb", "rms_residual"):
+        assert key in evals[-1]
+    assert all(0 < r["mfu"] < 1 and r["tokens_per_s"] > 0 for r in train_rows)
+    ckpt = run / "checkpoints" / "step_0000040"
+    for name in ("model.safetensors", "model_config.json", "tokenizer.json", "config.yaml", "optimizer.pt",
+                 "rng.pt", "state.json"):
+        assert (ckpt / name).exists(), name
+    assert not any(k.startswith(("_orig_mod.", "module.")) for k in load_file(ckpt / "model.safetensors"))
+    assert json.loads((ckpt / "state.json").read_text())["step"] == 40
+    # The summary tells the user where things are and how to generate.
+    assert "bits per byte" in proc.stdout and "scripts/generate.py" in proc.stdout
+    assert "intermediate_size 176" in proc.stdout  # tiny: int(8·64/3) = 170, rounded up to 16s
+
+
+def test_resume_is_bitwise_identical(tmp_path, cache_dir):
+    full_dir, part_dir = tmp_path / "full", tmp_path / "part"
+    run_train(full_dir, "trainer.max_steps=20", cache_dir=cache_dir)
+    run_train(part_dir, "trainer.max_steps=20", "trainer.stop_at_step=10", cache_dir=cache_dir)
+    (part_run,) = run_dirs(part_dir)
+    assert (part_run / "checkpoints" / "step_0000010").exists()
+    assert not (part_run / "checkpoints" / "step_0000020").exists()
+    run_train(part_dir, f"resume={part_run}", cache_dir=cache_dir)
+    (full_run,) = run_dirs(full_dir)
+    full_w = load_file(full_run / "checkpoints" / "step_0000020" / "model.safetensors")
+    part_w = load_file(part_run / "checkpoints" / "step_0000020" / "model.safetensors")
+    assert full_w.keys() == part_w.keys()
+    for k in full_w:
+        assert torch.equal(full_w[k], part_w[k]), k
+    losses = lambda run: [(r["step"], r["loss"]) for r in read_metrics(run) if r["kind"] == "train"]
+    assert losses(full_run) == losses(part_run)
+
+
+def test_sigterm_saves_a_usable_checkpoint(tmp_path, cache_dir):
+    args = [sys.executable, str(REPO / "train.py"), "debug=tiny", f"outputs_dir={tmp_path / 'outputs'}",
+            f"data.cache_dir={cache_dir}", "trainer.max_steps=100000", "trainer.ckpt_interval=100000",
+            "trainer.eval_interval=100000", "trainer.log_interval=1", "trainer.num_threads=1"]
+    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**__import__("os").environ, "WANDB_MODE": "disabled"})
+    deadline = time.time() + 120
+    while time.time() < deadline and not list((tmp_path / "outputs").glob("*/*/metrics.jsonl")):
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "SIGTERM: checkpoint saved" in out
+    (run,) = run_dirs(tmp_path)
+    (ckpt,) = (run / "checkpoints").iterdir()
+    step = json.loads((ckpt / "state.json").read_text())["step"]
+    assert step > 0
+    # Usable: resuming it trains on from that step.
+    run_train(tmp_path, f"resume={ckpt}", f"trainer.max_steps={step + 5}", cache_dir=cache_dir)
+    assert (run / "checkpoints" / f"step_{step + 5:07d}").exists()
+
+
+def test_keep_last_prunes_old_checkpoints(tmp_path, cache_dir):
+    run_train(tmp_path, "trainer.max_steps=8", "trainer.ckpt_interval=2", "trainer.keep_last=2",
+              "trainer.eval_interval=8", cache_dir=cache_dir)
+    (run,) = run_dirs(tmp_path)
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_0000006", "step_0000008"]
+
+
+def test_nan_loss_stops_with_step_and_keeps_checkpoint(tmp_path, cache_dir):
+    proc = run_train(tmp_path, "optim.lr=1e30", "optim.warmup_steps=1", "trainer.max_steps=20",
+                     "trainer.log_interval=1", cache_dir=cache_dir, check=False)
+    assert proc.returncode == 1
+    err = proc.stderr.strip().splitlines()
+    assert err[-1].startswith("error: loss became") and "at step" in err[-1]
+
+
+@pytest.mark.parametrize("override, message", [
+    ("model.n_heads=5", "model.hidden_size=64 is not divisible by model.n_heads=5"),
+    ("model.norm=batchnorm", "model.norm='batchnorm' is unknown"),
+    ("trainer.seq_len=128", "exceeds model.max_seq_len=64"),
+    ("trainer.device=tpu", "trainer.device='tpu'"),
+    ("resume=/nonexistent/ckpt", "does not exist"),
+    ("trainer.precision=fp8", "trainer.precision='fp8' is unknown"),
+])
+def test_bad_overrides_fail_with_one_line(tmp_path, cache_dir, override, message):
+    proc = run_train(tmp_path, override, cache_dir=cache_dir, check=False)
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error:") and message in last, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_typo_key_fails_at_composition(tmp_path, cache_dir):
+    proc = run_train(tmp_path, "model.hiden_size=3", cache_dir=cache_dir, check=False)
+    assert proc.returncode == 1
+    assert "hiden_size" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_corrupt_and_mismatched_checkpoints_are_refused(tmp_path, cache_dir):
+    run_train(tmp_path, "trainer.max_steps=4", "trainer.eval_interval=4", cache_dir=cache_dir)
+    (run,) = run_dirs(tmp_path)
+    ckpt = run / "checkpoints" / "step_0000004"
+    mismatch = run_train(tmp_path, f"resume={ckpt}", "model.hidden_size=32", cache_dir=cache_dir, check=False)
+    assert mismatch.returncode == 1 and "shape" in mismatch.stderr.splitlines()[-1]
+    weights = ckpt / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    corrupt = run_train(tmp_path, f"resume={ckpt}", "trainer.max_steps=6", cache_dir=cache_dir, check=False)
+    assert corrupt.returncode == 1 and "corrupt" in corrupt.stderr.splitlines()[-1]
+
+
+def test_new_run_never_overwrites_an_existing_run(tmp_path, cache_dir):
+    run_train(tmp_path, "trainer.max_steps=2", "trainer.eval_interval=2", cache_dir=cache_dir)
+    (run,) = run_dirs(tmp_path)
+    before = (run / "metrics.jsonl").read_text()
+    proc = run_train(tmp_path, f"hydra.run.dir={run}", "trainer.max_steps=2", cache_dir=cache_dir, check=False)
+    assert proc.returncode == 1 and "already holds a run" in proc.stderr
+    assert (run / "metrics.jsonl").read_text() == before

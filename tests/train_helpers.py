@@ -1,0 +1,28 @@
+"""Helpers for tests that run train.py as a user would: a subprocess with Hydra overrides."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_train(tmp_path: Path, *overrides: str, cache_dir: Path = None, check: bool = True, timeout: int = 300):
+    """`python train.py debug=tiny …` with outputs and the data cache under tmp_path."""
+    cache = cache_dir or (tmp_path / "cache")
+    args = [sys.executable, str(REPO / "train.py"), "debug=tiny", f"outputs_dir={tmp_path / 'outputs'}",
+            f"data.cache_dir={cache}", "trainer.num_threads=1", *overrides]
+    env = {**os.environ, "WANDB_MODE": "disabled", "HYDRA_FULL_ERROR": "0"}
+    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"train.py failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def run_dirs(tmp_path: Path) -> list:
+    return sorted(p.parent for p in (tmp_path / "outputs").glob("*/*/config.yaml"))
+
+
+def read_metrics(run_dir: Path) -> list:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
