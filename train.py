@@ -50,7 +50,7 @@ class Run:
     resume_ckpt: Optional[Path]
 
 
-def resolve_run(dict_cfg: DictConfig) -> Run:
+def resolve_run(dict_cfg: DictConfig, info: D.DistInfo) -> Run:
     """Typed config + run directory. A resume continues in the checkpoint's run directory with the
     saved config; command-line overrides (e.g. trainer.max_steps=…) still apply on top."""
     hydra_cfg = HydraConfig.get()
@@ -79,6 +79,12 @@ def resolve_run(dict_cfg: DictConfig) -> Run:
         cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), plain))
     except OmegaConfBaseException as e:
         raise ConfigError(str(e).splitlines()[0])
+    if info.world_size > 1:  # ranks may have started in different seconds: use rank 0's directory
+        hydra_dir, run_dir = Path(hydra_cfg.runtime.output_dir), D.broadcast_object(run_dir, info)
+        if hydra_dir != run_dir:
+            for leftover in hydra_dir.glob("*.log"):
+                leftover.unlink()
+            _remove_if_empty(hydra_dir)
     if cfg.trainer.seq_len > cfg.model.max_seq_len:
         raise ConfigError(f"trainer.seq_len={cfg.trainer.seq_len} exceeds model.max_seq_len={cfg.model.max_seq_len}; "
                           "lower the first or raise the second")
@@ -187,11 +193,14 @@ def train(run: Run, info: D.DistInfo) -> float:
         D.load_full_state(model, optimizer, read_weights(raw_model, run.resume_ckpt), optim_state)
         restore_rng(rng)
         start_step, tokens_seen, elapsed_before = state["step"], state["tokens_seen"], state["elapsed_s"]
+        if state.get("world_size", 1) != info.world_size:
+            say(f"warning: resuming a {state['world_size']}-process run on {info.world_size}: each step's global "
+                f"batch changes with the world size; adjust trainer.micro_batch_size to keep tokens per step")
     step_fn = torch.compile(model) if cfg.trainer.compile else model
 
     tokens_per_step = cfg.trainer.micro_batch_size * seq_len * cfg.trainer.grad_accum_steps * info.world_size
     flops_per_token = raw_model.flops_per_token(seq_len)
-    peak, peak_source = peak_flops(info.device, cfg.trainer.precision)
+    peak, peak_source = peak_flops(info.device, cfg.trainer.precision, cfg.trainer.peak_tflops)
     counts = raw_model.param_counts()
     say(f"run dir: {run.run_dir}" + (f" (resuming {run.resume_ckpt})" if run.resume_ckpt else ""))
     say(f"model: {cfg.model.norm} + {cfg.model.mlp}, hidden_size {cfg.model.hidden_size}, intermediate_size "
@@ -241,9 +250,11 @@ def train(run: Run, info: D.DistInfo) -> float:
             progress.update(1)
             last = step == end
             if step % cfg.trainer.log_interval == 0 or last:
-                report.check_finite(pending, run.run_dir / "checkpoints")  # one host sync per interval
+                # Mean over ranks, one host sync per interval (not per step).
+                losses = D.all_reduce_mean(torch.stack([l for _, l in pending]), info).tolist()
+                report.check_finite(list(zip([s for s, _ in pending], losses)), run.run_dir / "checkpoints")
                 tps = len(pending) * tokens_per_step / (time.time() - t_log)
-                row = {"kind": "train", "step": step, "loss": sum(l.item() for _, l in pending) / len(pending),
+                row = {"kind": "train", "step": step, "loss": sum(losses) / len(losses),
                        "lr": lr, "grad_norm": grad_norm.item(), "tokens": tokens_seen,
                        "elapsed_s": elapsed_before + time.time() - t0, "tokens_per_s": tps,
                        "mfu": tps * flops_per_token / (peak * info.world_size)}
@@ -261,7 +272,6 @@ def train(run: Run, info: D.DistInfo) -> float:
             if step % cfg.trainer.ckpt_interval == 0 or last:
                 ckpt_path = save(step)
                 t_log = time.time()
-        report.check_finite(pending, run.run_dir / "checkpoints")
         if stop.signal is not None:
             ckpt_path = save(step)
             say(f"\n{stop.signal}: checkpoint saved at step {step}: {ckpt_path}\n"
@@ -286,7 +296,7 @@ def main(dict_cfg: DictConfig) -> float:
     info = None
     try:
         info = D.setup(dict_cfg.trainer.device, dict_cfg.trainer.dist_timeout_s)
-        return train(resolve_run(dict_cfg), info)
+        return train(resolve_run(dict_cfg, info), info)
     except (ValueError, report.NonFiniteLoss) as e:  # DataError, CheckpointError, ConfigError included
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise

@@ -26,3 +26,16 @@ def run_dirs(tmp_path: Path) -> list:
 
 def read_metrics(run_dir: Path) -> list:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def run_torchrun(tmp_path: Path, nproc: int, *overrides: str, cache_dir: Path, check: bool = True,
+                 timeout: int = 300):
+    """`torchrun --standalone --nproc_per_node=N train.py debug=tiny …` (gloo on CPU)."""
+    args = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+            str(REPO / "train.py"), "debug=tiny", f"outputs_dir={tmp_path / 'outputs'}",
+            f"data.cache_dir={cache_dir}", "trainer.num_threads=1", *overrides]
+    env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"torchrun failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc

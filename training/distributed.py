@@ -73,6 +73,15 @@ def barrier(info: DistInfo) -> None:
         dist.barrier()
 
 
+def broadcast_object(obj, info: DistInfo):
+    """Rank 0's value of a small picklable object (e.g. the run directory) on every rank."""
+    if info.world_size == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
 def all_reduce_mean(value: torch.Tensor, info: DistInfo) -> torch.Tensor:
     if info.world_size > 1:
         value = value.clone()
@@ -84,7 +93,8 @@ def all_reduce_mean(value: torch.Tensor, info: DistInfo) -> torch.Tensor:
 def resolve_parallel(parallel: str, world_size: int) -> str:
     if parallel not in ("auto", "none", "ddp", "fsdp"):
         raise ValueError(f"trainer.parallel={parallel!r} is unknown; choose auto, none, ddp or fsdp")
-    if parallel == "auto":
+    if parallel == "auto" or world_size == 1:
+        # One process has nothing to replicate or shard (e.g. resuming an FSDP run for a short fine-tune).
         return "ddp" if world_size > 1 else "none"
     if parallel == "none" and world_size > 1:
         raise ValueError(f"trainer.parallel=none with {world_size} processes would train {world_size} "

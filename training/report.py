@@ -14,10 +14,9 @@ def progress_bar(enabled: bool, start: int, total: int):
                 dynamic_ncols=True, file=sys.stdout, mininterval=1.0)
 
 
-def check_finite(pending: list, ckpt_dir) -> None:
-    """pending = [(step, loss tensor)]; raise at the first NaN/inf with the exact step."""
-    for step, loss in pending:
-        value = loss.item()
+def check_finite(losses: list, ckpt_dir) -> None:
+    """losses = [(step, loss)]; raise at the first NaN/inf with the exact step."""
+    for step, value in losses:
         if not math.isfinite(value):
             raise NonFiniteLoss(f"loss became {value} at step {step}; the last good checkpoint is kept in "
                                 f"{ckpt_dir} — lower optim.lr, raise optim.warmup_steps or check the data")
