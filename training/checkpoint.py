@@ -93,7 +93,7 @@ def resolve_checkpoint(path: str, outputs_dir: str = "outputs") -> Path:
         if not ckpts:
             raise CheckpointError(f"run directory {path} has no complete checkpoint")
         return ckpts[-1]
-    if p.name == "checkpoints" and list_checkpoints(p):
+    if list_checkpoints(p):  # a directory of step_* checkpoints
         return list_checkpoints(p)[-1]
     missing = [f for f in REQUIRED_FILES if not (p / f).exists()]
     if missing:

@@ -1,0 +1,53 @@
+"""metrics.jsonl and wandb: offline without a key, never a login prompt, resume truncates rows."""
+import json
+
+import pytest
+
+from training.config import LoggerConfig
+from training.run_logger import RunLogger, wandb_mode
+
+
+@pytest.fixture
+def no_key(monkeypatch, tmp_path):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+
+
+def test_auto_is_offline_without_a_key(no_key):
+    mode, warning = wandb_mode("auto")
+    assert mode == "offline" and "no API key" in warning
+
+
+def test_auto_is_online_with_a_key(no_key, monkeypatch):
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    assert wandb_mode("auto") == ("online", None)
+
+
+def test_online_without_key_and_unknown_modes_are_errors(no_key):
+    with pytest.raises(ValueError, match="no API key"):
+        wandb_mode("online")
+    with pytest.raises(ValueError, match="logger.wandb='cloud' is unknown"):
+        wandb_mode("cloud")
+
+
+def test_offline_run_logs_to_jsonl_and_wandb_dir(no_key, tmp_path):
+    log = RunLogger(tmp_path, LoggerConfig(wandb="offline"), "t", {"a": 1}, enabled=True)
+    for step in (1, 2, 3):
+        log.log({"kind": "train", "step": step, "loss": 1.0 / step, "rms_residual": [1.0, 2.0]})
+    log.close()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert list((tmp_path / "wandb").glob("offline-run-*"))
+    # A resume from step 2 drops the rows the resumed run will write again.
+    RunLogger(tmp_path, LoggerConfig(wandb="disabled"), "t", {}, enabled=True, resume_step=2).close()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+
+
+def test_non_main_ranks_write_nothing(tmp_path):
+    log = RunLogger(tmp_path, LoggerConfig(wandb="offline"), "t", {}, enabled=False)
+    log.log({"kind": "train", "step": 1})
+    log.close()
+    assert not list(tmp_path.iterdir())
