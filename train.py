@@ -1,6 +1,7 @@
 """Train minillama: `python train.py [overrides]` — Hydra config in, checkpoints and metrics out."""
 import math
 import os
+import signal
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -12,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import CompactHydraException
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -34,6 +37,10 @@ class ConfigError(ValueError):
     pass
 
 
+class JobFailed(CompactHydraException):
+    """A multirun job's one-line error: Hydra records it, runs the other jobs, then reports it."""
+
+
 TOP_LEVEL_KEYS = ("seed", "run_name", "outputs_dir")
 
 
@@ -48,6 +55,7 @@ class Run:
     run_dir: Path
     config_yaml: str  # the resolved config, saved next to every checkpoint
     resume_ckpt: Optional[Path]
+    multirun: bool = False  # one job of a `-m` sweep: a stop signal then ends the whole sweep
 
 
 def resolve_run(dict_cfg: DictConfig, info: D.DistInfo) -> Run:
@@ -92,7 +100,7 @@ def resolve_run(dict_cfg: DictConfig, info: D.DistInfo) -> Run:
                 "ckpt_interval", "eval_windows"):
         if getattr(cfg.trainer, key) <= 0:
             raise ConfigError(f"trainer.{key}={getattr(cfg.trainer, key)} must be a positive integer")
-    return Run(cfg, run_dir, OmegaConf.to_yaml(plain), resume_ckpt)
+    return Run(cfg, run_dir, OmegaConf.to_yaml(plain), resume_ckpt, hydra_cfg.mode == RunMode.MULTIRUN)
 
 
 def _remove_if_empty(path: Path) -> None:
@@ -280,6 +288,10 @@ def train(run: Run, info: D.DistInfo) -> float:
         progress.close()
         stop.restore()
         log.close()
+    if stop.signal is not None and run.multirun:
+        # Hydra's launcher would start the next job as soon as this one returns: Ctrl-C stops the sweep.
+        say(f"{stop.signal}: sweep stopped; the jobs after this one were not started")
+        sys.exit(128 + signal.Signals[stop.signal].value)
     if step < cfg.trainer.max_steps and stop.signal is None:
         say(f"stopped at trainer.stop_at_step={step}; continue with: python train.py resume={run.run_dir}")
     elif info.is_main and last_eval is not None and stop.signal is None:
@@ -301,6 +313,11 @@ def main(dict_cfg: DictConfig) -> float:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         print(f"error: {e}", file=sys.stderr)
+        if HydraConfig.get().mode == RunMode.MULTIRUN and (info is None or info.world_size == 1):
+            # One failed cell (e.g. a diverged variant) must not cancel the rest of a sweep: Hydra
+            # records it, runs the remaining jobs, then names the failed job and exits 1. Not under
+            # torchrun: a rank that moved on to the next job would leave the others waiting in a collective.
+            raise JobFailed(str(e)) from None
         sys.exit(1)
     finally:
         D.teardown()

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from training.config import LoggerConfig
-from training.run_logger import RunLogger, wandb_mode
+from training.run_logger import RunLogger, wandb_mode, wandb_values
 
 
 @pytest.fixture
@@ -51,3 +51,12 @@ def test_non_main_ranks_write_nothing(tmp_path):
     log.log({"kind": "train", "step": 1})
     log.close()
     assert not list(tmp_path.iterdir())
+
+
+def test_per_layer_lists_reach_wandb_as_one_series_per_layer():
+    row = {"kind": "eval", "step": 7, "time": 1.0, "val_loss": 2.5, "rms_residual": [0.5, 1.5] + [2.0] * 9}
+    values = wandb_values(row)
+    assert values["eval/val_loss"] == 2.5
+    assert values["eval/rms_residual/layer_00"] == 0.5 and values["eval/rms_residual/layer_10"] == 2.0
+    assert len([k for k in values if k.startswith("eval/rms_residual/")]) == 11
+    assert not {"eval/step", "eval/time", "eval/rms_residual"} & values.keys()

@@ -82,7 +82,7 @@ def resolve_checkpoint(path: str, outputs_dir: str = "outputs") -> Path:
     if path == "latest":
         candidates = [c for run in Path(outputs_dir).glob("**/checkpoints") for c in list_checkpoints(run)]
         if not candidates:
-            raise CheckpointError(f"resume=latest found no checkpoint under {outputs_dir}/; "
+            raise CheckpointError(f"'latest' found no checkpoint under {outputs_dir}/; "
                                   "train first or pass a checkpoint directory")
         return max(candidates, key=lambda p: (p / "state.json").stat().st_mtime)
     p = Path(path)

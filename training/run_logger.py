@@ -72,9 +72,7 @@ class RunLogger:
         row = {"time": time.time(), **row}
         self.file.write(json.dumps(row) + "\n")
         if self.wandb is not None:
-            prefix = row["kind"] + "/"
-            self.wandb.log({prefix + k: v for k, v in row.items() if isinstance(v, (int, float))
-                            and k not in ("step", "time")}, step=row["step"])
+            self.wandb.log(wandb_values(row), step=row["step"])
 
     def close(self) -> None:
         if not self.enabled:
@@ -82,6 +80,21 @@ class RunLogger:
         self.file.close()
         if self.wandb is not None:
             self.wandb.finish()
+
+
+def wandb_values(row: dict) -> dict:
+    """A metrics row as wandb series: numbers under `kind/key`, and per-layer lists (rms_residual, …)
+    as one series per layer, `eval/rms_residual/layer_3`, since wandb charts scalars, not lists."""
+    prefix, out = row["kind"] + "/", {}
+    for key, value in row.items():
+        if key in ("step", "time"):  # wandb's own axes
+            continue
+        if isinstance(value, (int, float)):
+            out[prefix + key] = value
+        elif isinstance(value, list) and all(isinstance(v, (int, float)) for v in value):
+            width = len(str(len(value) - 1))  # layer_03 sorts before layer_10 in wandb's panel list
+            out.update({f"{prefix}{key}/layer_{i:0{width}d}": v for i, v in enumerate(value)})
+    return out
 
 
 def _wandb_id(run_dir: Path) -> str:

@@ -1,0 +1,99 @@
+"""The comparison's two figures: validation curves, and per-layer residual-stream RMS, per variant."""
+from pathlib import Path
+from typing import Callable, Dict, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: works on a headless machine and in tests
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from analysis.runs import Variant  # noqa: E402
+
+
+def colours(variants: Sequence[Variant]) -> Dict[str, tuple]:
+    """One colour per variant, by sorted label, so a variant keeps its colour in every figure."""
+    cmap = plt.get_cmap("tab10")
+    return {label: cmap(i % 10) for i, label in enumerate(sorted(v.label for v in variants))}
+
+
+def _aligned(variant: Variant, key: str, pick: Callable = lambda value: value):
+    """(tokens, values of shape (seeds, evals)) over the eval steps that every seed logged `key` at."""
+    steps = sorted(set.intersection(*({e["step"] for e in r.evals if key in e} for r in variant.runs)))
+    per_run = [{e["step"]: e for e in r.evals} for r in variant.runs]
+    tokens = np.array([per_run[0][s]["tokens"] for s in steps], dtype=float)
+    return tokens, np.array([[pick(evals[s][key]) for s in steps] for evals in per_run], dtype=float)
+
+
+def _band(ax, x, values, colour, label):
+    """Mean over seeds as a line, min–max over seeds shaded (no band with a single seed)."""
+    ax.plot(x, values.mean(axis=0), color=colour, label=f"{label} (n={len(values)})", lw=1.8)
+    if len(values) > 1:
+        ax.fill_between(x, values.min(axis=0), values.max(axis=0), color=colour, alpha=0.2, lw=0)
+    return values
+
+
+def _token_unit(end: float) -> tuple:
+    return (1e6, "M") if end >= 1e6 else (1e3, "K")
+
+
+def plot_val_curves(variants: Sequence[Variant], path: Path) -> None:
+    """Left: whole run. Right: the second half zoomed, where variants separate."""
+    fig, (full, zoom) = plt.subplots(1, 2, figsize=(12, 4.5))
+    palette = colours(variants)
+    curves = {v.label: _aligned(v, "val_loss") for v in variants}
+    end = max(tokens[-1] for tokens, _ in curves.values())
+    # The zoom's y-range covers only the second half, where the differences live.
+    tails = np.concatenate([loss[:, tokens >= end / 2].ravel() for tokens, loss in curves.values()])
+    scale, unit = _token_unit(end)
+    for label, (tokens, loss) in curves.items():
+        for ax in (full, zoom):
+            _band(ax, tokens / scale, loss, palette[label], label)
+    pad = 0.05 * (tails.max() - tails.min()) + 1e-6
+    zoom.set_ylim(tails.min() - pad, tails.max() + pad)
+    zoom.set_xlim(end / 2 / scale, end / scale)
+    full.set_title("validation loss (mean over seeds, min–max shaded)")
+    zoom.set_title("second half of training, zoomed")
+    for ax in (full, zoom):
+        ax.set_xlabel(f"training tokens ({unit})")
+        ax.set_ylabel("val loss (nats/token)")
+        ax.grid(alpha=0.3)
+    full.legend()
+    _save(fig, path)
+
+
+def has_activation_rms(variants: Sequence[Variant]) -> bool:
+    return all(r.evals and "rms_residual" in r.final for v in variants for r in v.runs)
+
+
+def plot_activation_rms(variants: Sequence[Variant], path: Path) -> None:
+    """Left: residual RMS after each block at the final eval. Right: the last block's over training."""
+    fig, (layers, time) = plt.subplots(1, 2, figsize=(12, 4.5))
+    palette = colours(variants)
+    curves = {v.label: _aligned(v, "rms_residual", pick=lambda per_layer: per_layer[-1]) for v in variants}
+    scale, unit = _token_unit(max(tokens[-1] for tokens, _ in curves.values()))
+    plotted = {layers: [], time: []}
+    for v in variants:
+        per_layer = np.array([r.final["rms_residual"] for r in v.runs], dtype=float)  # (seeds, layers)
+        plotted[layers].append(_band(layers, np.arange(per_layer.shape[1]), per_layer, palette[v.label], v.label))
+        tokens, last = curves[v.label]
+        plotted[time].append(_band(time, tokens / scale, last, palette[v.label], v.label))
+    layers.set_xlabel("block (residual stream after it)")
+    layers.set_title("hidden-state RMS per layer, final eval")
+    time.set_xlabel(f"training tokens ({unit})")
+    time.set_title("hidden-state RMS after the last block, over training")
+    for ax, arrays in plotted.items():
+        ax.set_ylabel("RMS")
+        ax.grid(alpha=0.3)
+        values = np.concatenate([a.ravel() for a in arrays])
+        if values.min() > 0 and values.max() / values.min() > 20:  # scales far apart: log shows them all
+            ax.set_yscale("log")
+    layers.xaxis.get_major_locator().set_params(integer=True)
+    layers.legend()
+    _save(fig, path)
+
+
+def _save(fig, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

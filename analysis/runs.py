@@ -1,0 +1,147 @@
+"""Finding run directories, reading their config.yaml and metrics.jsonl, and grouping seeds into variants."""
+import json
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+import yaml
+
+# Keys that differ between runs without changing what is trained or measured: never part of a
+# variant's name (seed is the repeat; a trailing dot means the whole section).
+NOT_A_VARIANT = ("seed", "run_name", "outputs_dir", "resume", "data.cache_dir", "data.num_proc", "trainer.device",
+                 "trainer.num_threads", "trainer.stop_at_step", "trainer.ckpt_interval", "trainer.keep_last",
+                 "trainer.log_interval", "trainer.eval_interval", "trainer.activation_rms", "trainer.sample_tokens",
+                 "trainer.sample_prompt", "trainer.dist_timeout_s", "trainer.peak_tflops", "logger.")
+
+
+class RunsError(ValueError):
+    """Bad input: the message is one line that names the directory or file at fault."""
+
+
+@dataclass
+class Run:
+    path: Path
+    config: dict  # the resolved config.yaml train.py wrote
+    evals: List[dict]  # eval rows of metrics.jsonl, in step order
+    trains: List[dict]
+
+    @property
+    def seed(self) -> int:
+        return self.config.get("seed", 0)
+
+    @property
+    def max_steps(self) -> int:
+        return self.config["trainer"]["max_steps"]
+
+    @property
+    def complete(self) -> bool:
+        """Reached its last step and evaluated there (a diverged or stopped run did not)."""
+        return bool(self.evals) and self.evals[-1]["step"] >= self.max_steps
+
+    @property
+    def final(self) -> dict:
+        return self.evals[-1]
+
+    def tokens_per_s(self) -> float:
+        """Median over log intervals: eval pauses are already excluded, and the median ignores the
+        slow first interval (allocator and thread-pool warm-up)."""
+        rates = [r["tokens_per_s"] for r in self.trains if "tokens_per_s" in r]
+        return statistics.median(rates) if rates else float("nan")
+
+    def wall_time_s(self) -> float:
+        """Training wall time including evals and checkpoints (not interpreter start-up or data prep)."""
+        return max((r.get("elapsed_s", 0.0) for r in self.trains), default=float("nan"))
+
+
+@dataclass
+class Variant:
+    label: str
+    runs: List[Run] = field(default_factory=list)  # the seeds
+
+    @property
+    def config(self) -> dict:
+        return self.runs[0].config
+
+
+def find_run_dirs(paths: Sequence[Path]) -> List[Path]:
+    """Each path is a run directory (holds metrics.jsonl) or is searched recursively for them."""
+    found = []
+    for path in map(Path, paths):
+        if not path.is_dir():
+            raise RunsError(f"{path} is not a directory")
+        if (path / "metrics.jsonl").is_file():
+            found.append(path)
+        else:
+            found.extend(sorted(p.parent for p in path.rglob("metrics.jsonl")))
+    if not found:
+        raise RunsError(f"no run directories (with a metrics.jsonl) under {' '.join(map(str, paths))}")
+    return list(dict.fromkeys(found))  # an input given twice counts once
+
+
+def read_run(path: Path) -> Run:
+    try:
+        config = yaml.safe_load((path / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise RunsError(f"{path}: cannot read config.yaml ({type(e).__name__}: {str(e).splitlines()[0]})")
+    if not isinstance(config, dict) or not {"model", "trainer"} <= config.keys():
+        raise RunsError(f"{path}/config.yaml is not a minillama run config (no model/trainer section)")
+    rows = []
+    for n, line in enumerate((path / "metrics.jsonl").read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                raise RunsError(f"{path}/metrics.jsonl line {n} is not JSON")
+    by_step = lambda kind: sorted((r for r in rows if r.get("kind") == kind), key=lambda r: r["step"])
+    return Run(path, config, by_step("eval"), by_step("train"))
+
+
+def read_complete_runs(paths: Sequence[Path], warn=lambda m: print(m, file=sys.stderr)) -> tuple:
+    """(complete runs, skipped runs). Incomplete runs (diverged, stopped, still running) are skipped
+    with a warning, so one bad cell does not hide the others; none complete is an error."""
+    runs = [read_run(p) for p in find_run_dirs(paths)]
+    skipped = [r for r in runs if not r.complete]
+    for r in skipped:
+        last = r.evals[-1]["step"] if r.evals else "no eval"
+        warn(f"warning: skipping {r.path}: incomplete (last eval at step {last} of {r.max_steps})")
+    complete = [r for r in runs if r.complete]
+    if not complete:
+        raise RunsError(f"none of the {len(runs)} runs found reached its last eval (trainer.max_steps)")
+    return complete, skipped
+
+
+def flatten(config: dict, prefix: str = "") -> Dict[str, object]:
+    out = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = tuple(value) if isinstance(value, list) else value
+    return out
+
+
+def varying_keys(runs: Sequence[Run]) -> List[str]:
+    """Config keys whose values differ between runs, except those in NOT_A_VARIANT (seed etc.)."""
+    flat = [flatten(r.config) for r in runs]
+    keys = sorted(set().union(*flat))
+    differ = [k for k in keys if len({repr(f.get(k)) for f in flat}) > 1]
+    return [k for k in differ if not any(k == n or (n.endswith(".") and k.startswith(n)) for n in NOT_A_VARIANT)]
+
+
+def group_variants(runs: Sequence[Run], warn=lambda m: print(m, file=sys.stderr)) -> List[Variant]:
+    """Runs that differ only in seed (and NOT_A_VARIANT keys) form one variant, labelled
+    'norm + mlp' plus any other differing key=value."""
+    extra = [k for k in varying_keys(runs) if k not in ("model.norm", "model.mlp")]
+    variants: Dict[str, Variant] = {}
+    for run in runs:
+        flat = flatten(run.config)
+        label = " + ".join([str(flat.get("model.norm")), str(flat.get("model.mlp"))])
+        label = ", ".join([label] + [f"{k}={flat.get(k)}" for k in extra])
+        variants.setdefault(label, Variant(label)).runs.append(run)
+    for v in variants.values():
+        seeds = [r.seed for r in v.runs]
+        if len(set(seeds)) < len(seeds):
+            warn(f"warning: {v.label}: seed repeated ({sorted(seeds)}); repeats of one seed are not independent")
+    return [variants[k] for k in sorted(variants)]

@@ -1,0 +1,136 @@
+"""prepare(): documents -> tokenizer -> train.bin / val.bin + meta.json, cached per (source, tokenizer)."""
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, Optional
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from data.cache import CACHE_VERSION, META_FILE, cache_key, publish, read_meta, write_json
+from data.config import DataConfig
+from data.errors import DataError
+from data.sources import check_config, fingerprint, load_splits
+from data.token_files import DocumentEncoder, write_split
+from data.tokenizer import (batched_texts, check_vocab_size, file_hash, load_tokenizer, special_token_ids,
+                            train_tokenizer)
+
+TOKENIZER_FILE = "tokenizer.json"
+
+
+@dataclass
+class PreparedData:
+    dir: Path  # the cache directory of this source + tokenizer
+    tokenizer_path: Path  # tokenizer.json inside `dir`; checkpoints carry a copy
+    meta: Dict[str, Any]
+
+    def train_tokens(self) -> np.memmap:
+        return np.memmap(self.dir / "train.bin", dtype=self.meta["dtype"], mode="r")
+
+    def val_tokens(self) -> np.memmap:
+        return np.memmap(self.dir / "val.bin", dtype=self.meta["dtype"], mode="r")
+
+    def tokenizer(self) -> Tokenizer:
+        return load_tokenizer(self.tokenizer_path)
+
+
+def prepare(cfg: DataConfig, *, seq_len: Optional[int] = None, model_vocab_size: Optional[int] = None,
+            log: Callable[[str], None] = print) -> PreparedData:
+    """Build the token cache for `cfg`, or find it; then check it fits `seq_len` and the model's vocab.
+
+    A second call with the same settings reads only meta.json (it doesn't even import `datasets`).
+    """
+    check_config(cfg)
+    tokenizer_identity, expected_vocab = _tokenizer_identity(cfg)
+    if model_vocab_size is not None:  # fail before an expensive build, not after
+        _check_vocab(expected_vocab, model_vocab_size, cfg)
+    identity = {"data": fingerprint(cfg), "tokenizer": tokenizer_identity,
+                "budgets": [cfg.token_budget, cfg.val_token_budget]}
+    cache_root = Path(cfg.cache_dir).resolve()
+    directory = cache_root / f"{cfg.source}-{cache_key(identity)}"
+    meta = read_meta(directory)
+    if meta is None:
+        meta = _build(cfg, directory, cache_root, log)
+    else:
+        log(f"data: using cache {directory}")
+    data = PreparedData(dir=directory, tokenizer_path=directory / TOKENIZER_FILE, meta=meta)
+    if model_vocab_size is not None:
+        _check_vocab(meta["vocab_size"], model_vocab_size, cfg)
+    if seq_len is not None:
+        for split, count in (("train", meta["train_tokens"]), ("validation", meta["val_tokens"])):
+            if count <= seq_len + 1:
+                raise DataError(f"the {split} split has {count} tokens, not more than seq_len+1={seq_len + 1}; "
+                                "lower trainer.seq_len or add data (data.val_fraction for validation)")
+    return data
+
+
+def _tokenizer_identity(cfg: DataConfig):
+    """(what identifies the tokenizer in the cache key, the vocab size it will have)."""
+    if cfg.tokenizer_path is None:
+        check_vocab_size(cfg.vocab_size)
+        return {"vocab_size": cfg.vocab_size, "train_bytes": cfg.tokenizer_train_bytes}, cfg.vocab_size
+    tokenizer = load_tokenizer(cfg.tokenizer_path)
+    special_token_ids(tokenizer, cfg.tokenizer_path)
+    return {"file_hash": file_hash(cfg.tokenizer_path)}, tokenizer.get_vocab_size()
+
+
+def _check_vocab(tokenizer_vocab: int, model_vocab: int, cfg: DataConfig) -> None:
+    """The embedding must have exactly one row per token id (model.vocab_size follows data.vocab_size by default)."""
+    if tokenizer_vocab == model_vocab:
+        return
+    if cfg.tokenizer_path is not None:
+        raise DataError(f"tokenizer {cfg.tokenizer_path} has {tokenizer_vocab} tokens but model.vocab_size={model_vocab}; "
+                        f"set data.vocab_size={tokenizer_vocab} (or model.vocab_size={tokenizer_vocab})")
+    if tokenizer_vocab == cfg.vocab_size:
+        raise DataError(f"data.vocab_size={cfg.vocab_size} but model.vocab_size={model_vocab}; make them equal "
+                        "(model.vocab_size follows data.vocab_size unless set)")
+    raise DataError(f"the corpus only supports a {tokenizer_vocab}-token tokenizer but model.vocab_size={model_vocab}; "
+                    f"set data.vocab_size={tokenizer_vocab}")
+
+
+def _build(cfg: DataConfig, directory: Path, cache_root: Path, log) -> Dict[str, Any]:
+    start = time.perf_counter()
+    log(f"data: preparing {cfg.source} into {directory}")
+    with publish(directory) as work:
+        splits = load_splits(cfg, cache_root / "hf_datasets")
+        tokenizer = _make_tokenizer(cfg, splits, work / TOKENIZER_FILE, log)
+        ids = special_token_ids(tokenizer)
+        vocab_size = tokenizer.get_vocab_size()
+        dtype = "uint16" if vocab_size < 65536 else "uint32"
+        encoder = DocumentEncoder(tokenizer, splits.text_column, ids["eos_id"])
+        scratch = work / "scratch"  # datasets' intermediate Arrow files; never published
+        stats = {}
+        for name, split, budget in (("train", splits.train, cfg.token_budget), ("val", splits.val, cfg.val_token_budget)):
+            stats[name] = write_split(split, encoder, work / f"{name}.bin", dtype, budget, cfg.num_proc, name, scratch)
+            if stats[name].documents == 0:
+                raise DataError(f"the {name} split of {cfg.path or cfg.source} has no text after dropping empty documents; "
+                                "check data.text_column and the files")
+        shutil.rmtree(scratch, ignore_errors=True)
+        meta = {
+            "source": cfg.source, "config": asdict(cfg), "cache_version": CACHE_VERSION,
+            "tokenizer_hash": file_hash(work / TOKENIZER_FILE), "tokenizer_trained": cfg.tokenizer_path is None,
+            "vocab_size": vocab_size, "dtype": dtype, **ids,
+            **{f"{name}_{field}": getattr(s, field) for name, s in stats.items() for field in ("tokens", "bytes", "documents")},
+            "prepare_seconds": round(time.perf_counter() - start, 3),
+        }
+        write_json(work / META_FILE, meta)  # last: a directory with meta.json is complete
+    log(f"data: {meta['train_tokens']:,} train / {meta['val_tokens']:,} val tokens, "
+        f"{meta['train_bytes'] / max(meta['train_tokens'], 1):.2f} bytes/token, {meta['prepare_seconds']:.1f}s")
+    return meta
+
+
+def _make_tokenizer(cfg: DataConfig, splits, path: Path, log) -> Tokenizer:
+    """Copy the configured tokenizer.json, or train one on (the start of) the training split."""
+    if cfg.tokenizer_path is not None:
+        shutil.copyfile(cfg.tokenizer_path, path)
+        return load_tokenizer(path)
+    start = time.perf_counter()
+    column = splits.text_column
+    batches = (batch[column] for batch in splits.train.select_columns([column]).iter(batch_size=1000))
+    tokenizer = train_tokenizer(batched_texts(batches, cfg.tokenizer_train_bytes), cfg.vocab_size)
+    tokenizer.save(str(path))
+    if tokenizer.get_vocab_size() < cfg.vocab_size:
+        log(f"data: the corpus only supports {tokenizer.get_vocab_size()} of data.vocab_size={cfg.vocab_size} tokens")
+    log(f"data: trained a {tokenizer.get_vocab_size()}-token byte-level BPE in {time.perf_counter() - start:.1f}s")
+    return tokenizer

@@ -1,0 +1,57 @@
+"""Export a minillama checkpoint as a Hugging Face Llama directory (model, config, tokenizer, generation config)."""
+import shutil
+from pathlib import Path
+from typing import Dict, Optional
+
+from safetensors.torch import save_file
+
+from interop.hf import check_llama_compatible, llama_config, to_hf_state_dict
+from interop.special_tokens import read_special_tokens, special_token_ids
+from model import Transformer
+from training.checkpoint import load_model, load_model_config, resolve_checkpoint
+
+
+def export_checkpoint(checkpoint: str, out_dir: str, force: bool = False) -> Path:
+    """Write `out_dir` so that AutoModelForCausalLM / AutoTokenizer.from_pretrained(out_dir) load it.
+
+    `checkpoint` is a checkpoint dir, a run dir or `latest`. The directory is assembled next to
+    `out_dir` and renamed into place, so a failed export never leaves a half-written model behind.
+    `force` replaces an existing non-empty `out_dir`.
+    """
+    ckpt = resolve_checkpoint(checkpoint)
+    check_llama_compatible(load_model_config(ckpt))  # before reading any weights
+    out = Path(out_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
+        raise FileExistsError(f"{out} exists and is not empty; pass --force to replace it")
+    model, tokenizer, _ = load_model(str(ckpt))  # checks config, weights and tokenizer agree
+    tmp = out.with_name(f".{out.name}.export-tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        write_hf_dir(tmp, model, tokenizer, read_special_tokens(ckpt), ckpt / "tokenizer.json")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if out.exists():
+        shutil.rmtree(out) if out.is_dir() else out.unlink()
+    tmp.rename(out)
+    return out
+
+
+def write_hf_dir(out: Path, model: Transformer, tokenizer, roles: Dict[str, Optional[str]],
+                 tokenizer_file: Path) -> None:
+    """config.json, model.safetensors, generation_config.json, tokenizer.json + tokenizer_config.json."""
+    from transformers import GenerationConfig, PreTrainedTokenizerFast  # interop-only dependency
+
+    cfg, ids = model.cfg, special_token_ids(tokenizer, roles)
+    llama_config(cfg, ids).save_pretrained(out)
+    save_file(to_hf_state_dict(model.state_dict(), cfg), str(out / "model.safetensors"), metadata={"format": "pt"})
+    GenerationConfig(bos_token_id=ids["bos"], eos_token_id=ids["eos"], pad_token_id=ids["pad"]).save_pretrained(out)
+    # Wrapping our tokenizer as-is keeps encoding identical; model_max_length lets HF warn about
+    # over-long inputs instead of silently running past the trained context.
+    specials = {f"{role}_token": token for role, token in roles.items() if token is not None}
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, model_max_length=cfg.max_seq_len, **specials
+                            ).save_pretrained(out)
+    # save_pretrained re-serialises tokenizer.json with an equivalent no-op post-processor; ship the
+    # original bytes so that export → import gives back the very same file.
+    shutil.copyfile(tokenizer_file, out / "tokenizer.json")

@@ -1,0 +1,98 @@
+"""Import a Hugging Face Llama directory (safetensors weights + tokenizer.json) as a minillama checkpoint."""
+import json
+from pathlib import Path
+from typing import Dict, Optional
+
+import torch
+from safetensors.torch import load_file
+from tokenizers import Tokenizer
+
+from interop.hf import ConversionError, from_hf_state_dict, model_config_from_hf
+from interop.special_tokens import ROLES, write_special_tokens
+from training.checkpoint import list_checkpoints, save_checkpoint
+
+INDEX_FILE = "model.safetensors.index.json"
+
+
+def import_checkpoint(hf_dir: str, run_dir: str) -> Path:
+    """Convert `hf_dir` into `run_dir/checkpoints/step_0000000`; returns that checkpoint directory.
+
+    Only safetensors are read: pickled `pytorch_model.bin` files can run code when loaded, and
+    nothing from the files is executed (no `trust_remote_code`).
+    """
+    hf = Path(hf_dir)
+    config = _read_json(hf / "config.json", f"{hf} is not a Hugging Face model directory (no readable config.json)")
+    cfg = model_config_from_hf(config)
+    state = from_hf_state_dict(read_hf_weights(hf), cfg)
+    tokenizer = _read_tokenizer(hf, cfg.vocab_size)
+    ckpt_root = Path(run_dir) / "checkpoints"
+    if list_checkpoints(ckpt_root):  # the import (step 0) would hide behind them, or clobber one
+        raise FileExistsError(f"{ckpt_root} already holds checkpoints; import into a new run directory")
+    ckpt = save_checkpoint(ckpt_root, 0, state, cfg, hf / "tokenizer.json",
+                           state={"step": 0, "tokens_seen": 0, "elapsed_s": 0.0, "imported_from": str(hf.resolve())},
+                           config_yaml=f"# imported from {hf.resolve()} by scripts/import_hf.py; no training config\n",
+                           keep_last=0)
+    write_special_tokens(ckpt, _hf_special_tokens(hf, config, tokenizer))
+    return ckpt
+
+
+def read_hf_weights(hf: Path) -> Dict[str, torch.Tensor]:
+    """model.safetensors, or the shards named by model.safetensors.index.json."""
+    if (hf / "model.safetensors").exists():
+        files = [hf / "model.safetensors"]
+    elif (hf / INDEX_FILE).exists():
+        index = _read_json(hf / INDEX_FILE, f"{hf / INDEX_FILE} is unreadable")
+        files = [hf / name for name in sorted(set(index.get("weight_map", {}).values()))]
+        if not files:
+            raise ConversionError(f"{hf / INDEX_FILE} has no weight_map entries")
+    elif list(hf.glob("*.bin")) or list(hf.glob("*.pt")):
+        raise ConversionError(f"{hf} has only pickled weights (*.bin/*.pt), which can run code when loaded; "
+                              "convert them to safetensors first, in an environment you trust")
+    else:
+        raise ConversionError(f"{hf} has no model.safetensors or {INDEX_FILE}")
+    weights = {}
+    for path in files:
+        try:
+            weights.update(load_file(str(path)))
+        except Exception as e:  # safetensors raises its own error types for missing/corrupt files
+            raise ConversionError(f"{path} is missing, corrupt or not safetensors ({e})")
+    return weights
+
+
+def _read_tokenizer(hf: Path, vocab_size: int) -> Tokenizer:
+    path = hf / "tokenizer.json"
+    if not path.exists():
+        raise ConversionError(f"{hf} has no tokenizer.json (a fast tokenizer); minillama checkpoints need one "
+                              "— save the tokenizer with AutoTokenizer(...).save_pretrained() first")
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as e:
+        raise ConversionError(f"{path} is unreadable ({e})")
+    if tokenizer.get_vocab_size() != vocab_size:
+        raise ConversionError(f"{path} has {tokenizer.get_vocab_size()} tokens but config.json says "
+                              f"vocab_size={vocab_size}; minillama needs them equal")
+    return tokenizer
+
+
+def _hf_special_tokens(hf: Path, config: dict, tokenizer: Tokenizer) -> Dict[str, Optional[str]]:
+    """Roles from tokenizer_config.json (strings), else config.json (ids) — the two places HF keeps them."""
+    tok_config = _read_json(hf / "tokenizer_config.json", "") if (hf / "tokenizer_config.json").exists() else {}
+    roles = {}
+    for role in ROLES:
+        token = tok_config.get(f"{role}_token")
+        if isinstance(token, dict):  # older files store AddedToken objects as dicts
+            token = token.get("content")
+        if token is None and isinstance(config.get(f"{role}_token_id"), int):
+            token = tokenizer.id_to_token(config[f"{role}_token_id"])
+        roles[role] = token if isinstance(token, str) and tokenizer.token_to_id(token) is not None else None
+    return roles
+
+
+def _read_json(path: Path, error: str) -> dict:
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConversionError(error or f"{path} is unreadable ({e})")
+    if not isinstance(value, dict):
+        raise ConversionError(f"{path} should hold a JSON object")
+    return value

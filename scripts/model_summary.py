@@ -1,0 +1,137 @@
+"""Print a model config's parameter breakdown, training FLOPs per token, and the SwiGLU width reasoning.
+
+Usage: python scripts/model_summary.py [model=cpu|tiny|25m|125m] [hidden_size=4096 multiple_of=256 ...]
+Overrides may be written `key=value` or `model.key=value`; `vocab_size=`/`data.vocab_size=` sets the vocab.
+"""
+import math
+import os
+import sys
+from pathlib import Path
+from typing import List, Tuple
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import torch  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+from omegaconf.errors import OmegaConfBaseException  # noqa: E402
+
+from model import ModelConfig, Transformer  # noqa: E402
+from model.config import GATED_MLPS  # noqa: E402
+
+MODEL_CONFIGS = REPO / "configs" / "model"
+DEFAULT_VOCAB = 4096  # the data pipeline's default BPE vocab; the model yamls take it from ${data.vocab_size}
+
+
+class UsageError(ValueError):
+    """A bad command line or config value: reported on one line, exit status 1."""
+
+
+def split_args(argv: List[str]) -> Tuple[str, int, List[str]]:
+    """`model=NAME`, the vocab size and the remaining overrides as `key=value` on the model node."""
+    name, vocab, overrides = "cpu", DEFAULT_VOCAB, []
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if not sep:
+            raise UsageError(f"expected key=value, got {arg!r} (see --help)")
+        key = key.removeprefix("+").removeprefix("model.")
+        if key == "model":
+            name = value
+        elif key in ("vocab_size", "data.vocab_size"):
+            try:
+                vocab = int(value)
+            except ValueError:
+                raise UsageError(f"vocab_size={value!r} is not an integer") from None
+        else:
+            overrides.append(f"{key}={value}")
+    return name, vocab, overrides
+
+
+def load_model_config(argv: List[str]) -> Tuple[ModelConfig, Path]:
+    """configs/model/<name>.yaml + overrides → a validated ModelConfig, checked against its schema."""
+    name, vocab, overrides = split_args(argv)
+    path = MODEL_CONFIGS / f"{name}.yaml"
+    if not path.is_file():
+        choices = sorted(p.stem for p in MODEL_CONFIGS.glob("*.yaml"))
+        raise UsageError(f"model={name} not found in {MODEL_CONFIGS}; choose one of {choices}")
+    # The yamls read the vocab from the data group (`${data.vocab_size}`): provide one to resolve against.
+    root = OmegaConf.create({"data": {"vocab_size": vocab}, "model": OmegaConf.load(path)})
+    try:
+        root = OmegaConf.merge(root, OmegaConf.from_dotlist([f"model.{o}" for o in overrides]))
+        plain = OmegaConf.to_container(root, resolve=True)["model"]
+        typed = OmegaConf.merge(OmegaConf.structured(ModelConfig), plain)  # unknown keys, wrong types
+        return OmegaConf.to_object(typed), path
+    except OmegaConfBaseException as e:
+        where = f"model.{e.full_key}: " if getattr(e, "full_key", None) else ""
+        raise UsageError(where + str(e).splitlines()[0]) from None
+
+
+def print_param_table(model: Transformer) -> None:
+    counts, cfg = model.param_counts(), model.cfg
+    total = counts["total"]
+    print(f"\nParameters by module type ({cfg.n_layers} layers)")
+    print(f"  {'module':<12}{'params':>15}{'share':>9}  per layer")
+    per_layer = {"attention": counts["attention"], "mlp": counts["mlp"], "norm": counts["norm"] - cfg.hidden_size}
+    for kind in ("embedding", "attention", "mlp", "norm", "lm_head"):
+        note = f"{per_layer[kind] // cfg.n_layers:,}" if kind in per_layer else ""
+        if kind == "lm_head" and cfg.tie_embeddings:
+            note = "tied: shares the embedding matrix"
+        print(f"  {kind:<12}{counts[kind]:>15,}{100 * counts[kind] / total:>8.1f}%  {note}")
+    print(f"  {'total':<12}{total:>15,}{100.0:>8.1f}%")
+    print(f"  non-embedding: {total - counts['embedding'] - counts['lm_head']:,}")
+    seq = cfg.max_seq_len
+    flops = model.flops_per_token(seq)
+    attention_term = 12 * cfg.n_layers * cfg.hidden_size * seq
+    print(f"\nTraining FLOPs per token at seq_len {seq}: {flops / 1e6:,.2f} M"
+          f" = 6·N_matmul {(flops - attention_term) / 1e6:,.2f} M + attention 12·L·d·T {attention_term / 1e6:,.2f} M")
+
+
+def print_mlp_width(cfg: ModelConfig) -> None:
+    d, size = cfg.hidden_size, cfg.intermediate_size
+    print(f"\nMLP width (mlp={cfg.mlp}, hidden_size d={d}, multiple_of={cfg.multiple_of})")
+    if cfg.mlp in GATED_MLPS:
+        exact = 8 * d / 3
+        truncated = int(2 * (4 * d) / 3)
+        print(f"  theoretical 8/3·d = {exact:.2f}: a 4d MLP has 2 matrices (8·d² weights); a gated one has 3")
+        print(f"    (gate, up, down), so 3·d·I = 8·d² gives I = 8d/3")
+        print(f"  int(8d/3) = {truncated}")
+        if cfg.ffn_dim_multiplier is not None:
+            truncated = int(cfg.ffn_dim_multiplier * truncated)
+            print(f"  × ffn_dim_multiplier {cfg.ffn_dim_multiplier} → {truncated} (truncated)")
+        rule = cfg.multiple_of * math.ceil(truncated / cfg.multiple_of)
+        print(f"  rounded UP to a multiple of {cfg.multiple_of} → {rule} (+{rule - truncated}): matmul sizes that are"
+              " multiples of\n    32/64/256 fill hardware tiles evenly; rounding up, never down, keeps at least"
+              " the intended capacity")
+        if size != rule:
+            print(f"  intermediate_size={size} is set explicitly and overrides the rule's {rule}")
+        mlp_params = 3 * d * size
+        print(f"  intermediate_size = {size}")
+    else:
+        print(f"  two matrices (up, down) with intermediate_size = {size}"
+              f"{' (4·d)' if size == 4 * d else ''}; the 8/3 rule applies only to gated MLPs {list(GATED_MLPS)}")
+        mlp_params = 2 * d * size
+    classic = 8 * d * d
+    print(f"  per layer: this MLP {mlp_params:,} params vs a 4d GELU MLP 2·d·4d = 8·d² = {classic:,}"
+          f" → ratio {mlp_params / classic:.3f}")
+
+
+def main(argv: List[str]) -> int:
+    if any(a in ("-h", "--help") for a in argv):
+        print(__doc__)
+        return 0
+    try:
+        cfg, path = load_model_config(argv)
+    except (UsageError, ValueError) as e:  # ValueError: ModelConfig's own validation
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    with torch.device("meta"):  # shapes only: even a 7B summary is instant and allocates nothing
+        model = Transformer(cfg)
+    print(f"Model config {os.path.relpath(path, REPO)} with overrides {argv or 'none'}")
+    print("  " + ", ".join(f"{k}={v}" for k, v in vars(cfg).items()))
+    print_param_table(model)
+    print_mlp_width(cfg)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

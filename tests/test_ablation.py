@@ -1,0 +1,131 @@
+"""The ablation experiments: every cell composes alike, and a sweep runs and compares end to end."""
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import yaml
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from matplotlib import image
+
+from model import Transformer
+from tests.test_configs import CONFIGS, compose_typed
+from tests.train_helpers import REPO, read_metrics
+from train import register_configs
+
+
+def sweep_grid(experiment: str) -> dict:
+    """The experiment's hydra.sweeper.params as composed (an experiment may inherit them)."""
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        cfg = compose("train", overrides=[f"experiment={experiment}"], return_hydra_config=True)
+    return {key: str(values).split(",") for key, values in cfg.hydra.sweeper.params.items()}
+
+
+GRIDS = {
+    "ablation_norm_mlp": {"seed": ["0", "1"], "model.norm": ["rmsnorm", "layernorm"], "model.mlp": ["swiglu", "gelu"]},
+    "ablation_mlp_zoo": {"seed": ["0", "1"], "model.norm": ["rmsnorm"],
+                         "model.mlp": ["swiglu", "geglu", "gelu", "relu2"]},
+}
+
+
+@pytest.mark.parametrize("experiment", GRIDS)
+def test_grid_is_the_documented_one(experiment):
+    assert sweep_grid(experiment) == GRIDS[experiment]
+
+
+@pytest.mark.parametrize("experiment", GRIDS)
+def test_every_cell_composes_and_differs_only_in_norm_mlp_and_seed(experiment):
+    grid, shared = GRIDS[experiment], None
+    for values in itertools.product(*grid.values()):
+        cell = dict(zip(grid, values))
+        cfg = compose_typed([f"experiment={experiment}"] + [f"{k}={v}" for k, v in cell.items()])
+        assert (cfg.model.norm, cfg.model.mlp, str(cfg.seed)) == (cell["model.norm"], cell["model.mlp"], cell["seed"])
+        assert cfg.logger.tags == [experiment, f"norm={cfg.model.norm}", f"mlp={cfg.model.mlp}"]
+        assert cfg.logger.group and "${" not in cfg.logger.group
+        assert cfg.run_name == f"{cfg.model.norm}_{cfg.model.mlp}_seed{cfg.seed}"
+        with torch.device("meta"):
+            assert Transformer(cfg.model).param_counts()["total"] > 0
+        # Same data, token budget and LR schedule in every cell: trainer, optim and data are identical.
+        same = (cfg.trainer, cfg.optim, cfg.data, cfg.model.hidden_size, cfg.model.n_layers)
+        assert shared is None or same == shared
+        shared = same
+    assert shared[0].max_steps * shared[0].micro_batch_size * shared[0].seq_len >= 1_000_000  # a real budget
+
+
+def test_scaling_up_replaces_the_cpu_preset():
+    cfg = compose_typed(["experiment=ablation_norm_mlp", "model=25m", "trainer=gpu", "data=tinystories"])
+    assert (cfg.model.hidden_size, cfg.trainer.max_steps, cfg.data.source) == (512, 5000, "tinystories")
+
+
+def sweep(tmp_path, cache_dir, *overrides, check=True, popen=False):
+    args = [sys.executable, str(REPO / "train.py"), "-m", "debug=tiny", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+            f"data.cache_dir={cache_dir}", "trainer.num_threads=1", *overrides]
+    env = {**os.environ, "WANDB_MODE": "disabled", "HYDRA_FULL_ERROR": "0"}
+    if popen:
+        return subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"sweep failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("data_cache")
+
+
+def test_sweep_runs_the_grid_and_compare_runs_judges_it(tmp_path, cache_dir):
+    """`-m experiment=ablation_norm_mlp` alone makes the grid (seed pinned to 0 here: 2×2×1)."""
+    sweep(tmp_path, cache_dir, "experiment=ablation_norm_mlp", "seed=0", "trainer.max_steps=4",
+          "trainer.eval_interval=2")
+    runs = sorted((tmp_path / "sweep").glob("*/metrics.jsonl"))
+    assert len(runs) == 4  # one directory level: no path-valued override nests the job directories
+    configs = [yaml.safe_load((r.parent / "config.yaml").read_text()) for r in runs]
+    assert {(c["model"]["norm"], c["model"]["mlp"]) for c in configs} == {
+        (n, m) for n in ("rmsnorm", "layernorm") for m in ("swiglu", "gelu")}
+    # One wandb group per sweep: every job names the same one, the sweep's directory.
+    assert {c["logger"]["group"] for c in configs} == {str(tmp_path / "sweep")}
+    for run in runs:
+        evals = [r for r in read_metrics(run.parent) if r["kind"] == "eval"]
+        assert [e["step"] for e in evals] == [2, 4] and len(evals[-1]["rms_residual"]) == 2
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "compare_runs.py"), str(tmp_path / "sweep")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "sweep" / "comparison"
+    table = [line for line in (out / "results.md").read_text().splitlines() if line.startswith("| ")][1:]
+    assert len(table) == 4 and sum("★" in line for line in table) == 1
+    assert all(("| 176 |" in line) == ("swiglu" in line) for line in table)  # 8/3·64 rounded up to 16s; gelu: 256
+    for name in ("val_curves.png", "activation_rms.png"):
+        assert image.imread(out / name).ndim == 3
+
+
+def test_a_failed_cell_does_not_cancel_the_sweep(tmp_path, cache_dir):
+    proc = sweep(tmp_path, cache_dir, "model.n_heads=3,4", "trainer.max_steps=2", check=False)
+    assert proc.returncode == 1
+    assert "error: model.hidden_size=64 is not divisible by model.n_heads=3" in proc.stderr
+    assert "Error executing job with overrides" in proc.stderr and "Traceback" not in proc.stderr
+    (done,) = (tmp_path / "sweep").glob("*/metrics.jsonl")
+    assert "n_heads=4" in done.parent.name
+
+
+def test_ctrl_c_stops_the_whole_sweep_after_a_checkpoint(tmp_path, cache_dir):
+    proc = sweep(tmp_path, cache_dir, "model.mlp=swiglu,gelu", "trainer.max_steps=100000",
+                 "trainer.eval_interval=100000", "trainer.ckpt_interval=100000", popen=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not list((tmp_path / "sweep").glob("*/metrics.jsonl")):
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGINT, err
+    assert "SIGINT: checkpoint saved" in out and "sweep stopped" in out
+    (job,) = (tmp_path / "sweep").glob("*/checkpoints")  # the second job never started
+    assert "swiglu" in job.parent.name and json.loads(next(job.glob("*/state.json")).read_text())["step"] > 0

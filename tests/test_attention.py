@@ -1,0 +1,89 @@
+"""Attention against a hand-written float64 reference; GQA equals MHA with repeated kv heads; causality."""
+import math
+
+import pytest
+import torch
+
+from model import rope_tables
+from model.attention import Attention
+from model_helpers import one_thread, random_transformer, tiny_model_config
+
+
+def reference_attention(attn: Attention, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Causal attention written out in float64: explicit scores, -inf mask, softmax, kv heads repeated."""
+    B, T, _ = x.shape
+    H, KV, hd = attn.n_heads, attn.n_kv_heads, attn.head_dim
+    x, cos, sin = x.double(), cos.double()[:, None, :], sin.double()[:, None, :]  # (T, 1, hd) vs (B, T, H, hd)
+    q = (x @ attn.q_proj.weight.double().T).view(B, T, H, hd)
+    k = (x @ attn.k_proj.weight.double().T).view(B, T, KV, hd)
+    v = (x @ attn.v_proj.weight.double().T).view(B, T, KV, hd)
+
+    def rotate(t):  # the rotation, pair (i, i + hd/2) at angle cos/sin
+        t1, t2 = t[..., :hd // 2], t[..., hd // 2:]
+        return t * cos + torch.cat([-t2, t1], dim=-1) * sin
+
+    q, k = rotate(q), rotate(k)
+    # Query head h reads kv head h // (H/KV): repeat each kv head H/KV times, in order.
+    k, v = k.repeat_interleave(H // KV, dim=2), v.repeat_interleave(H // KV, dim=2)
+    scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(hd)
+    future = torch.ones(T, T, dtype=torch.bool).triu(1)
+    weights = scores.masked_fill(future, float("-inf")).softmax(dim=-1)
+    out = torch.einsum("bhqk,bkhd->bqhd", weights, v).reshape(B, T, H * hd)
+    return out @ attn.o_proj.weight.double().T
+
+
+@pytest.mark.parametrize("n_kv_heads", [4, 2, 1])  # MHA, GQA, MQA
+def test_attention_matches_reference(n_kv_heads):
+    torch.manual_seed(0)
+    cfg = tiny_model_config(n_kv_heads=n_kv_heads)
+    attn = Attention(cfg, layer_idx=0).eval()
+    cos, sin = rope_tables(cfg.head_dim, 12)
+    x = torch.randn(2, 12, cfg.hidden_size)
+    torch.testing.assert_close(attn(x, cos, sin).double(), reference_attention(attn, x, cos, sin),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_gqa_equals_mha_with_repeated_kv_heads():
+    torch.manual_seed(0)
+    gqa_cfg = tiny_model_config(n_heads=4, n_kv_heads=2)
+    mha_cfg = tiny_model_config(n_heads=4, n_kv_heads=None)
+    assert mha_cfg.n_kv_heads == 4
+    gqa, mha = Attention(gqa_cfg, 0).eval(), Attention(mha_cfg, 0).eval()
+    hd, n_rep = gqa_cfg.head_dim, 2
+    with torch.no_grad():
+        mha.q_proj.weight.copy_(gqa.q_proj.weight)
+        mha.o_proj.weight.copy_(gqa.o_proj.weight)
+        for name in ("k_proj", "v_proj"):
+            w = getattr(gqa, name).weight.view(2, hd, -1)  # (n_kv_heads, head_dim, hidden)
+            getattr(mha, name).weight.copy_(w.repeat_interleave(n_rep, dim=0).reshape(4 * hd, -1))
+    cos, sin = rope_tables(hd, 10)
+    x = torch.randn(3, 10, gqa_cfg.hidden_size)
+    torch.testing.assert_close(gqa(x, cos, sin), mha(x, cos, sin), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_future_tokens_never_change_past_logits(autocast):
+    cfg = tiny_model_config()
+    model = random_transformer(cfg)
+    torch.manual_seed(1)
+    ids = torch.randint(0, cfg.vocab_size, (2, cfg.max_seq_len))
+    with one_thread(), torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        base = model(ids).float()
+        for t in (1, 7, cfg.max_seq_len - 1):
+            changed = ids.clone()
+            changed[:, t] = (changed[:, t] + 1) % cfg.vocab_size
+            logits = model(changed).float()
+            torch.testing.assert_close(logits[:, :t], base[:, :t], rtol=0, atol=1e-6,
+                                       msg=f"changing token {t} moved an earlier logit")
+            assert not torch.allclose(logits[:, t], base[:, t])  # the change is visible where it may be
+
+
+def test_attention_dropout_only_in_training():
+    torch.manual_seed(0)
+    cfg = tiny_model_config(dropout=0.5)
+    attn = Attention(cfg, 0)
+    cos, sin = rope_tables(cfg.head_dim, 6)
+    x = torch.randn(2, 6, cfg.hidden_size)
+    assert not torch.equal(attn(x, cos, sin), attn(x, cos, sin))
+    attn.eval()
+    assert torch.equal(attn(x, cos, sin), attn(x, cos, sin))

@@ -1,0 +1,107 @@
+"""The token cache: a second run is instant, any change that alters the tokens misses, a crash leaves nothing valid."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import data.preparation
+from data import DataConfig, prepare
+from data.cache import publish, read_meta
+from tests.data_helpers import QUIET, REPO, cache_entries, make_documents, write_local
+
+
+@pytest.fixture
+def corpus(tmp_path, documents):
+    return write_local(tmp_path / "in", documents, "jsonl")
+
+
+def config(tmp_path, path, **overrides):
+    return DataConfig(**{**dict(source="local", path=path, vocab_size=320, cache_dir=str(tmp_path / "cache")), **overrides})
+
+
+def test_second_run_is_a_cache_hit(tmp_path, corpus, monkeypatch):
+    first = prepare(config(tmp_path, corpus), **QUIET)
+    stamp = os.stat(first.dir / "train.bin").st_mtime_ns
+    monkeypatch.setattr(data.preparation, "_build", lambda *a, **k: pytest.fail("rebuilt a cached corpus"))
+    messages = []
+    second = prepare(config(tmp_path, corpus, num_proc=2), log=messages.append)  # num_proc doesn't change tokens
+    assert second.dir == first.dir and second.meta == first.meta
+    assert os.stat(second.dir / "train.bin").st_mtime_ns == stamp and "using cache" in messages[0]
+    assert sorted(p.name for p in first.dir.iterdir()) == ["meta.json", "tokenizer.json", "train.bin", "val.bin"]
+
+
+@pytest.mark.parametrize("change", [dict(vocab_size=300), dict(val_fraction=0.1), dict(seed=1),
+                                    dict(text_column="id2"), dict(token_budget=1000)])
+def test_changed_settings_miss_the_cache(tmp_path, corpus, change):
+    base = prepare(config(tmp_path, corpus), **QUIET)
+    if "text_column" in change:  # same documents under another column name
+        corpus = write_local(tmp_path / "other", make_documents(200), "jsonl", column="id2")
+    changed = prepare(config(tmp_path, corpus, **change), **QUIET)
+    assert changed.dir != base.dir and read_meta(base.dir) is not None
+
+
+def test_edited_file_invalidates_the_cache(tmp_path, documents):
+    path = write_local(tmp_path / "in", documents, "txt")
+    before = prepare(config(tmp_path, path), **QUIET)
+    write_local(tmp_path / "in", documents[:-1] + ["A new last paragraph."], "txt")
+    after = prepare(config(tmp_path, path), **QUIET)
+    assert after.dir != before.dir
+    assert after.meta["train_bytes"] + after.meta["val_bytes"] != before.meta["train_bytes"] + before.meta["val_bytes"]
+
+
+def test_given_tokenizer_reproduces_the_trained_one(tmp_path, corpus):
+    trained = prepare(config(tmp_path, corpus), **QUIET)
+    given = prepare(config(tmp_path, corpus, tokenizer_path=str(trained.tokenizer_path)), **QUIET)
+    assert given.dir != trained.dir and not given.meta["tokenizer_trained"]
+    assert given.meta["tokenizer_hash"] == trained.meta["tokenizer_hash"]
+    assert np.array_equal(given.train_tokens(), trained.train_tokens())
+    # A different tokenizer.json (same vocab size) is a different cache.
+    other = tmp_path / "other.json"
+    prepare(config(tmp_path, corpus, seed=9), **QUIET).tokenizer().save(str(other))
+    assert prepare(config(tmp_path, corpus, tokenizer_path=str(other)), **QUIET).dir != given.dir
+
+
+def test_failure_mid_write_leaves_no_cache(tmp_path, corpus, monkeypatch):
+    def crash(dataset, encoder, out, *args, **kwargs):
+        out.write_bytes(b"\0" * 100)  # half a token file
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(data.preparation, "write_split", crash)
+    with pytest.raises(RuntimeError, match="disk full"):
+        prepare(config(tmp_path, corpus), **QUIET)
+    assert cache_entries(tmp_path / "cache") == []
+    monkeypatch.undo()
+    assert prepare(config(tmp_path, corpus), **QUIET).meta["train_tokens"] > 0
+
+
+def test_killed_process_leaves_nothing_that_looks_valid(tmp_path, corpus):
+    script = textwrap.dedent(f"""
+        import os, signal, sys
+        sys.path.insert(0, {str(REPO)!r})
+        import data.preparation
+        from data import DataConfig, prepare
+        def killed(dataset, encoder, out, *args, **kwargs):
+            out.write_bytes(b"\\0" * 100)
+            (out.parent / "meta.json").write_text("{{}}")  # even a stray meta.json in the temp dir
+            os.kill(os.getpid(), signal.SIGKILL)
+        data.preparation.write_split = killed
+        prepare(DataConfig(source="local", path={corpus!r}, vocab_size=320, cache_dir={str(tmp_path / "cache")!r}))
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -9
+    leftovers = cache_entries(tmp_path / "cache")
+    assert len(leftovers) == 1 and ".tmp-" in leftovers[0]  # only a temp name, never a cache name
+    prepared = prepare(config(tmp_path, corpus), **QUIET)
+    assert cache_entries(tmp_path / "cache") == [prepared.dir.name]  # the dead process's temp dir is swept
+
+
+def test_concurrent_builders_keep_the_first_copy(tmp_path):
+    final = tmp_path / "local-abc"
+    with publish(final) as work:
+        (work / "meta.json").write_text('{"who": "first"}')
+    with publish(final) as work:  # another rank finishing the same key later
+        (work / "meta.json").write_text('{"who": "second"}')
+    assert read_meta(final) == {"who": "first"} and cache_entries(tmp_path) == ["local-abc"]

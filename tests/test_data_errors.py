@@ -1,0 +1,137 @@
+"""Bad input: each problem is one DataError line naming the fix, and no cache is left behind."""
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+from hydra.core.global_hydra import GlobalHydra
+
+from data import DataConfig, DataError, prepare
+from tests.data_helpers import QUIET, REPO, cache_entries, make_documents, write_local
+
+
+def fails(cfg: DataConfig, match: str, **kwargs) -> str:
+    with pytest.raises(DataError, match=match) as error:
+        prepare(cfg, **kwargs, **QUIET)
+    message = str(error.value)
+    assert "\n" not in message and len(message) < 400
+    assert cache_entries(cfg.cache_dir) == [], "a failed prepare left something in the cache"
+    return message
+
+
+def local(tmp_path, path, **overrides):
+    settings = dict(source="local", path=path, vocab_size=320, cache_dir=str(tmp_path / "cache"))
+    return DataConfig(**{**settings, **overrides})
+
+
+def test_missing_files(tmp_path):
+    fails(local(tmp_path, str(tmp_path / "nope" / "*.txt")), r"matches no files.*check the path")
+    fails(DataConfig(source="local", cache_dir=str(tmp_path / "cache")), r"data=local needs files.*data.path=")
+
+
+def test_empty_file(tmp_path, documents):
+    write_local(tmp_path / "in", documents, "txt")
+    (tmp_path / "in" / "empty.txt").write_text("")
+    fails(local(tmp_path, str(tmp_path / "in" / "*.txt")), r"empty.txt' is empty")
+
+
+def test_missing_text_column(tmp_path, documents):
+    path = write_local(tmp_path / "in", documents, "parquet", column="content")
+    message = fails(local(tmp_path, path), r"text column 'text' not found")
+    assert "content" in message and "data.text_column" in message
+
+
+def test_text_column_that_is_not_text(tmp_path, documents):
+    fails(local(tmp_path, write_local(tmp_path / "in", documents, "parquet"), text_column="id"), r"'id' .* not text")
+
+
+def test_no_text_after_cleaning(tmp_path):
+    path = tmp_path / "blank.jsonl"
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in ["", "  ", "\n\n", "\t"] * 10))
+    fails(local(tmp_path, str(path)), r"no text after dropping empty documents")
+
+
+def test_too_few_documents_to_hold_out(tmp_path):
+    path = tmp_path / "one.txt"
+    path.write_text("a single paragraph")
+    fails(local(tmp_path, str(path)), r"1 document\(s\), too few to hold out validation")
+
+
+def test_vocab_too_small_for_the_special_tokens(tmp_path):
+    fails(DataConfig(vocab_size=100, cache_dir=str(tmp_path / "cache")), r"vocab_size=100 is too small.*>=259")
+
+
+def test_seq_len_longer_than_the_validation_split(tmp_path, documents):
+    cfg = local(tmp_path, write_local(tmp_path / "in", documents, "jsonl"))
+    val_tokens = prepare(cfg, **QUIET).meta["val_tokens"]
+    with pytest.raises(DataError, match=rf"validation split has {val_tokens} tokens.*lower trainer.seq_len"):
+        prepare(cfg, seq_len=val_tokens, **QUIET)
+    prepare(cfg, seq_len=val_tokens - 2, **QUIET)
+
+
+def test_tokenizer_vocab_disagreeing_with_the_model(tmp_path, documents):
+    cfg = local(tmp_path, write_local(tmp_path / "in", documents, "jsonl"))
+    fails(cfg, r"data.vocab_size=320 but model.vocab_size=512", model_vocab_size=512)  # before any work
+    tokenizer = prepare(cfg, **QUIET).tokenizer_path
+    given = local(tmp_path, cfg.path, tokenizer_path=str(tokenizer), cache_dir=str(tmp_path / "cache2"))
+    fails(given, rf"tokenizer {tokenizer} has 320 tokens but model.vocab_size=4096; set data.vocab_size=320",
+          model_vocab_size=4096)
+    assert prepare(given, model_vocab_size=320, **QUIET).meta["vocab_size"] == 320
+
+
+def test_corpus_too_small_for_the_vocab(tmp_path):
+    cfg = local(tmp_path, write_local(tmp_path / "in", ["ab ab ab", "ba ba"] * 10, "jsonl"), vocab_size=1000)
+    with pytest.raises(DataError, match=r"only supports a \d+-token tokenizer.*set data.vocab_size=\d+"):
+        prepare(cfg, model_vocab_size=1000, **QUIET)
+
+
+@pytest.mark.parametrize("override, match", [
+    (dict(source="wikipedia"), "unknown data source 'wikipedia'"),
+    (dict(val_fraction=1.5), "val_fraction=1.5"),
+    (dict(token_budget=0), "token_budget=0"),
+    (dict(sample_by="sentence"), "sample_by='sentence'"),
+    (dict(tokenizer_path="/no/such/tokenizer.json"), "does not exist"),
+])
+def test_impossible_settings(tmp_path, override, match):
+    fails(DataConfig(cache_dir=str(tmp_path / "cache"), **override), match)
+
+
+def test_unknown_split_names(tmp_path, documents):
+    path = write_local(tmp_path / "in", documents, "jsonl")
+    fails(local(tmp_path, path, val_split="dev"), r"has no split 'dev' \(splits: train\)")
+    fails(local(tmp_path, path, train_split="training"), r"has no split 'training'")
+
+
+def test_unsupported_and_malformed_files(tmp_path):
+    (tmp_path / "data.xml").write_text("<a/>")
+    fails(local(tmp_path, str(tmp_path / "data.xml")), r"supported files are")
+    (tmp_path / "bad.jsonl").write_text('{"text": "fine"}\n{not json\n')
+    fails(local(tmp_path, str(tmp_path / "bad.jsonl")), r"cannot read")
+
+
+def test_prepare_data_script_exits_1_with_one_line(tmp_path):
+    missing = tmp_path / "missing.txt"
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "prepare_data.py"), "data=local",
+                           f"data.path={missing}", f"data.cache_dir={tmp_path / 'cache'}"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [f"error: data.path '{missing}' matches no files "
+                                                f"(relative to {tmp_path}); check the path or glob"]
+    assert cache_entries(tmp_path / "cache") == []
+
+
+def test_prepare_data_script_reports_counts(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("prepare_data", REPO / "scripts" / "prepare_data.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    GlobalHydra.instance().clear()
+    corpus = write_local(tmp_path / "in", make_documents(200), "jsonl")
+    args = ["data=local", f"data.path={corpus}", "data.vocab_size=320", f"data.cache_dir={tmp_path / 'cache'}"]
+    assert script.main(args) == 0
+    first = capsys.readouterr().out
+    assert re.search(r"train +[\d,]+ tokens +190 documents .* bytes/token", first) and "MB/s" in first
+    assert script.main(args) == 0 and "cache hit" in capsys.readouterr().out
+    assert script.main(args + ["trainer.seq_len=100000"]) == 1
+    assert "error: the train split has" in capsys.readouterr().err

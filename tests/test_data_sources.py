@@ -1,0 +1,128 @@
+"""Every source through prepare(): local formats round-trip, hub layouts take the hub path, streams stop at budgets."""
+import time
+from collections import Counter
+
+import datasets
+import numpy as np
+import pytest
+
+import data.hub
+import data.sources
+from data import DataConfig, DataError, prepare
+from data.sources import uniform_hash
+from tests.data_helpers import (QUIET, fineweb_layout, split_documents, tinystories_layout,
+                                write_local)
+
+
+def local(tmp_path, path, **overrides):
+    return DataConfig(source="local", path=path, vocab_size=320, cache_dir=str(tmp_path / "cache"), **overrides)
+
+
+@pytest.mark.parametrize("kind", ["txt", "jsonl", "parquet", "csv"])
+def test_local_files_round_trip(tmp_path, documents, kind):
+    column = "body" if kind in ("jsonl", "parquet") else "text"  # a configurable text column
+    prepared = prepare(local(tmp_path, write_local(tmp_path / "in", documents, kind, column), text_column=column), **QUIET)
+    train, val = split_documents(prepared, "train"), split_documents(prepared, "val")
+    assert Counter(train + val) == Counter(documents)  # every document, once, intact
+    assert not set(train) & set(val) and len(val) == 10  # 5% of 200 documents held out
+    meta = prepared.meta
+    assert meta["train_bytes"] + meta["val_bytes"] == sum(len(d.encode("utf-8")) for d in documents)
+
+
+def test_globs_and_save_to_disk_give_the_same_tokens(tmp_path, documents):
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    for i in range(4):  # one document per file
+        (folder / f"part{i}.txt").write_text("\n\n".join(documents[i * 50:(i + 1) * 50]), encoding="utf-8")
+    from_glob = prepare(local(tmp_path, str(folder / "*.txt")), **QUIET)
+    datasets.Dataset.from_dict({"text": documents}).save_to_disk(str(tmp_path / "saved"))
+    from_disk = prepare(local(tmp_path, str(tmp_path / "saved")), **QUIET)
+    assert from_glob.dir != from_disk.dir
+    assert Counter(split_documents(from_glob, "train") + split_documents(from_glob, "val")) == Counter(documents)
+    assert np.array_equal(from_glob.train_tokens(), from_disk.train_tokens())  # same documents, same order
+
+
+def test_text_files_sample_by_document(tmp_path, documents):
+    folder = tmp_path / "books"
+    folder.mkdir()
+    for i in range(20):
+        (folder / f"book{i}.txt").write_text("\n\n".join(documents[i * 10:(i + 1) * 10]), encoding="utf-8")
+    prepared = prepare(local(tmp_path, str(folder / "*.txt"), sample_by="document"), **QUIET)
+    assert (prepared.meta["train_documents"], prepared.meta["val_documents"]) == (19, 1)
+
+
+def test_own_validation_split_is_used(tmp_path, documents):
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": documents[:150]}),
+                          "validation": datasets.Dataset.from_dict({"text": documents[150:]})}
+                         ).save_to_disk(str(tmp_path / "saved"))
+    prepared = prepare(local(tmp_path, str(tmp_path / "saved")), **QUIET)
+    assert split_documents(prepared, "val") == documents[150:]
+
+
+def test_hub_layout_goes_through_the_hub_loader(tmp_path, documents, monkeypatch):
+    calls = []
+    real = data.hub.load_hub_dataset
+    monkeypatch.setattr(data.sources, "load_hub_dataset", lambda *a, **k: calls.append(a) or real(*a, **k))
+    path = tinystories_layout(tmp_path / "TinyStories", documents[:180], documents[180:])
+    cfg = DataConfig(source="tinystories", path=path, val_split="validation", vocab_size=320,
+                     cache_dir=str(tmp_path / "cache"))
+    prepared = prepare(cfg, **QUIET)
+    assert calls and calls[0][0] == path
+    assert split_documents(prepared, "train") == documents[:180]
+    assert split_documents(prepared, "val") == documents[180:]
+
+
+def fineweb(tmp_path, path, **overrides):
+    settings = dict(source="fineweb_edu", path=path, name="sample-10BT", streaming=True, token_budget=3000,
+                    val_token_budget=600, val_fraction=0.1, vocab_size=320, cache_dir=str(tmp_path / "cache"))
+    return DataConfig(**{**settings, **overrides})
+
+
+def test_streaming_stops_at_the_token_budget(tmp_path, documents):
+    path = fineweb_layout(tmp_path / "fineweb-edu", documents)
+    prepared = prepare(fineweb(tmp_path, path), **QUIET)
+    longest = max(len(prepared.tokenizer().encode(d).ids) + 1 for d in documents)
+    meta = prepared.meta
+    assert 3000 <= meta["train_tokens"] < 3000 + longest  # whole documents: stops after the one crossing it
+    assert 600 <= meta["val_tokens"] < 600 + longest
+    train, val = split_documents(prepared, "train"), split_documents(prepared, "val")
+    assert set(train) <= set(documents) and set(val) <= set(documents) and not set(train) & set(val)
+    assert train == [d for d in documents if d in set(train)]  # stream order is kept
+    assert meta["train_bytes"] == sum(len(d.encode("utf-8")) for d in train)
+
+
+def test_streaming_is_deterministic_and_matches_the_hash(tmp_path, documents):
+    path = fineweb_layout(tmp_path / "fineweb-edu", documents)
+    first = prepare(fineweb(tmp_path, path, token_budget=None, val_token_budget=None), **QUIET)
+    second = prepare(fineweb(tmp_path, path, token_budget=None, val_token_budget=None,
+                             cache_dir=str(tmp_path / "other")), **QUIET)
+    assert np.array_equal(first.val_tokens(), second.val_tokens())
+    held_out = uniform_hash(1234, np.arange(len(documents))) < 0.1
+    assert split_documents(first, "val") == [d for d, v in zip(documents, held_out) if v]
+    assert split_documents(first, "train") == [d for d, v in zip(documents, held_out) if not v]
+
+
+def test_uniform_hash_is_uniform_and_seeded():
+    values = uniform_hash(7, np.arange(100_000))
+    assert values.min() >= 0 and values.max() < 1 and abs(values.mean() - 0.5) < 0.01
+    assert abs((values < 0.05).mean() - 0.05) < 0.005
+    assert np.array_equal(values, uniform_hash(7, np.arange(100_000)))
+    assert not np.array_equal(values, uniform_hash(8, np.arange(100_000)))
+
+
+def test_unreachable_hub_fails_fast_naming_offline_choices(tmp_path, monkeypatch):
+    monkeypatch.setattr(data.hub, "hub_reachable", lambda timeout=2.0: False)
+    cfg = DataConfig(source="tinystories", path="minillama-tests/no-such-dataset", cache_dir=str(tmp_path / "cache"))
+    start = time.perf_counter()
+    with pytest.raises(DataError, match=r"cannot reach the Hugging Face hub.*data=shakespeare.*data=local") as error:
+        prepare(cfg, **QUIET)
+    assert time.perf_counter() - start < 10 and "\n" not in str(error.value)
+    assert not any((tmp_path / "cache").glob("tinystories-*"))
+
+
+def test_offline_flag_is_restored_after_a_failed_hub_call(tmp_path, monkeypatch):
+    before = datasets.config.HF_HUB_OFFLINE
+    monkeypatch.setattr(data.hub, "hub_reachable", lambda timeout=2.0: False)
+    with pytest.raises(DataError):
+        data.hub.load_hub_dataset("minillama-tests/no-such-dataset")
+    assert datasets.config.HF_HUB_OFFLINE == before

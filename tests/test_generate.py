@@ -1,0 +1,166 @@
+"""Generation: KV-cache == recompute on every variant, sampling filters, batching, EOS, overflow, streaming."""
+import itertools
+
+import pytest
+import torch
+
+from model import MLPS, NORMS
+from model.generate import TextStream, generate, generate_ids, sample_next, top_k_filter, top_p_filter
+from tests.tiny_checkpoint import random_model, single_thread, tiny_config, tiny_tokenizer  # noqa: F401 (autouse)
+
+TOKENIZER = tiny_tokenizer()
+VOCAB = TOKENIZER.get_vocab_size()
+
+
+def model_for(seed: int = 0, **overrides):
+    # init_std 0.3: at the usual 0.02 a random model's greedy output is one token repeated, which
+    # would make "same tokens" comparisons nearly vacuous.
+    return random_model(tiny_config(VOCAB, init_std=0.3, **overrides), seed)
+
+
+def naive_greedy(model, prompt, n, window=None):
+    """The reference: recompute the whole (window of the) sequence each step, argmax, no cache."""
+    ids, max_len = list(prompt), model.cfg.max_seq_len
+    start = 0
+    with torch.no_grad():
+        for _ in range(n):
+            if len(ids) - start >= max_len:  # the documented slide: keep the last max_seq_len // 2
+                start = len(ids) - max_len // 2
+            ids.append(int(model(torch.tensor([ids[start:]]))[0, -1].argmax()))
+    return ids[len(prompt):]
+
+
+@pytest.mark.parametrize("norm,mlp", list(itertools.product(NORMS, MLPS)))
+def test_cached_greedy_equals_full_recompute_on_every_variant(norm, mlp):
+    model = model_for(norm=norm, mlp=mlp)
+    prompt = TOKENIZER.encode("ROMEO: But, soft!").ids
+    expected = naive_greedy(model, prompt, 24)
+    assert len(set(expected)) > 3, "degenerate random model: the comparison would prove little"
+    assert generate_ids(model, [prompt], 24, temperature=0) == [expected]
+    assert generate_ids(model, [prompt], 24, temperature=0, use_cache=False) == [expected]
+
+
+def test_generation_past_the_context_slides_the_same_way_with_and_without_cache():
+    model = model_for(max_seq_len=16)
+    prompt = TOKENIZER.encode("JULIET: O Romeo").ids
+    n = 40  # crosses the 16-token window several times
+    expected = naive_greedy(model, prompt, n)
+    cached = generate_ids(model, [prompt], n, temperature=0)
+    assert cached == [expected] == generate_ids(model, [prompt], n, temperature=0, use_cache=False)
+    # Before the first slide, nothing differs from plain generation in a long enough context.
+    fits = 16 - len(prompt)
+    assert cached[0][:fits] == naive_greedy(model, prompt, fits)
+
+
+def test_prompt_that_fills_the_context_is_a_clear_error():
+    model = model_for(max_seq_len=16)
+    with pytest.raises(ValueError, match="max_seq_len=16"):
+        generate_ids(model, [list(range(3, 19))], 4)
+    assert len(generate_ids(model, [list(range(3, 18))], 4, temperature=0)[0]) == 4  # 15 tokens still fit
+
+
+def test_batched_prompts_of_different_lengths_equal_one_at_a_time():
+    model = model_for()
+    prompts = [TOKENIZER.encode(t).ids for t in ("ROMEO:", "JULIET: O Romeo, Romeo!", "O", "But, soft! what")]
+    assert len({len(p) for p in prompts}) == len(prompts)
+    alone = [generate_ids(model, [p], 12, temperature=0)[0] for p in prompts]
+    assert generate_ids(model, prompts, 12, temperature=0) == alone
+    assert generate_ids(model, prompts, 12, temperature=0, use_cache=False) == alone
+
+
+def test_sampling_is_reproducible_with_a_seed_and_varies_without_it():
+    model = model_for()
+    prompt = [TOKENIZER.encode("ROMEO:").ids]
+    kwargs = dict(max_new_tokens=20, temperature=1.5, top_k=50, top_p=0.95)
+    assert generate_ids(model, prompt, seed=3, **kwargs) == generate_ids(model, prompt, seed=3, **kwargs)
+    assert generate_ids(model, prompt, seed=3, **kwargs) != generate_ids(model, prompt, seed=4, **kwargs)
+
+
+def test_top_k_1_and_temperature_0_are_greedy():
+    model = model_for()
+    prompt = [TOKENIZER.encode("JULIET:").ids]
+    greedy = generate_ids(model, prompt, 16, temperature=0)
+    assert generate_ids(model, prompt, 16, temperature=1.0, top_k=1, seed=0) == greedy
+    assert greedy == [naive_greedy(model, prompt[0], 16)]
+
+
+def test_top_k_keeps_exactly_the_k_largest():
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0))
+    kept = top_k_filter(logits, 7).isfinite()
+    assert kept.sum(-1).tolist() == [7, 7, 7]
+    assert torch.equal(kept, torch.zeros_like(kept).scatter(-1, logits.topk(7).indices, True))
+
+
+def test_top_p_keeps_the_minimal_nucleus():
+    probs = torch.tensor([[0.05, 0.5, 0.15, 0.3]])
+    kept = lambda p: top_p_filter(probs.log(), p).isfinite()[0].tolist()  # noqa: E731
+    assert kept(0.4) == [False, True, False, False]  # the top token alone reaches 0.4
+    assert kept(0.75) == [False, True, False, True]  # 0.5 + 0.3
+    assert kept(0.9) == [False, True, True, True]
+    assert kept(1.0) == [True] * 4
+    logits = torch.randn(200, 64, generator=torch.Generator().manual_seed(1))
+    for p in (0.1, 0.5, 0.9):
+        keep = top_p_filter(logits, p).isfinite()
+        probs, order = logits.softmax(-1).sort(-1, descending=True)
+        kept_sorted = keep.gather(-1, order)
+        n = kept_sorted.sum(-1)
+        assert torch.equal(kept_sorted, torch.arange(64)[None] < n[:, None])  # a prefix of the ranking
+        mass = probs.cumsum(-1).gather(-1, (n - 1)[:, None])[:, 0]
+        assert (mass >= p - 1e-6).all() and (mass - probs.gather(-1, (n - 1)[:, None])[:, 0] < p).all()
+
+
+def test_sample_next_only_draws_from_the_filtered_set():
+    logits = torch.randn(4, 30, generator=torch.Generator().manual_seed(2)).repeat(50, 1)
+    draws = sample_next(logits, temperature=2.0, top_k=3, generator=torch.Generator().manual_seed(0))
+    allowed = logits.topk(3).indices
+    assert (draws[:, None] == allowed).any(-1).all()
+    assert len(set(draws[0::4].tolist())) > 1  # and it is really sampling among them
+
+
+def test_generation_stops_after_eos():
+    model = model_for()
+    prompt = TOKENIZER.encode("ROMEO:").ids
+    free = generate_ids(model, [prompt], 20, temperature=0)[0]
+    eos = free[5]
+    stopped = generate_ids(model, [prompt], 20, temperature=0, eos_id=eos)[0]
+    assert stopped == free[:free.index(eos) + 1]
+    # Text API: the stop token is not part of the text; without stop_at_eos generation runs on.
+    eos_token = TOKENIZER.id_to_token(eos)
+    text = generate(model, TOKENIZER, ["ROMEO:"], 20, temperature=0, eos_token=eos_token)[0]
+    assert text == TOKENIZER.decode(free[:free.index(eos)], skip_special_tokens=False)
+    full = generate(model, TOKENIZER, ["ROMEO:"], 20, temperature=0, eos_token=eos_token, stop_at_eos=False)[0]
+    assert full == TOKENIZER.decode(free, skip_special_tokens=False)
+
+
+def test_streamed_pieces_concatenate_to_the_returned_text():
+    model = model_for()
+    pieces = {}
+    texts = generate(model, TOKENIZER, ["ROMEO:", "日本"], 30, temperature=1.0, seed=0, num_samples=2,
+                     on_text=lambda row, piece: pieces.setdefault(row, []).append(piece))
+    assert len(texts) == 4 and texts[0] != texts[1]  # prompt-major: two different samples of "ROMEO:"
+    assert ["".join(pieces.get(row, [])) for row in range(4)] == texts
+
+
+def test_text_stream_holds_back_split_characters():
+    text = "日本語 😀 café"
+    ids = TOKENIZER.encode(text).ids
+    assert len(ids) > len(text.split()), "the test needs characters split across tokens"
+    stream = TextStream(TOKENIZER)
+    pieces = [stream.push(i) for i in ids] + [stream.flush()]
+    assert "".join(pieces) == text
+    assert not any("\ufffd" in p for p in pieces)
+
+
+def test_empty_prompt_starts_a_new_document_and_bf16_runs():
+    model = model_for().to(torch.bfloat16)
+    out = generate(model, TOKENIZER, [""], 8, temperature=0, stop_at_eos=False)
+    assert len(TOKENIZER.encode(out[0]).ids) >= 1
+    assert model.new_kv_cache(1).keys[0].dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(max_new_tokens=-1), "max_new_tokens"), (dict(temperature=-0.5), "temperature"),
+    (dict(top_k=0), "top_k"), (dict(top_p=1.5), "top_p"), (dict(num_samples=0), "num_samples")])
+def test_bad_arguments_are_clear_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        generate(model_for(), TOKENIZER, ["x"], **kwargs)

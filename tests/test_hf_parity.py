@@ -1,0 +1,87 @@
+"""Same weights into Hugging Face's Llama modules give the same outputs: the proof that the math is LLaMA's."""
+import pytest
+import torch
+
+from model import RMSNorm, SwiGLU, Transformer
+from model_helpers import one_thread, random_transformer, tiny_model_config
+
+pytest.importorskip("transformers", reason="parity tests need `transformers` (requirements-dev.txt)")
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm  # noqa: E402
+
+TOL = dict(rtol=0, atol=1e-4)
+
+
+def hf_config(model: Transformer) -> LlamaConfig:
+    cfg = model.cfg
+    return LlamaConfig(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_kv_heads,
+        max_position_embeddings=cfg.max_seq_len, rms_norm_eps=cfg.norm_eps,
+        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta},
+        tie_word_embeddings=cfg.tie_embeddings, attention_bias=False, mlp_bias=False)
+
+
+def to_hf_state_dict(model: Transformer) -> dict:
+    """Our names → HF's. Written here, not imported from interop/, so the test checks the math on its own."""
+    renames = {"attn_norm": "input_layernorm", "mlp_norm": "post_attention_layernorm", "attn": "self_attn"}
+    out = {}
+    for name, tensor in model.state_dict().items():
+        if name == "lm_head.weight":
+            out[name] = tensor
+            continue
+        parts = [renames.get(p, p) for p in name.split(".")]
+        hf_name = "model." + ".".join(parts)
+        if "gate_up_proj" in hf_name:
+            gate, up = tensor.chunk(2, dim=0)  # first half of the fused rows is the gate
+            out[hf_name.replace("gate_up_proj", "gate_proj")] = gate
+            out[hf_name.replace("gate_up_proj", "up_proj")] = up
+        else:
+            out[hf_name] = tensor
+    return out
+
+
+def test_rmsnorm_matches_llama_rmsnorm():
+    torch.manual_seed(0)
+    ours, theirs = RMSNorm(48, eps=1e-6), LlamaRMSNorm(48, eps=1e-6)
+    with torch.no_grad():
+        ours.weight.copy_(torch.randn(48))
+        theirs.weight.copy_(ours.weight)
+    x = 4 * torch.randn(3, 7, 48)
+    torch.testing.assert_close(ours(x), theirs(x), **TOL)
+    # bf16 activations with an fp32 weight (the autocast case): same dtype out, same bits.
+    x16 = x.bfloat16()
+    assert ours(x16).dtype == theirs(x16).dtype
+    assert torch.equal(ours(x16), theirs(x16))
+
+
+def test_swiglu_matches_llama_mlp():
+    torch.manual_seed(0)
+    ours = SwiGLU(48, 128)
+    theirs = LlamaMLP(LlamaConfig(hidden_size=48, intermediate_size=128, num_attention_heads=4, hidden_act="silu",
+                                  mlp_bias=False))
+    gate, up = ours.gate_up_proj.weight.detach().chunk(2, dim=0)
+    theirs.load_state_dict({"gate_proj.weight": gate, "up_proj.weight": up,
+                            "down_proj.weight": ours.down_proj.weight.detach()})
+    x = torch.randn(3, 7, 48)
+    torch.testing.assert_close(ours(x), theirs(x), **TOL)
+
+
+@pytest.mark.parametrize("overrides", [
+    {},  # MHA, tied embeddings, multiple_of 16
+    # GQA, untied head, non-default width rule, theta and eps
+    {"n_kv_heads": 1, "multiple_of": 48, "ffn_dim_multiplier": 1.3, "tie_embeddings": False,
+     "rope_theta": 5e5, "norm_eps": 1e-6},
+], ids=["mha-tied", "gqa-untied-multiple48"])
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_whole_model_matches_llama_for_causal_lm(overrides, attn_implementation):
+    model = random_transformer(tiny_model_config(**overrides))
+    hf = LlamaForCausalLM._from_config(hf_config(model), attn_implementation=attn_implementation).eval()
+    missing, unexpected = hf.load_state_dict(to_hf_state_dict(model), strict=False)
+    assert not unexpected
+    assert missing in ([], ["lm_head.weight"])  # a tied head is the embedding: nothing to load
+    assert torch.equal(hf.lm_head.weight, model.lm_head.weight)
+    torch.manual_seed(3)
+    ids = torch.randint(0, model.cfg.vocab_size, (2, model.cfg.max_seq_len))
+    with one_thread(), torch.no_grad():
+        torch.testing.assert_close(model(ids), hf(ids, use_cache=False).logits, **TOL)

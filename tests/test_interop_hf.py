@@ -1,0 +1,164 @@
+"""Hugging Face interop: exported logits/greedy/tokens match transformers; import(export(x)) == x bitwise."""
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from interop import ConversionError, export_checkpoint, import_checkpoint
+from model.generate import generate_ids
+from tests.tiny_checkpoint import single_thread  # noqa: F401 (autouse fixture)
+from tests.tiny_checkpoint import random_model, tiny_config, tiny_tokenizer, write_checkpoint
+from training.checkpoint import load_model, load_model_config
+
+transformers = pytest.importorskip("transformers")
+
+TOKENIZER = tiny_tokenizer()
+VOCAB = TOKENIZER.get_vocab_size()
+CONFIGS = {  # GQA / MQA / MHA, non-default multiple_of and ffn multiplier, tied and untied, theta, eps
+    "gqa_tied": dict(n_kv_heads=2, multiple_of=16),
+    "mha_untied": dict(n_kv_heads=4, multiple_of=64, tie_embeddings=False, rope_theta=500.0, norm_eps=1e-6),
+    "mqa_ffn_mult": dict(hidden_size=96, n_heads=6, n_kv_heads=1, multiple_of=48, ffn_dim_multiplier=1.3,
+                         max_seq_len=128, dropout=0.1, init_std=0.25),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(CONFIGS))
+def exported(request, tmp_path_factory):
+    """(our model in eval mode, its checkpoint dir, the HF export dir, the HF model)."""
+    root = tmp_path_factory.mktemp(request.param)
+    # init_std 0.3 (unless set): at 0.02 a random model's greedy output is one token repeated.
+    model = random_model(tiny_config(VOCAB, **{"init_std": 0.3, **CONFIGS[request.param]}), seed=len(request.param))
+    ckpt = write_checkpoint(root / "run", model, TOKENIZER)
+    out = export_checkpoint(str(ckpt), str(root / "hf"))
+    hf_model = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    return model, ckpt, out, hf_model
+
+
+def test_export_loads_as_llama_with_the_same_logits(exported):
+    model, _, out, hf_model = exported
+    assert type(hf_model).__name__ == "LlamaForCausalLM"
+    hf_cfg, cfg = hf_model.config, model.cfg
+    assert (hf_cfg.intermediate_size, hf_cfg.tie_word_embeddings, hf_cfg.rms_norm_eps, hf_cfg.num_key_value_heads) \
+        == (cfg.intermediate_size, cfg.tie_embeddings, cfg.norm_eps, cfg.n_kv_heads)
+    assert hf_cfg.rope_parameters["rope_theta"] == cfg.rope_theta
+    ids = torch.randint(0, VOCAB, (3, cfg.max_seq_len), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ours, theirs = model(ids), hf_model(ids).logits
+    assert ours.abs().max() > 1e-2  # real logits, not an all-zero coincidence
+    assert (ours - theirs).abs().max() <= 1e-4
+
+
+def test_hf_greedy_generate_equals_ours(exported):
+    model, _, _, hf_model = exported
+    prompt = TOKENIZER.encode("ROMEO: But, soft!").ids
+    theirs = hf_model.generate(torch.tensor([prompt]), max_new_tokens=20, do_sample=False)[0, len(prompt):]
+    ours = generate_ids(model, [prompt], 20, temperature=0, eos_id=TOKENIZER.token_to_id("<|eos|>"))[0]
+    assert theirs.tolist() == ours
+    assert len(set(ours)) > 3, "degenerate random model: the comparison would prove little"
+
+
+def test_import_of_export_is_bitwise_identical(exported, tmp_path):
+    model, ckpt, out, _ = exported
+    back = import_checkpoint(str(out), str(tmp_path / "imported"))
+    assert load_model_config(back) == model.cfg  # incl. multiple_of, ffn_dim_multiplier, dropout, init_std
+    original, imported = load_file(str(ckpt / "model.safetensors")), load_file(str(back / "model.safetensors"))
+    assert original.keys() == imported.keys()
+    assert all(torch.equal(original[k], imported[k]) and original[k].dtype == imported[k].dtype for k in original)
+    reloaded, tokenizer, _ = load_model(str(back))
+    assert tokenizer.to_str() == TOKENIZER.to_str()
+    assert json.loads((back / "state.json").read_text())["step"] == 0
+
+
+def test_hf_tokenizer_encodes_like_ours(exported):
+    _, _, out, _ = exported
+    hf_tok = transformers.AutoTokenizer.from_pretrained(out)
+    assert (hf_tok.bos_token, hf_tok.eos_token, hf_tok.pad_token) == ("<|bos|>", "<|eos|>", "<|pad|>")
+    assert (hf_tok.bos_token_id, hf_tok.eos_token_id, hf_tok.pad_token_id) == (0, 1, 2)
+    for text in ["ROMEO: But, soft!", "  leading spaces\nand\ttabs", "héllo wörld 日本語 😀", "a<|eos|>b"]:
+        ids = TOKENIZER.encode(text).ids
+        assert hf_tok.encode(text) == ids
+        assert hf_tok.decode(ids) == TOKENIZER.decode(ids, skip_special_tokens=False)
+
+
+def test_import_of_a_model_saved_by_transformers_itself(tmp_path):
+    """Not our export: a LlamaForCausalLM built and saved by HF, with a legacy top-level rope_theta."""
+    config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=200, num_hidden_layers=2,
+                                      num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=48,
+                                      rms_norm_eps=1e-5, tie_word_embeddings=False, eos_token_id=1, bos_token_id=0)
+    torch.manual_seed(0)
+    hf_model = transformers.LlamaForCausalLM(config).eval()
+    hf_model.save_pretrained(tmp_path / "hf")
+    cfg_path = tmp_path / "hf" / "config.json"
+    raw = json.loads(cfg_path.read_text())
+    raw["rope_theta"] = raw.pop("rope_parameters")["rope_theta"] * 3  # as pre-v5 configs write it
+    cfg_path.write_text(json.dumps(raw))
+    hf_model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    TOKENIZER.save(str(tmp_path / "hf" / "tokenizer.json"))
+    model, _, ckpt = load_model(str(import_checkpoint(str(tmp_path / "hf"), str(tmp_path / "run"))))
+    assert model.cfg.rope_theta == 30000.0 and model.cfg.intermediate_size == 200
+    ids = torch.randint(0, VOCAB, (2, 48), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert (model(ids) - hf_model(ids).logits).abs().max() <= 1e-4
+    assert json.loads((ckpt / "special_tokens.json").read_text()) == {"bos": "<|bos|>", "eos": "<|eos|>", "pad": None}
+
+
+def test_sharded_weights_import_like_one_file(exported, tmp_path):
+    model, ckpt, out, _ = exported
+    sharded = tmp_path / "sharded"
+    shutil.copytree(out, sharded)
+    weights = load_file(str(sharded / "model.safetensors"))
+    (sharded / "model.safetensors").unlink()
+    names = sorted(weights)
+    halves = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    for file, keys in halves.items():
+        save_file({k: weights[k] for k in keys}, str(sharded / file), metadata={"format": "pt"})
+    weight_map = {k: file for file, keys in halves.items() for k in keys}
+    (sharded / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    back = import_checkpoint(str(sharded), str(tmp_path / "run"))
+    original, imported = load_file(str(ckpt / "model.safetensors")), load_file(str(back / "model.safetensors"))
+    assert all(torch.equal(original[k], imported[k]) for k in original)
+
+
+@pytest.mark.parametrize("norm,mlp", [("layernorm", "swiglu"), ("rmsnorm", "gelu"), ("rmsnorm", "geglu")])
+def test_exporting_a_non_llama_variant_is_a_clear_error(tmp_path, norm, mlp):
+    ckpt = write_checkpoint(tmp_path / "run", random_model(tiny_config(VOCAB, norm=norm, mlp=mlp)), TOKENIZER)
+    with pytest.raises(ConversionError, match="only rmsnorm \\+ swiglu"):
+        export_checkpoint(str(ckpt), str(tmp_path / "hf"))
+    assert not (tmp_path / "hf").exists()
+
+
+def test_export_refuses_a_non_empty_directory_unless_forced(exported, tmp_path):
+    _, ckpt, _, _ = exported
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="--force"):
+        export_checkpoint(str(ckpt), str(tmp_path / "hf"))
+    export_checkpoint(str(ckpt), str(tmp_path / "hf"), force=True)
+    assert (tmp_path / "hf" / "config.json").exists() and not (tmp_path / "hf" / "notes.txt").exists()
+
+
+def _edit_config(directory, **changes):
+    path = directory / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
+@pytest.mark.parametrize("breakage,match", [
+    (lambda d: _edit_config(d, model_type="gpt2", architectures=["GPT2LMHeadModel"]), "only Llama"),
+    (lambda d: _edit_config(d, rope_parameters={"rope_type": "llama3", "factor": 8.0, "rope_theta": 1e4}), "RoPE"),
+    (lambda d: _edit_config(d, attention_bias=True), "bias"),
+    (lambda d: (d / "tokenizer.json").unlink(), "no tokenizer.json"),
+    (lambda d: (d / "model.safetensors").rename(d / "pytorch_model.bin"), "pickled"),
+    (lambda d: (d / "model.safetensors").write_bytes(b"\x00" * 16), "corrupt"),
+    (lambda d: _edit_config(d, vocab_size=VOCAB + 1), "vocab_size|shape"),
+    (lambda d: (d / "config.json").unlink(), "not a Hugging Face model directory"),
+])
+def test_import_refuses_what_it_cannot_convert(exported, tmp_path, breakage, match):
+    _, _, out, _ = exported
+    broken = tmp_path / "broken"
+    shutil.copytree(out, broken)
+    breakage(broken)
+    with pytest.raises(ConversionError, match=match):
+        import_checkpoint(str(broken), str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()

@@ -1,0 +1,123 @@
+"""TrainBatches and eval_windows: shift-by-one, determinism from (seed, step), rank disjointness, fixed eval set."""
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from data import DataError, TrainBatches, eval_windows
+
+# Token i is i (mod 2**16): a window's first input is its start offset, and shifts are visible.
+TOKENS = np.arange(200_000, dtype=np.int64).astype(np.uint16)
+
+
+def starts(inputs: torch.Tensor) -> set:
+    return set(inputs[:, 0].tolist())
+
+
+def test_shapes_dtype_and_shift_by_one():
+    inputs, targets = TrainBatches(TOKENS, seq_len=32, micro_batch_size=8, seed=0).get(step=5)
+    assert inputs.shape == targets.shape == (8, 32)
+    assert inputs.dtype == targets.dtype == torch.int64 and inputs.is_contiguous() and targets.is_contiguous()
+    assert torch.equal(targets[:, :-1], inputs[:, 1:])
+    for row_inputs, row_targets in zip(inputs, targets):
+        start = int(row_inputs[0])
+        assert torch.equal(row_inputs, torch.from_numpy(TOKENS[start:start + 32].astype(np.int64)))
+        assert torch.equal(row_targets, torch.from_numpy(TOKENS[start + 1:start + 33].astype(np.int64)))
+
+
+def test_every_offset_stays_inside_the_tokens():
+    tokens = np.arange(40, dtype=np.uint16)  # 40 tokens, windows of 33: starts 0..7
+    batches = TrainBatches(tokens, seq_len=32, micro_batch_size=64, seed=0)
+    seen = set()
+    for step in range(10):
+        inputs, targets = batches.get(step)
+        seen |= starts(inputs)
+        assert int(targets.max()) <= 39
+    assert seen == set(range(8))
+
+
+def test_same_step_same_batch_and_resume_is_exact():
+    a = TrainBatches(TOKENS, seq_len=16, micro_batch_size=4, seed=3)
+    b = TrainBatches(TOKENS, seq_len=16, micro_batch_size=4, seed=3)  # a "resumed" run: a fresh object
+    for step in (0, 1, 1000):
+        for micro in (0, 1):
+            assert torch.equal(a.get(step, micro)[0], b.get(step, micro)[0])
+    assert not torch.equal(a.get(0)[0], a.get(1)[0])
+    assert not torch.equal(a.get(0, 0)[0], a.get(0, 1)[0])
+    assert not torch.equal(a.get(0)[0], TrainBatches(TOKENS, 16, 4, seed=4).get(0)[0])
+
+
+def test_ranks_see_different_windows():
+    tokens = np.arange(10_000_000, dtype=np.int32)  # distinct values: a start offset identifies a window
+    ranks = [TrainBatches(tokens, 16, 8, seed=0, rank=r, world_size=4) for r in range(4)]
+    for step in range(20):
+        seen = [starts(batches.get(step)[0]) for batches in ranks]
+        for i in range(4):
+            for j in range(i + 1, 4):
+                assert not seen[i] & seen[j]
+
+
+def test_two_ranks_see_what_one_rank_with_twice_the_batch_sees():
+    single = TrainBatches(TOKENS, 16, micro_batch_size=6, seed=1)
+    pair = [TrainBatches(TOKENS, 16, micro_batch_size=3, seed=1, rank=r, world_size=2) for r in range(2)]
+    for step in range(5):
+        whole = single.get(step, micro_step=2)
+        parts = [batches.get(step, micro_step=2) for batches in pair]
+        assert torch.equal(whole[0], torch.cat([p[0] for p in parts]))
+        assert torch.equal(whole[1], torch.cat([p[1] for p in parts]))
+
+
+def test_memmap_batches_are_fast(tmp_path):
+    path = tmp_path / "train.bin"
+    np.random.default_rng(0).integers(0, 4096, 2_000_000, dtype=np.uint16).tofile(path)
+    batches = TrainBatches(np.memmap(path, dtype=np.uint16, mode="r"), seq_len=256, micro_batch_size=16, seed=0)
+    batches.get(0)
+    times = []
+    for step in range(50):
+        start = time.perf_counter()
+        batches.get(step)
+        times.append(time.perf_counter() - start)
+    assert np.median(times) < 0.005  # ~0.1 ms measured; a CPU training step takes ~100 ms
+
+
+def test_too_short_token_files_are_refused():
+    with pytest.raises(DataError, match="seq_len"):
+        TrainBatches(np.arange(33, dtype=np.uint16), seq_len=32, micro_batch_size=1, seed=0)
+    TrainBatches(np.arange(34, dtype=np.uint16), seq_len=32, micro_batch_size=1, seed=0).get(0)
+    with pytest.raises(DataError, match="rank"):
+        TrainBatches(TOKENS, 16, 1, seed=0, rank=2, world_size=2)
+
+
+def test_eval_windows_are_fixed_evenly_spread_and_non_overlapping():
+    windows = eval_windows(TOKENS[:10_001], seq_len=100, num_windows=10)
+    assert windows.shape == (10, 101) and windows.dtype == torch.int64
+    assert torch.equal(windows, eval_windows(TOKENS[:10_001], seq_len=100, num_windows=10))
+    first = windows[:, 0].tolist()
+    assert first == list(range(0, 10_000, 1000))  # every 10th of the 100 tiles
+    assert torch.equal(windows[:, 1:], windows[:, :-1] + 1)
+
+
+def test_eval_windows_cover_the_split_when_asked_for_more_than_fits():
+    tokens = TOKENS[:1_050]
+    windows = eval_windows(tokens, seq_len=100, num_windows=1_000)
+    assert windows.shape == (10, 101)  # (1050 - 1) // 100 tiles
+    targets = windows[:, 1:].flatten().tolist()
+    assert sorted(targets) == list(range(1, 1_001))  # each target scored exactly once
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_eval_windows_split_across_ranks_cover_the_set(world_size):
+    tokens = TOKENS[:20_001]
+    shards = [eval_windows(tokens, 100, 10, rank=r, world_size=world_size) for r in range(world_size)]
+    assert len({len(s) for s in shards}) == 1  # every rank runs the same number of forward passes
+    union = sorted(int(w[0]) for s in shards for w in s)
+    expected = eval_windows(tokens, 100, 10 - 10 % world_size)  # rounded down to a multiple of world_size
+    assert union == sorted(expected[:, 0].tolist())
+
+
+def test_eval_windows_need_more_than_one_window_of_validation():
+    with pytest.raises(DataError, match=r"validation split has 101 tokens.*seq_len\+1=101"):
+        eval_windows(TOKENS[:101], seq_len=100, num_windows=4)
+    with pytest.raises(DataError, match="world_size=4"):
+        eval_windows(TOKENS[:302], seq_len=100, num_windows=4, rank=0, world_size=4)

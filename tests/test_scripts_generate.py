@@ -1,0 +1,149 @@
+"""scripts/generate.py, export_hf.py, import_hf.py as a user runs them: output, batching, and bad input."""
+import io
+import json
+import os
+import runpy
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from model.generate import generate
+from tests.tiny_checkpoint import single_thread  # noqa: F401 (autouse fixture)
+from tests.tiny_checkpoint import REPO, random_model, tiny_config, tiny_tokenizer, write_checkpoint
+
+TOKENIZER = tiny_tokenizer()
+GREEDY = ["--temperature", "0", "--max-new-tokens", "12", "--device", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    model = random_model(tiny_config(TOKENIZER.get_vocab_size(), init_std=0.3))
+    return model, write_checkpoint(tmp_path_factory.mktemp("gen") / "run", model, TOKENIZER)
+
+
+def run_script(name, *args, stdin=None):
+    """A real subprocess: the only way to see the exit code and stderr a user sees."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # tiny model: one thread is fastest on a busy machine
+    return subprocess.run([sys.executable, str(REPO / "scripts" / name), *map(str, args)], input=stdin,
+                          capture_output=True, text=True, timeout=120, cwd=REPO, env=env)
+
+
+def run_in_process(capsys, name, *args):
+    """The script's __main__ block in this process (no ~3 s interpreter + torch start): (code, out, err)."""
+    saved = sys.argv
+    sys.argv = [name, *map(str, args)]
+    try:
+        runpy.run_path(str(REPO / "scripts" / name), run_name="__main__")
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    finally:
+        sys.argv = saved
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def expected(model, prompts, n=12):
+    return [p + t for p, t in zip(prompts, generate(model, TOKENIZER, prompts, n, temperature=0))]
+
+
+def test_generate_from_a_prompt_streams_the_greedy_continuation(checkpoint):
+    model, ckpt = checkpoint
+    proc = run_script("generate.py", ckpt.parent.parent, "--prompt", "ROMEO:", *GREEDY)  # a run dir
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == expected(model, ["ROMEO:"])[0] + "\n"
+    assert "tokens/s" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_generate_batches_stdin_and_prompt_files(checkpoint, tmp_path):
+    model, ckpt = checkpoint
+    (tmp_path / "p.txt").write_text("JULIET: O Romeo\n")
+    proc = run_script("generate.py", ckpt, "-", "--prompt-file", tmp_path / "p.txt", "--prompt", "O", *GREEDY,
+                      stdin="But, soft!\nwhat light\n")
+    assert proc.returncode == 0, proc.stderr
+    prompts = ["O", "JULIET: O Romeo", "But, soft!\nwhat light"]  # --prompt first, then files, then stdin
+    blocks = [f"==== prompt {i + 1}, sample 1 ====\n{text}\n" for i, text in enumerate(expected(model, prompts))]
+    assert proc.stdout == "".join(blocks)
+
+
+def test_lines_mode_and_samples_in_process(checkpoint, tmp_path, capsys, monkeypatch):
+    model, ckpt = checkpoint
+    monkeypatch.setattr(sys, "stdin", io.StringIO("ROMEO:\n\nJULIET:\n"))
+    code, out, _ = run_in_process(capsys, "generate.py", ckpt, "-", "--lines", "--num-samples", "2",
+                                  "--seed", "1", "--max-new-tokens", "8")
+    assert code == 0
+    assert out.count("==== prompt") == 4 and "prompt 2, sample 2" in out
+
+
+def test_generating_past_the_context_says_it_slides(checkpoint, capsys):
+    model, ckpt = checkpoint  # max_seq_len 64
+    code, out, err = run_in_process(capsys, "generate.py", ckpt, "--prompt", "ROMEO:", "--temperature", "0",
+                                    "--max-new-tokens", "80", "--no-stop-at-eos")
+    assert code == 0 and "continues from the last 32 tokens" in err and "80 new tokens" in err
+    assert out == "ROMEO:" + generate(model, TOKENIZER, ["ROMEO:"], 80, temperature=0, stop_at_eos=False)[0] + "\n"
+
+
+def test_latest_finds_the_newest_checkpoint_under_outputs(checkpoint, tmp_path, capsys, monkeypatch):
+    model, _ = checkpoint
+    write_checkpoint(tmp_path / "outputs" / "old", random_model(model.cfg, seed=5), TOKENIZER)
+    newest = write_checkpoint(tmp_path / "outputs" / "new", model, TOKENIZER)
+    os.utime(newest / "state.json", (2e9, 2e9))  # "newest" by the mtime `latest` goes by, not by chance
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_in_process(capsys, "generate.py", "latest", "--prompt", "ROMEO:", *GREEDY)
+    assert code == 0 and "outputs/new/checkpoints/step_0000010" in err and "12 new tokens" in err
+    assert out == expected(model, ["ROMEO:"])[0] + "\n"
+
+
+def _break_tokenizer_vocab(ckpt):
+    tokenizer = tiny_tokenizer(vocab_size=280)
+    tokenizer.save(str(ckpt / "tokenizer.json"))
+
+
+BAD_INPUTS = {  # name → (how to break a copy of the checkpoint, extra args, what the error must say)
+    "not_a_checkpoint": (lambda c: [p.unlink() for p in c.iterdir()], [], "not a minillama checkpoint"),
+    "missing_tokenizer": (lambda c: (c / "tokenizer.json").unlink(), [], "missing tokenizer.json"),
+    "vocab_mismatch": (_break_tokenizer_vocab, [], "vocab_size"),
+    "corrupt_weights": (lambda c: (c / "model.safetensors").write_bytes((c / "model.safetensors").read_bytes()[:500]),
+                        [], "corrupt"),
+    "unknown_device": (lambda c: None, ["--device", "tpu9"], "unknown device"),
+    "bad_temperature": (lambda c: None, ["--temperature", "-1"], "temperature"),
+    "no_prompt": (lambda c: None, [], "no prompt"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_is_one_line_error_and_exit_1(checkpoint, tmp_path, capsys, case):
+    breakage, extra, message = BAD_INPUTS[case]
+    ckpt = shutil.copytree(checkpoint[1], tmp_path / "step_0000010")
+    breakage(ckpt)
+    prompt = [] if case == "no_prompt" else ["--prompt", "x"]
+    code, out, err = run_in_process(capsys, "generate.py", ckpt, *prompt, *extra)
+    assert code == 1 and out == ""
+    assert err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_unavailable_cuda_is_a_clear_error_in_a_real_process(checkpoint):
+    proc = run_script("generate.py", checkpoint[1], "--prompt", "x", "--device", "cuda")
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.startswith("error: ") and "CUDA is not available" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_export_import_scripts_round_trip_to_the_same_generation(checkpoint, tmp_path, capsys):
+    pytest.importorskip("transformers")
+    model, ckpt = checkpoint
+    code, out, err = run_in_process(capsys, "export_hf.py", ckpt, tmp_path / "hf")
+    assert code == 0 and "from_pretrained" in out, err
+    code, _, err = run_in_process(capsys, "export_hf.py", ckpt, tmp_path / "hf")
+    assert code == 1 and "--force" in err and len(err.strip().splitlines()) == 1
+    code, out, err = run_in_process(capsys, "import_hf.py", tmp_path / "hf", tmp_path / "imported")
+    assert code == 0, err
+    assert json.loads((tmp_path / "imported/checkpoints/step_0000000/state.json").read_text())["step"] == 0
+    code, out, _ = run_in_process(capsys, "generate.py", tmp_path / "imported", "--prompt", "ROMEO:", *GREEDY)
+    assert code == 0 and out == expected(model, ["ROMEO:"])[0] + "\n"
+    code, _, err = run_in_process(capsys, "import_hf.py", tmp_path / "nothing_here", tmp_path / "x")
+    assert code == 1 and err.startswith("error: ") and "config.json" in err

@@ -1,0 +1,72 @@
+"""scripts/model_summary.py: the LLaMA-7B width and its reasoning, the parameter table, one-line errors."""
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "model_summary.py"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("model_summary", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+summary = load_script()
+
+
+def test_command_line_explains_the_llama_width():
+    # One real subprocess: the script must run as `python scripts/model_summary.py` from anywhere.
+    result = subprocess.run([sys.executable, str(SCRIPT), "hidden_size=4096", "model.multiple_of=256"],
+                            capture_output=True, text=True, timeout=120, cwd="/")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "10922.67" in out and "int(8d/3) = 10922" in out and "→ 11008" in out
+    assert "intermediate_size=11008" in out
+    for kind in ("embedding", "attention", "mlp", "norm", "lm_head", "total"):
+        assert f"\n  {kind} " in out, kind
+    # 3·d·I vs 8·d² per layer, for d=4096, I=11008
+    assert f"{3 * 4096 * 11008:,}" in out and f"{8 * 4096 ** 2:,}" in out and "ratio 1.008" in out
+
+
+def test_default_config_summary(capsys):
+    assert summary.main(["model=cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "5,868,800" in out and "682.67" in out and "int(8d/3) = 682" in out and "→ 704" in out
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (REPO / "configs" / "model").glob("*.yaml")))
+def test_every_model_yaml_loads(name):
+    cfg, _ = summary.load_model_config([f"model={name}", "vocab_size=1000"])
+    assert cfg.vocab_size == 1000 and cfg.intermediate_size % cfg.multiple_of == 0
+
+
+def test_overrides_reach_the_config():
+    cfg, _ = summary.load_model_config(["model=tiny", "hidden_size=96", "model.n_kv_heads=null", "mlp=gelu"])
+    assert (cfg.hidden_size, cfg.n_kv_heads, cfg.intermediate_size) == (96, cfg.n_heads, 4 * 96)
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["hidden_size=250"], "model.hidden_size=250"),
+    (["hiden_size=3"], "hiden_size"),
+    (["hidden_size=big"], "model.hidden_size"),
+    (["model=nope"], "model=nope"),
+    (["norm=batchnorm"], "['layernorm', 'rmsnorm']"),
+])
+def test_bad_value_gives_a_one_line_error_and_status_1(capsys, args, expected):
+    assert summary.main(args) == 1
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert captured.out == "" and len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0]
+
+
+def test_bad_value_exits_1_from_the_command_line():
+    result = subprocess.run([sys.executable, str(SCRIPT), "n_heads=7"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.startswith("error: model.hidden_size=256 is not divisible by model.n_heads=7")
+    assert len(result.stderr.strip().splitlines()) == 1
