@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup train test test-all
+.PHONY: setup train test
 
 setup: $(VENV)/.installed
 
@@ -19,7 +19,3 @@ train: setup
 
 test: setup
 	$(PY) -m pytest -q
-
-# Also the slow tests (multi-process, longer runs); CI runs this.
-test-all: setup
-	$(PY) -m pytest -q -m "slow or not slow"

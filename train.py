@@ -1,10 +1,10 @@
 """Train minillama: `python train.py [overrides]` — Hydra config in, checkpoints and metrics out."""
-import math
+import contextlib
 import os
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -18,14 +18,13 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from data import DataError, TrainBatches, eval_windows, prepare
+from data import TrainBatches, eval_windows, prepare
 from model import Transformer
 from training import distributed as D
 from training import report
-from training.activation_stats import activation_rms
-from training.checkpoint import (CheckpointError, load_training_state, read_weights, resolve_checkpoint,
-                                 restore_rng, save_checkpoint)
+from training.checkpoint import load_training_state, read_weights, resolve_checkpoint, restore_rng, save_checkpoint
 from training.config import TrainConfig
+from training.evaluation import evaluate, sample_text
 from training.mfu import peak_flops
 from training.optim import build_optimizer, lr_at
 from training.precision import autocast_context
@@ -118,7 +117,7 @@ def train_step(model, batches, step, cfg, optimizer, autocast, device):
         x, y = (t.to(device, non_blocking=True) for t in batches.get(step, micro))
         # DDP all-reduces gradients only on the last micro-step instead of `accum` times.
         skip_sync = hasattr(model, "no_sync") and micro < accum - 1
-        with model.no_sync() if skip_sync else _no_op():
+        with model.no_sync() if skip_sync else contextlib.nullcontext():
             with autocast():
                 logits = model(x)  # (B, T, vocab)
             # Cross-entropy in fp32: a bf16 log-softmax rounds away the probabilities of rare tokens.
@@ -130,47 +129,6 @@ def train_step(model, batches, step, cfg, optimizer, autocast, device):
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return total, grad_norm
-
-
-class _no_op:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
-@torch.no_grad()
-def evaluate(model, raw_model, windows, cfg, autocast, meta, info) -> dict:
-    """Loss over the fixed validation windows of all ranks; perplexity; bits per byte."""
-    model.eval()
-    loss_sum = torch.zeros((), device=info.device)
-    for chunk in windows.split(cfg.trainer.micro_batch_size):
-        chunk = chunk.to(info.device)
-        with autocast():
-            logits = model(chunk[:, :-1])
-        loss_sum += F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), chunk[:, 1:].reshape(-1),
-                                    reduction="sum")
-    n_tokens = torch.tensor(float(windows[:, 1:].numel()), device=info.device)
-    loss = (D.all_reduce_mean(loss_sum, info) / D.all_reduce_mean(n_tokens, info)).item()
-    # Bits per byte = nats/token ÷ ln 2 × tokens/byte: comparable across tokenizers and vocab sizes.
-    out = {"val_loss": loss, "val_ppl": math.exp(min(loss, 50.0)),
-           "val_bpb": loss / math.log(2) * meta["val_tokens"] / meta["val_bytes"]}
-    if cfg.trainer.activation_rms:  # every rank runs it: under FSDP the forward has collectives
-        with autocast():
-            out["act_rms"] = activation_rms(raw_model, windows[: cfg.trainer.micro_batch_size, :-1].to(info.device))
-    model.train()
-    return out
-
-
-def sample_text(raw_model, tokenizer, cfg, autocast) -> str:
-    from model.generate import generate
-    raw_model.eval()
-    with autocast():
-        text = generate(raw_model, tokenizer, [cfg.trainer.sample_prompt], max_new_tokens=cfg.trainer.sample_tokens,
-                        temperature=0.8, top_k=50, seed=cfg.seed)[0]
-    raw_model.train()
-    return "---- sample ----\n" + cfg.trainer.sample_prompt + text + "\n----------------"
 
 
 def train(run: Run, info: D.DistInfo) -> float:
@@ -221,11 +179,11 @@ def train(run: Run, info: D.DistInfo) -> float:
         f"{cfg.trainer.grad_accum_steps} accumulation × {info.world_size} processes = {tokens_per_step:,}")
     say(f"{info.device}, {cfg.trainer.precision}, parallel={parallel}, compile={cfg.trainer.compile}, "
         f"peak {peak / 1e12:.2f} TFLOP/s ({peak_source}), steps {start_step}→{cfg.trainer.max_steps}")
-    log = RunLogger(run.run_dir, cfg.logger, cfg.run_name, OmegaConf.to_container(OmegaConf.create(run.config_yaml)),
-                    info.is_main, resume_step=start_step if run.resume_ckpt else None)
     if info.is_main:
         run.run_dir.mkdir(parents=True, exist_ok=True)
         (run.run_dir / "config.yaml").write_text(run.config_yaml)
+    log = RunLogger(run.run_dir, cfg.logger, cfg.run_name, OmegaConf.to_container(OmegaConf.create(run.config_yaml)),
+                    info.is_main, resume_step=start_step if run.resume_ckpt else None)
     t0 = time.time()
 
     def save(step: int) -> Optional[Path]:

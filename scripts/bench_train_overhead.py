@@ -82,7 +82,7 @@ def main():
     bare = (before + after) / 2
     print(f"\nshapes: batch {cfg.trainer.micro_batch_size} × seq {cfg.trainer.seq_len}, hidden {cfg.model.hidden_size}, "
           f"{cfg.model.n_layers} layers, {cfg.trainer.precision}, {args.threads} threads")
-    print(f"| bare model step (before/after) | train.py loop | overhead |\n|---|---|---|")
+    print("| bare model step (before/after) | train.py loop | overhead |\n|---|---|---|")
     print(f"| {before:,.0f} / {after:,.0f} tok/s | {loop:,.0f} tok/s | {100 * (bare / loop - 1):+.1f} % |")
 
 

@@ -93,7 +93,7 @@ def print_mlp_width(cfg: ModelConfig) -> None:
         exact = 8 * d / 3
         truncated = int(2 * (4 * d) / 3)
         print(f"  theoretical 8/3·d = {exact:.2f}: a 4d MLP has 2 matrices (8·d² weights); a gated one has 3")
-        print(f"    (gate, up, down), so 3·d·I = 8·d² gives I = 8d/3")
+        print("    (gate, up, down), so 3·d·I = 8·d² gives I = 8d/3")
         print(f"  int(8d/3) = {truncated}")
         if cfg.ffn_dim_multiplier is not None:
             truncated = int(cfg.ffn_dim_multiplier * truncated)

@@ -22,7 +22,7 @@ def peak_flops(device: torch.device, precision: str, override_tflops: Optional[f
     return measure_matmul_flops(device, dtype), f"measured {dtype} matmul on {device.type}"
 
 
-def measure_matmul_flops(device: torch.device, dtype: torch.dtype, n: int = 1024, repeats: int = 8) -> float:
+def measure_matmul_flops(device: torch.device, dtype: torch.dtype, n: int = 2048, repeats: int = 8) -> float:
     """Best-of-N square matmul throughput: an achievable peak for this device and thread count."""
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
