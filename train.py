@@ -159,6 +159,9 @@ def train(run: Run, info: D.DistInfo) -> float:
         D.load_full_state(model, optimizer, read_weights(raw_model, run.resume_ckpt), optim_state)
         restore_rng(rng)
         start_step, tokens_seen, elapsed_before = state["step"], state["tokens_seen"], state["elapsed_s"]
+        if start_step >= cfg.trainer.max_steps:
+            raise ConfigError(f"{run.resume_ckpt} is already at step {start_step} = trainer.max_steps; pass a larger "
+                              "trainer.max_steps to train further (the cosine schedule then stretches to it)")
         if state.get("world_size", 1) != info.world_size:
             say(f"warning: resuming a {state['world_size']}-process run on {info.world_size}: each step's global "
                 f"batch changes with the world size; adjust trainer.micro_batch_size to keep tokens per step")

@@ -122,6 +122,8 @@ def test_corrupt_and_mismatched_checkpoints_are_refused(tmp_path, cache_dir):
     run_train(tmp_path, "trainer.max_steps=4", "trainer.eval_interval=4", cache_dir=cache_dir)
     (run,) = run_dirs(tmp_path)
     ckpt = run / "checkpoints" / "step_0000004"
+    finished = run_train(tmp_path, f"resume={run}", cache_dir=cache_dir, check=False)
+    assert finished.returncode == 1 and "already at step 4" in finished.stderr.splitlines()[-1]
     mismatch = run_train(tmp_path, f"resume={ckpt}", "model.hidden_size=32", cache_dir=cache_dir, check=False)
     assert mismatch.returncode == 1 and "shape" in mismatch.stderr.splitlines()[-1]
     weights = ckpt / "model.safetensors"
