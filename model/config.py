@@ -67,14 +67,14 @@ class ModelConfig:
 
     def derived_intermediate_size(self) -> int:
         """The MLP width this config gets when intermediate_size is not set explicitly."""
-        if self.mlp in GATED_MLPS:
+        if MLPS[self.mlp].gated:
             return swiglu_intermediate_size(self.hidden_size, self.multiple_of, self.ffn_dim_multiplier)
         # Two-matrix MLPs use the classic 4·d, so they match a gated MLP's parameter count.
         return 4 * self.hidden_size
 
 
 # MLP kinds with three projections, which take the 8/3·d rule instead of 4·d.
-GATED_MLPS = ("swiglu", "geglu")
+GATED_MLPS = tuple(name for name, cls in MLPS.items() if cls.gated)
 
 
 def _divisors(n: int) -> list:

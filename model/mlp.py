@@ -24,6 +24,7 @@ class SwiGLU(nn.Module):
     """down_proj(silu(gate) * up), with gate and up computed by ONE fused Linear."""
 
     activation = staticmethod(F.silu)
+    gated = True  # three projections: its width follows the 8/3·d rule (ModelConfig reads this)
 
     def __init__(self, hidden_size: int, intermediate_size: int, dropout: float = 0.0):
         super().__init__()
@@ -48,6 +49,8 @@ class GeGLU(SwiGLU):
 
 class GeluMLP(nn.Module):
     """The conventional transformer MLP: d → I (4·d by default) → d with GELU."""
+
+    gated = False  # two projections: width 4·d
 
     def __init__(self, hidden_size: int, intermediate_size: int, dropout: float = 0.0):
         super().__init__()

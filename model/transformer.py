@@ -40,9 +40,8 @@ class Transformer(nn.Module):
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
         self.norm = NORMS[cfg.norm](cfg.hidden_size, eps=cfg.norm_eps)
+        # With tie_embeddings the head reuses the embedding matrix (tied in init_weights).
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
-        if cfg.tie_embeddings:
-            self.lm_head.weight = self.embed_tokens.weight
         # Tables are derived from the config, so keep them out of the state dict (persistent=False).
         cos, sin = rope_tables(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta)
         self.register_buffer("rope_cos", cos, persistent=False)
@@ -54,8 +53,16 @@ class Transformer(nn.Module):
 
         Each block adds two outputs (attention, MLP) to the residual stream, so its variance grows
         with depth; shrinking o_proj/down_proj keeps the stream's scale independent of n_layers
-        (GPT-2 / nanoGPT). Norm weights stay at ones, LayerNorm biases at zero.
+        (GPT-2 / nanoGPT). Norm weights stay at ones, LayerNorm biases at zero; RoPE tables recomputed.
         """
+        if self.cfg.tie_embeddings:  # (re-)tie: to_empty() gives the two modules separate tensors
+            self.lm_head.weight = self.embed_tokens.weight
+        # The RoPE tables too: a model built on the meta device and materialised with to_empty()
+        # (large-model / FSDP init) gets them here, not from __init__.
+        cos, sin = rope_tables(self.cfg.head_dim, self.cfg.max_seq_len, self.cfg.rope_theta)
+        with torch.no_grad():
+            self.rope_cos.copy_(cos)
+            self.rope_sin.copy_(sin)
         std = self.cfg.init_std
         residual_std = std / math.sqrt(2 * self.cfg.n_layers)
         for name, module in self.named_modules():

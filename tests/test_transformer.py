@@ -118,3 +118,16 @@ def test_flops_per_token():
     assert model.flops_per_token() == model.flops_per_token(cfg.max_seq_len)
     # The attention term grows with context; the weight term does not.
     assert model.flops_per_token(512) - model.flops_per_token(256) == 12 * L * d * 256
+
+
+def test_meta_device_init_then_to_empty_matches_a_normal_build():
+    """Large-model init: shapes on `meta`, memory with to_empty(), values from init_weights()."""
+    cfg = ModelConfig(vocab_size=64, hidden_size=32, n_layers=2, n_heads=4, max_seq_len=16)
+    with torch.device("meta"):
+        lazy = Transformer(cfg)
+    lazy = lazy.to_empty(device="cpu")
+    lazy.init_weights()
+    eager = Transformer(cfg)
+    assert torch.equal(lazy.rope_cos, eager.rope_cos) and torch.equal(lazy.rope_sin, eager.rope_sin)
+    assert all(torch.isfinite(p).all() for p in lazy.parameters())
+    assert lazy.lm_head.weight is lazy.embed_tokens.weight
