@@ -73,7 +73,7 @@ def resolve_run(dict_cfg: DictConfig, info: D.DistInfo) -> Run:
         saved = OmegaConf.load(resume_ckpt / "config.yaml")
         saved.trainer.stop_at_step = None  # an early stop applies to the run that stopped, not the resume
         dict_cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), saved, OmegaConf.from_dotlist(overrides))
-        _remove_if_empty(Path(hydra_cfg.runtime.output_dir))  # Hydra made a fresh dir we don't use
+        _discard_unused_dir(Path(hydra_cfg.runtime.output_dir))  # Hydra made a fresh dir we don't use
     else:
         run_dir = Path(hydra_cfg.runtime.output_dir)
         if (run_dir / "metrics.jsonl").exists() or (run_dir / "checkpoints").exists():
@@ -89,9 +89,7 @@ def resolve_run(dict_cfg: DictConfig, info: D.DistInfo) -> Run:
     if info.world_size > 1:  # ranks may have started in different seconds: use rank 0's directory
         hydra_dir, run_dir = Path(hydra_cfg.runtime.output_dir), D.broadcast_object(run_dir, info)
         if hydra_dir != run_dir:
-            for leftover in hydra_dir.glob("*.log"):
-                leftover.unlink()
-            _remove_if_empty(hydra_dir)
+            _discard_unused_dir(hydra_dir)
     if cfg.trainer.seq_len > cfg.model.max_seq_len:
         raise ConfigError(f"trainer.seq_len={cfg.trainer.seq_len} exceeds model.max_seq_len={cfg.model.max_seq_len}; "
                           "lower the first or raise the second")
@@ -102,11 +100,13 @@ def resolve_run(dict_cfg: DictConfig, info: D.DistInfo) -> Run:
     return Run(cfg, run_dir, OmegaConf.to_yaml(plain), resume_ckpt, hydra_cfg.mode == RunMode.MULTIRUN)
 
 
-def _remove_if_empty(path: Path) -> None:
-    try:
-        path.rmdir()
-    except OSError:
-        pass
+def _discard_unused_dir(path: Path) -> None:
+    """Remove a Hydra output dir this process does not use, if it holds nothing but empty logs."""
+    if not path.is_dir() or any(p.suffix != ".log" or p.stat().st_size for p in path.iterdir()):
+        return
+    for log in path.iterdir():
+        log.unlink()
+    path.rmdir()
 
 
 def train_step(model, batches, step, cfg, optimizer, autocast, device):

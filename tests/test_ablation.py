@@ -1,11 +1,9 @@
 """The ablation experiments: every cell composes alike, and a sweep runs and compares end to end."""
 import itertools
 import json
-import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -16,7 +14,7 @@ from matplotlib import image
 
 from model import Transformer
 from tests.test_configs import CONFIGS, compose_typed
-from tests.train_helpers import REPO, read_metrics
+from tests.train_helpers import REPO, interrupt_once_training, launch, read_metrics
 from train import register_configs
 
 
@@ -66,15 +64,9 @@ def test_scaling_up_replaces_the_cpu_preset():
 
 
 def sweep(tmp_path, cache_dir, *overrides, check=True, popen=False):
-    args = [sys.executable, str(REPO / "train.py"), "-m", "debug=tiny", f"hydra.sweep.dir={tmp_path / 'sweep'}",
-            f"data.cache_dir={cache_dir}", "trainer.num_threads=1", *overrides]
-    env = {**os.environ, "WANDB_MODE": "disabled", "HYDRA_FULL_ERROR": "0"}
-    if popen:
-        return subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"sweep failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return proc
+    args = ["-m", "debug=tiny", f"hydra.sweep.dir={tmp_path / 'sweep'}", f"data.cache_dir={cache_dir}",
+            "trainer.num_threads=1", *overrides]
+    return launch([sys.executable], args, check=check, popen=popen)
 
 
 @pytest.fixture(scope="module")
@@ -119,12 +111,7 @@ def test_a_failed_cell_does_not_cancel_the_sweep(tmp_path, cache_dir):
 def test_ctrl_c_stops_the_whole_sweep_after_a_checkpoint(tmp_path, cache_dir):
     proc = sweep(tmp_path, cache_dir, "model.mlp=swiglu,gelu", "trainer.max_steps=100000",
                  "trainer.eval_interval=100000", "trainer.ckpt_interval=100000", popen=True)
-    deadline = time.time() + 120
-    while time.time() < deadline and not list((tmp_path / "sweep").glob("*/metrics.jsonl")):
-        time.sleep(0.2)
-    time.sleep(1.0)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    out, err = interrupt_once_training(proc, tmp_path / "sweep", "*/metrics.jsonl", signal.SIGINT)
     assert proc.returncode == 128 + signal.SIGINT, err
     assert "SIGINT: checkpoint saved" in out and "sweep stopped" in out
     (job,) = (tmp_path / "sweep").glob("*/checkpoints")  # the second job never started

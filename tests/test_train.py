@@ -1,15 +1,12 @@
 """train.py end to end on the tiny debug config: learning, outputs, exact resume, signals, bad input."""
 import json
 import signal
-import subprocess
-import sys
-import time
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.train_helpers import REPO, read_metrics, run_dirs, run_train
+from tests.train_helpers import interrupt_once_training, read_metrics, run_dirs, run_train
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +45,7 @@ def test_resume_is_bitwise_identical(tmp_path, cache_dir):
     assert (part_run / "checkpoints" / "step_0000010").exists()
     assert not (part_run / "checkpoints" / "step_0000020").exists()
     run_train(part_dir, f"resume={part_run}", cache_dir=cache_dir)
+    assert list((part_dir / "outputs").glob("*/*")) == [part_run]  # the resume left no stray run dir
     (full_run,) = run_dirs(full_dir)
     full_w = load_file(full_run / "checkpoints" / "step_0000020" / "model.safetensors")
     part_w = load_file(part_run / "checkpoints" / "step_0000020" / "model.safetensors")
@@ -59,17 +57,9 @@ def test_resume_is_bitwise_identical(tmp_path, cache_dir):
 
 
 def test_sigterm_saves_a_usable_checkpoint(tmp_path, cache_dir):
-    args = [sys.executable, str(REPO / "train.py"), "debug=tiny", f"outputs_dir={tmp_path / 'outputs'}",
-            f"data.cache_dir={cache_dir}", "trainer.max_steps=100000", "trainer.ckpt_interval=100000",
-            "trainer.eval_interval=100000", "trainer.log_interval=1", "trainer.num_threads=1"]
-    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**__import__("os").environ, "WANDB_MODE": "disabled"})
-    deadline = time.time() + 120
-    while time.time() < deadline and not list((tmp_path / "outputs").glob("*/*/metrics.jsonl")):
-        time.sleep(0.2)
-    time.sleep(1.0)
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=60)
+    proc = run_train(tmp_path, "trainer.max_steps=100000", "trainer.ckpt_interval=100000",
+                     "trainer.eval_interval=100000", "trainer.log_interval=1", cache_dir=cache_dir, popen=True)
+    out, err = interrupt_once_training(proc, tmp_path / "outputs", "*/*/metrics.jsonl", signal.SIGTERM)
     assert proc.returncode == 0, err
     assert "SIGTERM: checkpoint saved" in out
     (run,) = run_dirs(tmp_path)
