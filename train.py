@@ -26,8 +26,8 @@ from training.checkpoint import load_training_state, read_weights, resolve_check
 from training.config import TrainConfig
 from training.evaluation import evaluate, sample_text
 from training.mfu import peak_flops
-from training.optim import build_optimizer, lr_at
-from training.precision import autocast_context
+from training.optim import apply_schedule, build_optimizers
+from training.precision import autocast_context, resolve_precision
 from training.run_logger import RunLogger
 from training.signals import StopFlag
 
@@ -109,7 +109,7 @@ def _discard_unused_dir(path: Path) -> None:
     path.rmdir()
 
 
-def train_step(model, batches, step, cfg, optimizer, autocast, device):
+def train_step(model, batches, step, cfg, optimizers, autocast, device):
     """One optimizer step over grad_accum_steps micro-batches; returns (mean loss, grad norm)."""
     accum = cfg.trainer.grad_accum_steps
     total = torch.zeros((), device=device)
@@ -126,8 +126,9 @@ def train_step(model, batches, step, cfg, optimizer, autocast, device):
         total += loss.detach()
     clip = cfg.optim.grad_clip
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip if clip > 0 else float("inf"))
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
+    for optimizer in optimizers:
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
     return total, grad_norm
 
 
@@ -150,13 +151,14 @@ def train(run: Run, info: D.DistInfo) -> float:
     # ---- model and optimizer ---------------------------------------------------------------------
     raw_model = Transformer(cfg.model).to(info.device)
     parallel = D.resolve_parallel(cfg.trainer.parallel, info.world_size)
-    model = D.wrap_model(raw_model, parallel, info, cfg.trainer.precision)
-    optimizer = build_optimizer(model, cfg.optim, info.device.type)
-    autocast = autocast_context(cfg.trainer.precision, info.device)
+    precision, precision_why = resolve_precision(cfg.trainer.precision, info.device)
+    model = D.wrap_model(raw_model, parallel, info, precision)
+    optimizers = build_optimizers(model, cfg.optim, info.device.type)
+    autocast = autocast_context(precision, info.device)
     start_step, tokens_seen, elapsed_before = 0, 0, 0.0
     if run.resume_ckpt is not None:
         state, optim_state, rng = load_training_state(run.resume_ckpt)
-        D.load_full_state(model, optimizer, read_weights(raw_model, run.resume_ckpt), optim_state)
+        D.load_full_state(model, optimizers, read_weights(raw_model, run.resume_ckpt), optim_state)
         restore_rng(rng)
         start_step, tokens_seen, elapsed_before = state["step"], state["tokens_seen"], state["elapsed_s"]
         if start_step >= cfg.trainer.max_steps:
@@ -169,7 +171,7 @@ def train(run: Run, info: D.DistInfo) -> float:
 
     tokens_per_step = cfg.trainer.micro_batch_size * seq_len * cfg.trainer.grad_accum_steps * info.world_size
     flops_per_token = raw_model.flops_per_token(seq_len)
-    peak, peak_source = peak_flops(info.device, cfg.trainer.precision, cfg.trainer.peak_tflops)
+    peak, peak_source = peak_flops(info.device, precision, cfg.trainer.peak_tflops)
     counts = raw_model.param_counts()
     say(f"run dir: {run.run_dir}" + (f" (resuming {run.resume_ckpt})" if run.resume_ckpt else ""))
     say(f"model: {cfg.model.norm} + {cfg.model.mlp}, hidden_size {cfg.model.hidden_size}, intermediate_size "
@@ -180,7 +182,7 @@ def train(run: Run, info: D.DistInfo) -> float:
         f"vocab {data.meta['vocab_size']}, cache {data.dir}")
     say(f"tokens per optimizer step: {cfg.trainer.micro_batch_size} micro batch × {seq_len} seq_len × "
         f"{cfg.trainer.grad_accum_steps} accumulation × {info.world_size} processes = {tokens_per_step:,}")
-    say(f"{info.device}, {cfg.trainer.precision}, parallel={parallel}, compile={cfg.trainer.compile}, "
+    say(f"{info.device}, {precision} ({precision_why}), parallel={parallel}, compile={cfg.trainer.compile}, "
         f"peak {peak / 1e12:.2f} TFLOP/s ({peak_source}), steps {start_step}→{cfg.trainer.max_steps}")
     if info.is_main:
         run.run_dir.mkdir(parents=True, exist_ok=True)
@@ -191,7 +193,7 @@ def train(run: Run, info: D.DistInfo) -> float:
 
     def save(step: int) -> Optional[Path]:
         model_state = D.full_model_state(model)  # collective under FSDP: every rank calls these
-        optim_state = D.full_optimizer_state(model, optimizer)
+        optim_state = D.full_optimizer_state(model, optimizers)
         path = None
         if info.is_main:
             state = {"step": step, "tokens_seen": tokens_seen, "elapsed_s": elapsed_before + time.time() - t0,
@@ -209,10 +211,8 @@ def train(run: Run, info: D.DistInfo) -> float:
     try:
         end = min(cfg.trainer.max_steps, cfg.trainer.stop_at_step or cfg.trainer.max_steps)
         while step < end and stop.signal is None:
-            lr = lr_at(step, cfg.optim, cfg.trainer.max_steps)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            loss, grad_norm = train_step(step_fn, batches, step, cfg, optimizer, autocast, info.device)
+            lr = apply_schedule(optimizers, step, cfg.optim, cfg.trainer.max_steps)
+            loss, grad_norm = train_step(step_fn, batches, step, cfg, optimizers, autocast, info.device)
             step += 1
             tokens_seen += tokens_per_step
             pending.append((step, loss))

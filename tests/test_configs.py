@@ -58,7 +58,7 @@ def test_cli_overrides_reach_the_model():
 def test_default_config_is_the_cpu_shakespeare_run():
     cfg = compose_typed([])
     assert cfg.data.source == "shakespeare" and cfg.model.hidden_size == 256
-    assert cfg.trainer.precision == "bf16" and cfg.logger.wandb == "auto"
+    assert cfg.trainer.precision == "auto" and cfg.logger.wandb == "auto"  # bf16 only where measured fast
     assert cfg.model.vocab_size == cfg.data.vocab_size
 
 

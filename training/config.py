@@ -24,7 +24,7 @@ class OptimConfig:
 @dataclass
 class TrainerConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
-    precision: str = "bf16"  # bf16 (autocast, fp32 master weights) | fp32
+    precision: str = "auto"  # auto (bf16 where its matmuls are fast, else fp32) | bf16 (autocast) | fp32
     compile: bool = False
     max_steps: int = 1000  # the schedule's length (warmup + cosine over these steps)
     # Stop early at this step with a checkpoint, as if interrupted (e.g. to fit a job time limit);

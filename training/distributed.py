@@ -128,13 +128,14 @@ def full_model_state(model: torch.nn.Module) -> dict:
     return get_model_state_dict(model, options=_FULL)
 
 
-def full_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
-    """Optimizer state keyed by parameter name, so it loads at any world size (collective too)."""
-    return get_optimizer_state_dict(model, optimizer, options=_FULL)
+def full_optimizer_state(model: torch.nn.Module, optimizers: list) -> dict:
+    """Optimizer state keyed by parameter name, so it loads at any world size (collective too).
+    Several optimizers (e.g. Muon + AdamW) merge into one dict: each parameter belongs to one."""
+    return get_optimizer_state_dict(model, optimizers, options=_FULL)
 
 
-def load_full_state(model: torch.nn.Module, optimizer, model_state: dict, optim_state) -> None:
+def load_full_state(model: torch.nn.Module, optimizers, model_state: dict, optim_state) -> None:
     opts = StateDictOptions(full_state_dict=True, broadcast_from_rank0=False)
     set_model_state_dict(model, model_state, options=opts)
-    if optimizer is not None and optim_state is not None:
-        set_optimizer_state_dict(model, optimizer, optim_state, options=opts)
+    if optimizers is not None and optim_state is not None:
+        set_optimizer_state_dict(model, optimizers, optim_state, options=opts)

@@ -32,6 +32,21 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, device_type: str) 
                              eps=cfg.eps, **kwargs)
 
 
+def build_optimizers(model: torch.nn.Module, cfg: OptimConfig, device_type: str) -> list:
+    """Every optimizer the run steps, as a list (one today; a split such as Muon + AdamW gives two).
+    Checkpointing passes the whole list to torch.distributed.checkpoint's state-dict API."""
+    return [build_optimizer(model, cfg, device_type)]
+
+
+def apply_schedule(optimizers: list, step: int, cfg: OptimConfig, max_steps: int) -> float:
+    """Set every param group's learning rate for `step`; returns the lr to log."""
+    lr = lr_at(step, cfg, max_steps)
+    for optimizer in optimizers:
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+    return lr
+
+
 def lr_at(step: int, cfg: OptimConfig, max_steps: int) -> float:
     """Linear warmup from lr/warmup to lr, then cosine decay to min_lr at max_steps."""
     if step < cfg.warmup_steps:
