@@ -1,1 +1,2 @@
-"""Reading finished runs and judging them against each other: used by scripts/compare_runs.py."""
+"""Ablation studies: reading finished runs and judging them (scripts/compare_runs.py), and the
+protocol that trains every variant at its own best learning rate on paired seeds (scripts/ablate.py)."""

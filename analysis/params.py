@@ -9,7 +9,8 @@ from model import ModelConfig, Transformer
 def model_params(model_config: dict) -> Dict[str, int]:
     """Transformer.param_counts() plus the resolved intermediate_size, built on the meta device
     (shapes only, no memory), so the numbers are the model's own accounting, not a formula."""
-    cfg = ModelConfig(**model_config)  # derives intermediate_size: 8/3·d rounded for gated MLPs, 4·d else
+    cfg = ModelConfig(**model_config)
     with torch.device("meta"):
         counts = Transformer(cfg).param_counts()
-    return {**counts, "intermediate_size": cfg.intermediate_size}
+    # unset in the config means derived: 8/3·d rounded up for gated MLPs, 4·d for the others
+    return {**counts, "intermediate_size": cfg.resolved_intermediate_size}

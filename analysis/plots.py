@@ -1,6 +1,7 @@
-"""The comparison's two figures: validation curves, and per-layer residual-stream RMS, per variant."""
+"""Curves per variant: validation loss over training, per-layer residual-stream RMS, and final val
+bpb against the learning rate (the protocol's stage-1 sweep)."""
 from pathlib import Path
-from typing import Callable, Dict, Sequence
+from typing import Callable, Dict, Optional, Sequence
 
 import matplotlib
 
@@ -90,6 +91,36 @@ def plot_activation_rms(variants: Sequence[Variant], path: Path) -> None:
             ax.set_yscale("log")
     layers.xaxis.get_major_locator().set_params(integer=True)
     layers.legend()
+    _save(fig, path)
+
+
+def plot_lr_sweep(sweeps: Dict[str, Dict[str, Dict[float, Optional[float]]]], chosen: Dict[str, Dict[str, float]],
+                  path: Path) -> None:
+    """One panel per size: final val bpb against LR (log) per variant; a diverged LR (None) is an ×
+    on the panel's top edge, the chosen LR a ring."""
+    fig, axes = plt.subplots(1, len(sweeps), figsize=(6 * len(sweeps), 4.5), squeeze=False)
+    labels = sorted({v for per_size in sweeps.values() for v in per_size})
+    cmap = plt.get_cmap("tab10")
+    palette = {label: cmap(i % 10) for i, label in enumerate(labels)}
+    for ax, (size, per_variant) in zip(axes[0], sweeps.items()):
+        finite = [b for results in per_variant.values() for b in results.values() if b is not None]
+        top = max(finite) + 0.05 * (max(finite) - min(finite) + 1e-3) if finite else 1.0
+        for variant, results in per_variant.items():
+            lrs = sorted(results)
+            ok = [(lr, results[lr]) for lr in lrs if results[lr] is not None]
+            if ok:
+                ax.plot(*zip(*ok), marker="o", color=palette[variant], label=variant)
+            bad = [lr for lr in lrs if results[lr] is None]
+            ax.scatter(bad, [top] * len(bad), marker="x", s=60, color=palette[variant], clip_on=False)
+            best = chosen.get(size, {}).get(variant)
+            if best is not None and results.get(best) is not None:
+                ax.scatter([best], [results[best]], s=160, facecolors="none", edgecolors=palette[variant], lw=2)
+        ax.set_xscale("log")
+        ax.set_xlabel("peak learning rate (optim.lr)")
+        ax.set_ylabel("final val bpb (stage 1, one seed)")
+        ax.set_title(f"{size}: LR sweep (ring = chosen, × = diverged)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
     _save(fig, path)
 
 

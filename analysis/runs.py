@@ -1,5 +1,4 @@
 """Finding run directories, reading their config.yaml and metrics.jsonl, and grouping seeds into variants."""
-import json
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -7,6 +6,8 @@ from pathlib import Path
 from typing import Dict, List, Sequence
 
 import yaml
+
+from training.run_logger import MetricsError, read_metrics
 
 # Keys that differ between runs without changing what is trained or measured: never part of a
 # variant's name (seed is the repeat; a trailing dot means the whole section).
@@ -87,13 +88,10 @@ def read_run(path: Path) -> Run:
         raise RunsError(f"{path}: cannot read config.yaml ({type(e).__name__}: {str(e).splitlines()[0]})")
     if not isinstance(config, dict) or not {"model", "trainer"} <= config.keys():
         raise RunsError(f"{path}/config.yaml is not a minillama run config (no model/trainer section)")
-    rows = []
-    for n, line in enumerate((path / "metrics.jsonl").read_text().splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                raise RunsError(f"{path}/metrics.jsonl line {n} is not JSON")
+    try:  # a run killed mid-write has a cut-off last line: dropped with a warning, as resume does
+        rows = read_metrics(path / "metrics.jsonl")
+    except MetricsError as e:
+        raise RunsError(str(e))
     by_step = lambda kind: sorted((r for r in rows if r.get("kind") == kind), key=lambda r: r["step"])
     return Run(path, config, by_step("eval"), by_step("train"))
 
@@ -138,10 +136,15 @@ def group_variants(runs: Sequence[Run], warn=lambda m: print(m, file=sys.stderr)
     for run in runs:
         flat = flatten(run.config)
         label = " + ".join([str(flat.get("model.norm")), str(flat.get("model.mlp"))])
-        label = ", ".join([label] + [f"{k}={flat.get(k)}" for k in extra])
+        label = ", ".join([label] + [f"{k}={_short(flat.get(k))}" for k in extra])
         variants.setdefault(label, Variant(label)).runs.append(run)
     for v in variants.values():
         seeds = [r.seed for r in v.runs]
         if len(set(seeds)) < len(seeds):
             warn(f"warning: {v.label}: seed repeated ({sorted(seeds)}); repeats of one seed are not independent")
     return [variants[k] for k in sorted(variants)]
+
+
+def _short(value) -> str:
+    """A config value for a label: floats without binary noise (3e-3 / 10 → 0.0003)."""
+    return f"{value:g}" if isinstance(value, float) else str(value)

@@ -1,8 +1,16 @@
-"""Seed statistics: mean ± sample std over repeats, and whether two variants differ beyond seed noise."""
+"""Seed statistics: mean ± sample std over repeats, and paired (per-seed) and unpaired (Welch)
+t-tests of one variant against another, with 95 % intervals and a plain-language verdict."""
 import math
 import statistics
+import warnings
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Dict, Optional, Sequence, Tuple
+
+import numpy as np
+from scipy import stats
+
+CONFIDENCE = 0.95  # the interval's level; a difference is called when it excludes 0 (p < 0.05)
+CI = f"{CONFIDENCE * 100:.0f} % CI"
 
 
 @dataclass(frozen=True)
@@ -25,19 +33,126 @@ def summarize(values: Sequence[float]) -> Summary:
     return Summary(statistics.fmean(values), std, len(values))
 
 
-def noise_of_difference(a: Summary, b: Summary) -> float:
-    """Standard error of mean(a) − mean(b): sqrt(s_a²/n_a + s_b²/n_b); nan without two seeds each."""
-    if a.n < 2 or b.n < 2:
-        return math.nan
-    return math.sqrt(a.std ** 2 / a.n + b.std ** 2 / b.n)
+@dataclass(frozen=True)
+class TTest:
+    """A t-test of a difference (a − b): its estimate, confidence interval and two-sided p-value."""
+    delta: float
+    low: float
+    high: float
+    p: float  # nan when there is no spread estimate (one value)
+    n: int  # pairs (paired) or the smaller group (Welch)
+    zero_spread: bool = False  # every difference identical: the interval has width 0
+
+    @property
+    def half_width(self) -> float:
+        return (self.high - self.low) / 2
 
 
-def within_noise(a: Summary, b: Summary, z: float = 2.0) -> Optional[bool]:
-    """|mean_a − mean_b| < z · standard error of the difference (≈ a 95% interval at z = 2).
+def paired_t(a: Sequence[float], b: Sequence[float]) -> TTest:
+    """Student's paired t-test of a − b over matched pairs (scipy.stats.ttest_rel).
 
-    None when either side has a single seed: then there is no noise estimate and no verdict.
+    Pairing removes what both runs of a seed share (initialisation, batch order), so the noise
+    left is that of the per-seed differences — usually far less than two independent spreads.
     """
-    se = noise_of_difference(a, b)
-    if math.isnan(se):
+    diffs = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    if len(diffs) == 0:
+        raise ValueError("paired_t() needs at least one pair")
+    mean = float(diffs.mean())
+    if len(diffs) == 1:
+        return TTest(mean, math.nan, math.nan, math.nan, 1)
+    if np.ptp(diffs) == 0:  # t = d / 0: every seed moved by exactly the same amount
+        return TTest(mean, mean, mean, 0.0 if mean else 1.0, len(diffs), zero_spread=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # near-identical values: scipy warns, the answer stands
+        result = stats.ttest_rel(a, b)
+    ci = result.confidence_interval(CONFIDENCE)
+    return TTest(mean, float(ci.low), float(ci.high), float(result.pvalue), len(diffs))
+
+
+def welch_t(a: Sequence[float], b: Sequence[float]) -> Optional[TTest]:
+    """Welch's unpaired t-test of mean(a) − mean(b) (unequal variances); None without 2 values each."""
+    if len(a) < 2 or len(b) < 2:
         return None
-    return abs(a.mean - b.mean) < z * se
+    delta = statistics.fmean(a) - statistics.fmean(b)
+    if np.ptp(a) == 0 and np.ptp(b) == 0:
+        return TTest(delta, delta, delta, 0.0 if delta else 1.0, min(len(a), len(b)), zero_spread=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        result = stats.ttest_ind(a, b, equal_var=False)
+    ci = result.confidence_interval(CONFIDENCE)
+    return TTest(delta, float(ci.low), float(ci.high), float(result.pvalue), min(len(a), len(b)))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A variant against a reference, seed by seed: Δ = variant − reference (lower bpb is better)."""
+    paired: Optional[TTest]  # over the seeds both ran; None when they share none
+    unpaired: Optional[TTest]  # Welch over all seeds of each; None without two seeds each
+    common_seeds: Tuple[int, ...]
+    unmatched_seeds: Tuple[int, ...]  # seeds only one side ran: left out of the paired test
+
+    @property
+    def test(self) -> Optional[TTest]:
+        """The test the verdict rests on: paired with two or more common seeds, else Welch."""
+        if self.paired is not None and self.paired.n >= 2:
+            return self.paired
+        return self.unpaired
+
+    @property
+    def outcome(self) -> str:
+        """better | worse | same | unclear (a spread, but the interval holds 0) | none (no test)."""
+        t = self.test
+        if t is None:
+            return "none"
+        if t.zero_spread and t.delta == 0:
+            return "same"
+        if t.p < 1 - CONFIDENCE:
+            return "better" if t.delta < 0 else "worse"
+        return "unclear"
+
+    def verdict(self, unit: str = "bpb") -> str:
+        """One plain sentence, e.g. 'better by 0.031 ± 0.012 bpb (95 % CI), p = 0.004, 5 paired seeds'."""
+        t, outcome = self.test, self.outcome
+        if t is None:
+            if not self.common_seeds:
+                return "no verdict: no seed in common and too few seeds for an unpaired test"
+            return f"no verdict: 1 paired seed (seed {self.common_seeds[0]}); a test needs at least 2"
+        paired = t is self.paired
+        basis = (f"{t.n} paired seeds" if paired else
+                 f"unpaired (Welch), {len(self.common_seeds)} seed(s) in common")
+        if self.unmatched_seeds and paired:
+            basis += f"; seeds {', '.join(map(str, self.unmatched_seeds))} have no partner and are left out"
+        digits = decimals(t.half_width)
+        if outcome == "same":
+            return f"identical in all {t.n} paired seeds"
+        if t.zero_spread:
+            return f"{outcome} by {abs(t.delta):.{digits}f} {unit}, the same in every seed (no spread to test), {basis}"
+        interval = f"{abs(t.delta):.{digits}f} ± {t.half_width:.{digits}f} {unit} ({CI})"
+        if outcome == "unclear":
+            return (f"can't tell yet: Δ = {t.delta:+.{digits}f} ± {t.half_width:.{digits}f} {unit} "
+                    f"({CI} includes 0), p = {format_p(t.p)}, {basis}")
+        return f"{outcome} by {interval}, p = {format_p(t.p)}, {basis}"
+
+
+def compare(variant: Dict[int, float], reference: Dict[int, float]) -> Comparison:
+    """Compare {seed: value} of a variant against the reference's: paired over the seeds both ran."""
+    common = tuple(sorted(set(variant) & set(reference)))
+    unmatched = tuple(sorted(set(variant) ^ set(reference)))
+    paired = paired_t([variant[s] for s in common], [reference[s] for s in common]) if common else None
+    unpaired = welch_t(list(variant.values()), list(reference.values()))
+    return Comparison(paired, unpaired, common, unmatched)
+
+
+def format_p(p: float) -> str:
+    if math.isnan(p):
+        return "n/a"
+    if p < 1e-3:
+        return "< 0.001"
+    return f"{p:.2g}" if p < 0.1 else f"{p:.2f}"
+
+
+def decimals(half_width: float) -> int:
+    """Enough decimals to show the interval's half-width to two significant digits (2 to 6)."""
+    if not half_width or not math.isfinite(half_width):
+        return 4
+    return min(6, max(2, 1 - math.floor(math.log10(half_width))))

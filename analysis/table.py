@@ -1,11 +1,12 @@
-"""The comparison table: one row per variant (mean ± std over seeds), the best marked, a noise verdict."""
+"""The results table: one row per variant (mean ± std over seeds, parameters, learning rate), the
+best marked, and whether the best really beats the runner-up."""
 import math
 from dataclasses import dataclass
-from typing import List, Sequence
+from typing import Dict, List, Sequence
 
 from analysis.params import model_params
 from analysis.runs import Run, RunsError, Variant
-from analysis.stats import Summary, noise_of_difference, summarize, within_noise
+from analysis.stats import Comparison, Summary, compare, summarize
 
 
 @dataclass
@@ -14,9 +15,15 @@ class Row:
     params: dict  # Transformer.param_counts() + intermediate_size
     val_loss: Summary
     val_bpb: Summary
-    tokens_per_s: float  # mean over seeds
+    tokens_per_s: float  # mean over seeds of each run's median
     wall_time_s: float  # mean over seeds
     tokens: int  # training tokens at the final eval
+    lr: str  # optim.lr of the variant's runs ("a–b" if its seeds differ)
+
+
+def final_bpb(variant: Variant) -> Dict[int, float]:
+    """{seed: val bpb at the final eval}: what paired comparisons match up."""
+    return {run.seed: run.final["val_bpb"] for run in variant.runs}
 
 
 def summarize_variants(variants: Sequence[Variant]) -> List[Row]:
@@ -29,45 +36,50 @@ def summarize_variants(variants: Sequence[Variant]) -> List[Row]:
         except (TypeError, ValueError) as e:
             raise RunsError(f"{v.runs[0].path}: cannot build the model from config.yaml: {str(e).splitlines()[0]}")
         finals = [r.final for r in v.runs]
+        lrs = sorted({r.config.get("optim", {}).get("lr") for r in v.runs} - {None})
         rows.append(Row(v, params, summarize([f["val_loss"] for f in finals]),
                         summarize([f["val_bpb"] for f in finals]),
                         _mean(r.tokens_per_s() for r in v.runs), _mean(r.wall_time_s() for r in v.runs),
-                        max(f["tokens"] for f in finals)))
+                        max(f["tokens"] for f in finals), "–".join(f"{lr:g}" for lr in lrs)))
     return sorted(rows, key=lambda row: row.val_bpb.mean)
+
+
+def runner_up(rows: Sequence[Row]) -> Comparison:
+    """The runner-up (second row) against the best (first), paired over their common seeds."""
+    return compare(final_bpb(rows[1].variant), final_bpb(rows[0].variant))
 
 
 def verdict(rows: Sequence[Row]) -> str:
     """One sentence on whether the best variant really beats the runner-up."""
     if len(rows) < 2:
         return "Only one variant: nothing to compare."
-    best, second = rows[0], rows[1]
-    delta, se = second.val_bpb.mean - best.val_bpb.mean, noise_of_difference(best.val_bpb, second.val_bpb)
-    verdict_ = within_noise(best.val_bpb, second.val_bpb)
-    if verdict_ is None:
-        return (f"Not conclusive: {best.variant.label} leads {second.variant.label} by {delta:.4f} bpb, but with "
-                "a single seed there is no std and no noise estimate; run more seeds (e.g. seed=0,1,2).")
-    if verdict_:
-        return (f"**Within seed noise:** {best.variant.label} leads {second.variant.label} by {delta:.4f} bpb, "
-                f"less than 2× the standard error of the difference ({se:.4f}); more seeds or a longer run "
-                "are needed to separate them.")
-    return (f"{best.variant.label} beats the runner-up {second.variant.label} by {delta:.4f} bpb, more than 2× "
-            f"the standard error of the difference ({se:.4f}): outside seed noise.")
+    best, second = rows[0].variant.label, rows[1].variant.label
+    comparison = runner_up(rows)
+    outcome, sentence = comparison.outcome, comparison.verdict()
+    if outcome == "worse":  # the runner-up is worse than the best: the lead is real
+        return f"**{best} beats the runner-up {second}**: {second} is {sentence}."
+    if outcome == "none":
+        return (f"**Not conclusive:** {best} leads {second} by {rows[1].val_bpb.mean - rows[0].val_bpb.mean:.4f} "
+                f"bpb, but with {sentence[len('no verdict: '):]}; run more seeds (e.g. seed=0,1,2).")
+    return (f"**Within seed noise:** {best} leads {second} on the mean, but {second} vs {best}: {sentence}; "
+            "more seeds or a longer run are needed to separate them.")
 
 
 def markdown(rows: Sequence[Row], skipped: Sequence[Run] = ()) -> str:
-    header = ["variant", "params", "MLP params", "intermediate", "val loss", "val bpb", "Δ bpb vs best",
-              "tokens/s", "wall time", "seeds"]
+    """The table, the best-vs-runner-up verdict, and the shared setup."""
+    header = ["variant", "params", "MLP params", "intermediate", "lr", "val loss", "val bpb", "tokens/s",
+              "wall time", "seeds"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for i, row in enumerate(rows):
-        p = row.params
-        bpb = _pm(row.val_bpb)
+        p, bpb = row.params, _pm(row.val_bpb)
         lines.append("| " + " | ".join([
             ("★ " if i == 0 else "") + row.variant.label, f"{p['total']:,}", f"{p['mlp']:,}",
-            str(p["intermediate_size"]), _pm(row.val_loss), f"**{bpb}**" if i == 0 else bpb, _delta(rows[0], row),
+            str(p["intermediate_size"]), row.lr, _pm(row.val_loss), f"**{bpb}**" if i == 0 else bpb,
             f"{row.tokens_per_s:,.0f}", _duration(row.wall_time_s), str(row.val_bpb.n)]) + " |")
     notes = ["", verdict(rows), "", _shared(rows),
              "Values are mean ± sample std (ddof=1) over seeds at the final eval; ★ = lowest mean val bpb. "
-             "Params count the tied embedding once; MLP params are all layers' MLPs."]
+             "Params count the tied embedding once; MLP params are all layers' MLPs; tokens/s is the median "
+             "over each run's log intervals (evals excluded), averaged over seeds."]
     if len({row.tokens for row in rows}) > 1:
         notes.append("⚠ The variants trained on different token budgets ("
                      + ", ".join(f"{r.variant.label}: {r.tokens:,}" for r in rows) + "): not like for like.")
@@ -80,19 +92,17 @@ def markdown(rows: Sequence[Row], skipped: Sequence[Run] = ()) -> str:
 def _shared(rows: Sequence[Row]) -> str:
     c = rows[0].variant.config
     m, t, o, d = c["model"], c["trainer"], c["optim"], c["data"]
-    return (f"Setup (every variant's, unless its label says otherwise): {d.get('source')} data (vocab {d.get('vocab_size')}), {t['max_steps']} steps, "
-            f"{rows[0].tokens:,} tokens; lr {o.get('lr')} → {o.get('min_lr')} after {o.get('warmup_steps')} "
-            f"warmup steps; hidden_size {m.get('hidden_size')}, {m.get('n_layers')} layers; {t.get('precision')}.")
-
-
-def _delta(best: Row, row: Row) -> str:
-    if row is best:
-        return "—"
-    text = f"+{row.val_bpb.mean - best.val_bpb.mean:.4f}"
-    return text + (" (within noise)" if within_noise(best.val_bpb, row.val_bpb) else "")
+    min_lrs = {r.config["optim"].get("min_lr") for row in rows for r in row.variant.runs}
+    decay = f"min_lr {min_lrs.pop():g}" if len(min_lrs) == 1 else "each run's min_lr"
+    return (f"Setup (every variant's, unless its label says otherwise): {d.get('source')} data (vocab "
+            f"{d.get('vocab_size')}), {t['max_steps']} steps, {rows[0].tokens:,} tokens; {o.get('warmup_steps')} "
+            f"warmup steps, then {o.get('schedule', 'cosine')} decay to {decay}; hidden_size {m.get('hidden_size')}, "
+            f"{m.get('n_layers')} layers; precision {t.get('precision')}.")
 
 
 def _duration(seconds: float) -> str:
+    if math.isnan(seconds):
+        return "n/a"
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 

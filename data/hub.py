@@ -7,7 +7,7 @@ import contextlib
 import os
 import socket
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 from urllib.parse import urlparse
 
 from data.errors import DataError
@@ -51,10 +51,12 @@ def load_hub_dataset(
     data_files: Optional[List[str]] = None,
     streaming: bool = False,
     cache_dir: Optional[str] = None,
+    builder_options: Optional[Dict[str, Any]] = None,
 ):
     """All splits of `path` as a DatasetDict (IterableDatasetDict when streaming).
 
     A local folder goes through the very same call, which is how tests exercise this path.
+    `builder_options` go to the builder's config, e.g. {"sample_by": "paragraph"} for text files.
     """
     import datasets
 
@@ -64,7 +66,8 @@ def load_hub_dataset(
     try:
         with guard:
             return datasets.load_dataset(
-                path, name=name, data_files=data_files or None, streaming=streaming, cache_dir=cache_dir
+                path, name=name, data_files=data_files or None, streaming=streaming, cache_dir=cache_dir,
+                **(builder_options or {}),
             )
     except ConnectionError:
         raise DataError(f"cannot reach the Hugging Face hub for '{path}' and it is not in the local cache; {OFFLINE_CHOICES}") from None

@@ -13,8 +13,8 @@ from data.config import DataConfig
 from data.errors import DataError
 from data.sources import check_config, fingerprint, load_splits
 from data.token_files import DocumentEncoder, write_split
-from data.tokenizer import (batched_texts, check_vocab_size, file_hash, load_tokenizer, special_token_ids,
-                            train_tokenizer)
+from data.tokenizer import (batched_texts, check_vocab_size, file_hash, load_tokenizer, max_token_id,
+                            read_special_tokens, special_token_ids, train_tokenizer, write_special_tokens)
 
 TOKENIZER_FILE = "tokenizer.json"
 
@@ -44,7 +44,7 @@ def prepare(cfg: DataConfig, *, seq_len: Optional[int] = None, model_vocab_size:
     check_config(cfg)
     tokenizer_identity, expected_vocab = _tokenizer_identity(cfg)
     if model_vocab_size is not None:  # fail before an expensive build, not after
-        _check_vocab(expected_vocab, model_vocab_size, cfg)
+        _check_vocab(expected_vocab - 1, model_vocab_size, cfg)
     identity = {"data": fingerprint(cfg), "tokenizer": tokenizer_identity,
                 "budgets": [cfg.token_budget, cfg.val_token_budget]}
     cache_root = Path(cfg.cache_dir).resolve()
@@ -54,9 +54,11 @@ def prepare(cfg: DataConfig, *, seq_len: Optional[int] = None, model_vocab_size:
         meta = _build(cfg, directory, cache_root, log)
     else:
         log(f"data: using cache {directory}")
+        if meta.get("val_rule"):
+            log(f"data: validation: {meta['val_rule']}")
     data = PreparedData(dir=directory, tokenizer_path=directory / TOKENIZER_FILE, meta=meta)
-    if model_vocab_size is not None:
-        _check_vocab(meta["vocab_size"], model_vocab_size, cfg)
+    if model_vocab_size is not None:  # the real tokenizer's largest id, now that it exists
+        _check_vocab(max_token_id(data.tokenizer()), model_vocab_size, cfg)
     if seq_len is not None:
         for split, count in (("train", meta["train_tokens"]), ("validation", meta["val_tokens"])):
             if count <= seq_len + 1:
@@ -71,22 +73,24 @@ def _tokenizer_identity(cfg: DataConfig):
         check_vocab_size(cfg.vocab_size)
         return {"vocab_size": cfg.vocab_size, "train_bytes": cfg.tokenizer_train_bytes}, cfg.vocab_size
     tokenizer = load_tokenizer(cfg.tokenizer_path)
-    special_token_ids(tokenizer, cfg.tokenizer_path)
-    return {"file_hash": file_hash(cfg.tokenizer_path)}, tokenizer.get_vocab_size()
+    roles = read_special_tokens(Path(cfg.tokenizer_path).parent)  # an imported tokenizer names its own
+    special_token_ids(tokenizer, cfg.tokenizer_path, roles=roles)
+    return {"file_hash": file_hash(cfg.tokenizer_path), "roles": roles}, tokenizer.get_vocab_size()
 
 
-def _check_vocab(tokenizer_vocab: int, model_vocab: int, cfg: DataConfig) -> None:
-    """The embedding must have exactly one row per token id (model.vocab_size follows data.vocab_size by default)."""
-    if tokenizer_vocab == model_vocab:
+def _check_vocab(max_id: int, model_vocab: int, cfg: DataConfig) -> None:
+    """Every token id needs an embedding row: the tokenizer's largest id must be < model.vocab_size.
+
+    A count equality would be too strict: a model may have more rows than the tokenizer has ids
+    (ids it never sees, like a padded vocabulary's), and what must fit is the largest id, not the count.
+    """
+    if max_id < model_vocab:
         return
     if cfg.tokenizer_path is not None:
-        raise DataError(f"tokenizer {cfg.tokenizer_path} has {tokenizer_vocab} tokens but model.vocab_size={model_vocab}; "
-                        f"set data.vocab_size={tokenizer_vocab} (or model.vocab_size={tokenizer_vocab})")
-    if tokenizer_vocab == cfg.vocab_size:
-        raise DataError(f"data.vocab_size={cfg.vocab_size} but model.vocab_size={model_vocab}; make them equal "
-                        "(model.vocab_size follows data.vocab_size unless set)")
-    raise DataError(f"the corpus only supports a {tokenizer_vocab}-token tokenizer but model.vocab_size={model_vocab}; "
-                    f"set data.vocab_size={tokenizer_vocab}")
+        raise DataError(f"tokenizer {cfg.tokenizer_path} has token ids up to {max_id} but model.vocab_size={model_vocab}; "
+                        f"set data.vocab_size={max_id + 1} (model.vocab_size follows it) or model.vocab_size>={max_id + 1}")
+    raise DataError(f"data.vocab_size={cfg.vocab_size} gives token ids up to {max_id} but model.vocab_size={model_vocab}; "
+                    f"set model.vocab_size>={max_id + 1} (it follows data.vocab_size unless set)")
 
 
 def _build(cfg: DataConfig, directory: Path, cache_root: Path, log) -> Dict[str, Any]:
@@ -95,7 +99,7 @@ def _build(cfg: DataConfig, directory: Path, cache_root: Path, log) -> Dict[str,
     with publish(directory) as work:
         splits = load_splits(cfg, cache_root / "hf_datasets")
         tokenizer = _make_tokenizer(cfg, splits, work / TOKENIZER_FILE, log)
-        ids = special_token_ids(tokenizer)
+        ids = special_token_ids(tokenizer, roles=read_special_tokens(work))
         vocab_size = tokenizer.get_vocab_size()
         dtype = "uint16" if vocab_size < 65536 else "uint32"
         encoder = DocumentEncoder(tokenizer, splits.text_column, ids["eos_id"])
@@ -111,12 +115,14 @@ def _build(cfg: DataConfig, directory: Path, cache_root: Path, log) -> Dict[str,
             "source": cfg.source, "config": asdict(cfg), "cache_version": CACHE_VERSION,
             "tokenizer_hash": file_hash(work / TOKENIZER_FILE), "tokenizer_trained": cfg.tokenizer_path is None,
             "vocab_size": vocab_size, "dtype": dtype, **ids,
+            "val_rule": splits.val_rule, "val_files": splits.val_files,
             **{f"{name}_{field}": getattr(s, field) for name, s in stats.items() for field in ("tokens", "bytes", "documents")},
             "prepare_seconds": round(time.perf_counter() - start, 3),
         }
         write_json(work / META_FILE, meta)  # last: a directory with meta.json is complete
     log(f"data: {meta['train_tokens']:,} train / {meta['val_tokens']:,} val tokens, "
         f"{meta['train_bytes'] / max(meta['train_tokens'], 1):.2f} bytes/token, {meta['prepare_seconds']:.1f}s")
+    log(f"data: validation: {meta['val_rule']}")
     return meta
 
 
@@ -124,6 +130,9 @@ def _make_tokenizer(cfg: DataConfig, splits, path: Path, log) -> Tokenizer:
     """Copy the configured tokenizer.json, or train one on (the start of) the training split."""
     if cfg.tokenizer_path is not None:
         shutil.copyfile(cfg.tokenizer_path, path)
+        # Its roles travel with it: checkpoints copy this file from the cache, and fine-tunes of an
+        # imported model keep ending documents with that model's own EOS.
+        write_special_tokens(path.parent, read_special_tokens(Path(cfg.tokenizer_path).parent))
         return load_tokenizer(path)
     start = time.perf_counter()
     column = splits.text_column

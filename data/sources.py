@@ -2,16 +2,14 @@
 import glob
 import os
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
-from typing import Any, Dict, List
-
-import numpy as np
+from typing import Any, Dict, List, Optional
 
 from data.config import SOURCES, DataConfig
 from data.errors import DataError
 from data.hub import load_hub_dataset
 from data.shakespeare import load_plays, plays_dir
+from data.validation import describe_held_files, hold_out_documents, hold_out_files, relative_names
 
 HUB_PATHS = {"tinystories": "roneneldan/TinyStories", "fineweb_edu": "HuggingFaceFW/fineweb-edu"}
 # File extension -> `datasets` builder. Compressed files are read through their inner extension.
@@ -19,6 +17,9 @@ BUILDERS = {".txt": "text", ".text": "text", ".md": "text", ".json": "json", ".j
             ".parquet": "parquet", ".csv": "csv"}
 COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst")
 SAMPLE_BY = ("paragraph", "document", "line")
+# Files a hub-style folder may hold that are not data (datasets' own FILES_TO_IGNORE).
+NOT_DATA = ("README.md", "config.json", "dataset_info.json", "dataset_infos.json", "dummy_data.zip",
+            "dataset_dict.json")
 
 
 @dataclass
@@ -26,6 +27,8 @@ class Splits:
     train: Any  # datasets.Dataset, or datasets.IterableDataset when streaming
     val: Any
     text_column: str
+    val_rule: str = ""  # where validation came from, for the prepare log and meta.json
+    val_files: Optional[List[str]] = None  # the files held out whole, if that is how
 
 
 def check_config(cfg: DataConfig) -> None:
@@ -56,7 +59,8 @@ def fingerprint(cfg: DataConfig) -> Dict[str, Any]:
         identity["files"] = _stamp(sorted(plays_dir().glob("*/*.md")))
     elif cfg.source == "local":
         kind, files = resolve_local(cfg)
-        identity.update(kind=kind, files=_stamp(files), sample_by=cfg.sample_by if kind == "text" else None)
+        text = kind == "text" or (kind == "folder" and _all_text(_data_files(files)))
+        identity.update(kind=kind, files=_stamp(files), sample_by=cfg.sample_by if text else None)
     else:
         path = hub_path(cfg)
         identity.update(path=path, name=cfg.name, data_files=list(cfg.data_files))
@@ -69,19 +73,27 @@ def load_splits(cfg: DataConfig, hf_cache_dir: Path) -> Splits:
     """Train and validation documents for `cfg`; validation is held out of train when the source has none."""
     import datasets
 
-    text_column, where = cfg.text_column, cfg.path
+    text_column, where, held = cfg.text_column, cfg.path, None
     if cfg.source == "shakespeare":
         splits, text_column, where = {"train": datasets.Dataset.from_list(load_plays())}, "text", "the Shakespeare plays"
     elif cfg.source == "local":
-        splits, text_column = _load_local(cfg, hf_cache_dir)
+        splits, text_column, held = _load_local(cfg, hf_cache_dir)
     else:
         path = where = hub_path(cfg)
         cache = str(hf_cache_dir) if os.path.isdir(path) else None  # hub downloads use the shared HF cache
         splits = load_hub_dataset(path, cfg.name, list(cfg.data_files), cfg.streaming, cache)
-    train, val = _pick_splits(splits, cfg, where)
+    train, val, rule = _pick_splits(splits, cfg, where)
     for split in (train, val):
         _check_text_column(split, text_column, where)
-    return Splits(train=train, val=val, text_column=text_column)
+    if held is not None:  # plain text files: (held-out files, all files)
+        held_files, files = held
+        if held_files:
+            return Splits(train, val, text_column, describe_held_files(held_files, files, cfg.val_fraction),
+                          [n for f, n in zip(files, relative_names(files)) if f in held_files])
+        if len(files) == 1:
+            rule = (f"{rule}, from the one text file {files[0].name} (data.sample_by={cfg.sample_by}); "
+                    "with several files, whole files are held out")
+    return Splits(train=train, val=val, text_column=text_column, val_rule=rule)
 
 
 def hub_path(cfg: DataConfig) -> str:
@@ -118,8 +130,7 @@ def _expand(pattern: str) -> List[str]:
 def _builder_for(files: List[Path]) -> str:
     builders = set()
     for file in files:
-        suffixes = [s for s in file.suffixes if s not in COMPRESSIONS]
-        builder = BUILDERS.get(suffixes[-1].lower() if suffixes else "")
+        builder = _builder_of(file)
         if builder is None:
             raise DataError(f"cannot read '{file}': supported files are {', '.join(BUILDERS)} (optionally compressed)")
         builders.add(builder)
@@ -129,28 +140,70 @@ def _builder_for(files: List[Path]) -> str:
 
 
 def _load_local(cfg: DataConfig, hf_cache_dir: Path):
+    """(splits, text column, held) where held is (held-out files, all files) for plain text files."""
     import datasets
 
     kind, files = resolve_local(cfg)
     if kind == "saved":
         loaded = datasets.load_from_disk(cfg.path)
         splits = loaded if isinstance(loaded, datasets.DatasetDict) else {"train": loaded}
-        return splits, cfg.text_column
-    if kind == "folder":  # a folder laid out like a hub dataset: the hub loader infers its splits
-        return load_hub_dataset(cfg.path, cfg.name, None, cfg.streaming, str(hf_cache_dir)), cfg.text_column
+        return splits, cfg.text_column, None
+    if kind == "folder":
+        text_files = _unsplit_text_folder(Path(cfg.path), _data_files(files))
+        if text_files is None:  # laid out like a hub dataset: the hub loader infers its splits
+            options = {"sample_by": cfg.sample_by} if _all_text(_data_files(files)) else None
+            splits = load_hub_dataset(cfg.path, cfg.name, None, cfg.streaming, str(hf_cache_dir), options)
+            return splits, "text" if options else cfg.text_column, None
+        kind, files = "text", text_files
+    # Several text files and no validation split: whole files are held out (see data/validation.py).
+    several = kind == "text" and len(files) > 1 and cfg.val_split is None
+    held = hold_out_files(files, cfg.val_fraction, cfg.seed) if several else []
+    data_files = {"train": [str(f) for f in files if f not in held]}
+    if held:
+        data_files["validation"] = [str(f) for f in held]
     options = {"sample_by": cfg.sample_by} if kind == "text" else {}
     try:
-        splits = datasets.load_dataset(kind, data_files={"train": [str(f) for f in files]},
-                                       streaming=cfg.streaming, cache_dir=str(hf_cache_dir), **options)
+        splits = datasets.load_dataset(kind, data_files=data_files, streaming=cfg.streaming,
+                                       cache_dir=str(hf_cache_dir), **options)
     except datasets.exceptions.DatasetsError as error:
         cause = error.__cause__ or error
         reason = str(cause).splitlines()[0]
         raise DataError(f"cannot read {kind} files from data.path '{cfg.path}': {reason}; fix or remove the bad file") from None
     # The text builder always names its column "text", whatever data.text_column says.
-    return splits, "text" if kind == "text" else cfg.text_column
+    if kind != "text":
+        return splits, cfg.text_column, None
+    return splits, "text", (held, files)
+
+
+def _unsplit_text_folder(root: Path, data_files: List[Path]) -> Optional[List[Path]]:
+    """The files of a folder of plain text files with no split layout (they are all training data),
+    else None: a folder with train/validation names, a README `configs:` block, or other formats."""
+    from datasets.data_files import DataFilesDict, get_data_patterns
+
+    readme = root / "README.md"
+    if not _all_text(data_files) or (readme.exists() and "\nconfigs:" in readme.read_text(errors="replace")):
+        return None
+    patterns = get_data_patterns(str(root))
+    if set(patterns) != {"train"}:
+        return None
+    return sorted(Path(f) for f in DataFilesDict.from_patterns(patterns, base_path=str(root))["train"])
+
+
+def _data_files(files: List[Path]) -> List[Path]:
+    return [f for f in files if f.name not in NOT_DATA]
+
+
+def _all_text(files: List[Path]) -> bool:
+    return bool(files) and all(_builder_of(f) == "text" for f in files)
+
+
+def _builder_of(file: Path) -> Optional[str]:
+    suffixes = [s for s in file.suffixes if s not in COMPRESSIONS]
+    return BUILDERS.get(suffixes[-1].lower() if suffixes else "")
 
 
 def _pick_splits(splits, cfg: DataConfig, where: str):
+    """(train, validation, where validation comes from)."""
     names = list(splits.keys())
     if cfg.train_split not in splits:
         raise DataError(f"{where} has no split '{cfg.train_split}' (splits: {', '.join(names)}); set data.train_split")
@@ -159,40 +212,8 @@ def _pick_splits(splits, cfg: DataConfig, where: str):
                         "set data.val_split, or null to hold out data.val_fraction")
     val_name = cfg.val_split or ("validation" if "validation" in splits else None)
     if val_name is not None:
-        return splits[cfg.train_split], splits[val_name]
-    return _hold_out(splits[cfg.train_split], cfg, where)
-
-
-def _hold_out(train, cfg: DataConfig, where: str):
-    """Split off a deterministic `val_fraction` of documents (whole documents, never pieces)."""
-    import datasets
-
-    if isinstance(train, datasets.IterableDataset):
-        # A stream has no length to split by count: each document goes to validation by a hash
-        # of (seed, its index), so the same documents are held out on every pass.
-        keep = partial(_validation_mask, seed=cfg.seed, fraction=cfg.val_fraction)
-        return (train.filter(partial(keep, want=False), with_indices=True, batched=True),
-                train.filter(partial(keep, want=True), with_indices=True, batched=True))
-    if len(train) < 2:
-        raise DataError(f"{where} has {len(train)} document(s), too few to hold out validation; "
-                        "add documents, use data.sample_by=paragraph, or give a validation split")
-    parts = train.train_test_split(test_size=cfg.val_fraction, seed=cfg.seed)
-    return parts["train"], parts["test"]
-
-
-def _validation_mask(batch, indices, seed: int, fraction: float, want: bool) -> List[bool]:
-    mask = uniform_hash(seed, np.asarray(indices)) < fraction
-    return list(mask == want)
-
-
-def uniform_hash(seed: int, indices: np.ndarray) -> np.ndarray:
-    """A fixed pseudo-random number in [0, 1) per (seed, index): splitmix64, vectorised."""
-    mix = np.uint64((seed * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF)
-    x = indices.astype(np.uint64) + mix  # uint64 arrays wrap around silently: that is the hash
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    x = x ^ (x >> np.uint64(31))
-    return (x >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+        return splits[cfg.train_split], splits[val_name], f"the '{val_name}' split of {where}"
+    return hold_out_documents(splits[cfg.train_split], cfg, where)
 
 
 def _check_text_column(split, column: str, where: str) -> None:

@@ -1,5 +1,10 @@
-"""Byte-level BPE with Hugging Face `tokenizers`: train one on a corpus, or load a tokenizer.json."""
+"""Byte-level BPE with Hugging Face `tokenizers`: train one on a corpus, or load a tokenizer.json.
+
+Also the one home of the special tokens: minillama's own, and the `special_tokens.json` file that
+sits next to a tokenizer.json (in checkpoints) when other tokens play those roles (an HF import).
+"""
 import hashlib
+import json
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional
 
@@ -7,8 +12,12 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from data.errors import DataError
 
-# Trained first, so they get ids 0, 1, 2 in this order; the HF export reads the strings from here.
+# Role → token. Trained first, so they get ids 0, 1, 2 in this order. Training appends EOS to every
+# document; nothing is prepended. Every other package reads these from here.
 SPECIAL_TOKENS = {"bos": "<|bos|>", "eos": "<|eos|>", "pad": "<|pad|>"}
+ROLES = tuple(SPECIAL_TOKENS)
+# Next to a tokenizer.json: which of its tokens play each role, when they are not minillama's.
+SPECIAL_TOKENS_FILE = "special_tokens.json"
 # Every byte must have its own token, or some text would have no encoding at all.
 MIN_VOCAB_SIZE = 256 + len(SPECIAL_TOKENS)
 
@@ -55,16 +64,52 @@ def load_tokenizer(path) -> Tokenizer:
                         "point data.tokenizer_path at a file saved by `tokenizers`") from None
 
 
-def special_token_ids(tokenizer: Tokenizer, source: str = "the tokenizer") -> Dict[str, int]:
-    """{"bos_id", "eos_id", "pad_id"}; a tokenizer without our special tokens cannot mark document ends."""
-    ids = {}
-    for role, token in SPECIAL_TOKENS.items():
-        token_id = tokenizer.token_to_id(token)
-        if token_id is None:
-            raise DataError(f"{source} has no '{token}' token; add {list(SPECIAL_TOKENS.values())} as special "
+def special_token_ids(tokenizer: Tokenizer, source: str = "the tokenizer",
+                      roles: Optional[Dict[str, Optional[str]]] = None) -> Dict[str, Optional[int]]:
+    """{"bos_id", "eos_id", "pad_id"} for the data pipeline: every named role must exist, and EOS must
+    be named, or documents could not be ended. `roles` defaults to minillama's SPECIAL_TOKENS."""
+    roles = SPECIAL_TOKENS if roles is None else roles
+    if roles.get("eos") is None:
+        raise DataError(f"{source} has no end-of-document token; name one under 'eos' in {SPECIAL_TOKENS_FILE}")
+    ids = token_ids(tokenizer, roles)
+    for role, token in roles.items():
+        if token is not None and ids[role] is None:
+            raise DataError(f"{source} has no '{token}' token; add {[t for t in roles.values() if t]} as special "
                             "tokens, or set data.tokenizer_path=null to train one")
-        ids[f"{role}_id"] = token_id
-    return ids
+    return {f"{role}_id": ids[role] for role in ROLES}
+
+
+def token_ids(tokenizer: Tokenizer, roles: Dict[str, Optional[str]]) -> Dict[str, Optional[int]]:
+    """role → id in this tokenizer; None where the role has no token or the tokenizer lacks it."""
+    return {role: tokenizer.token_to_id(roles[role]) if roles.get(role) is not None else None for role in ROLES}
+
+
+def read_special_tokens(directory) -> Dict[str, Optional[str]]:
+    """role → token string (or None) for the tokenizer.json in `directory` (a checkpoint).
+
+    Without a special_tokens.json the tokenizer is minillama's own and uses SPECIAL_TOKENS.
+    """
+    path = Path(directory) / SPECIAL_TOKENS_FILE
+    if not path.exists():
+        return dict(SPECIAL_TOKENS)
+    try:
+        roles = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DataError(f"{path} is unreadable ({e}); delete it to use minillama's {list(SPECIAL_TOKENS.values())}")
+    if not isinstance(roles, dict) or set(roles) != set(ROLES) or \
+            not all(v is None or isinstance(v, str) for v in roles.values()):
+        raise DataError(f"{path} must map exactly {list(ROLES)} to token strings or null")
+    return roles
+
+
+def write_special_tokens(directory, roles: Dict[str, Optional[str]]) -> None:
+    """Record which tokens play BOS/EOS/PAD next to the tokenizer.json in `directory`."""
+    (Path(directory) / SPECIAL_TOKENS_FILE).write_text(json.dumps({r: roles.get(r) for r in ROLES}, indent=2))
+
+
+def max_token_id(tokenizer: Tokenizer) -> int:
+    """The largest id the tokenizer can produce (added tokens included): the model needs more rows than this."""
+    return max(tokenizer.get_vocab(with_added_tokens=True).values())
 
 
 def file_hash(path) -> str:

@@ -8,7 +8,7 @@ from typing import Dict, Optional
 
 import torch
 
-from model import ModelConfig, Transformer, swiglu_intermediate_size
+from model import ModelConfig, Transformer, find_multiple, swiglu_intermediate_size
 
 # Where our exported config.json keeps the full ModelConfig, so that fields HF has no slot for
 # (multiple_of, ffn_dim_multiplier, dropout, init_std) survive export → import exactly.
@@ -32,10 +32,10 @@ class ConversionError(ValueError):
 
 
 def check_llama_compatible(cfg: ModelConfig) -> None:
-    if (cfg.norm, cfg.mlp) != ("rmsnorm", "swiglu"):
+    if (cfg.norm, cfg.mlp, cfg.qk_norm) != ("rmsnorm", "swiglu", False):
         raise ConversionError(
-            f"this model uses norm={cfg.norm!r} and mlp={cfg.mlp!r}; only rmsnorm + swiglu models are "
-            "LLaMA-compatible, so only those can be exported to Hugging Face")
+            f"this model uses norm={cfg.norm!r}, mlp={cfg.mlp!r}, qk_norm={cfg.qk_norm}; only rmsnorm + swiglu "
+            "models without qk_norm are LLaMA-compatible, so only those can be exported to Hugging Face")
 
 
 def to_hf_state_dict(state: Dict[str, torch.Tensor], cfg: ModelConfig) -> Dict[str, torch.Tensor]:
@@ -91,10 +91,11 @@ def _expected_hf_shapes(cfg: ModelConfig) -> Dict[str, tuple]:
 def llama_config_fields(cfg: ModelConfig, token_ids: Dict[str, Optional[int]]) -> dict:
     """The LlamaConfig keyword arguments that describe this model (and its special-token ids)."""
     check_llama_compatible(cfg)
+    # HF's vocab_size is the embedding's row count: the padded size. The tokenizer has fewer tokens.
     return dict(
-        architectures=["LlamaForCausalLM"], vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
-        intermediate_size=cfg.intermediate_size, num_hidden_layers=cfg.n_layers,
-        num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_kv_heads, head_dim=cfg.head_dim,
+        architectures=["LlamaForCausalLM"], vocab_size=cfg.padded_vocab_size, hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.resolved_intermediate_size, num_hidden_layers=cfg.n_layers,
+        num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.resolved_n_kv_heads, head_dim=cfg.head_dim,
         hidden_act="silu", max_position_embeddings=cfg.max_seq_len, initializer_range=cfg.init_std,
         rms_norm_eps=cfg.norm_eps, tie_word_embeddings=cfg.tie_embeddings,
         rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta},
@@ -109,15 +110,24 @@ def llama_config(cfg: ModelConfig, token_ids: Dict[str, Optional[int]]):
     return LlamaConfig(**llama_config_fields(cfg, token_ids))
 
 
-def model_config_from_hf(config: dict) -> ModelConfig:
-    """A ModelConfig from a Llama config.json (as a dict), refusing what our model does not implement."""
+def model_config_from_hf(config: dict, n_tokens: Optional[int] = None) -> ModelConfig:
+    """A ModelConfig from a Llama config.json (as a dict), refusing what our model does not implement.
+
+    config.json's vocab_size counts embedding rows; `n_tokens` (the tokenizer's max id + 1) may be
+    smaller: the rows above it become the padding of a padded vocabulary.
+    """
     _check_supported(config)
     rope = config.get("rope_parameters") or {}
     try:
         hidden, n_heads = int(config["hidden_size"]), int(config["num_attention_heads"])
-        intermediate = int(config["intermediate_size"])
+        intermediate, rows = int(config["intermediate_size"]), int(config["vocab_size"])
+        n_tokens = rows if n_tokens is None else n_tokens
+        if n_tokens > rows:
+            raise ConversionError(f"the tokenizer has token ids up to {n_tokens - 1} but config.json's vocab_size="
+                                  f"{rows} gives the embedding only {rows} rows; they do not belong together")
         derived = ModelConfig(
-            vocab_size=int(config["vocab_size"]), hidden_size=hidden, n_layers=int(config["num_hidden_layers"]),
+            vocab_size=n_tokens, vocab_multiple=_vocab_multiple_for(n_tokens, rows), hidden_size=hidden,
+            n_layers=int(config["num_hidden_layers"]),
             n_heads=n_heads, n_kv_heads=int(config.get("num_key_value_heads") or n_heads),
             multiple_of=_multiple_of_for(hidden, intermediate), intermediate_size=intermediate,
             max_seq_len=int(config.get("max_position_embeddings", 2048)), norm="rmsnorm", mlp="swiglu",
@@ -127,6 +137,8 @@ def model_config_from_hf(config: dict) -> ModelConfig:
             init_std=float(config.get("initializer_range", 0.02)))
     except KeyError as e:
         raise ConversionError(f"config.json lacks {e.args[0]!r}, which every Llama config has")
+    except ConversionError:
+        raise
     except (TypeError, ValueError) as e:
         raise ConversionError(f"config.json describes a model minillama cannot build: {e}")
     if config.get("head_dim") not in (None, derived.head_dim):
@@ -163,18 +175,30 @@ def _multiple_of_for(hidden_size: int, intermediate_size: int) -> int:
     return 256
 
 
+def _vocab_multiple_for(n_tokens: int, rows: int) -> int:
+    """A vocab_multiple that pads n_tokens to exactly `rows`: the default 64 if it does, else the
+    largest power of two that does, else `rows` itself (which always does, as n_tokens <= rows)."""
+    for m in (64, 256, 128, 32, 16, 8, 4, 2, 1):
+        if find_multiple(n_tokens, m) == rows:
+            return m
+    return rows
+
+
 def _restore_minillama_fields(derived: ModelConfig, saved: Optional[dict]) -> ModelConfig:
     """Use the ModelConfig our export embedded, but only if it still describes the same network."""
     if not isinstance(saved, dict):
         return derived
     try:
-        candidate = ModelConfig(**saved)
+        candidate = ModelConfig.from_dict(saved)
     except (TypeError, ValueError):
         return derived
-    same_network = all(getattr(candidate, f) == getattr(derived, f) for f in _HF_VISIBLE_FIELDS)
+    same_network = _network(candidate) == _network(derived) and candidate.vocab_size >= derived.vocab_size
     return candidate if same_network else derived
 
 
-# ModelConfig fields that config.json states itself; anything else comes from MINILLAMA_CONFIG_KEY.
-_HF_VISIBLE_FIELDS = ("vocab_size", "hidden_size", "n_layers", "n_heads", "n_kv_heads", "intermediate_size",
-                      "max_seq_len", "norm", "mlp", "norm_eps", "rope_theta", "tie_embeddings")
+def _network(cfg: ModelConfig) -> tuple:
+    """What config.json states itself; the other fields come from MINILLAMA_CONFIG_KEY. vocab_size
+    is not here: a model may have more ids than its tokenizer uses (checked against the tokenizer)."""
+    return (cfg.padded_vocab_size, cfg.hidden_size, cfg.n_layers, cfg.n_heads, cfg.resolved_n_kv_heads,
+            cfg.resolved_intermediate_size, cfg.max_seq_len, cfg.norm, cfg.mlp, cfg.qk_norm, cfg.norm_eps,
+            cfg.rope_theta, cfg.tie_embeddings)

@@ -5,8 +5,8 @@ from typing import Dict, Optional
 
 from safetensors.torch import save_file
 
+from data.tokenizer import read_special_tokens, token_ids
 from interop.hf import check_llama_compatible, llama_config, to_hf_state_dict
-from interop.special_tokens import read_special_tokens, special_token_ids
 from model import Transformer
 from training.checkpoint import load_model, load_model_config, resolve_checkpoint
 
@@ -40,13 +40,21 @@ def export_checkpoint(checkpoint: str, out_dir: str, force: bool = False) -> Pat
 
 def write_hf_dir(out: Path, model: Transformer, tokenizer, roles: Dict[str, Optional[str]],
                  tokenizer_file: Path) -> None:
-    """config.json, model.safetensors, generation_config.json, tokenizer.json + tokenizer_config.json."""
+    """config.json, model.safetensors, generation_config.json, tokenizer.json + tokenizer_config.json.
+
+    With a padded vocabulary, config.json's vocab_size and the embedding are the padded row count
+    and the tokenizer has fewer tokens, as in GPT-2-style HF checkpoints.
+    """
     from transformers import GenerationConfig, PreTrainedTokenizerFast  # interop-only dependency
 
-    cfg, ids = model.cfg, special_token_ids(tokenizer, roles)
+    cfg, ids = model.cfg, token_ids(tokenizer, roles)
     llama_config(cfg, ids).save_pretrained(out)
     save_file(to_hf_state_dict(model.state_dict(), cfg), str(out / "model.safetensors"), metadata={"format": "pt"})
-    GenerationConfig(bos_token_id=ids["bos"], eos_token_id=ids["eos"], pad_token_id=ids["pad"]).save_pretrained(out)
+    # The padding ids (no token has them) are suppressed in HF's generate() too, as in ours.
+    n_tokens = min(cfg.vocab_size, tokenizer.get_vocab_size())
+    padding = list(range(n_tokens, cfg.padded_vocab_size))
+    GenerationConfig(bos_token_id=ids["bos"], eos_token_id=ids["eos"], pad_token_id=ids["pad"],
+                     suppress_tokens=padding or None).save_pretrained(out)
     # Wrapping our tokenizer as-is keeps encoding identical; model_max_length lets HF warn about
     # over-long inputs instead of silently running past the trained context.
     specials = {f"{role}_token": token for role, token in roles.items() if token is not None}

@@ -1,5 +1,7 @@
 """Import a Hugging Face Llama directory (safetensors weights + tokenizer.json) as a minillama checkpoint."""
 import json
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Dict, Optional
 
@@ -7,8 +9,8 @@ import torch
 from safetensors.torch import load_file
 from tokenizers import Tokenizer
 
+from data.tokenizer import ROLES, SPECIAL_TOKENS_FILE, max_token_id, write_special_tokens
 from interop.hf import ConversionError, from_hf_state_dict, model_config_from_hf
-from interop.special_tokens import ROLES, write_special_tokens
 from training.checkpoint import list_checkpoints, save_checkpoint
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -22,17 +24,27 @@ def import_checkpoint(hf_dir: str, run_dir: str) -> Path:
     """
     hf = Path(hf_dir)
     config = _read_json(hf / "config.json", f"{hf} is not a Hugging Face model directory (no readable config.json)")
-    cfg = model_config_from_hf(config)
+    tokenizer = _read_tokenizer(hf)
+    # The embedding may have more rows than the tokenizer has ids (a padded vocabulary): the
+    # tokenizer sets vocab_size, config.json the row count.
+    cfg = model_config_from_hf(config, n_tokens=max_token_id(tokenizer) + 1)
     state = from_hf_state_dict(read_hf_weights(hf), cfg)
-    tokenizer = _read_tokenizer(hf, cfg.vocab_size)
+    roles = _hf_special_tokens(hf, config, tokenizer)
     ckpt_root = Path(run_dir) / "checkpoints"
     if list_checkpoints(ckpt_root):  # the import (step 0) would hide behind them, or clobber one
         raise FileExistsError(f"{ckpt_root} already holds checkpoints; import into a new run directory")
-    ckpt = save_checkpoint(ckpt_root, 0, state, cfg, hf / "tokenizer.json",
-                           state={"step": 0, "tokens_seen": 0, "elapsed_s": 0.0, "imported_from": str(hf.resolve())},
-                           config_yaml=f"# imported from {hf.resolve()} by scripts/import_hf.py; no training config\n",
-                           keep_last=0)
-    write_special_tokens(ckpt, _hf_special_tokens(hf, config, tokenizer))
+    with tempfile.TemporaryDirectory() as staging:
+        # The roles travel next to the tokenizer.json, as in every checkpoint, so whatever copies the
+        # tokenizer onward (the data cache, a fine-tune's checkpoints) can carry them forward.
+        shutil.copyfile(hf / "tokenizer.json", Path(staging) / "tokenizer.json")
+        write_special_tokens(staging, roles)
+        note = f"# imported from {hf.resolve()} by scripts/import_hf.py; no training config\n"
+        ckpt = save_checkpoint(ckpt_root, 0, state, cfg, Path(staging) / "tokenizer.json",
+                               state={"step": 0, "tokens_seen": 0, "elapsed_s": 0.0,
+                                      "imported_from": str(hf.resolve())},
+                               config_yaml=note, keep_last=0)
+    if not (ckpt / SPECIAL_TOKENS_FILE).exists():  # a checkpoint writer that copies only tokenizer.json
+        write_special_tokens(ckpt, roles)
     return ckpt
 
 
@@ -59,19 +71,15 @@ def read_hf_weights(hf: Path) -> Dict[str, torch.Tensor]:
     return weights
 
 
-def _read_tokenizer(hf: Path, vocab_size: int) -> Tokenizer:
+def _read_tokenizer(hf: Path) -> Tokenizer:
     path = hf / "tokenizer.json"
     if not path.exists():
         raise ConversionError(f"{hf} has no tokenizer.json (a fast tokenizer); minillama checkpoints need one "
                               "— save the tokenizer with AutoTokenizer(...).save_pretrained() first")
     try:
-        tokenizer = Tokenizer.from_file(str(path))
+        return Tokenizer.from_file(str(path))
     except Exception as e:
         raise ConversionError(f"{path} is unreadable ({e})")
-    if tokenizer.get_vocab_size() != vocab_size:
-        raise ConversionError(f"{path} has {tokenizer.get_vocab_size()} tokens but config.json says "
-                              f"vocab_size={vocab_size}; minillama needs them equal")
-    return tokenizer
 
 
 def _hf_special_tokens(hf: Path, config: dict, tokenizer: Tokenizer) -> Dict[str, Optional[str]]:

@@ -1,4 +1,4 @@
-"""Causal self-attention with RoPE, grouped-query heads, SDPA, and an optional KV cache."""
+"""Causal self-attention with RoPE, grouped-query heads, optional QK-norm, SDPA, and a KV cache."""
 from typing import Optional
 
 import torch
@@ -7,6 +7,7 @@ from torch import nn
 
 from model.config import ModelConfig
 from model.kv_cache import KVCache
+from model.norm import NoNorm, RMSNorm
 from model.rope import apply_rope
 
 
@@ -14,12 +15,18 @@ class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig, layer_idx: int):
         super().__init__()
         self.layer_idx = layer_idx
-        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.resolved_n_kv_heads, cfg.head_dim
         # Separate q/k/v projections (no biases, as LLaMA) keep the HF weight names one-to-one.
-        self.q_proj = nn.Linear(cfg.hidden_size, cfg.n_heads * cfg.head_dim, bias=False)
-        self.k_proj = nn.Linear(cfg.hidden_size, cfg.n_kv_heads * cfg.head_dim, bias=False)
-        self.v_proj = nn.Linear(cfg.hidden_size, cfg.n_kv_heads * cfg.head_dim, bias=False)
-        self.o_proj = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.hidden_size, bias=False)
+        self.q_proj = nn.Linear(cfg.hidden_size, self.n_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(cfg.hidden_size, self.n_kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(cfg.hidden_size, self.n_kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.n_heads * self.head_dim, cfg.hidden_size, bias=False)
+        # QK-norm (OLMo-2, Qwen3): RMSNorm over each head's head_dim, one weight shared by all heads,
+        # so attention logits cannot grow without bound as q and k weights grow. Always RMSNorm:
+        # the model.norm ablation is about the residual-stream norms.
+        norm_cls = RMSNorm if cfg.qk_norm else NoNorm
+        self.q_norm = norm_cls(self.head_dim, eps=cfg.norm_eps)
+        self.k_norm = norm_cls(self.head_dim, eps=cfg.norm_eps)
         self.dropout = cfg.dropout
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -29,6 +36,7 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim)
         k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
         v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
+        q, k = self.q_norm(q), self.k_norm(k)  # identity unless qk_norm; before RoPE, as Qwen3
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, heads, T, head_dim)
 
@@ -45,6 +53,13 @@ class Attention(nn.Module):
             enable_gqa=self.n_kv_heads != self.n_heads,
         )  # (B, n_heads, T, head_dim)
         return self.o_proj(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
+
+    def init_weights(self, std: float, out_std: float) -> None:
+        for proj in (self.q_proj, self.k_proj, self.v_proj):
+            nn.init.normal_(proj.weight, mean=0.0, std=std)
+        nn.init.normal_(self.o_proj.weight, mean=0.0, std=out_std)  # writes into the residual stream
+        self.q_norm.init_weights(std, out_std)
+        self.k_norm.init_weights(std, out_std)
 
 
 def _causal_mask(T: int, past: int, device: torch.device) -> Optional[torch.Tensor]:

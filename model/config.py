@@ -1,14 +1,23 @@
-"""ModelConfig: the model's only input, with every derived size computed and validated here."""
+"""ModelConfig: the model's only input, with every derived size computed and validated here.
+
+Fields hold what the user set; `None` means "derive it". Derived sizes are properties computed
+from the current fields on every read, so `dataclasses.replace(cfg, hidden_size=512)` re-derives
+them and can never carry a stale value, while a value the user set stays set.
+"""
 from dataclasses import dataclass
 from typing import Optional
 
 from model.mlp import MLPS, swiglu_intermediate_size
 from model.norm import NORMS
+from model.rounding import find_multiple
 
 
 @dataclass
 class ModelConfig:
-    vocab_size: int = 4096
+    vocab_size: int = 4096  # token ids the tokenizer can produce (its max id + 1)
+    # The embedding and LM head get padded_vocab_size rows: vocab_size rounded UP to this multiple,
+    # so the largest matmul has hardware-friendly sizes (GPT-2's 50,257 → 50,304). 1 = no padding.
+    vocab_multiple: int = 64
     hidden_size: int = 256
     n_layers: int = 6
     n_heads: int = 8
@@ -19,14 +28,25 @@ class ModelConfig:
     max_seq_len: int = 256
     norm: str = "rmsnorm"
     mlp: str = "swiglu"
+    qk_norm: bool = False  # RMSNorm over head_dim on q and k before RoPE (OLMo-2, Qwen3)
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
     tie_embeddings: bool = True
     dropout: float = 0.0
     init_std: float = 0.02
 
+    @classmethod
+    def from_dict(cls, fields: dict) -> "ModelConfig":
+        """A config from a saved dict (model_config.json), including files written before padding.
+
+        Files without `vocab_multiple` predate padded vocabularies: their embedding has exactly
+        vocab_size rows, so they load with vocab_multiple=1. Their resolved n_kv_heads and
+        intermediate_size load as explicit values, which describe the same network.
+        """
+        return cls(**{"vocab_multiple": 1, **fields})
+
     def __post_init__(self):
-        for name in ("vocab_size", "hidden_size", "n_layers", "n_heads", "max_seq_len"):
+        for name in ("vocab_size", "vocab_multiple", "hidden_size", "n_layers", "n_heads", "max_seq_len"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"model.{name}={getattr(self, name)} must be a positive integer")
         if self.norm not in NORMS:
@@ -39,12 +59,10 @@ class ModelConfig:
             raise ValueError(
                 f"model.hidden_size={self.hidden_size} is not divisible by model.n_heads={self.n_heads}; "
                 f"pick n_heads from {_divisors(self.hidden_size)}")
-        if self.n_kv_heads is None:
-            self.n_kv_heads = self.n_heads
-        if self.n_kv_heads <= 0 or self.n_heads % self.n_kv_heads:
+        if self.n_kv_heads is not None and (self.n_kv_heads <= 0 or self.n_heads % self.n_kv_heads):
             raise ValueError(
                 f"model.n_kv_heads={self.n_kv_heads} must divide model.n_heads={self.n_heads}; "
-                f"pick one of {_divisors(self.n_heads)}")
+                f"pick one of {_divisors(self.n_heads)} (or null for n_heads)")
         if self.head_dim % 2:
             raise ValueError(
                 f"head_dim = hidden_size/n_heads = {self.head_dim} is odd, but RoPE rotates pairs of "
@@ -56,14 +74,32 @@ class ModelConfig:
         for name, example in (("norm_eps", "1e-5"), ("rope_theta", "10000.0"), ("init_std", "0.02")):
             if getattr(self, name) <= 0:
                 raise ValueError(f"model.{name}={getattr(self, name)} must be > 0 (e.g. {example})")
-        if self.intermediate_size is None:
-            self.intermediate_size = self.derived_intermediate_size()
-        elif self.intermediate_size <= 0:
+        if self.intermediate_size is not None and self.intermediate_size <= 0:
             raise ValueError(f"model.intermediate_size={self.intermediate_size} must be > 0 or null (derived)")
 
+    # ---- derived sizes: read these, not the fields, when building the network ---------------------
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.n_heads
+
+    @property
+    def resolved_n_kv_heads(self) -> int:
+        """n_kv_heads, or n_heads when unset (plain multi-head attention)."""
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    @property
+    def resolved_intermediate_size(self) -> int:
+        """intermediate_size, or the width rule of the mlp kind when unset."""
+        return self.derived_intermediate_size() if self.intermediate_size is None else self.intermediate_size
+
+    @property
+    def padded_vocab_size(self) -> int:
+        """Rows of the embedding and LM head: vocab_size rounded up to vocab_multiple.
+
+        The ids from vocab_size up are padding: no token has them, training never targets them and
+        generation masks them out.
+        """
+        return find_multiple(self.vocab_size, self.vocab_multiple)
 
     def derived_intermediate_size(self) -> int:
         """The MLP width this config gets when intermediate_size is not set explicitly."""

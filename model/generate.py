@@ -6,8 +6,6 @@ import torch
 from model.kv_cache import KVCache
 from model.transformer import Transformer
 
-EOS_TOKEN = "<|eos|>"  # minillama's end-of-document token; training appends it to every document
-
 # Called with (row, token_id) for every generated token, or (row, text) for streamed text.
 TokenCallback = Callable[[int, int], None]
 TextCallback = Callable[[int, str], None]
@@ -91,7 +89,7 @@ def check_sampling_args(max_new_tokens: int, temperature: float, top_k: Optional
         raise ValueError(f"num_samples={num_samples} must be >= 1")
 
 
-def _check_prompts(model: Transformer, prompts: Sequence[Sequence[int]]) -> None:
+def _check_prompts(model: Transformer, prompts: Sequence[Sequence[int]], vocab_limit: int) -> None:
     if not prompts:
         raise ValueError("no prompts given; pass at least one")
     cfg = model.cfg
@@ -99,15 +97,15 @@ def _check_prompts(model: Transformer, prompts: Sequence[Sequence[int]]) -> None
         if not 0 < len(ids) < cfg.max_seq_len:
             raise ValueError(f"prompt {i} has {len(ids)} tokens; it must have 1 to {cfg.max_seq_len - 1} "
                              f"(the model's max_seq_len={cfg.max_seq_len} minus room for one new token)")
-        if min(ids) < 0 or max(ids) >= cfg.vocab_size:
-            raise ValueError(f"prompt {i} has token ids outside the vocabulary [0, {cfg.vocab_size})")
+        if min(ids) < 0 or max(ids) >= vocab_limit:
+            raise ValueError(f"prompt {i} has token ids outside the vocabulary [0, {vocab_limit})")
 
 
 @torch.inference_mode()
 def generate_ids(model: Transformer, prompts: Sequence[Sequence[int]], max_new_tokens: int = 128,
                  temperature: float = 1.0, top_k: Optional[int] = None, top_p: Optional[float] = None,
                  seed: Optional[int] = None, eos_id: Optional[int] = None, use_cache: bool = True,
-                 on_token: Optional[TokenCallback] = None) -> List[List[int]]:
+                 on_token: Optional[TokenCallback] = None, vocab_limit: Optional[int] = None) -> List[List[int]]:
     """Continue each prompt (a list of ids) by up to max_new_tokens ids; returns the new ids per prompt.
 
     Prompts of different lengths batch together without padding masks (the model has none): all
@@ -115,10 +113,12 @@ def generate_ids(model: Transformer, prompts: Sequence[Sequence[int]], max_new_t
     is longer is fed its own prompt tokens instead of samples until its prompt ends (as Meta's
     reference LLaMA generate does). A row stops after `eos_id` (kept as its last id) or its budget.
     A prompt must leave room in the context (< max_seq_len tokens); generating past the context
-    slides it (see `_Context`) instead of failing.
+    slides it (see `_Context`) instead of failing. Only ids below `vocab_limit` (default: the
+    model's vocab_size) are ever produced: the padding rows of a padded vocabulary are never sampled.
     """
     check_sampling_args(max_new_tokens, temperature, top_k, top_p)
-    _check_prompts(model, prompts)
+    vocab_limit = model.cfg.vocab_size if vocab_limit is None else min(vocab_limit, model.cfg.vocab_size)
+    _check_prompts(model, prompts, vocab_limit)
     device = model.embed_tokens.weight.device
     lengths = torch.tensor([len(p) for p in prompts], device=device)
     total_len = int(lengths.max()) + max_new_tokens
@@ -136,7 +136,8 @@ def generate_ids(model: Transformer, prompts: Sequence[Sequence[int]], max_new_t
     for pos in range(int(lengths.min()), total_len):
         if bool(done.all()):
             break
-        sampled = sample_next(context.next_logits(tokens, pos).float(), temperature, top_k, top_p, generator)
+        logits = context.next_logits(tokens, pos)[:, :vocab_limit]  # (B, vocab_limit): padding ids cut off
+        sampled = sample_next(logits.float(), temperature, top_k, top_p, generator)
         fresh = ~is_prompt[:, pos] & ~done  # rows that just produced a real new token
         tokens[:, pos] = torch.where(fresh, sampled, tokens[:, pos])
         if on_token is not None:
@@ -193,14 +194,16 @@ def encode_prompt(tokenizer, prompt: str, start_id: Optional[int]) -> List[int]:
 def generate(model: Transformer, tokenizer, prompts: Sequence[str], max_new_tokens: int = 128,
              temperature: float = 1.0, top_k: Optional[int] = None, top_p: Optional[float] = None,
              num_samples: int = 1, seed: Optional[int] = None, stop_at_eos: bool = True,
-             eos_token: Optional[str] = EOS_TOKEN, use_cache: bool = True,
+             eos_token: Optional[str] = None, use_cache: bool = True,
              on_text: Optional[TextCallback] = None, on_token: Optional[TokenCallback] = None) -> List[str]:
     """Generate continuations of text prompts; returns len(prompts) * num_samples strings, prompt-major.
 
     on_text(row, piece) streams each row's text as it is produced; the pieces of a row concatenate
     to its returned string. on_token(row, id) sees every generated id, the stopping EOS included.
     The stopping EOS is not part of the text; other special tokens are. eos_token names the
-    end-of-document token (None, or a token the tokenizer lacks: never stop early).
+    end-of-document token — the caller's, from the checkpoint's special tokens (`data.tokenizer.
+    read_special_tokens`); None, or a token the tokenizer lacks: never stop early. Only ids the
+    tokenizer has are generated, never the padding ids of a padded vocabulary.
     """
     check_sampling_args(max_new_tokens, temperature, top_k, top_p, num_samples)
     eos_id = tokenizer.token_to_id(eos_token) if eos_token is not None else None
@@ -216,7 +219,8 @@ def generate(model: Transformer, tokenizer, prompts: Sequence[str], max_new_toke
             on_text(row, piece)
 
     new_ids = generate_ids(model, rows, max_new_tokens, temperature, top_k, top_p, seed, stop_id, use_cache,
-                           each_token if on_text is not None or on_token is not None else None)
+                           each_token if on_text is not None or on_token is not None else None,
+                           vocab_limit=tokenizer.get_vocab_size())
     for row, stream in enumerate(streams):
         piece = stream.flush()
         if piece:

@@ -1,9 +1,15 @@
-"""Feed-forward blocks: SwiGLU (LLaMA's) and GeGLU, GELU and ReLU² baselines, plus the width rule."""
+"""Feed-forward blocks: SwiGLU (LLaMA's) and GeGLU, GELU and ReLU² baselines, plus the width rule.
+
+Every MLP owns `init_weights(std, out_std)`: `out_std` goes to the layer whose output is added to
+the residual stream (tests/test_transformer.py finds those layers by tracing, not by name).
+"""
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from model.rounding import find_multiple
 
 
 def swiglu_intermediate_size(hidden_size: int, multiple_of: int, ffn_dim_multiplier: Optional[float] = None) -> int:
@@ -17,7 +23,7 @@ def swiglu_intermediate_size(hidden_size: int, multiple_of: int, ffn_dim_multipl
     hidden = int(2 * (4 * hidden_size) / 3)
     if ffn_dim_multiplier is not None:
         hidden = int(ffn_dim_multiplier * hidden)
-    return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
+    return find_multiple(hidden, multiple_of)
 
 
 class SwiGLU(nn.Module):
@@ -39,6 +45,10 @@ class SwiGLU(nn.Module):
         # Both halves are used: gate (first half) decides how much of up (second half) passes.
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)  # each (B, T, I)
         return self.dropout(self.down_proj(self.activation(gate) * up))
+
+    def init_weights(self, std: float, out_std: float) -> None:
+        nn.init.normal_(self.gate_up_proj.weight, mean=0.0, std=std)
+        nn.init.normal_(self.down_proj.weight, mean=0.0, std=out_std)  # writes into the residual stream
 
 
 class GeGLU(SwiGLU):
@@ -63,6 +73,10 @@ class GeluMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.dropout(self.down_proj(self.activation(self.up_proj(x))))
+
+    def init_weights(self, std: float, out_std: float) -> None:
+        nn.init.normal_(self.up_proj.weight, mean=0.0, std=std)
+        nn.init.normal_(self.down_proj.weight, mean=0.0, std=out_std)  # writes into the residual stream
 
 
 class ReLU2MLP(GeluMLP):

@@ -16,6 +16,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from analysis.benchmarks_doc import write_section  # noqa: E402
 from data import DataConfig, TrainBatches, eval_windows, prepare  # noqa: E402
 from data.shakespeare import load_plays  # noqa: E402
 from data.tokenizer import train_tokenizer  # noqa: E402
@@ -45,24 +46,28 @@ def timed(function, repeats: int) -> float:
     return statistics.median(times)
 
 
-def model_step_seconds(batch, repeats: int = 3) -> float:
-    """Forward + backward of the default CPU model (configs/model/cpu.yaml sizes) on one micro batch."""
+def model_step_seconds(batch, repeats: int = 3) -> tuple:
+    """(seconds, precision) of forward + backward of the default CPU model (configs/model/cpu.yaml
+    sizes) on one micro batch, in the precision `trainer.precision=auto` picks on this machine."""
     import torch
-    import torch.nn.functional as F
 
     from model import ModelConfig, Transformer
+    from training.loss import CausalLMLoss
+    from training.precision import autocast_context, resolve_precision
 
-    model = Transformer(ModelConfig(vocab_size=4096, hidden_size=256, n_layers=6, n_heads=8, multiple_of=32,
+    model = Transformer(ModelConfig(vocab_size=4096, hidden_size=256, n_layers=6, n_heads=4, multiple_of=32,
                                     max_seq_len=256))
-    inputs, targets = batch
+    loss_fn, inputs, targets = CausalLMLoss(model), *batch
+    precision, _ = resolve_precision("auto", torch.device("cpu"))
+    autocast = autocast_context(precision, torch.device("cpu"))
 
     def step():
-        logits = model(inputs)
-        F.cross_entropy(logits.flatten(0, 1), targets.flatten()).backward()
+        with autocast():
+            loss = loss_fn(inputs, targets)
+        loss.backward()
 
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        step()  # warm-up
-        return timed(step, repeats)
+    step()  # warm-up
+    return timed(step, repeats), precision
 
 
 def measure(repeats: int, with_model: bool) -> dict:
@@ -86,14 +91,13 @@ def measure(repeats: int, with_model: bool) -> dict:
         results["get_32x1024"] = timed(lambda: big.get(next(steps)), 200)
         results["eval_64x256"] = timed(lambda: eval_windows(prepared.val_tokens(), 256, 64), 20)
         if with_model:
-            results["model_step"] = model_step_seconds(batches.get(0))
+            results["model_step"], results["precision"] = model_step_seconds(batches.get(0))
     return results
 
 
 def report(r: dict) -> str:
     mb = r["megabytes"]
     lines = [
-        HEADING, "",
         f"`python scripts/bench_data.py --repeats 3 --write` on {r['cores']} CPU cores "
         f"(1-minute load average {r['load']:.1f} when it ran); medians.", "",
         "| what | time | throughput |", "|---|---|---|",
@@ -110,25 +114,12 @@ def report(r: dict) -> str:
     ]
     if "model_step" in r:
         share = r["get_16x256"] / r["model_step"] * 100
-        lines.append(f"| forward + backward, default CPU model, 16 x 256 (bf16 autocast) | {r['model_step'] * 1e3:.0f} ms "
+        lines.append(f"| forward + backward, default CPU model, 16 x 256 ({r['precision']}) | {r['model_step'] * 1e3:.0f} ms "
                      f"| batch loading = {share:.3f}% of it |")
     lines += ["", "The rest of a cold prepare is interpreter start-up and imports (`datasets` alone ~1 s), "
               "Arrow writes and the token files. `num_proc=1` is the default: `encode_batch` already uses every "
               "core from Rust, while forked `datasets.map` workers pay start-up and lose that parallelism.", ""]
     return "\n".join(lines)
-
-
-def write_section(section: str, path: Path = REPO / "BENCHMARKS.md") -> None:
-    """Replace (or append) this script's section, leaving every other section as it is."""
-    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
-    lines = text.splitlines()
-    if HEADING in lines:
-        start = lines.index(HEADING)
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-        lines[start:end] = section.splitlines()
-    else:
-        lines += [""] + section.splitlines()
-    path.write_text("\n".join(lines).rstrip("\n") + "\n", encoding="utf-8")
 
 
 def main() -> None:
@@ -137,10 +128,10 @@ def main() -> None:
     parser.add_argument("--no-model", action="store_true", help="skip the model step (batch loading alone)")
     parser.add_argument("--write", action="store_true", help="write the results into BENCHMARKS.md")
     args = parser.parse_args()
-    section = report(measure(args.repeats, not args.no_model))
-    print(section)
+    body = report(measure(args.repeats, not args.no_model))
+    print(f"{HEADING}\n\n{body}")
     if args.write:
-        write_section(section)
+        write_section(REPO / "BENCHMARKS.md", HEADING, body)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
+from analysis.benchmarks_doc import write_section  # noqa: E402
 from interop.hf import llama_config, to_hf_state_dict  # noqa: E402
 from interop.hf_export import export_checkpoint  # noqa: E402
 from model import ModelConfig, Transformer  # noqa: E402
@@ -45,7 +46,7 @@ def build_model(args) -> Transformer:
         return load_model(args.checkpoint, device=args.device)[0]
     torch.manual_seed(0)
     # configs/model/cpu.yaml with a 4096-token vocabulary; context long enough for prompt + new tokens.
-    cfg = ModelConfig(vocab_size=4096, hidden_size=256, n_layers=6, n_heads=8, multiple_of=32,
+    cfg = ModelConfig(vocab_size=4096, hidden_size=256, n_layers=6, n_heads=4, multiple_of=32,
                       max_seq_len=max(512, args.prompt_tokens + args.new_tokens))
     return Transformer(cfg).to(args.device).eval()
 
@@ -108,7 +109,8 @@ def main() -> None:
     report = format_report(args, model, times, agree, (load_before, os.getloadavg()[0]))
     print(report)
     if args.write:
-        write_section(REPO / "BENCHMARKS.md", report)
+        write_section(REPO / "BENCHMARKS.md", SECTION, report)
+        print("wrote BENCHMARKS.md", file=sys.stderr)
 
 
 def format_report(args, model, times: dict, agree: dict, load: tuple) -> str:
@@ -141,20 +143,6 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
-
-
-def write_section(path: Path, report: str) -> None:
-    """Replace only our `##` section (other benchmarks own the rest of the file)."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    start = text.find(SECTION)
-    if start < 0:
-        text = text.rstrip("\n") + f"\n\n{SECTION}\n\n{report}\n"
-    else:
-        end = text.find("\n## ", start + len(SECTION))
-        rest = text[end:] if end >= 0 else "\n"
-        text = text[:start] + f"{SECTION}\n\n{report}\n" + rest
-    path.write_text(text)
-    print(f"wrote {path}", file=sys.stderr)
 
 
 if __name__ == "__main__":

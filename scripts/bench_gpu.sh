@@ -1,30 +1,49 @@
 #!/usr/bin/env bash
-# One short GPU benchmark: the ~125M config, bf16 + torch.compile, a few hundred steps on the
-# embedded Shakespeare; prints tokens/s and MFU against the GPU's measured bf16 matmul peak.
-# Usage (repo root, CUDA machine):  bash scripts/bench_gpu.sh [extra Hydra overrides]
+# One short GPU benchmark: the ~125M config with trainer=gpu (bf16, torch.compile, 32 × 1024 × 4 tokens
+# per step, vocab 32768) for a few hundred steps; prints tokens/s, MFU against the GPU's measured bf16
+# matmul peak and against its data sheet, peak memory and compile time.
+# Usage (repo root, CUDA machine, data_cache prepared by ../shared/gpu/pack.sh data.vocab_size=32768):
+#   bash scripts/bench_gpu.sh [extra overrides]        e.g. trainer.max_steps=300
+# BENCH_OUT=dir keeps the run there (default: a temporary directory).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
-[ -x "$PY" ] || PY=python3
-"$PY" - <<'PYEOF'
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+OUT=${BENCH_OUT:-$(mktemp -d -t minillama_bench_gpu.XXXXXX)}
+STEPS=${BENCH_STEPS:-150}
+
+PEAK=$("$PY" - <<'PYEOF'
+import sys
 import torch
-assert torch.cuda.is_available(), "bench_gpu.sh needs a CUDA GPU"
+if not torch.cuda.is_available():
+    sys.exit("error: bench_gpu.sh needs a CUDA GPU (torch.cuda.is_available() is False)")
 from training.mfu import measure_matmul_flops
-dev = torch.device("cuda")
-peak = measure_matmul_flops(dev, torch.bfloat16, n=8192, repeats=20)
-print(f"GPU: {torch.cuda.get_device_name(dev)}; measured bf16 matmul peak {peak / 1e12:.0f} TFLOP/s")
-open("/tmp/minillama_gpu_peak", "w").write(str(peak / 1e12))
+peak = measure_matmul_flops(torch.device("cuda"), torch.bfloat16, n=8192, repeats=20)
+print(f"{peak / 1e12:.1f}")
 PYEOF
-PEAK=$(cat /tmp/minillama_gpu_peak)
-"$PY" train.py model=125m trainer=gpu logger=none run_name=bench_gpu \
-  trainer.max_steps=300 trainer.eval_interval=300 trainer.ckpt_interval=300 trainer.log_interval=50 \
-  trainer.peak_tflops="$PEAK" data.vocab_size=32768 "$@" | tee /tmp/minillama_bench_gpu.log
-RUN=$(ls -td outputs/*/*_bench_gpu | head -n 1)
-"$PY" - "$RUN" <<'PYEOF'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl") if '"train"' in l]
-steady = rows[len(rows) // 2:]  # skip compile and warm-up
-tps = sum(r["tokens_per_s"] for r in steady) / len(steady)
-mfu = sum(r["mfu"] for r in steady) / len(steady)
-print(f"steady state: {tps:,.0f} tokens/s, MFU {mfu:.1%} (against the measured peak)")
+)
+echo "bench_gpu: measured bf16 matmul peak (8192³, best of 20): $PEAK TFLOP/s"
+
+"$PY" train.py model=125m trainer=gpu logger=none data.vocab_size=32768 run_name=bench_gpu outputs_dir="$OUT" \
+  trainer.max_steps="$STEPS" trainer.eval_interval="$STEPS" trainer.ckpt_interval="$STEPS" trainer.log_interval=20 \
+  trainer.eval_windows=64 trainer.peak_tflops="$PEAK" "$@"
+
+"$PY" - "$OUT" "$PEAK" <<'PYEOF'
+import glob, json, statistics, sys
+import torch
+from training.mfu import gpu_peak
+out, measured_peak = sys.argv[1], float(sys.argv[2]) * 1e12
+(metrics,) = glob.glob(f"{out}/*/*_bench_gpu/metrics.jsonl")
+rows = [json.loads(line) for line in open(metrics) if '"train"' in line]
+steady = [r for r in rows[len(rows) // 2:] if r.get("compile_s", 0) == rows[-1].get("compile_s", 0)]
+tps = statistics.median(r["tokens_per_s"] for r in steady)
+mfu = statistics.median(r["mfu"] for r in steady)  # against the measured peak (trainer.peak_tflops)
+name = torch.cuda.get_device_name(0)
+sheet = gpu_peak(name)
+vs_sheet = f", {mfu * measured_peak / sheet.bf16:.1%} of the {sheet.label} data sheet" if sheet else ""
+memory = max(r.get("peak_memory_gb", float("nan")) for r in rows)
+print(f"bench_gpu: {name}, torch {torch.__version__}: {tps:,.0f} tokens/s (median of the last {len(steady)} "
+      f"log intervals), MFU {mfu:.1%} of the measured bf16 peak {measured_peak / 1e12:.0f} TFLOP/s{vs_sheet}; "
+      f"peak memory {memory:.1f} GiB (CUDA max allocated); compile {rows[-1].get('compile_s', 0):.0f} s")
+print(f"bench_gpu: metrics {metrics}")
 PYEOF

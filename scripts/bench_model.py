@@ -1,133 +1,203 @@
-"""Training-step throughput of minillama's Transformer vs Hugging Face LlamaForCausalLM, same config, same run.
+"""Training-step throughput of minillama vs Hugging Face LlamaForCausalLM, same shapes, eager and compiled.
 
-Usage: python scripts/bench_model.py [--steps 10] [--warmup 3] [--batch 16] [--seq 256] [--threads 2]
+Usage: python scripts/bench_model.py [--shape cpu|25m|125m|tiny] [--compile] [--precision auto|bf16|fp32]
+           [--steps 10] [--warmup 3] [--batch 16] [--seq 256] [--vocab 4096] [--heads N] [--threads 2]
+           [--no-hf] [--profile]
+One step = loss (model + fp32 cross-entropy, one module; compiled as one with --compile), backward,
+fused AdamW, zero_grad. The variants run interleaved in one process; medians are reported.
 """
 import argparse
 import os
 import statistics
 import sys
 import time
+from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
 
 from model import ModelConfig, Transformer  # noqa: E402
+from training.config import OptimConfig  # noqa: E402
+from training.loss import CausalLMLoss  # noqa: E402
+from training.mfu import measure_matmul_flops  # noqa: E402
+from training.optim import build_optimizer  # noqa: E402
+from training.precision import autocast_context, resolve_precision  # noqa: E402
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=10, help="timed steps per model (the median is reported)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed steps per model first")
+    p.add_argument("--shape", default="cpu", help="configs/model/<shape>.yaml (default: cpu, the CPU default)")
+    p.add_argument("--compile", action="store_true", help="also time both models under torch.compile")
+    p.add_argument("--precision", default="auto", choices=("auto", "bf16", "fp32"))
+    p.add_argument("--steps", type=int, default=10, help="timed steps per variant (the median is reported)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps per variant first (compile included)")
     p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--seq", type=int, default=256)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--seq", type=int, default=None, help="default: the shape's max_seq_len")
     p.add_argument("--vocab", type=int, default=4096)
-    p.add_argument("--hidden", type=int, default=256)
-    p.add_argument("--layers", type=int, default=6)
-    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--heads", type=int, default=None, help="override n_heads (n_kv_heads follows if it was equal)")
+    p.add_argument("--threads", type=int, default=2)
     p.add_argument("--no-hf", action="store_true", help="only our model (no transformers needed)")
-    return p.parse_args()
+    p.add_argument("--profile", action="store_true", help="then profile 3 steps of our fastest variant")
+    return p.parse_args(argv)
 
 
-def matmul_peak_flops(n: int = 2048, repeats: int = 10) -> float:
-    """Best-of-N bf16 n×n matmul FLOP/s: the practical ceiling the MFU fraction is measured against."""
-    a, b = torch.randn(n, n, dtype=torch.bfloat16), torch.randn(n, n, dtype=torch.bfloat16)
-    for _ in range(3):  # let oneDNN pick and cache its kernel
-        a @ b
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - t0)
-    return 2 * n ** 3 / best
+def model_config(shape: str, vocab: int, seq, heads) -> ModelConfig:
+    path = REPO / "configs" / "model" / f"{shape}.yaml"
+    if not path.is_file():
+        raise SystemExit(f"error: --shape {shape}: no {path.relative_to(REPO)}; "
+                         f"choose one of {sorted(p.stem for p in path.parent.glob('*.yaml'))}")
+    fields = OmegaConf.to_container(OmegaConf.merge({"data": {"vocab_size": vocab}}, {"model": OmegaConf.load(path)}),
+                                    resolve=True)["model"]
+    if seq:
+        fields["max_seq_len"] = seq
+    if heads:
+        if fields.get("n_kv_heads") in (None, fields["n_heads"]):
+            fields["n_kv_heads"] = None
+        fields["n_heads"] = heads
+    return ModelConfig(**fields)
 
 
-def build_hf(cfg: ModelConfig) -> torch.nn.Module:
-    from transformers import LlamaConfig, LlamaForCausalLM
-    hf_cfg = LlamaConfig(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
-        num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_kv_heads,
-        max_position_embeddings=cfg.max_seq_len, rms_norm_eps=cfg.norm_eps,
-        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta},
-        tie_word_embeddings=cfg.tie_embeddings, attention_bias=False, mlp_bias=False, use_cache=False)
-    return LlamaForCausalLM._from_config(hf_cfg, attn_implementation="sdpa")
+class HFLoss(torch.nn.Module):
+    """LlamaForCausalLM + the same fp32 cross-entropy as CausalLMLoss's one-shot path, as one module."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        from transformers import LlamaForCausalLM
+
+        from interop.hf import llama_config
+        hf_cfg = llama_config(cfg, {})
+        hf_cfg.use_cache = False
+        self.model = LlamaForCausalLM._from_config(hf_cfg, attn_implementation="sdpa")
+
+    def forward(self, input_ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        logits = self.model(input_ids, use_cache=False).logits
+        return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
 
 
-def make_step(model: torch.nn.Module, is_hf: bool, vocab_size: int):
-    """One training step as train.py will run it: bf16 autocast forward, fp32 loss, backward, AdamW."""
-    model.train()
-    # fused AdamW on CPU needs a recent torch; foreach is the fallback that is everywhere.
-    try:
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    except (RuntimeError, TypeError):
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+def make_step(loss_module: torch.nn.Module, compiled: bool, autocast):
+    """One training step as train.py runs it: autocast opened around the (compiled) loss module."""
+    loss_module.train()
+    optimizer = build_optimizer(loss_module, OptimConfig(lr=1e-4, min_lr=1e-5), "cpu")
+    call = torch.compile(loss_module) if compiled else loss_module
 
     def step(inputs: torch.Tensor, targets: torch.Tensor) -> None:
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            logits = model(inputs, use_cache=False).logits if is_hf else model(inputs)
-        # Loss in fp32: log-softmax over a 4k vocab in bf16 is visibly noisy.
-        loss = F.cross_entropy(logits.float().view(-1, vocab_size), targets.view(-1))
+        with autocast():
+            loss = call(inputs, targets)
         loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
 
     return step
 
 
-def main() -> None:
-    args = parse_args()
-    torch.set_num_threads(args.threads)
+def build_variants(cfg: ModelConfig, args, autocast) -> dict:
     torch.manual_seed(0)
-    cfg = ModelConfig(vocab_size=args.vocab, hidden_size=args.hidden, n_layers=args.layers, n_heads=args.heads,
-                      multiple_of=32, max_seq_len=args.seq)
-    ours = Transformer(cfg)
-    steps = {"minillama": make_step(ours, False, cfg.vocab_size)}
+    modules = {"minillama": CausalLMLoss(Transformer(cfg))}
     if not args.no_hf:
-        hf = build_hf(cfg)
-        # Same architecture, same size: otherwise the comparison means nothing.
-        assert sum(p.numel() for p in hf.parameters()) == ours.param_counts()["total"], "HF config differs"
-        steps["hf_llama"] = make_step(hf, True, cfg.vocab_size)
+        modules["hf_llama"] = HFLoss(cfg)
+        ours, theirs = (sum(p.numel() for p in m.parameters()) for m in modules.values())
+        assert ours == theirs, f"HF config differs: {ours:,} vs {theirs:,} parameters"  # else it means nothing
+    variants = {}
+    for mode in ("eager", "compiled") if args.compile else ("eager",):
+        for name, module in modules.items():
+            # Each variant trains its own copy: a shared copy would see the other's updates.
+            copy = module if mode == "eager" else _clone(module)
+            variants[f"{name} {mode}"] = make_step(copy, mode == "compiled", autocast)
+    return variants
 
-    data = torch.randint(0, cfg.vocab_size, (args.batch, args.seq + 1))
-    inputs, targets = data[:, :-1].contiguous(), data[:, 1:].contiguous()
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, batch {args.batch} × seq {args.seq}, "
-          f"config {cfg}")
-    print(f"load average before: {os.getloadavg()[0]:.2f}")
-    peak = matmul_peak_flops()
 
-    for name, step in steps.items():
-        for _ in range(args.warmup):
+def _clone(module: torch.nn.Module) -> torch.nn.Module:
+    import copy
+    return copy.deepcopy(module)
+
+
+def time_variants(variants: dict, inputs, targets, args) -> tuple:
+    """(seconds per timed step per variant, seconds of the first call per variant)."""
+    first = {}
+    for name, step in variants.items():
+        t0 = time.perf_counter()
+        step(inputs, targets)
+        first[name] = time.perf_counter() - t0
+        for _ in range(args.warmup - 1):
             step(inputs, targets)
-    times = {name: [] for name in steps}
-    names = list(steps)
+    times, names = {name: [] for name in variants}, list(variants)
     for i in range(args.steps):
-        # Interleave, alternating who goes first, so drifts in machine speed hit both models alike.
-        for name in (names if i % 2 == 0 else names[::-1]):
+        # Interleaved, rotating who goes first, so drifts in machine speed hit every variant alike.
+        for name in names[i % len(names):] + names[:i % len(names)]:
             t0 = time.perf_counter()
-            steps[name](inputs, targets)
+            variants[name](inputs, targets)
             times[name].append(time.perf_counter() - t0)
+    return times, first
 
-    peak = max(peak, matmul_peak_flops())  # before and after: the best the machine showed
-    print(f"load average after: {os.getloadavg()[0]:.2f}")
-    print(f"measured bf16 matmul peak (2048³, best of 10, before and after): {peak / 1e12:.3f} TFLOP/s")
 
-    tokens = args.batch * args.seq
-    flops_per_token = ours.flops_per_token(args.seq)  # same matmuls in HF's model: same FLOPs
-    print(f"\nflops_per_token({args.seq}) = {flops_per_token / 1e6:.2f} MFLOP; params {ours.param_counts()['total']:,}")
-    print(f"| model | ms/step (median of {args.steps}) | min–max ms | tokens/s | TFLOP/s | % of bf16 matmul peak |")
-    print("|---|---:|---:|---:|---:|---:|")
-    medians = {}
-    for name in names:
-        medians[name] = statistics.median(times[name])
-        tps = tokens / medians[name]
-        achieved = tps * flops_per_token
-        spread = f"{min(times[name]) * 1e3:.0f}–{max(times[name]) * 1e3:.0f}"
-        print(f"| {name} | {medians[name] * 1e3:.0f} | {spread} | {tps:,.0f} | {achieved / 1e12:.3f} "
-              f"| {100 * achieved / peak:.1f} % |")
-    if "hf_llama" in medians:
-        print(f"\nratio minillama / hf_llama tokens/s: {medians['hf_llama'] / medians['minillama']:.3f}")
+def report(cfg: ModelConfig, args, precision: str, times: dict, first: dict, peak: float) -> None:
+    tokens = args.batch * cfg.max_seq_len
+    flops = _meta_model(cfg).flops_per_token(cfg.max_seq_len)  # same matmuls in HF's model
+    print(f"\nflops_per_token({cfg.max_seq_len}) = {flops / 1e6:.2f} MFLOP (6·N_matmul + causal attention); "
+          f"peak = best {precision} matmul, {peak / 1e12:.3f} TFLOP/s")
+    print(f"| variant | ms/step (median of {args.steps}) | min–max ms | tokens/s | TFLOP/s | % of {precision} "
+          f"matmul peak | first step s |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    tps = {}
+    for name, ts in times.items():
+        median = statistics.median(ts)
+        tps[name] = tokens / median
+        achieved = tps[name] * flops
+        print(f"| {name} | {median * 1e3:.0f} | {min(ts) * 1e3:.0f}–{max(ts) * 1e3:.0f} | {tps[name]:,.0f} "
+              f"| {achieved / 1e12:.3f} | {100 * achieved / peak:.1f} % | {first[name]:.1f} |")
+    for mode in ("eager", "compiled"):
+        if f"hf_llama {mode}" in tps and f"minillama {mode}" in tps:
+            print(f"minillama / HF, {mode}: {tps[f'minillama {mode}'] / tps[f'hf_llama {mode}']:.3f}")
+    for name in ("minillama", "hf_llama"):
+        if f"{name} compiled" in tps:
+            print(f"{name} compiled / eager: {tps[f'{name} compiled'] / tps[f'{name} eager']:.3f}")
+
+
+def _meta_model(cfg: ModelConfig) -> Transformer:
+    with torch.device("meta"):
+        return Transformer(cfg)
+
+
+def profile(step, inputs, targets, rows: int = 25) -> None:
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(3):
+            step(inputs, targets)
+    print("\nprofile of 3 steps (self CPU time):")
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows, max_name_column_width=60))
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    device = torch.device("cpu")
+    cfg = model_config(args.shape, args.vocab, args.seq, args.heads)
+    precision, why = resolve_precision(args.precision, device)
+    autocast = autocast_context(precision, device)
+    variants = build_variants(cfg, args, autocast)
+    data = torch.randint(0, cfg.vocab_size, (args.batch, cfg.max_seq_len + 1), generator=torch.Generator().manual_seed(0))
+    inputs, targets = data[:, :-1].contiguous(), data[:, 1:].contiguous()
+    hf_version = "" if args.no_hf else f", transformers {__import__('transformers').__version__}"
+    print(f"torch {torch.__version__}{hf_version}, {torch.get_num_threads()} threads, {precision} ({why}), "
+          f"batch {args.batch} × seq {cfg.max_seq_len}; shape {args.shape}: hidden {cfg.hidden_size}, "
+          f"{cfg.n_layers} layers, {cfg.n_heads} heads ({cfg.resolved_n_kv_heads} kv) of {cfg.head_dim}, "
+          f"MLP {cfg.resolved_intermediate_size}, vocab {cfg.padded_vocab_size}, "
+          f"{_meta_model(cfg).param_counts()['total']:,} parameters")
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    load_before, peak = os.getloadavg()[0], measure_matmul_flops(device, dtype)
+    times, first = time_variants(variants, inputs, targets, args)
+    peak = max(peak, measure_matmul_flops(device, dtype))  # before and after: the best the machine showed
+    print(f"load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
+    report(cfg, args, precision, times, first, peak)
+    if args.profile:
+        fastest = min((n for n in times if n.startswith("minillama")), key=lambda n: statistics.median(times[n]))
+        print(f"\nprofiling {fastest}")
+        profile(variants[fastest], inputs, targets)
 
 
 if __name__ == "__main__":

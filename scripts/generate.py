@@ -13,9 +13,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-from interop.special_tokens import read_special_tokens  # noqa: E402
+from data.tokenizer import read_special_tokens  # noqa: E402
 from model.generate import check_sampling_args, generate  # noqa: E402
 from training.checkpoint import load_model  # noqa: E402
+from training.device import pick_device  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -41,26 +42,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-kv-cache", dest="use_cache", action="store_false",
                    help="recompute the whole sequence each step (slow; for checking the cache)")
     return p.parse_args(argv)
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        return torch.device("mps" if torch.backends.mps.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ValueError(f"unknown device {name!r}; use auto, cpu, cuda, cuda:N or mps")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {name}: CUDA is not available on this machine; use --device cpu")
-    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
-        raise ValueError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"--device {name}: MPS is not available on this machine; use --device cpu")
-    if device.type not in ("cpu", "cuda", "mps"):
-        raise ValueError(f"--device {name}: only cpu, cuda and mps are supported")
-    return device
 
 
 def read_prompts(args: argparse.Namespace) -> list:
@@ -94,7 +75,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     top_k, top_p = args.top_k or None, args.top_p if args.top_p < 1 else None  # 0 / 1 switch them off
     check_sampling_args(args.max_new_tokens, args.temperature, top_k, top_p, args.num_samples)
-    device = resolve_device(args.device)
+    device = pick_device(args.device, option="--device")
     prompts = read_prompts(args)
     model, tokenizer, ckpt = load_model(args.checkpoint, device=device, dtype=DTYPES[args.dtype])
     print(f"checkpoint: {ckpt} ({device}, {args.dtype})", file=sys.stderr)

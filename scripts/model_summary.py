@@ -3,7 +3,6 @@
 Usage: python scripts/model_summary.py [model=cpu|tiny|25m|125m] [hidden_size=4096 multiple_of=256 ...]
 Overrides may be written `key=value` or `model.key=value`; `vocab_size=`/`data.vocab_size=` sets the vocab.
 """
-import math
 import os
 import sys
 from pathlib import Path
@@ -16,8 +15,9 @@ import torch  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 from omegaconf.errors import OmegaConfBaseException  # noqa: E402
 
-from model import ModelConfig, Transformer  # noqa: E402
+from model import ModelConfig, Transformer, swiglu_intermediate_size  # noqa: E402
 from model.config import GATED_MLPS  # noqa: E402
+from model.flops import training_flops_per_token  # noqa: E402
 
 MODEL_CONFIGS = REPO / "configs" / "model"
 DEFAULT_VOCAB = 4096  # the data pipeline's default BPE vocab; the model yamls take it from ${data.vocab_size}
@@ -66,12 +66,22 @@ def load_model_config(argv: List[str]) -> Tuple[ModelConfig, Path]:
         raise UsageError(where + str(e).splitlines()[0]) from None
 
 
+def config_fields(cfg: ModelConfig) -> dict:
+    """The fields as set, with the value each unset (derived) one resolves to."""
+    fields = dict(vars(cfg))
+    for name, value in (("n_kv_heads", cfg.resolved_n_kv_heads), ("intermediate_size", cfg.resolved_intermediate_size)):
+        if fields[name] is None:
+            fields[name] = f"{value} (derived)"
+    return fields
+
+
 def print_param_table(model: Transformer) -> None:
     counts, cfg = model.param_counts(), model.cfg
     total = counts["total"]
     print(f"\nParameters by module type ({cfg.n_layers} layers)")
     print(f"  {'module':<12}{'params':>15}{'share':>9}  per layer")
-    per_layer = {"attention": counts["attention"], "mlp": counts["mlp"], "norm": counts["norm"] - cfg.hidden_size}
+    final_norm = sum(p.numel() for p in model.norm.parameters())  # 0 with norm=none, 2·d with layernorm
+    per_layer = {"attention": counts["attention"], "mlp": counts["mlp"], "norm": counts["norm"] - final_norm}
     for kind in ("embedding", "attention", "mlp", "norm", "lm_head"):
         note = f"{per_layer[kind] // cfg.n_layers:,}" if kind in per_layer else ""
         if kind == "lm_head" and cfg.tie_embeddings:
@@ -79,30 +89,32 @@ def print_param_table(model: Transformer) -> None:
         print(f"  {kind:<12}{counts[kind]:>15,}{100 * counts[kind] / total:>8.1f}%  {note}")
     print(f"  {'total':<12}{total:>15,}{100.0:>8.1f}%")
     print(f"  non-embedding: {total - counts['embedding'] - counts['lm_head']:,}")
+    padding = cfg.padded_vocab_size - cfg.vocab_size
+    print(f"  vocabulary: {cfg.vocab_size:,} token ids → {cfg.padded_vocab_size:,} embedding rows "
+          f"(rounded up to a multiple of vocab_multiple={cfg.vocab_multiple}; {padding} padding rows)")
     seq = cfg.max_seq_len
-    flops = model.flops_per_token(seq)
-    attention_term = 12 * cfg.n_layers * cfg.hidden_size * seq
-    print(f"\nTraining FLOPs per token at seq_len {seq}: {flops / 1e6:,.2f} M"
-          f" = 6·N_matmul {(flops - attention_term) / 1e6:,.2f} M + attention 12·L·d·T {attention_term / 1e6:,.2f} M")
+    flops = training_flops_per_token(model, seq)  # model/flops.py: the same accounting as MFU
+    print(f"\nTraining FLOPs per token at seq_len {seq}: {flops.total / 1e6:,.2f} M = 6·N_matmul "
+          f"{flops.weights / 1e6:,.2f} M + causal attention {flops.attention / 1e6:,.2f} M")
 
 
 def print_mlp_width(cfg: ModelConfig) -> None:
-    d, size = cfg.hidden_size, cfg.intermediate_size
+    d, size = cfg.hidden_size, cfg.resolved_intermediate_size
     print(f"\nMLP width (mlp={cfg.mlp}, hidden_size d={d}, multiple_of={cfg.multiple_of})")
     if cfg.mlp in GATED_MLPS:
-        exact = 8 * d / 3
-        truncated = int(2 * (4 * d) / 3)
-        print(f"  theoretical 8/3·d = {exact:.2f}: a 4d MLP has 2 matrices (8·d² weights); a gated one has 3")
+        # Every number below comes from model/mlp.py's rule; multiple_of=1 shows it before rounding.
+        truncated = swiglu_intermediate_size(d, 1)
+        print(f"  theoretical 8/3·d = {8 * d / 3:.2f}: a 4d MLP has 2 matrices (8·d² weights); a gated one has 3")
         print("    (gate, up, down), so 3·d·I = 8·d² gives I = 8d/3")
         print(f"  int(8d/3) = {truncated}")
         if cfg.ffn_dim_multiplier is not None:
-            truncated = int(cfg.ffn_dim_multiplier * truncated)
+            truncated = swiglu_intermediate_size(d, 1, cfg.ffn_dim_multiplier)
             print(f"  × ffn_dim_multiplier {cfg.ffn_dim_multiplier} → {truncated} (truncated)")
-        rule = cfg.multiple_of * math.ceil(truncated / cfg.multiple_of)
+        rule = swiglu_intermediate_size(d, cfg.multiple_of, cfg.ffn_dim_multiplier)
         print(f"  rounded UP to a multiple of {cfg.multiple_of} → {rule} (+{rule - truncated}): matmul sizes that are"
               " multiples of\n    32/64/256 fill hardware tiles evenly; rounding up, never down, keeps at least"
               " the intended capacity")
-        if size != rule:
+        if cfg.intermediate_size is not None and size != rule:
             print(f"  intermediate_size={size} is set explicitly and overrides the rule's {rule}")
         mlp_params = 3 * d * size
         print(f"  intermediate_size = {size}")
@@ -127,7 +139,7 @@ def main(argv: List[str]) -> int:
     with torch.device("meta"):  # shapes only: even a 7B summary is instant and allocates nothing
         model = Transformer(cfg)
     print(f"Model config {os.path.relpath(path, REPO)} with overrides {argv or 'none'}")
-    print("  " + ", ".join(f"{k}={v}" for k, v in vars(cfg).items()))
+    print("  " + ", ".join(f"{k}={v}" for k, v in config_fields(cfg).items()))
     print_param_table(model)
     print_mlp_width(cfg)
     return 0

@@ -1,4 +1,6 @@
-"""The ablation experiments: every cell composes alike, and a sweep runs and compares end to end."""
+"""The ablation experiments: every cell composes alike, a sweep runs and compares end to end, and the
+default protocol of scripts/ablate.py composes in every cell with its parameters matched."""
+import functools
 import itertools
 import json
 import signal
@@ -12,7 +14,10 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from matplotlib import image
 
+from analysis.protocol import load_spec_file
 from model import Transformer
+from scripts.ablate import DEFAULT_PROTOCOL
+from scripts.ablate_configs import validate
 from tests.test_configs import CONFIGS, compose_typed
 from tests.train_helpers import REPO, interrupt_once_training, launch, read_metrics
 from train import register_configs
@@ -92,11 +97,15 @@ def test_sweep_runs_the_grid_and_compare_runs_judges_it(tmp_path, cache_dir):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     out = tmp_path / "sweep" / "comparison"
-    table = [line for line in (out / "results.md").read_text().splitlines() if line.startswith("| ")][1:]
+    results, paired = (out / "results.md").read_text().split("## Paired Δ against the reference")
+    table = [line for line in results.splitlines() if line.startswith("| ")][1:]
     assert len(table) == 4 and sum("★" in line for line in table) == 1
     assert all(("| 176 |" in line) == ("swiglu" in line) for line in table)  # 8/3·64 rounded up to 16s; gelu: 256
+    vs_reference = [line for line in paired.splitlines() if line.startswith("| ") and "+" in line.split(" | ")[0]]
+    assert len(vs_reference) == 3  # every variant but rmsnorm + swiglu, paired over the one seed
     for name in ("val_curves.png", "activation_rms.png"):
         assert image.imread(out / name).ndim == 3
+    assert not (out / "forest.png").exists()  # one seed: no interval to draw
 
 
 def test_a_failed_cell_does_not_cancel_the_sweep(tmp_path, cache_dir):
@@ -116,3 +125,42 @@ def test_ctrl_c_stops_the_whole_sweep_after_a_checkpoint(tmp_path, cache_dir):
     assert "SIGINT: checkpoint saved" in out and "sweep stopped" in out
     (job,) = (tmp_path / "sweep").glob("*/checkpoints")  # the second job never started
     assert "swiglu" in job.parent.name and json.loads(next(job.glob("*/state.json")).read_text())["step"] > 0
+
+
+def test_protocol_preset_is_the_documented_cpu_budget():
+    cfg = compose_typed(["experiment=ablation_protocol"])
+    assert (cfg.model.hidden_size, cfg.model.n_layers, cfg.model.n_heads, cfg.trainer.seq_len) == (96, 4, 2, 128)
+    assert (cfg.trainer.max_steps, cfg.trainer.micro_batch_size, cfg.data.vocab_size) == (150, 16, 1024)
+    # Evals on log boundaries: a log interval that spans an eval would overstate tokens/s.
+    assert cfg.trainer.eval_interval % cfg.trainer.log_interval == 0
+    assert cfg.trainer.max_steps % cfg.trainer.eval_interval == 0 and cfg.trainer.sample_tokens == 0
+
+
+@functools.lru_cache(maxsize=None)
+def validated(path):
+    """(spec, models, budgets) of a protocol file; composing every cell takes seconds, so once."""
+    spec = load_spec_file(path)
+    return (spec, *validate(spec))  # raises, naming the cell, if one does not compose or build
+
+
+@pytest.mark.parametrize("protocol", sorted(p.name for p in DEFAULT_PROTOCOL.parent.glob("*.yaml")))
+def test_every_protocol_file_composes_in_every_cell(protocol):
+    spec, models, budgets = validated(DEFAULT_PROTOCOL.parent / protocol)
+    assert set(models) == set(spec.sizes) and all(set(m) == set(spec.variants) for m in models.values())
+    assert spec.stage1_seed in spec.seeds and len(spec.lr_grid) >= 3
+
+
+def test_every_cell_of_the_default_protocol_composes_with_parameters_matched():
+    """All 6 variants × 2 sizes compose and build (the protocol checks the same before training);
+    the table's parameter columns show what each variant adds or removes."""
+    spec, models, budgets = validated(DEFAULT_PROTOCOL)
+    assert spec.reference == "rmsnorm_swiglu" and set(spec.variants) == {
+        "rmsnorm_swiglu", "layernorm", "no_norm", "rmsnorm_bf16", "qk_norm", "gelu"}
+    for size, m in models.items():
+        ref = m["rmsnorm_swiglu"]
+        assert m["rmsnorm_bf16"] == ref  # the same weights; only the norm's arithmetic differs
+        assert m["no_norm"]["total"] < ref["total"] < m["layernorm"]["total"] <= ref["total"] * 1.01
+        assert m["qk_norm"]["mlp"] == ref["mlp"] and 0 < m["qk_norm"]["total"] - ref["total"] < 1000
+        assert abs(m["gelu"]["mlp"] - ref["mlp"]) / ref["mlp"] < 0.03  # 4·d vs 3 × 8/3·d: matched
+        assert budgets[size].max_steps == 150
+    assert 3 < models["h192"]["rmsnorm_swiglu"]["total"] / models["h96"]["rmsnorm_swiglu"]["total"] < 4.5

@@ -1,10 +1,11 @@
-"""Attention against a hand-written float64 reference; GQA equals MHA with repeated kv heads; causality."""
+"""Attention against a hand-written float64 reference (with and without QK-norm); GQA equals MHA with
+repeated kv heads; causality; QK-norm's scale invariance."""
 import math
 
 import pytest
 import torch
 
-from model import rope_tables
+from model import RMSNorm, rope_tables
 from model.attention import Attention
 from model_helpers import one_thread, random_transformer, tiny_model_config
 
@@ -17,6 +18,11 @@ def reference_attention(attn: Attention, x: torch.Tensor, cos: torch.Tensor, sin
     q = (x @ attn.q_proj.weight.double().T).view(B, T, H, hd)
     k = (x @ attn.k_proj.weight.double().T).view(B, T, KV, hd)
     v = (x @ attn.v_proj.weight.double().T).view(B, T, KV, hd)
+    if isinstance(attn.q_norm, RMSNorm):  # QK-norm: RMS over each head's head_dim, then the shared weight
+        def rms(t, w):
+            return t / torch.sqrt((t * t).mean(dim=-1, keepdim=True) + attn.q_norm.eps) * w.double()
+
+        q, k = rms(q, attn.q_norm.weight), rms(k, attn.k_norm.weight)
 
     def rotate(t):  # the rotation, pair (i, i + hd/2) at angle cos/sin
         t1, t2 = t[..., :hd // 2], t[..., hd // 2:]
@@ -32,11 +38,14 @@ def reference_attention(attn: Attention, x: torch.Tensor, cos: torch.Tensor, sin
     return out @ attn.o_proj.weight.double().T
 
 
-@pytest.mark.parametrize("n_kv_heads", [4, 2, 1])  # MHA, GQA, MQA
-def test_attention_matches_reference(n_kv_heads):
+@pytest.mark.parametrize("n_kv_heads, qk_norm", [(4, False), (2, False), (1, False), (2, True)])  # MHA, GQA, MQA
+def test_attention_matches_reference(n_kv_heads, qk_norm):
     torch.manual_seed(0)
-    cfg = tiny_model_config(n_kv_heads=n_kv_heads)
+    cfg = tiny_model_config(n_kv_heads=n_kv_heads, qk_norm=qk_norm)
     attn = Attention(cfg, layer_idx=0).eval()
+    with torch.no_grad():  # QK-norm weights off their ones, so a swapped or skipped weight shows
+        for p in list(attn.q_norm.parameters()) + list(attn.k_norm.parameters()):
+            p.add_(0.3 * torch.randn_like(p))
     cos, sin = rope_tables(cfg.head_dim, 12)
     x = torch.randn(2, 12, cfg.hidden_size)
     torch.testing.assert_close(attn(x, cos, sin).double(), reference_attention(attn, x, cos, sin),
@@ -47,7 +56,7 @@ def test_gqa_equals_mha_with_repeated_kv_heads():
     torch.manual_seed(0)
     gqa_cfg = tiny_model_config(n_heads=4, n_kv_heads=2)
     mha_cfg = tiny_model_config(n_heads=4, n_kv_heads=None)
-    assert mha_cfg.n_kv_heads == 4
+    assert mha_cfg.resolved_n_kv_heads == 4
     gqa, mha = Attention(gqa_cfg, 0).eval(), Attention(mha_cfg, 0).eval()
     hd, n_rep = gqa_cfg.head_dim, 2
     with torch.no_grad():
@@ -61,9 +70,9 @@ def test_gqa_equals_mha_with_repeated_kv_heads():
     torch.testing.assert_close(gqa(x, cos, sin), mha(x, cos, sin), rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("autocast", [False, True])
-def test_future_tokens_never_change_past_logits(autocast):
-    cfg = tiny_model_config()
+@pytest.mark.parametrize("autocast, qk_norm", [(False, False), (True, False), (False, True)])
+def test_future_tokens_never_change_past_logits(autocast, qk_norm):
+    cfg = tiny_model_config(qk_norm=qk_norm)
     model = random_transformer(cfg)
     torch.manual_seed(1)
     ids = torch.randint(0, cfg.vocab_size, (2, cfg.max_seq_len))
@@ -87,3 +96,18 @@ def test_attention_dropout_only_in_training():
     assert not torch.equal(attn(x, cos, sin), attn(x, cos, sin))
     attn.eval()
     assert torch.equal(attn(x, cos, sin), attn(x, cos, sin))
+
+
+def test_qk_norm_makes_attention_blind_to_the_scale_of_q_and_k():
+    """The point of QK-norm: logits cannot grow with the q/k weights (OLMo-2's stability argument)."""
+    torch.manual_seed(0)
+    cos, sin = rope_tables(8, 6)
+    x = torch.randn(2, 6, 32)
+    for qk_norm in (True, False):
+        attn = Attention(tiny_model_config(qk_norm=qk_norm), 0).eval()
+        before = attn(x, cos, sin)
+        with torch.no_grad():
+            attn.q_proj.weight.mul_(30.0)
+            attn.k_proj.weight.mul_(3.0)
+        after = attn(x, cos, sin)
+        assert torch.allclose(after, before, atol=1e-4) == qk_norm

@@ -1,12 +1,14 @@
-"""Checkpoint directories: atomic writes, pruning, `latest`, strict and safe loading."""
+"""Checkpoint directories: atomic writes, no NaN checkpoints, pruning, `latest`, strict and safe loading."""
 import json
+import os
 
 import pytest
 import torch
+from safetensors.torch import save_file
 
 from model import ModelConfig, Transformer
-from training.checkpoint import (CheckpointError, list_checkpoints, load_model, load_training_state,
-                                 resolve_checkpoint, save_checkpoint)
+from training.checkpoint import (CheckpointError, NonFiniteCheckpoint, _prune, last_good_checkpoint, list_checkpoints,
+                                 load_model, load_training_state, resolve_checkpoint, save_checkpoint)
 
 CFG = dict(vocab_size=300, hidden_size=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=16)
 
@@ -71,8 +73,8 @@ def test_bad_checkpoints_raise_clear_errors(tmp_path, tokenizer_file):
     with pytest.raises(CheckpointError, match="not a minillama checkpoint"):
         resolve_checkpoint(str(path.parent))  # a directory, but no checkpoint
     cfg = json.loads((ckpt / "model_config.json").read_text())
-    (ckpt / "model_config.json").write_text(json.dumps({**cfg, "vocab_size": vocab + 1}))
-    with pytest.raises(CheckpointError, match="tokenizer has"):
+    (ckpt / "model_config.json").write_text(json.dumps({**cfg, "vocab_size": vocab - 1}))
+    with pytest.raises(CheckpointError, match=f"tokenizer.json has token ids up to {vocab - 1}"):
         load_model(str(ckpt))
     (ckpt / "model_config.json").write_text(json.dumps({**cfg, "hidden_size": 64}))
     with pytest.raises(CheckpointError, match="shape"):
@@ -81,3 +83,102 @@ def test_bad_checkpoints_raise_clear_errors(tmp_path, tokenizer_file):
     (ckpt / "model.safetensors").write_bytes(b"\x00" * 10)
     with pytest.raises(CheckpointError, match="corrupt"):
         load_model(str(ckpt))
+
+
+def model_and_tokenizer(tokenizer_file):
+    path, vocab = tokenizer_file
+    return Transformer(ModelConfig(**{**CFG, "vocab_size": vocab})), path
+
+
+def test_non_finite_weights_or_optimizer_state_are_never_written(tmp_path, tokenizer_file):
+    root = tmp_path / "ck"
+    model, path = model_and_tokenizer(tokenizer_file)
+    with torch.no_grad():
+        model.layers[1].mlp.down_proj.weight[0, 0] = float("nan")
+    with pytest.raises(NonFiniteCheckpoint, match=r"refusing to save step 1: 1 of \d+ weight tensors hold NaN or inf "
+                       r"\(first: layers.1.mlp.down_proj.weight\); there is no earlier good checkpoint") as refused:
+        save(root, 1, model, path)
+    assert refused.value.last_good is None and not root.exists()  # not even a .tmp
+    good, path = model_and_tokenizer(tokenizer_file)
+    first = save(root, 2, good, path)
+    with pytest.raises(NonFiniteCheckpoint, match=f"the last good checkpoint is {first}"):
+        save(root, 3, model, path)
+    opt = torch.optim.AdamW(good.parameters())
+    good(torch.zeros(1, 4, dtype=torch.long)).sum().backward()
+    opt.step()
+    opt.state[good.norm.weight]["exp_avg_sq"][0] = float("inf")  # finite weights, poisoned moments
+    poisoned = r"the optimizer state holds NaN or inf \(first: optimizer\.state\.\d+\.exp_avg_sq\)"
+    with pytest.raises(NonFiniteCheckpoint, match=poisoned):
+        save_checkpoint(root, 4, good.state_dict(), good.cfg, path, {"step": 4}, "", opt.state_dict())
+    assert [p.name for p in root.iterdir()] == ["step_0000002"]
+
+
+def poison(ckpt):
+    """Turn a checkpoint into one written before the finite check existed, with NaN weights."""
+    weights = {"embed_tokens.weight": torch.full((4, 4), float("nan"))}
+    save_file(weights, str(ckpt / "model.safetensors"))
+    state = json.loads((ckpt / "state.json").read_text())
+    state.pop("weights_finite", None)
+    (ckpt / "state.json").write_text(json.dumps(state))
+
+
+def test_pruning_never_deletes_the_newest_finite_checkpoint(tmp_path, tokenizer_file):
+    model, path = model_and_tokenizer(tokenizer_file)
+    steps = [save(tmp_path, step, model, path, keep_last=0) for step in (1, 2, 3, 4)]
+    for ckpt in steps[2:]:
+        poison(ckpt)  # e.g. left by an older minillama that saved after a NaN
+    assert last_good_checkpoint(tmp_path) == steps[1]  # found by reading the weights, not the flag
+    _prune(tmp_path, keep_last=1)
+    assert list_checkpoints(tmp_path) == [steps[1], steps[3]]  # step 2 survives keep_last=1
+    assert json.loads((steps[1] / "state.json").read_text())["weights_finite"] is True
+    for ckpt in list_checkpoints(tmp_path):
+        poison(ckpt)
+    assert last_good_checkpoint(tmp_path) is None and last_good_checkpoint(tmp_path / "missing") is None
+
+
+def test_checkpoints_sort_by_step_number_not_by_name(tmp_path, tokenizer_file):
+    model, path = model_and_tokenizer(tokenizer_file)
+    for step in (9_999_999, 10_000_000):
+        save(tmp_path, step, model, path)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step_9999999", "step_10000000"]
+    assert resolve_checkpoint(str(tmp_path)).name == "step_10000000"
+
+
+class Payload:
+    """A pickle that runs a shell command when it is unpickled by the unsafe loader."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("victim", ["optimizer.pt", "rng.pt"])
+def test_malicious_pickles_are_refused_in_one_line(tmp_path, tokenizer_file, victim):
+    model, path = model_and_tokenizer(tokenizer_file)
+    ckpt = save(tmp_path, 1, model, path)
+    marker = tmp_path / "pwned"
+    torch.save({"state": Payload(marker)}, ckpt / victim)
+    with pytest.raises(CheckpointError) as refused:
+        load_training_state(ckpt)
+    message = str(refused.value)
+    assert message.startswith(f"{ckpt / victim} holds Python objects (posix.system) that minillama never writes")
+    assert "\n" not in message and "weights_only" not in message and "resume from another one" in message
+    assert not marker.exists()
+
+
+def test_damaged_training_state_files_name_the_file(tmp_path, tokenizer_file):
+    model, path = model_and_tokenizer(tokenizer_file)
+    ckpt = save(tmp_path, 1, model, path)
+    (ckpt / "optimizer.pt").write_bytes((ckpt / "optimizer.pt").read_bytes()[:100])
+    with pytest.raises(CheckpointError, match=r"optimizer.pt is truncated or corrupt \(PytorchStreamReader failed "
+                       r"reading zip archive: failed finding central directory\); resume from an older checkpoint$"):
+        load_training_state(ckpt)
+    (ckpt / "rng.pt").unlink()
+    (ckpt / "optimizer.pt").unlink()  # optional: a checkpoint without an optimizer (e.g. an import)
+    with pytest.raises(CheckpointError, match=r"rng.pt is missing; the checkpoint is incomplete"):
+        load_training_state(ckpt)
+    (ckpt / "state.json").write_text('{"step": 1,')
+    with pytest.raises(CheckpointError, match=r"state.json is unreadable"):
+        load_training_state(ckpt)

@@ -1,61 +1,25 @@
-"""scripts/compare_runs.py on hand-written runs with known numbers: statistics, best cell, noise verdict."""
-import json
-import math
-import statistics
+"""scripts/compare_runs.py on hand-written runs with known numbers: statistics, best cell, the
+best-vs-runner-up verdict, paired Δ against the reference."""
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 from matplotlib import image
 
-from analysis.stats import noise_of_difference, summarize, within_noise
+from analysis.stats import paired_t
 from model import ModelConfig, Transformer
 from scripts.compare_runs import main
+from tests.run_helpers import BPB_TO_LOSS, write_run, write_variant
 from tests.train_helpers import REPO
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-BPB_TO_LOSS = 1.7  # any fixed ratio: one tokenizer, so loss and bpb rank alike
 
 
-def write_run(root: Path, name: str, *, norm="rmsnorm", mlp="swiglu", seed=0, bpb=1.0, max_steps=4, last_step=None,
-              rms=True, hidden_size=32, cache_dir="cache") -> Path:
-    """A run directory as train.py leaves it: config.yaml and metrics.jsonl (evals at steps 2 and 4)."""
-    run = root / name
-    run.mkdir(parents=True)
-    config = {"model": {"vocab_size": 64, "hidden_size": hidden_size, "n_layers": 2, "n_heads": 4, "n_kv_heads": None,
-                        "multiple_of": 16, "intermediate_size": None, "max_seq_len": 32, "norm": norm, "mlp": mlp},
-              "data": {"source": "shakespeare", "vocab_size": 64, "cache_dir": cache_dir},
-              "optim": {"lr": 3e-3, "min_lr": 3e-4, "warmup_steps": 1},
-              "trainer": {"max_steps": max_steps, "precision": "bf16", "device": "cpu"},
-              "logger": {"wandb": "disabled", "tags": [f"norm={norm}"]}, "seed": seed, "run_name": name}
-    (run / "config.yaml").write_text(yaml.safe_dump(config))
-    rows = []
-    for step in range(1, (last_step or max_steps) + 1):
-        rows.append({"kind": "train", "step": step, "loss": 3.0, "tokens": 100 * step, "elapsed_s": 10.0 * step,
-                     "tokens_per_s": 1000.0 + seed})
-        if step % 2 == 0:
-            final_bpb = bpb + (max_steps - step) * 0.5  # decreasing towards the given final value
-            row = {"kind": "eval", "step": step, "tokens": 100 * step, "val_loss": BPB_TO_LOSS * final_bpb,
-                   "val_bpb": final_bpb}
-            if rms:
-                row["rms_residual"] = [1.0 + seed, 2.0 * step]
-            rows.append(row)
-    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return run
-
-
-def write_variant(root: Path, bpbs, **kwargs) -> None:
-    label = f"{kwargs.get('norm', 'rmsnorm')}_{kwargs.get('mlp', 'swiglu')}"
-    for seed, bpb in enumerate(bpbs):
-        write_run(root, f"{label}_seed{seed}", seed=seed, bpb=bpb, **kwargs)
-
-
-def compare(root: Path, capsys) -> tuple:
+def compare(root: Path, capsys, *args) -> tuple:
     """(exit status, table rows as {variant: cells}, results.md text, stderr)."""
-    status = main([str(root)])
+    status = main([str(root), *args])
     err = capsys.readouterr().err
     if status != 0:
         return status, {}, "", err
@@ -69,40 +33,22 @@ def compare(root: Path, capsys) -> tuple:
     return status, rows, text, err
 
 
-def test_summarize_is_mean_and_sample_std():
-    values = [1.0, 1.3, 1.1, 0.95]
-    s = summarize(values)
-    assert s.mean == pytest.approx(np.mean(values)) and s.n == 4
-    assert s.std == pytest.approx(np.std(values, ddof=1)) == pytest.approx(statistics.stdev(values))
-    assert s.std > np.std(values)  # the sample (ddof=1) std, not the population one
-    assert math.isnan(summarize([2.0]).std)
-    with pytest.raises(ValueError):
-        summarize([])
-
-
-def test_within_noise_flips_at_twice_the_standard_error():
-    a, b = summarize([1.0, 1.2]), summarize([1.0, 1.2])  # std 0.1414 each → se of difference 0.1414
-    se = noise_of_difference(a, b)
-    assert se == pytest.approx(math.sqrt(2 * 0.02 / 2))
-    shifted = lambda d: summarize([1.0 + d, 1.2 + d])
-    assert within_noise(a, shifted(1.99 * se)) is True
-    assert within_noise(a, shifted(2.01 * se)) is False
-    assert within_noise(summarize([1.0]), b) is None  # one seed: no noise estimate, no verdict
-
-
 def test_table_reports_mean_and_std_over_seeds(tmp_path, capsys):
     write_variant(tmp_path, [1.0, 1.3, 1.1], mlp="swiglu")
-    write_variant(tmp_path, [2.0, 2.2], mlp="gelu")
+    write_variant(tmp_path, [2.0, 2.2], mlp="gelu", lr=1e-3)
     status, rows, _, _ = compare(tmp_path, capsys)
     assert status == 0
-    best, other = rows["★ rmsnorm + swiglu"], rows["rmsnorm + gelu"]
+    best = rows["★ rmsnorm + swiglu, optim.lr=0.003, optim.min_lr=0.0003"]
+    other = rows["rmsnorm + gelu, optim.lr=0.001, optim.min_lr=0.0001"]
     bpbs = [1.0, 1.3, 1.1]
-    assert best[5] == f"**{np.mean(bpbs):.4f} ± {np.std(bpbs, ddof=1):.4f}**"
+    assert best[6] == f"**{np.mean(bpbs):.4f} ± {np.std(bpbs, ddof=1):.4f}**"
     losses = [BPB_TO_LOSS * b for b in bpbs]
-    assert best[4] == f"{np.mean(losses):.4f} ± {np.std(losses, ddof=1):.4f}"
+    assert best[5] == f"{np.mean(losses):.4f} ± {np.std(losses, ddof=1):.4f}"
     assert best[9] == "3" and other[9] == "2"
-    assert best[7] == "1,001" and best[8] == "40 s"  # mean over seeds of median tokens/s; final elapsed_s
-    assert other[6] == f"+{2.1 - np.mean(bpbs):.4f}"
+    assert (best[4], other[4]) == ("0.003", "0.001")  # each variant's learning rate
+    # tokens/s: per run the MEDIAN of its log intervals (1005 + seed; the mean would be 782.5 + seed),
+    # then the mean over seeds 0, 1, 2; wall time: the final elapsed_s.
+    assert best[7] == "1,006" and best[8] == "40 s"
 
 
 def test_best_is_the_lowest_bpb_and_marked_once(tmp_path, capsys):
@@ -114,25 +60,92 @@ def test_best_is_the_lowest_bpb_and_marked_once(tmp_path, capsys):
     assert text.count("★") == 2  # the marked row and the legend line that explains it
 
 
-def test_noise_note_when_inside_and_outside_seed_noise(tmp_path, capsys):
-    close, far = tmp_path / "close", tmp_path / "far"
-    write_variant(close, [1.00, 1.10], mlp="swiglu")
-    write_variant(close, [1.02, 1.12], mlp="gelu")
-    write_variant(far, [1.00, 1.01], mlp="swiglu")
-    write_variant(far, [1.50, 1.51], mlp="gelu")
-    _, rows, text, _ = compare(close, capsys)
-    assert "Within seed noise" in text and rows["rmsnorm + gelu"][6].endswith("(within noise)")
-    _, rows, text, _ = compare(far, capsys)
-    assert "outside seed noise" in text and "Within seed noise" not in text
-    assert "within noise" not in rows["rmsnorm + gelu"][6]
+def test_verdict_compares_the_best_with_the_runner_up_not_the_last(tmp_path, capsys):
+    """Three variants: the runner-up is inside seed noise of the best, the last far outside it.
+    A verdict that looked at the last row would wrongly call the lead real."""
+    write_variant(tmp_path, [1.00, 1.10, 1.20], mlp="swiglu")  # best
+    write_variant(tmp_path, [1.01, 1.13, 1.19], mlp="geglu")  # runner-up: paired Δ +0.01 ± 0.05
+    write_variant(tmp_path, [2.00, 2.10, 2.20], mlp="gelu")  # last: far behind
+    _, rows, text, _ = compare(tmp_path, capsys)
+    assert list(rows)[1] == "rmsnorm + geglu"
+    assert "**Within seed noise:** rmsnorm + swiglu leads rmsnorm + geglu on the mean" in text
+    assert "can't tell yet" in text.split("Within seed noise")[1].splitlines()[0]
+
+
+def test_verdict_calls_a_real_lead_with_the_paired_test(tmp_path, capsys):
+    # Seed noise is large (0.2 between seeds) but every seed of the runner-up is 0.05 ± 0.005 worse:
+    # an unpaired test cannot see it, the paired one does.
+    write_variant(tmp_path, [1.00, 1.20, 1.40], mlp="swiglu")
+    write_variant(tmp_path, [1.05, 1.255, 1.445], mlp="gelu")
+    _, _, text, _ = compare(tmp_path, capsys)
+    expected = paired_t([1.05, 1.255, 1.445], [1.00, 1.20, 1.40])
+    assert expected.p < 0.05
+    assert ("**rmsnorm + swiglu beats the runner-up rmsnorm + gelu**: rmsnorm + gelu is worse by "
+            f"{expected.delta:.3f} ± {expected.half_width:.3f} bpb (95 % CI)") in text
 
 
 def test_single_seed_says_std_unavailable_and_not_conclusive(tmp_path, capsys):
     write_variant(tmp_path, [1.0], mlp="swiglu")
     write_variant(tmp_path, [1.5], mlp="gelu")
     _, rows, text, _ = compare(tmp_path, capsys)
-    assert rows["★ rmsnorm + swiglu"][5] == "**1.0000 ± n/a**"
-    assert "Not conclusive" in text
+    assert rows["★ rmsnorm + swiglu"][6] == "**1.0000 ± n/a**"
+    assert "**Not conclusive:**" in text and "1 paired seed" in text
+
+
+def test_paired_delta_against_the_default_reference(tmp_path, capsys):
+    write_variant(tmp_path, [1.20, 1.30, 1.40], mlp="swiglu")  # the reference, not the best
+    write_variant(tmp_path, [1.10, 1.21, 1.29], mlp="gelu")
+    write_variant(tmp_path, [1.25, 1.31, 1.46], norm="layernorm")
+    _, _, text, _ = compare(tmp_path, capsys)
+    paired = text.split("## Paired Δ against the reference")[1]
+    gelu = next(line for line in paired.splitlines() if line.startswith("| rmsnorm + gelu"))
+    t = paired_t([1.10, 1.21, 1.29], [1.20, 1.30, 1.40])
+    assert gelu.split(" | ")[1:5] == ["3", f"{t.delta:+.4f}", f"[{t.low:+.4f}, {t.high:+.4f}]", f"{t.p:.2g}"]
+    assert gelu.endswith("| **better** |")
+    assert "- **layernorm + swiglu**: can't tell yet" in paired
+    assert "vs rmsnorm + swiglu" not in gelu  # one reference: named once, in the note
+    assert "Δ = variant − rmsnorm + swiglu" in paired
+
+
+def test_each_variant_is_compared_with_the_reference_of_its_own_size(tmp_path, capsys):
+    for hidden, shift in ((32, 0.0), (64, -0.5)):
+        write_variant(tmp_path, [1.2 + shift, 1.3 + shift], mlp="swiglu", hidden_size=hidden)
+        write_variant(tmp_path, [1.1 + shift, 1.21 + shift], mlp="gelu", hidden_size=hidden)
+    _, _, text, _ = compare(tmp_path, capsys)
+    paired = [line for line in text.split("## Paired Δ")[1].splitlines() if line.startswith("| rmsnorm + gelu")]
+    assert len(paired) == 2  # gelu at 32 vs swiglu at 32, gelu at 64 vs swiglu at 64 — never across sizes
+    for line in paired:
+        cells = line.split(" | ")
+        assert cells[1] == cells[0].replace("| rmsnorm + gelu", "rmsnorm + swiglu")  # the reference column
+        assert cells[3] == f"{paired_t([1.1, 1.21], [1.2, 1.3]).delta:+.4f}"
+
+
+def test_qk_norm_is_compared_with_the_model_without_it(tmp_path, capsys):
+    write_variant(tmp_path, [1.2, 1.3], extra_model={"qk_norm": False})
+    write_variant(tmp_path, [1.1, 1.2], extra_model={"qk_norm": True})
+    _, _, text, _ = compare(tmp_path, capsys)
+    (line,) = [line for line in text.split("## Paired Δ")[1].splitlines() if "qk_norm=True" in line and
+               line.startswith("| ")]
+    assert "| -0.1000 |" in line
+
+
+def test_reference_can_be_chosen_and_a_wrong_one_is_an_error(tmp_path, capsys):
+    write_variant(tmp_path, [1.2, 1.3], mlp="swiglu")
+    write_variant(tmp_path, [1.1, 1.2], mlp="gelu")
+    _, _, text, _ = compare(tmp_path, capsys, "--reference", "model.mlp=gelu")
+    assert "- **rmsnorm + swiglu**: worse by" in text
+    status, _, _, err = compare(tmp_path, capsys, "--reference", "model.mlp=relu2")
+    assert status == 1 and err.startswith("error: --reference model.mlp=relu2 matches none of the variants")
+    status, _, _, err = compare(tmp_path, capsys, "--reference", "gelu")
+    assert status == 1 and "is not key=value" in err
+
+
+def test_no_reference_among_the_runs_is_a_note_not_an_error(tmp_path, capsys):
+    write_variant(tmp_path, [1.2, 1.3], mlp="gelu")
+    write_variant(tmp_path, [1.1, 1.2], mlp="relu2")
+    status, _, text, _ = compare(tmp_path, capsys)
+    assert status == 0 and "No reference variant (model.norm=rmsnorm model.mlp=swiglu" in text
+    assert not (tmp_path / "comparison" / "forest.png").exists()
 
 
 def test_parameter_columns_are_the_models_own_counts(tmp_path, capsys):
@@ -170,7 +183,7 @@ def test_figures_are_valid_pngs(tmp_path, capsys):
     out = tmp_path / "elsewhere"
     assert main([str(tmp_path), "--out", str(out)]) == 0
     assert "| ★ rmsnorm + swiglu" in capsys.readouterr().out  # the table is printed too
-    for name in ("val_curves.png", "activation_rms.png"):
+    for name in ("val_curves.png", "activation_rms.png", "forest.png"):
         assert (out / name).read_bytes()[:8] == PNG_MAGIC
         assert image.imread(out / name).shape[0] > 100
 
@@ -187,7 +200,7 @@ def test_no_rms_logged_means_no_rms_figure_and_a_warning(tmp_path, capsys):
     ("empty", "no run directories"),
     ("all_incomplete", "none of the 1 runs"),
     ("config", "cannot read config.yaml"),
-    ("metrics", "line 2 is not JSON"),
+    ("metrics", "line 2 is not a JSON object"),
     ("model", "cannot build the model"),
 ])
 def test_bad_input_is_a_one_line_error(tmp_path, capsys, breakage, message):

@@ -52,7 +52,7 @@ def test_each_option_composes_and_builds(group, option):
 
 def test_cli_overrides_reach_the_model():
     cfg = compose_typed(["model.hidden_size=4096", "model.multiple_of=256", "model.n_heads=32"])
-    assert cfg.model.intermediate_size == 11008
+    assert cfg.model.resolved_intermediate_size == 11008
 
 
 def test_default_config_is_the_cpu_shakespeare_run():

@@ -43,6 +43,18 @@ def test_changed_settings_miss_the_cache(tmp_path, corpus, change):
     assert changed.dir != base.dir and read_meta(base.dir) is not None
 
 
+def test_sample_by_keys_text_caches_only(tmp_path, corpus, documents):
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    (folder / "train.txt").write_text("\n\n".join(documents[:150]), encoding="utf-8")
+    (folder / "validation.txt").write_text("\n\n".join(documents[150:]), encoding="utf-8")
+    by_paragraph = prepare(config(tmp_path, str(folder)), **QUIET)
+    by_line = prepare(config(tmp_path, str(folder), sample_by="line"), **QUIET)
+    assert by_line.dir != by_paragraph.dir  # a text folder honours sample_by, so it keys the cache
+    jsonl = prepare(config(tmp_path, corpus), **QUIET)
+    assert prepare(config(tmp_path, corpus, sample_by="line"), **QUIET).dir == jsonl.dir  # no meaning for JSON
+
+
 def test_edited_file_invalidates_the_cache(tmp_path, documents):
     path = write_local(tmp_path / "in", documents, "txt")
     before = prepare(config(tmp_path, path), **QUIET)

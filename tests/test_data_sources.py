@@ -9,13 +9,23 @@ import pytest
 import data.hub
 import data.sources
 from data import DataConfig, DataError, prepare
-from data.sources import uniform_hash
+from data.validation import uniform_hash
 from tests.data_helpers import (QUIET, fineweb_layout, split_documents, tinystories_layout,
                                 write_local)
 
 
 def local(tmp_path, path, **overrides):
     return DataConfig(source="local", path=path, vocab_size=320, cache_dir=str(tmp_path / "cache"), **overrides)
+
+
+def write_books(folder, documents, count):
+    """`count` text files of paragraphs; returns {file name: its paragraphs}."""
+    folder.mkdir(parents=True, exist_ok=True)
+    books = {}
+    for i, part in enumerate(np.array_split(np.arange(len(documents)), count)):
+        books[f"book{i:02d}.txt"] = [documents[j] for j in part]
+        (folder / f"book{i:02d}.txt").write_text("\n\n".join(books[f"book{i:02d}.txt"]), encoding="utf-8")
+    return books
 
 
 @pytest.mark.parametrize("kind", ["txt", "jsonl", "parquet", "csv"])
@@ -30,16 +40,19 @@ def test_local_files_round_trip(tmp_path, documents, kind):
 
 
 def test_globs_and_save_to_disk_give_the_same_tokens(tmp_path, documents):
-    folder = tmp_path / "texts"
-    folder.mkdir()
-    for i in range(4):  # one document per file
-        (folder / f"part{i}.txt").write_text("\n\n".join(documents[i * 50:(i + 1) * 50]), encoding="utf-8")
-    from_glob = prepare(local(tmp_path, str(folder / "*.txt")), **QUIET)
-    datasets.Dataset.from_dict({"text": documents}).save_to_disk(str(tmp_path / "saved"))
+    books = write_books(tmp_path / "texts", documents, 4)
+    from_glob = prepare(local(tmp_path, str(tmp_path / "texts" / "*.txt")), **QUIET)
+    held = from_glob.meta["val_files"]
+    assert len(held) == 1  # 4 files: one is held out whole, however small val_fraction is
+    datasets.DatasetDict({
+        "train": datasets.Dataset.from_dict({"text": [d for name in books if name not in held for d in books[name]]}),
+        "validation": datasets.Dataset.from_dict({"text": books[held[0]]}),
+    }).save_to_disk(str(tmp_path / "saved"))
     from_disk = prepare(local(tmp_path, str(tmp_path / "saved")), **QUIET)
     assert from_glob.dir != from_disk.dir
     assert Counter(split_documents(from_glob, "train") + split_documents(from_glob, "val")) == Counter(documents)
     assert np.array_equal(from_glob.train_tokens(), from_disk.train_tokens())  # same documents, same order
+    assert np.array_equal(from_glob.val_tokens(), from_disk.val_tokens())
 
 
 def test_text_files_sample_by_document(tmp_path, documents):
@@ -49,6 +62,60 @@ def test_text_files_sample_by_document(tmp_path, documents):
         (folder / f"book{i}.txt").write_text("\n\n".join(documents[i * 10:(i + 1) * 10]), encoding="utf-8")
     prepared = prepare(local(tmp_path, str(folder / "*.txt"), sample_by="document"), **QUIET)
     assert (prepared.meta["train_documents"], prepared.meta["val_documents"]) == (19, 1)
+
+
+@pytest.mark.parametrize("as_folder", [False, True])
+def test_several_text_files_hold_out_whole_files(tmp_path, documents, as_folder):
+    books = write_books(tmp_path / "books", documents, 10)
+    messages = []
+    path = str(tmp_path / "books") if as_folder else str(tmp_path / "books" / "*.txt")
+    prepared = prepare(local(tmp_path, path, val_fraction=0.2), log=messages.append)
+    held = prepared.meta["val_files"]
+    assert held and len(held) < len(books)
+    train, val = split_documents(prepared, "train"), split_documents(prepared, "val")
+    # Every paragraph of a held-out file is in validation; none of any other file is.
+    assert Counter(val) == Counter(d for name in held for d in books[name])
+    assert Counter(train) == Counter(d for name in books if name not in held for d in books[name])
+    held_bytes = sum((tmp_path / "books" / name).stat().st_size for name in held)
+    all_bytes = sum(f.stat().st_size for f in (tmp_path / "books").iterdir())
+    assert abs(held_bytes / all_bytes - 0.2) < 0.06  # 10 similar files: within about half a file
+    assert prepared.meta["val_bytes"] == sum(len(d.encode("utf-8")) for d in val)  # bpb denominator
+    note = next(m for m in messages if m.startswith("data: validation: "))
+    assert f"{len(held)} of 10 files held out whole" in note and all(name in note for name in held)
+    again = []
+    prepare(local(tmp_path, path, val_fraction=0.2), log=again.append)  # a cache hit says it too
+    assert note in again
+
+
+def test_one_text_file_holds_out_paragraphs_and_says_so(tmp_path, documents):
+    messages = []
+    prepared = prepare(local(tmp_path, write_local(tmp_path / "in", documents, "txt")), log=messages.append)
+    assert prepared.meta["val_files"] is None and prepared.meta["val_documents"] == 10
+    note = next(m for m in messages if m.startswith("data: validation: "))
+    assert "10 of 200 documents" in note and "one text file corpus.txt" in note and "sample_by=paragraph" in note
+
+
+def expected_documents(text: str, sample_by: str) -> list:
+    """What datasets' text builder makes of a file, minus the empty documents the encoder drops."""
+    pieces = {"paragraph": text.split("\n\n"), "line": text.splitlines(), "document": [text]}[sample_by]
+    return [p for p in pieces if p and not p.isspace()]
+
+
+@pytest.mark.parametrize("sample_by", ["paragraph", "line", "document"])
+def test_text_folder_laid_out_like_the_hub_honours_sample_by(tmp_path, documents, sample_by):
+    root = tmp_path / "hub_like"
+    root.mkdir()
+    # Paragraphs of two lines, so paragraph and line give different documents (and byte counts).
+    train_text = "\n\n".join(f"{a}\n{b}" for a, b in zip(documents[:80:2], documents[1:80:2]))
+    val_text = "\n\n".join(f"{a}\n{b}" for a, b in zip(documents[80:100:2], documents[81:100:2]))
+    (root / "train.txt").write_text(train_text, encoding="utf-8")
+    (root / "validation.txt").write_text(val_text, encoding="utf-8")
+    prepared = prepare(local(tmp_path, str(root), sample_by=sample_by), **QUIET)
+    for split, text in (("train", train_text), ("val", val_text)):
+        expected = expected_documents(text, sample_by)
+        assert split_documents(prepared, split) == expected
+        assert prepared.meta[f"{split}_bytes"] == sum(len(d.encode("utf-8")) for d in expected)
+    assert prepared.meta["val_rule"] == f"the 'validation' split of {root}"
 
 
 def test_own_validation_split_is_used(tmp_path, documents):
@@ -100,14 +167,6 @@ def test_streaming_is_deterministic_and_matches_the_hash(tmp_path, documents):
     held_out = uniform_hash(1234, np.arange(len(documents))) < 0.1
     assert split_documents(first, "val") == [d for d, v in zip(documents, held_out) if v]
     assert split_documents(first, "train") == [d for d, v in zip(documents, held_out) if not v]
-
-
-def test_uniform_hash_is_uniform_and_seeded():
-    values = uniform_hash(7, np.arange(100_000))
-    assert values.min() >= 0 and values.max() < 1 and abs(values.mean() - 0.5) < 0.01
-    assert abs((values < 0.05).mean() - 0.05) < 0.005
-    assert np.array_equal(values, uniform_hash(7, np.arange(100_000)))
-    assert not np.array_equal(values, uniform_hash(8, np.arange(100_000)))
 
 
 def test_unreachable_hub_fails_fast_naming_offline_choices(tmp_path, monkeypatch):

@@ -1,15 +1,17 @@
-"""Generation: KV-cache == recompute on every variant, sampling filters, batching, EOS, overflow, streaming."""
+"""Generation: KV-cache == recompute on every variant, sampling filters, batching, EOS, overflow, streaming,
+and padding ids of a padded vocabulary never generated."""
 import itertools
 
 import pytest
 import torch
 
+from data.tokenizer import SPECIAL_TOKENS
 from model import MLPS, NORMS
 from model.generate import TextStream, generate, generate_ids, sample_next, top_k_filter, top_p_filter
 from tests.tiny_checkpoint import random_model, single_thread, tiny_config, tiny_tokenizer  # noqa: F401 (autouse)
 
 TOKENIZER = tiny_tokenizer()
-VOCAB = TOKENIZER.get_vocab_size()
+VOCAB = TOKENIZER.get_vocab_size()  # 300: not a multiple of 64, so every model here has 20 padding rows
 
 
 def model_for(seed: int = 0, **overrides):
@@ -26,13 +28,13 @@ def naive_greedy(model, prompt, n, window=None):
         for _ in range(n):
             if len(ids) - start >= max_len:  # the documented slide: keep the last max_seq_len // 2
                 start = len(ids) - max_len // 2
-            ids.append(int(model(torch.tensor([ids[start:]]))[0, -1].argmax()))
+            ids.append(int(model(torch.tensor([ids[start:]]))[0, -1, :VOCAB].argmax()))  # real tokens only
     return ids[len(prompt):]
 
 
-@pytest.mark.parametrize("norm,mlp", list(itertools.product(NORMS, MLPS)))
-def test_cached_greedy_equals_full_recompute_on_every_variant(norm, mlp):
-    model = model_for(norm=norm, mlp=mlp)
+@pytest.mark.parametrize("norm,mlp,qk_norm", [*itertools.product(NORMS, MLPS, [False]), ("rmsnorm", "swiglu", True)])
+def test_cached_greedy_equals_full_recompute_on_every_variant(norm, mlp, qk_norm):
+    model = model_for(norm=norm, mlp=mlp, qk_norm=qk_norm)
     prompt = TOKENIZER.encode("ROMEO: But, soft!").ids
     expected = naive_greedy(model, prompt, 24)
     assert len(set(expected)) > 3, "degenerate random model: the comparison would prove little"
@@ -153,9 +155,45 @@ def test_text_stream_holds_back_split_characters():
 
 def test_empty_prompt_starts_a_new_document_and_bf16_runs():
     model = model_for().to(torch.bfloat16)
-    out = generate(model, TOKENIZER, [""], 8, temperature=0, stop_at_eos=False)
+    out = generate(model, TOKENIZER, [""], 8, temperature=0, stop_at_eos=False, eos_token=SPECIAL_TOKENS["eos"])
     assert len(TOKENIZER.encode(out[0]).ids) >= 1
     assert model.new_kv_cache(1).keys[0].dtype == torch.bfloat16
+
+
+def padding_loving(model):
+    """+100 on every logit from vocab_size up: without the mask every generated id would be one of them."""
+    bias = torch.zeros(model.cfg.padded_vocab_size)
+    bias[VOCAB:] = 100.0
+    model.lm_head.register_forward_hook(lambda module, args, out: out + bias.to(out.dtype))
+    return model
+
+
+@pytest.mark.parametrize("kwargs", [dict(temperature=0), dict(temperature=0, use_cache=False),
+                                    dict(temperature=1.5, seed=0), dict(temperature=1.0, top_k=5, top_p=0.9, seed=1)])
+def test_padding_ids_are_never_generated(kwargs):
+    model = padding_loving(model_for())
+    assert model.cfg.padded_vocab_size == 320 and model.cfg.vocab_size == VOCAB == 300
+    prompt = TOKENIZER.encode("ROMEO:").ids
+    with torch.no_grad():
+        assert (model(torch.tensor([prompt])).argmax(-1) >= VOCAB).all()  # the trap is set
+    new = generate_ids(model, [prompt, prompt[:2]], 30, **kwargs)
+    assert all(0 <= i < VOCAB for ids in new for i in ids) and all(len(ids) == 30 for ids in new)
+
+
+def test_text_generation_stays_within_the_tokenizer():
+    """A model with more ids than its tokenizer (vocab_size 310, 300 tokens): the extra ids are padding too."""
+    model = random_model(tiny_config(VOCAB + 10, init_std=0.3))
+    bias = torch.zeros(model.cfg.padded_vocab_size)
+    bias[VOCAB:] = 100.0
+    model.lm_head.register_forward_hook(lambda module, args, out: out + bias)
+    seen = []
+    generate(model, TOKENIZER, ["ROMEO:"], 25, temperature=1.0, seed=0, on_token=lambda row, i: seen.append(i))
+    assert len(seen) == 25 and max(seen) < VOCAB
+
+
+def test_prompt_with_a_padding_id_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"outside the vocabulary \[0, 300\)"):
+        generate_ids(model_for(), [[5, VOCAB + 3]], 4)
 
 
 @pytest.mark.parametrize("kwargs,match", [

@@ -1,4 +1,5 @@
-"""Same weights into Hugging Face's Llama modules give the same outputs: the proof that the math is LLaMA's."""
+"""Same weights into Hugging Face's Llama modules give the same outputs: the proof that the math is LLaMA's
+(and, with qk_norm, Qwen3's), padded vocabulary included."""
 import pytest
 import torch
 
@@ -6,20 +7,21 @@ from model import RMSNorm, SwiGLU, Transformer
 from model_helpers import one_thread, random_transformer, tiny_model_config
 
 pytest.importorskip("transformers", reason="parity tests need `transformers` (requirements-dev.txt)")
-from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM  # noqa: E402
 from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm  # noqa: E402
 
 TOL = dict(rtol=0, atol=1e-4)
 
 
-def hf_config(model: Transformer) -> LlamaConfig:
+def hf_config(model: Transformer, config_cls=LlamaConfig):
     cfg = model.cfg
-    return LlamaConfig(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
-        num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_kv_heads,
-        max_position_embeddings=cfg.max_seq_len, rms_norm_eps=cfg.norm_eps,
+    return config_cls(  # HF's vocab_size is the embedding's row count: the padded one
+        vocab_size=cfg.padded_vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.resolved_intermediate_size,
+        num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.resolved_n_kv_heads,
+        head_dim=cfg.head_dim, max_position_embeddings=cfg.max_seq_len, rms_norm_eps=cfg.norm_eps,
         rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta},
-        tie_word_embeddings=cfg.tie_embeddings, attention_bias=False, mlp_bias=False)
+        tie_word_embeddings=cfg.tie_embeddings, attention_bias=False,
+        **({"mlp_bias": False} if config_cls is LlamaConfig else {"use_sliding_window": False}))
 
 
 def to_hf_state_dict(model: Transformer) -> dict:
@@ -83,5 +85,18 @@ def test_whole_model_matches_llama_for_causal_lm(overrides, attn_implementation)
     assert torch.equal(hf.lm_head.weight, model.lm_head.weight)
     torch.manual_seed(3)
     ids = torch.randint(0, model.cfg.vocab_size, (2, model.cfg.max_seq_len))
+    with one_thread(), torch.no_grad():
+        torch.testing.assert_close(model(ids), hf(ids, use_cache=False).logits, **TOL)
+
+
+def test_qk_norm_model_matches_qwen3_for_causal_lm():
+    """QK-norm as Qwen3 has it: RMSNorm over head_dim on q and k, before RoPE. The norm weights are
+    perturbed (random_transformer), so a norm applied after RoPE or on the wrong tensor would show."""
+    model = random_transformer(tiny_model_config(qk_norm=True, n_kv_heads=2, rope_theta=5e5, norm_eps=1e-6))
+    hf = Qwen3ForCausalLM._from_config(hf_config(model, Qwen3Config), attn_implementation="eager").eval()
+    missing, unexpected = hf.load_state_dict(to_hf_state_dict(model), strict=False)
+    assert not unexpected and missing in ([], ["lm_head.weight"])
+    assert any("q_norm" in name for name in to_hf_state_dict(model))
+    ids = torch.randint(0, model.cfg.vocab_size, (2, model.cfg.max_seq_len), generator=torch.Generator().manual_seed(3))
     with one_thread(), torch.no_grad():
         torch.testing.assert_close(model(ids), hf(ids, use_cache=False).logits, **TOL)

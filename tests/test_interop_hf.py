@@ -1,4 +1,5 @@
-"""Hugging Face interop: exported logits/greedy/tokens match transformers; import(export(x)) == x bitwise."""
+"""Hugging Face interop: exported logits/greedy/tokens match transformers; import(export(x)) == x bitwise;
+padded vocabularies (a 300-token tokenizer, 320 embedding rows) both ways; special tokens carried forward."""
 import json
 import shutil
 
@@ -6,16 +7,17 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from data.tokenizer import read_special_tokens
 from interop import ConversionError, export_checkpoint, import_checkpoint
 from model.generate import generate_ids
 from tests.tiny_checkpoint import single_thread  # noqa: F401 (autouse fixture)
 from tests.tiny_checkpoint import random_model, tiny_config, tiny_tokenizer, write_checkpoint
-from training.checkpoint import load_model, load_model_config
+from training.checkpoint import load_model, load_model_config, save_checkpoint
 
 transformers = pytest.importorskip("transformers")
 
 TOKENIZER = tiny_tokenizer()
-VOCAB = TOKENIZER.get_vocab_size()
+VOCAB = TOKENIZER.get_vocab_size()  # 300: not a multiple of 64, so every model here pads to 320 rows
 CONFIGS = {  # GQA / MQA / MHA, non-default multiple_of and ffn multiplier, tied and untied, theta, eps
     "gqa_tied": dict(n_kv_heads=2, multiple_of=16),
     "mha_untied": dict(n_kv_heads=4, multiple_of=64, tie_embeddings=False, rope_theta=500.0, norm_eps=1e-6),
@@ -41,12 +43,17 @@ def test_export_loads_as_llama_with_the_same_logits(exported):
     assert type(hf_model).__name__ == "LlamaForCausalLM"
     hf_cfg, cfg = hf_model.config, model.cfg
     assert (hf_cfg.intermediate_size, hf_cfg.tie_word_embeddings, hf_cfg.rms_norm_eps, hf_cfg.num_key_value_heads) \
-        == (cfg.intermediate_size, cfg.tie_embeddings, cfg.norm_eps, cfg.n_kv_heads)
+        == (cfg.resolved_intermediate_size, cfg.tie_embeddings, cfg.norm_eps, cfg.resolved_n_kv_heads)
     assert hf_cfg.rope_parameters["rope_theta"] == cfg.rope_theta
+    # The padded embedding goes out whole: config vocab_size = rows, and the tokenizer has fewer tokens.
+    assert hf_cfg.vocab_size == cfg.padded_vocab_size == 320
+    assert len(transformers.AutoTokenizer.from_pretrained(out)) == VOCAB
+    assert hf_model.get_input_embeddings().weight.shape[0] == 320
+    assert hf_model.generation_config.suppress_tokens == list(range(VOCAB, 320))
     ids = torch.randint(0, VOCAB, (3, cfg.max_seq_len), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         ours, theirs = model(ids), hf_model(ids).logits
-    assert ours.abs().max() > 1e-2  # real logits, not an all-zero coincidence
+    assert ours.shape[-1] == 320 and ours.abs().max() > 1e-2  # real logits, not an all-zero coincidence
     assert (ours - theirs).abs().max() <= 1e-4
 
 
@@ -57,6 +64,22 @@ def test_hf_greedy_generate_equals_ours(exported):
     ours = generate_ids(model, [prompt], 20, temperature=0, eos_id=TOKENIZER.token_to_id("<|eos|>"))[0]
     assert theirs.tolist() == ours
     assert len(set(ours)) > 3, "degenerate random model: the comparison would prove little"
+
+
+def test_hf_generate_never_emits_a_padding_id_either(exported):
+    model, _, _, hf_model = exported
+    trap = torch.zeros(320)
+    trap[VOCAB:] = 100.0  # every padding id far ahead: only the exported suppress_tokens stops them
+    hook = hf_model.lm_head.register_forward_hook(lambda module, args, out: out + trap)
+    try:
+        prompt = torch.tensor([TOKENIZER.encode("ROMEO:").ids])
+        with torch.no_grad():
+            assert hf_model(prompt).logits.argmax(-1).min() >= VOCAB
+        for kwargs in (dict(do_sample=False), dict(do_sample=True, top_k=0, top_p=1.0, temperature=1.0)):
+            new = hf_model.generate(prompt, max_new_tokens=15, **kwargs)[0, prompt.shape[1]:]
+            assert len(new) > 0 and new.max() < VOCAB
+    finally:
+        hook.remove()
 
 
 def test_import_of_export_is_bitwise_identical(exported, tmp_path):
@@ -97,7 +120,8 @@ def test_import_of_a_model_saved_by_transformers_itself(tmp_path):
     hf_model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
     TOKENIZER.save(str(tmp_path / "hf" / "tokenizer.json"))
     model, _, ckpt = load_model(str(import_checkpoint(str(tmp_path / "hf"), str(tmp_path / "run"))))
-    assert model.cfg.rope_theta == 30000.0 and model.cfg.intermediate_size == 200
+    assert model.cfg.rope_theta == 30000.0 and model.cfg.resolved_intermediate_size == 200
+    assert model.cfg.padded_vocab_size == model.cfg.vocab_size == VOCAB
     ids = torch.randint(0, VOCAB, (2, 48), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         assert (model(ids) - hf_model(ids).logits).abs().max() <= 1e-4
@@ -121,10 +145,60 @@ def test_sharded_weights_import_like_one_file(exported, tmp_path):
     assert all(torch.equal(original[k], imported[k]) for k in original)
 
 
-@pytest.mark.parametrize("norm,mlp", [("layernorm", "swiglu"), ("rmsnorm", "gelu"), ("rmsnorm", "geglu")])
-def test_exporting_a_non_llama_variant_is_a_clear_error(tmp_path, norm, mlp):
-    ckpt = write_checkpoint(tmp_path / "run", random_model(tiny_config(VOCAB, norm=norm, mlp=mlp)), TOKENIZER)
-    with pytest.raises(ConversionError, match="only rmsnorm \\+ swiglu"):
+@pytest.mark.parametrize("rows", [320, 333])  # padded to a multiple of 64, and to a row count no multiple explains
+def test_import_of_an_hf_model_whose_embedding_exceeds_the_tokenizer(tmp_path, rows):
+    """GPT-2-style HF checkpoints: config.json's vocab_size counts rows, the tokenizer has fewer tokens."""
+    config = transformers.LlamaConfig(vocab_size=rows, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                                      tie_word_embeddings=True, eos_token_id=1, bos_token_id=0)
+    torch.manual_seed(0)
+    hf_model = transformers.LlamaForCausalLM(config).eval()
+    hf_model.save_pretrained(tmp_path / "hf")
+    TOKENIZER.save(str(tmp_path / "hf" / "tokenizer.json"))
+    model, _, _ = load_model(str(import_checkpoint(str(tmp_path / "hf"), str(tmp_path / "run"))))
+    assert (model.cfg.vocab_size, model.cfg.padded_vocab_size) == (VOCAB, rows)
+    ids = torch.randint(0, VOCAB, (2, 32), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ours = model(ids)
+        assert ours.shape[-1] == rows and (ours - hf_model(ids).logits).abs().max() <= 1e-4
+    trap = torch.zeros(rows)
+    trap[VOCAB:] = 100.0
+    model.lm_head.register_forward_hook(lambda module, args, out: out + trap)
+    assert max(generate_ids(model, [TOKENIZER.encode("ROMEO:").ids], 20, temperature=1.0, seed=0)[0]) < VOCAB
+
+
+def test_import_refuses_a_tokenizer_larger_than_the_embedding(exported, tmp_path):
+    _, _, out, _ = exported
+    small = tmp_path / "small"
+    shutil.copytree(out, small)
+    tiny_tokenizer(vocab_size=340).save(str(small / "tokenizer.json"))  # ids up to 339, rows 320
+    with pytest.raises(ConversionError, match="token ids up to 339 .*only 320 rows"):
+        import_checkpoint(str(small), str(tmp_path / "run"))
+
+
+def test_imported_special_tokens_carry_forward_into_a_fine_tunes_checkpoints(tmp_path):
+    """A fine-tune saves its checkpoints with the tokenizer it trains with — the imported one."""
+    config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=96, num_hidden_layers=1,
+                                      num_attention_heads=4, max_position_embeddings=16, bos_token_id=None,
+                                      eos_token_id=2)
+    transformers.LlamaForCausalLM(config).save_pretrained(tmp_path / "hf")
+    TOKENIZER.save(str(tmp_path / "hf" / "tokenizer.json"))
+    imported = import_checkpoint(str(tmp_path / "hf"), str(tmp_path / "run"))
+    roles = read_special_tokens(imported)
+    assert roles == {"bos": None, "eos": "<|pad|>", "pad": None}  # not minillama's defaults
+    model, _, _ = load_model(str(imported))
+    new = save_checkpoint(tmp_path / "finetune" / "checkpoints", 5, model.state_dict(), model.cfg,
+                          imported / "tokenizer.json", state={"step": 5})
+    assert read_special_tokens(new) == roles
+
+
+@pytest.mark.parametrize("norm,mlp,qk_norm", [("layernorm", "swiglu", False), ("rmsnorm", "gelu", False),
+                                              ("rmsnorm", "geglu", False), ("none", "swiglu", False),
+                                              ("rmsnorm_bf16", "swiglu", False), ("rmsnorm", "swiglu", True)])
+def test_exporting_a_non_llama_variant_is_a_clear_error(tmp_path, norm, mlp, qk_norm):
+    model = random_model(tiny_config(VOCAB, norm=norm, mlp=mlp, qk_norm=qk_norm))
+    ckpt = write_checkpoint(tmp_path / "run", model, TOKENIZER)
+    with pytest.raises(ConversionError, match="only rmsnorm \\+ swiglu models without qk_norm"):
         export_checkpoint(str(ckpt), str(tmp_path / "hf"))
     assert not (tmp_path / "hf").exists()
 
@@ -152,6 +226,7 @@ def _edit_config(directory, **changes):
     (lambda d: (d / "model.safetensors").rename(d / "pytorch_model.bin"), "pickled"),
     (lambda d: (d / "model.safetensors").write_bytes(b"\x00" * 16), "corrupt"),
     (lambda d: _edit_config(d, vocab_size=VOCAB + 1), "vocab_size|shape"),
+    (lambda d: _edit_config(d, vocab_size=VOCAB - 1), "token ids up to 299"),
     (lambda d: (d / "config.json").unlink(), "not a Hugging Face model directory"),
 ])
 def test_import_refuses_what_it_cannot_convert(exported, tmp_path, breakage, match):

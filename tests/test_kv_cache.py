@@ -39,7 +39,7 @@ def test_cache_is_sized_for_kv_heads_and_model_dtype():
     model = random_transformer(CFG)
     cache = model.new_kv_cache(batch_size=3, max_seq_len=10)
     assert isinstance(cache, KVCache) and len(cache.keys) == len(cache.values) == CFG.n_layers
-    assert cache.keys[0].shape == (3, CFG.n_kv_heads, 10, CFG.head_dim)
+    assert cache.keys[0].shape == (3, CFG.resolved_n_kv_heads, 10, CFG.head_dim)
     assert cache.keys[0].dtype == torch.float32
     assert model.new_kv_cache(1).keys[0].shape[2] == CFG.max_seq_len
     assert model.new_kv_cache(1, dtype=torch.bfloat16).values[1].dtype == torch.bfloat16

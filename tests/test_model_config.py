@@ -1,37 +1,91 @@
-"""ModelConfig: resolved derived fields, a lossless round trip through JSON, and errors that name the field."""
+"""ModelConfig: derived fields that stay derived, padded vocabularies, a lossless JSON round trip,
+errors that name the field."""
 import dataclasses
 import json
 
 import pytest
 
-from model import ModelConfig, swiglu_intermediate_size
+from model import ModelConfig, find_multiple, swiglu_intermediate_size
 
 
-def test_derived_fields_are_resolved_numbers():
+def test_derived_fields_resolve_to_numbers():
     cfg = ModelConfig(hidden_size=256, n_heads=8, multiple_of=32)
-    assert cfg.n_kv_heads == 8 and cfg.intermediate_size == 704 and cfg.head_dim == 32
-    assert ModelConfig(hidden_size=4096, n_heads=32, multiple_of=256).intermediate_size == 11008
-    assert ModelConfig(hidden_size=256, ffn_dim_multiplier=1.5).intermediate_size == \
+    assert (cfg.resolved_n_kv_heads, cfg.resolved_intermediate_size, cfg.head_dim) == (8, 704, 32)
+    assert cfg.n_kv_heads is None and cfg.intermediate_size is None  # the fields keep what the user set
+    assert ModelConfig(hidden_size=4096, n_heads=32, multiple_of=256).resolved_intermediate_size == 11008
+    assert ModelConfig(hidden_size=256, ffn_dim_multiplier=1.5).resolved_intermediate_size == \
         swiglu_intermediate_size(256, 32, 1.5) == 1024
-    assert ModelConfig(n_kv_heads=2).n_kv_heads == 2
+    assert ModelConfig(n_kv_heads=2).resolved_n_kv_heads == 2
 
 
 def test_two_matrix_mlps_default_to_4d_and_explicit_size_wins():
-    assert ModelConfig(hidden_size=256, mlp="gelu").intermediate_size == 1024
-    assert ModelConfig(hidden_size=256, mlp="relu2").intermediate_size == 1024
-    assert ModelConfig(hidden_size=256, mlp="geglu").intermediate_size == 704
-    assert ModelConfig(hidden_size=256, intermediate_size=500).intermediate_size == 500
+    assert ModelConfig(hidden_size=256, mlp="gelu").resolved_intermediate_size == 1024
+    assert ModelConfig(hidden_size=256, mlp="relu2").resolved_intermediate_size == 1024
+    assert ModelConfig(hidden_size=256, mlp="geglu").resolved_intermediate_size == 704
+    assert ModelConfig(hidden_size=256, intermediate_size=500).resolved_intermediate_size == 500
+
+
+def test_replace_rederives_what_was_derived():
+    """The old behaviour: __post_init__ wrote the resolved 704 / 8 into the fields, so replace() kept them."""
+    cfg = ModelConfig(hidden_size=256, n_heads=8, multiple_of=32, vocab_size=4000)
+    wider = dataclasses.replace(cfg, hidden_size=512)
+    assert wider.resolved_intermediate_size == swiglu_intermediate_size(512, 32) == 1376
+    assert wider.head_dim == 64
+    fewer_heads = dataclasses.replace(cfg, n_heads=4)
+    assert fewer_heads.resolved_n_kv_heads == 4  # was 8: "must divide n_heads=4" would even have failed
+    assert dataclasses.replace(cfg, mlp="gelu").resolved_intermediate_size == 1024
+    assert dataclasses.replace(cfg, vocab_size=50257).padded_vocab_size == 50304
+    assert dataclasses.replace(cfg, vocab_multiple=128).padded_vocab_size == 4096
+
+
+def test_replace_keeps_what_was_explicit():
+    cfg = ModelConfig(hidden_size=256, n_heads=8, n_kv_heads=2, intermediate_size=600)
+    wider = dataclasses.replace(cfg, hidden_size=512, n_heads=16)
+    assert (wider.resolved_n_kv_heads, wider.resolved_intermediate_size) == (2, 600)
+    back_to_auto = dataclasses.replace(cfg, intermediate_size=None, n_kv_heads=None)
+    assert (back_to_auto.resolved_n_kv_heads, back_to_auto.resolved_intermediate_size) == (8, 704)
+
+
+@pytest.mark.parametrize("vocab_size, multiple, padded", [
+    (4096, 64, 4096), (512, 64, 512),  # today's vocabularies are unchanged by the default
+    (50257, 64, 50304),                # GPT-2's, as nanoGPT pads it
+    (300, 64, 320), (61, 64, 64), (1, 64, 64), (32000, 64, 32000), (50257, 1, 50257), (300, 7, 301),
+])
+def test_padded_vocab_size_rounds_up_to_the_multiple(vocab_size, multiple, padded):
+    assert ModelConfig(vocab_size=vocab_size, vocab_multiple=multiple).padded_vocab_size == padded
+    assert ModelConfig().vocab_multiple == 64
+
+
+def test_find_multiple_rounds_up_never_down():
+    for k in (1, 3, 64, 256):
+        for n in range(1, 600):
+            m = find_multiple(n, k)
+            assert m % k == 0 and n <= m < n + k, (n, k)
+    with pytest.raises(ValueError, match="must be > 0"):
+        find_multiple(10, 0)
 
 
 @pytest.mark.parametrize("fields", [
-    {}, {"n_kv_heads": 2, "ffn_dim_multiplier": 1.3, "tie_embeddings": False},
+    {}, {"n_kv_heads": 2, "ffn_dim_multiplier": 1.3, "tie_embeddings": False, "vocab_size": 50257},
     {"norm": "layernorm", "mlp": "gelu", "intermediate_size": 300, "rope_theta": 5e5, "dropout": 0.1},
+    {"norm": "none", "qk_norm": True, "vocab_multiple": 128}, {"norm": "rmsnorm_bf16"},
 ])
 def test_round_trip_through_json(fields):
     cfg = ModelConfig(**fields)
     data = json.loads(json.dumps(dataclasses.asdict(cfg)))
     assert all(isinstance(v, (int, float, str, bool, type(None))) for v in data.values())
-    assert ModelConfig(**data) == cfg
+    assert ModelConfig.from_dict(data) == cfg == ModelConfig(**data)
+
+
+def test_model_config_json_written_before_padding_still_loads():
+    """model_config.json as checkpoints wrote it until now: resolved sizes, no vocab_multiple."""
+    old = {"vocab_size": 300, "hidden_size": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "multiple_of": 16,
+           "ffn_dim_multiplier": None, "intermediate_size": 176, "max_seq_len": 64, "norm": "rmsnorm",
+           "mlp": "swiglu", "norm_eps": 1e-05, "rope_theta": 10000.0, "tie_embeddings": True, "dropout": 0.0,
+           "init_std": 0.02}
+    cfg = ModelConfig.from_dict(old)
+    assert cfg.padded_vocab_size == 300  # its embedding has exactly vocab_size rows
+    assert (cfg.resolved_n_kv_heads, cfg.resolved_intermediate_size, cfg.qk_norm) == (2, 176, False)
 
 
 @pytest.mark.parametrize("fields, field, hint", [
@@ -40,9 +94,10 @@ def test_round_trip_through_json(fields):
     ({"n_heads": 8, "n_kv_heads": 0}, "model.n_kv_heads=0", "must divide"),
     ({"hidden_size": 24, "n_heads": 8}, "head_dim", "change model.hidden_size or model.n_heads"),
     ({"multiple_of": 0}, "model.multiple_of=0", "must be > 0"),
-    ({"norm": "batchnorm"}, "model.norm='batchnorm'", "['layernorm', 'rmsnorm']"),
+    ({"norm": "batchnorm"}, "model.norm='batchnorm'", "['layernorm', 'none', 'rmsnorm', 'rmsnorm_bf16']"),
     ({"mlp": "moe"}, "model.mlp='moe'", "['geglu', 'gelu', 'relu2', 'swiglu']"),
     ({"vocab_size": 0}, "model.vocab_size=0", "positive"),
+    ({"vocab_multiple": 0}, "model.vocab_multiple=0", "positive"),
     ({"hidden_size": -8}, "model.hidden_size=-8", "positive"),
     ({"n_layers": 0}, "model.n_layers=0", "positive"),
     ({"n_heads": 0}, "model.n_heads=0", "positive"),

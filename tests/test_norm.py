@@ -1,8 +1,9 @@
-"""RMSNorm against its float64 formula, its precision and reduction properties; LayerNorm against torch's."""
+"""RMSNorm against its float64 formula, its precision and reduction properties; the bf16 variant really
+computing in bf16; LayerNorm against torch's; norm=none; every norm's init_weights."""
 import pytest
 import torch
 
-from model import NORMS, LayerNorm, RMSNorm
+from model import NORMS, LayerNorm, NoNorm, RMSNorm, RMSNormBF16
 
 
 def rmsnorm_float64(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -102,5 +103,63 @@ def test_layernorm_keeps_bf16():
     assert LayerNorm(8)(x).dtype == torch.bfloat16
 
 
+def rmsnorm_bf16_recipe_float64(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """The no-upcast recipe written out in float64, rounding to bf16 after every step a bf16 model takes."""
+    def bf16(t):
+        return t.to(torch.bfloat16).double()
+
+    x = bf16(x.double())
+    variance = bf16(bf16(x * x).mean(dim=-1, keepdim=True))
+    y = bf16(x * bf16(torch.rsqrt(bf16(variance + eps))))
+    return (weight.double() * y).float()  # back in the fp32 input dtype, scaled by the fp32 weight
+
+
+def crafted_input() -> torch.Tensor:
+    """Values between bf16's grid points (spacing 2^-7 near 1): rounding them to bf16 moves every one."""
+    steps = torch.arange(64, dtype=torch.float64)
+    rows = [1 + (steps + 0.37) * 2 ** -11, 3 - (steps + 0.61) * 2 ** -10, 0.01 * (1 + steps * 2 ** -9)]
+    return torch.stack(rows).float()  # (3, 64), exact in fp32
+
+
+def test_rmsnorm_bf16_computes_in_bf16():
+    x = crafted_input()
+    weight = 1 + torch.linspace(-0.5, 0.5, 64)
+    fp32, bf16 = RMSNorm(64), RMSNormBF16(64)
+    with torch.no_grad():
+        fp32.weight.copy_(weight)
+        bf16.weight.copy_(weight)
+    out = bf16(x)
+    assert out.dtype == torch.float32  # the input dtype comes back
+    # Exactly the bf16 recipe: every intermediate rounded to bf16 ...
+    assert torch.equal(out, rmsnorm_bf16_recipe_float64(x, weight, bf16.eps))
+    # ... which is not what the upcasting RMSNorm computes: off by bf16-scale error (2^-8 ≈ 0.4 %), not
+    # by fp32 noise (~1e-7) and not by garbage.
+    relative = ((out - fp32(x)) / fp32(x)).abs().max().item()
+    assert 1e-3 < relative < 2e-2, relative
+    assert not torch.equal(fp32(x), rmsnorm_bf16_recipe_float64(x, weight, fp32.eps))
+    # Autocast changes nothing: the variant chooses bf16 itself, on every device and precision.
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.equal(bf16(x), out)
+
+
+def test_no_norm_is_the_identity_without_parameters():
+    x = torch.randn(2, 3, 8)
+    norm = NoNorm(8, eps=1e-5)
+    assert norm(x) is x and list(norm.parameters()) == []
+
+
+@pytest.mark.parametrize("name", sorted(NORMS))
+def test_init_weights_restores_a_fresh_norm(name):
+    """What holds a new norm: its init_weights(std, out_std) must put every parameter back where
+    construction put it (meta-device builds get their values only from init_weights)."""
+    norm = NORMS[name](16, eps=1e-5)
+    fresh = {k: v.clone() for k, v in norm.state_dict().items()}
+    with torch.no_grad():
+        for p in norm.parameters():
+            p.add_(torch.randn_like(p))
+    norm.init_weights(0.02, 0.005)
+    assert all(torch.equal(v, fresh[k]) for k, v in norm.state_dict().items())
+
+
 def test_norms_registry():
-    assert NORMS == {"rmsnorm": RMSNorm, "layernorm": LayerNorm}
+    assert NORMS == {"rmsnorm": RMSNorm, "rmsnorm_bf16": RMSNormBF16, "layernorm": LayerNorm, "none": NoNorm}

@@ -1,4 +1,4 @@
-"""AdamW parameter groups and the warmup + cosine schedule."""
+"""AdamW parameter groups, the cosine and WSD schedules, and OptimConfig's validation."""
 import math
 
 import pytest
@@ -6,7 +6,7 @@ import torch
 
 from model import ModelConfig, Transformer
 from training.config import OptimConfig
-from training.optim import build_optimizer, lr_at, param_groups
+from training.optim import apply_schedule, build_optimizer, build_optimizers, lr_at, param_groups, wsd_decay_start
 
 
 def tiny_model(**kw):
@@ -33,7 +33,14 @@ def test_untied_head_is_decayed_like_any_linear():
     assert any(p is model.lm_head.weight for p in decay["params"])
 
 
-def test_schedule_warmup_peak_and_cosine_floor():
+def test_adamw_is_one_optimizer_over_every_parameter():
+    model = tiny_model()
+    (opt,) = build_optimizers(model, OptimConfig(), "cpu")
+    assert isinstance(opt, torch.optim.AdamW)
+    assert {id(p) for g in opt.param_groups for p in g["params"]} == {id(p) for p in model.parameters()}
+
+
+def test_cosine_warmup_peak_and_floor():
     cfg = OptimConfig(lr=1.0, min_lr=0.1, warmup_steps=10)
     lrs = [lr_at(s, cfg, 110) for s in range(111)]
     assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
@@ -41,6 +48,51 @@ def test_schedule_warmup_peak_and_cosine_floor():
     assert all(a >= b for a, b in zip(lrs[10:], lrs[11:]))  # then decays monotonically
     assert lrs[60] == pytest.approx(0.1 + 0.5 * (1 + math.cos(math.pi * 0.5)) * 0.9)
     assert lrs[110] == pytest.approx(0.1)
+
+
+def test_wsd_values_at_the_phase_boundaries():
+    cfg = OptimConfig(lr=1.0, min_lr=0.1, warmup_steps=10, schedule="wsd", decay_fraction=0.2)
+    # 110 steps: 22 of decay, starting at step 88.
+    assert wsd_decay_start(cfg, 110) == 88
+    assert lr_at(0, cfg, 110) == pytest.approx(0.1)  # warmup exactly as cosine's
+    assert lr_at(9, cfg, 110) == 1.0
+    assert all(lr_at(s, cfg, 110) == 1.0 for s in range(10, 89))  # stable, the decay's first step included
+    assert lr_at(89, cfg, 110) == pytest.approx(0.1 + 0.9 * (1 - math.sqrt(1 / 22)))
+    assert lr_at(99, cfg, 110) == pytest.approx(0.1 + 0.9 * (1 - math.sqrt(11 / 22)))
+    assert lr_at(110, cfg, 110) == pytest.approx(0.1)
+    lrs = [lr_at(s, cfg, 110) for s in range(88, 111)]
+    assert all(a > b for a, b in zip(lrs, lrs[1:]))
+
+
+def test_wsd_decay_never_starts_inside_warmup():
+    cfg = OptimConfig(lr=1.0, min_lr=0.0, warmup_steps=10, schedule="wsd", decay_fraction=1.0)
+    assert wsd_decay_start(cfg, 20) == 10
+    assert lr_at(9, cfg, 20) == 1.0 and lr_at(15, cfg, 20) == pytest.approx(1 - math.sqrt(0.5))
+
+
+@pytest.mark.parametrize("schedule, jumps", [("wsd", False), ("cosine", True)])
+def test_extending_a_run_on_resume_jumps_the_lr_only_with_cosine(schedule, jumps):
+    """Stopped at step 500 of 1000 and resumed with trainer.max_steps=2000: the lr of the first
+    resumed step against the last step before the stop."""
+    cfg = OptimConfig(lr=1.0, min_lr=0.1, warmup_steps=10, schedule=schedule)
+    before, after = lr_at(499, cfg, 1000), lr_at(500, cfg, 2000)
+    continued = lr_at(500, cfg, 1000)
+    if jumps:
+        assert after - before > 0.3 and abs(continued - before) < 0.01
+    else:
+        assert before == after == continued == 1.0
+
+
+def test_cosine_is_unchanged_by_wsd_fields():
+    base, other = OptimConfig(lr=1.0, min_lr=0.1), OptimConfig(lr=1.0, min_lr=0.1, decay_fraction=0.5)
+    assert [lr_at(s, base, 300) for s in range(301)] == [lr_at(s, other, 300) for s in range(301)]
+
+
+def test_apply_schedule_sets_every_group_and_returns_the_lr():
+    opts = build_optimizers(tiny_model(), OptimConfig(lr=1.0, min_lr=0.1, warmup_steps=10), "cpu")
+    lr = apply_schedule(opts, 5, OptimConfig(lr=1.0, min_lr=0.1, warmup_steps=10), 100)
+    assert lr == pytest.approx(0.6)
+    assert all(g["lr"] == lr for opt in opts for g in opt.param_groups)
 
 
 def test_fused_optimizer_matches_plain():
@@ -58,6 +110,30 @@ def test_fused_optimizer_matches_plain():
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=n)
 
 
-def test_unknown_impl_is_a_clear_error():
-    with pytest.raises(ValueError, match="optim.impl='fast' is unknown"):
-        build_optimizer(tiny_model(), OptimConfig(impl="fast"), "cpu")
+@pytest.mark.parametrize("fields, message", [
+    ({"lr": 0.0}, "optim.lr=0.0 must be > 0"),
+    ({"lr": -1e-3}, "optim.lr=-0.001 must be > 0"),
+    ({"lr": 1e-3, "min_lr": 2e-3}, "optim.min_lr=0.002 must be between 0 and optim.lr=0.001"),
+    ({"min_lr": -1.0}, "optim.min_lr=-1.0 must be between 0"),
+    ({"warmup_steps": -1}, "optim.warmup_steps=-1 must be >= 0"),
+    ({"grad_clip": -0.5}, "optim.grad_clip=-0.5 must be >= 0"),
+    ({"weight_decay": -0.1}, "optim.weight_decay=-0.1 must be >= 0"),
+    ({"name": "sgd"}, "optim.name='sgd' is unknown; choose adamw or muon"),
+    ({"schedule": "linear"}, "optim.schedule='linear' is unknown; choose cosine or wsd"),
+    ({"impl": "fast"}, "optim.impl='fast' is unknown"),
+    ({"decay_fraction": 0.0}, r"optim.decay_fraction=0.0 must be in \(0, 1\]"),
+    ({"decay_fraction": 1.5}, r"optim.decay_fraction=1.5 must be in \(0, 1\]"),
+    ({"beta2": 1.0}, r"optim.beta2=1.0 must be in \[0, 1\)"),
+    ({"muon_lr": 0.0}, "optim.muon_lr=0.0 must be > 0, or null"),
+    ({"muon_ns_dtype": "fp16"}, "optim.muon_ns_dtype='fp16' is unknown"),
+])
+def test_bad_values_are_refused_naming_the_field(fields, message):
+    with pytest.raises(ValueError, match=message):
+        OptimConfig(**fields)
+
+
+def test_bad_value_fails_at_composition_through_omegaconf():
+    """train.py builds the dataclasses with OmegaConf.to_object, which runs __post_init__."""
+    from omegaconf import OmegaConf
+    with pytest.raises(ValueError, match="optim.decay_fraction=2.0"):
+        OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(OptimConfig), {"decay_fraction": 2}))

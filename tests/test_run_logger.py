@@ -1,10 +1,12 @@
 """metrics.jsonl and wandb: offline without a key, never a login prompt, resume truncates rows."""
+import errno
 import json
 
 import pytest
 
 from training.config import LoggerConfig
-from training.run_logger import RunLogger, wandb_mode, wandb_values
+from training.run_logger import MetricsError, RunLogger, read_metrics, wandb_mode, wandb_values
+from training.write_errors import WriteError
 
 
 @pytest.fixture
@@ -60,3 +62,50 @@ def test_per_layer_lists_reach_wandb_as_one_series_per_layer():
     assert values["eval/rms_residual/layer_00"] == 0.5 and values["eval/rms_residual/layer_10"] == 2.0
     assert len([k for k in values if k.startswith("eval/rms_residual/")]) == 11
     assert not {"eval/step", "eval/time", "eval/rms_residual"} & values.keys()
+
+
+def write_rows(path, steps):
+    path.write_text("".join(json.dumps({"kind": "train", "step": s, "loss": 1.0}) + "\n" for s in steps))
+
+
+@pytest.mark.parametrize("tail", ['{"kind": "train", "step": 6, "lo', "\x00\x00\x00\x00",
+                                  '{"kind": "train", "step": 6, "loss": 1.0'])
+def test_a_cut_off_last_line_is_dropped_on_resume(tmp_path, capsys, tail):
+    """kill -9 mid-write leaves half a row (or, after a crash of the machine, NULs) at the end."""
+    metrics = tmp_path / "metrics.jsonl"
+    write_rows(metrics, range(1, 6))
+    metrics.write_text(metrics.read_text() + tail)
+    log = RunLogger(tmp_path, LoggerConfig(wandb="disabled"), "t", {}, enabled=True, resume_step=4)
+    log.log({"kind": "train", "step": 5, "loss": 0.5})
+    log.close()
+    assert f"warning: {metrics}: dropped its cut-off last line 6" in capsys.readouterr().err
+    assert [(r["step"], r["loss"]) for r in read_metrics(metrics)] == [(1, 1.0), (2, 1.0), (3, 1.0), (4, 1.0), (5, 0.5)]
+    assert all(json.loads(line) for line in metrics.read_text().splitlines())  # every line whole again
+
+
+def test_corruption_before_the_last_line_is_an_error(tmp_path):
+    metrics = tmp_path / "metrics.jsonl"
+    write_rows(metrics, range(1, 6))
+    lines = metrics.read_text().splitlines()
+    lines[2] = lines[2][:10]
+    metrics.write_text("\n".join(lines) + "\n")
+    with pytest.raises(MetricsError, match=rf"^{metrics} line 3 is not a JSON object .* but more rows follow it; the "
+                       "file is corrupt: fix or delete that line, then resume$"):
+        RunLogger(tmp_path, LoggerConfig(wandb="disabled"), "t", {}, enabled=True, resume_step=4)
+    assert len(metrics.read_text().splitlines()) == 5  # left as it was for the user to look at
+
+
+def test_a_full_disk_while_logging_is_one_line(tmp_path):
+    log = RunLogger(tmp_path, LoggerConfig(wandb="disabled"), "t", {}, enabled=True)
+
+    class FullDisk:
+        def write(self, text):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def close(self):
+            pass
+
+    log.file = FullDisk()
+    with pytest.raises(WriteError, match=rf"^cannot write metrics: no space left on device while writing "
+                       rf"{tmp_path}/metrics.jsonl; free space on the disk holding {tmp_path}"):
+        log.log({"kind": "train", "step": 1})

@@ -10,6 +10,7 @@ import sys
 import pytest
 import torch
 
+from data.tokenizer import SPECIAL_TOKENS
 from model.generate import generate
 from tests.tiny_checkpoint import single_thread  # noqa: F401 (autouse fixture)
 from tests.tiny_checkpoint import REPO, random_model, tiny_config, tiny_tokenizer, write_checkpoint
@@ -27,8 +28,12 @@ def checkpoint(tmp_path_factory):
 def run_script(name, *args, stdin=None):
     """A real subprocess: the only way to see the exit code and stderr a user sees."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # tiny model: one thread is fastest on a busy machine
-    return subprocess.run([sys.executable, str(REPO / "scripts" / name), *map(str, args)], input=stdin,
-                          capture_output=True, text=True, timeout=120, cwd=REPO, env=env)
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / name), *map(str, args)],
+                          input=stdin.encode() if stdin is not None else None,
+                          capture_output=True, timeout=120, cwd=REPO, env=env)
+    # Decoded by hand: text=True would turn a generated "\r" into "\n" (universal newlines).
+    proc.stdout, proc.stderr = proc.stdout.decode(), proc.stderr.decode()
+    return proc
 
 
 def run_in_process(capsys, name, *args):
@@ -47,7 +52,8 @@ def run_in_process(capsys, name, *args):
 
 
 def expected(model, prompts, n=12):
-    return [p + t for p, t in zip(prompts, generate(model, TOKENIZER, prompts, n, temperature=0))]
+    texts = generate(model, TOKENIZER, prompts, n, temperature=0, eos_token=SPECIAL_TOKENS["eos"])
+    return [p + t for p, t in zip(prompts, texts)]
 
 
 def test_generate_from_a_prompt_streams_the_greedy_continuation(checkpoint):
@@ -98,7 +104,7 @@ def test_latest_finds_the_newest_checkpoint_under_outputs(checkpoint, tmp_path, 
 
 
 def _break_tokenizer_vocab(ckpt):
-    tokenizer = tiny_tokenizer(vocab_size=280)
+    tokenizer = tiny_tokenizer(vocab_size=340)  # ids up to 339: more than the model's 300 (320 padded)
     tokenizer.save(str(ckpt / "tokenizer.json"))
 
 
@@ -108,7 +114,8 @@ BAD_INPUTS = {  # name → (how to break a copy of the checkpoint, extra args, w
     "vocab_mismatch": (_break_tokenizer_vocab, [], "vocab_size"),
     "corrupt_weights": (lambda c: (c / "model.safetensors").write_bytes((c / "model.safetensors").read_bytes()[:500]),
                         [], "corrupt"),
-    "unknown_device": (lambda c: None, ["--device", "tpu9"], "unknown device"),
+    "unknown_device": (lambda c: None, ["--device", "tpu9"], "--device='tpu9' is not a device"),
+    "unsupported_device": (lambda c: None, ["--device", "xpu"], "--device='xpu' is not supported"),
     "bad_temperature": (lambda c: None, ["--temperature", "-1"], "temperature"),
     "no_prompt": (lambda c: None, [], "no prompt"),
 }

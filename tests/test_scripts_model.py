@@ -43,12 +43,36 @@ def test_default_config_summary(capsys):
 @pytest.mark.parametrize("name", sorted(p.stem for p in (REPO / "configs" / "model").glob("*.yaml")))
 def test_every_model_yaml_loads(name):
     cfg, _ = summary.load_model_config([f"model={name}", "vocab_size=1000"])
-    assert cfg.vocab_size == 1000 and cfg.intermediate_size % cfg.multiple_of == 0
+    assert cfg.vocab_size == 1000 and cfg.resolved_intermediate_size % cfg.multiple_of == 0
+    assert cfg.padded_vocab_size == 1024
 
 
 def test_overrides_reach_the_config():
     cfg, _ = summary.load_model_config(["model=tiny", "hidden_size=96", "model.n_kv_heads=null", "mlp=gelu"])
-    assert (cfg.hidden_size, cfg.n_kv_heads, cfg.intermediate_size) == (96, cfg.n_heads, 4 * 96)
+    assert (cfg.hidden_size, cfg.resolved_n_kv_heads, cfg.resolved_intermediate_size) == (96, cfg.n_heads, 4 * 96)
+
+
+@pytest.mark.parametrize("norm, per_layer", [("rmsnorm", 512), ("layernorm", 1024), ("none", 0)])
+def test_per_layer_norm_parameters_are_honest(capsys, norm, per_layer):
+    """The old table subtracted hidden_size for the final norm: -256 per layer with norm=none, wrong for layernorm."""
+    assert summary.main(["model=cpu", f"norm={norm}"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("norm "))
+    assert row.split()[-1] == f"{per_layer:,}", row
+    assert summary.main(["model=cpu", "norm=none", "qk_norm=true"]) == 0  # QK-norm: 2 · head_dim per layer
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("norm "))
+    assert row.split()[1:] == ["768", "0.0%", "128"], row
+
+
+def test_padded_vocabulary_and_width_come_from_the_model(capsys, monkeypatch):
+    calls = []
+    real = summary.swiglu_intermediate_size
+    monkeypatch.setattr(summary, "swiglu_intermediate_size", lambda *a: calls.append(a) or real(*a))
+    assert summary.main(["model=cpu", "vocab_size=50257", "ffn_dim_multiplier=1.3"]) == 0
+    out = capsys.readouterr().out
+    assert "50,257 token ids → 50,304 embedding rows" in out and "47 padding rows" in out
+    assert f"{50304 * 256:,}" in out  # the embedding has the padded row count
+    assert (256, 32, 1.3) in calls  # the one home of the 8/3 rule, not a copy of it
+    assert f"→ {real(256, 32, 1.3)} (" in out
 
 
 @pytest.mark.parametrize("args, expected", [
@@ -56,7 +80,7 @@ def test_overrides_reach_the_config():
     (["hiden_size=3"], "hiden_size"),
     (["hidden_size=big"], "model.hidden_size"),
     (["model=nope"], "model=nope"),
-    (["norm=batchnorm"], "['layernorm', 'rmsnorm']"),
+    (["norm=batchnorm"], "['layernorm', 'none', 'rmsnorm', 'rmsnorm_bf16']"),
 ])
 def test_bad_value_gives_a_one_line_error_and_status_1(capsys, args, expected):
     assert summary.main(args) == 1

@@ -1,11 +1,13 @@
-"""Byte-level BPE: special tokens first, exact round trip for any unicode, clear errors for bad files."""
+"""Byte-level BPE: special tokens first, exact round trip for any unicode, clear errors for bad files;
+the special-token roles file that travels with a tokenizer; the largest id."""
 import json
 import random
 
 import pytest
 
 from data import SPECIAL_TOKENS, DataError, load_tokenizer
-from data.tokenizer import MIN_VOCAB_SIZE, file_hash, special_token_ids, train_tokenizer
+from data.tokenizer import (MIN_VOCAB_SIZE, SPECIAL_TOKENS_FILE, file_hash, max_token_id, read_special_tokens,
+                            special_token_ids, token_ids, train_tokenizer, write_special_tokens)
 from tests.data_helpers import make_documents
 
 
@@ -88,3 +90,31 @@ def test_tokenizer_without_our_special_tokens_is_refused(tmp_path, tokenizer):
     path.write_text(json.dumps(raw))
     with pytest.raises(DataError, match=r"no '<\|eos\|>' token"):
         special_token_ids(load_tokenizer(path), str(path))
+
+
+def test_special_tokens_file_round_trips_and_defaults_to_ours(tmp_path, tokenizer):
+    assert read_special_tokens(tmp_path) == SPECIAL_TOKENS  # no file: a tokenizer minillama trained
+    roles = {"bos": None, "eos": "<|pad|>", "pad": None}  # e.g. an imported model's choice
+    write_special_tokens(tmp_path, roles)
+    assert read_special_tokens(tmp_path) == roles
+    assert token_ids(tokenizer, roles) == {"bos": None, "eos": 2, "pad": None}
+    # The data pipeline accepts other roles as long as EOS exists: documents must end.
+    assert special_token_ids(tokenizer, roles=roles) == {"bos_id": None, "eos_id": 2, "pad_id": None}
+    with pytest.raises(DataError, match="no end-of-document token"):
+        special_token_ids(tokenizer, roles={"bos": "<|bos|>", "eos": None, "pad": None})
+    with pytest.raises(DataError, match="no '</s>' token"):
+        special_token_ids(tokenizer, roles={"bos": None, "eos": "</s>", "pad": None})
+
+
+@pytest.mark.parametrize("content", ["{ not json", '{"bos": "<s>"}', '{"bos": 1, "eos": "x", "pad": null}', "[]"])
+def test_a_damaged_special_tokens_file_is_a_clear_error(tmp_path, content):
+    (tmp_path / SPECIAL_TOKENS_FILE).write_text(content)
+    with pytest.raises(DataError, match=SPECIAL_TOKENS_FILE):
+        read_special_tokens(tmp_path)
+
+
+def test_max_token_id_counts_added_tokens(tokenizer):
+    assert max_token_id(tokenizer) == tokenizer.get_vocab_size() - 1 == 511
+    grown = train_tokenizer([make_documents(300)], vocab_size=512)
+    grown.add_special_tokens(["<|extra|>"])
+    assert max_token_id(grown) == 512

@@ -37,53 +37,11 @@ def test_tiny_run_learns_and_writes_outputs(tmp_path, cache_dir):
     assert "intermediate_size 176" in proc.stdout  # tiny: int(8·64/3) = 170, rounded up to 16s
 
 
-def test_resume_is_bitwise_identical(tmp_path, cache_dir):
-    full_dir, part_dir = tmp_path / "full", tmp_path / "part"
-    run_train(full_dir, "trainer.max_steps=20", cache_dir=cache_dir)
-    run_train(part_dir, "trainer.max_steps=20", "trainer.stop_at_step=10", cache_dir=cache_dir)
-    (part_run,) = run_dirs(part_dir)
-    assert (part_run / "checkpoints" / "step_0000010").exists()
-    assert not (part_run / "checkpoints" / "step_0000020").exists()
-    run_train(part_dir, f"resume={part_run}", cache_dir=cache_dir)
-    assert list((part_dir / "outputs").glob("*/*")) == [part_run]  # the resume left no stray run dir
-    (full_run,) = run_dirs(full_dir)
-    full_w = load_file(full_run / "checkpoints" / "step_0000020" / "model.safetensors")
-    part_w = load_file(part_run / "checkpoints" / "step_0000020" / "model.safetensors")
-    assert full_w.keys() == part_w.keys()
-    for k in full_w:
-        assert torch.equal(full_w[k], part_w[k]), k
-    losses = lambda run: [(r["step"], r["loss"]) for r in read_metrics(run) if r["kind"] == "train"]
-    assert losses(full_run) == losses(part_run)
-
-
-def test_sigterm_saves_a_usable_checkpoint(tmp_path, cache_dir):
-    proc = run_train(tmp_path, "trainer.max_steps=100000", "trainer.ckpt_interval=100000",
-                     "trainer.eval_interval=100000", "trainer.log_interval=1", cache_dir=cache_dir, popen=True)
-    out, err = interrupt_once_training(proc, tmp_path / "outputs", "*/*/metrics.jsonl", signal.SIGTERM)
-    assert proc.returncode == 0, err
-    assert "SIGTERM: checkpoint saved" in out
-    (run,) = run_dirs(tmp_path)
-    (ckpt,) = (run / "checkpoints").iterdir()
-    step = json.loads((ckpt / "state.json").read_text())["step"]
-    assert step > 0
-    # Usable: resuming it trains on from that step.
-    run_train(tmp_path, f"resume={ckpt}", f"trainer.max_steps={step + 5}", cache_dir=cache_dir)
-    assert (run / "checkpoints" / f"step_{step + 5:07d}").exists()
-
-
 def test_keep_last_prunes_old_checkpoints(tmp_path, cache_dir):
     run_train(tmp_path, "trainer.max_steps=8", "trainer.ckpt_interval=2", "trainer.keep_last=2",
               "trainer.eval_interval=8", cache_dir=cache_dir)
     (run,) = run_dirs(tmp_path)
-    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_0000006", "step_0000008"]
-
-
-def test_nan_loss_stops_with_step_and_keeps_checkpoint(tmp_path, cache_dir):
-    proc = run_train(tmp_path, "optim.lr=1e30", "optim.warmup_steps=1", "trainer.max_steps=20",
-                     "trainer.log_interval=1", cache_dir=cache_dir, check=False)
-    assert proc.returncode == 1
-    err = proc.stderr.strip().splitlines()
-    assert err[-1].startswith("error: loss became") and "at step" in err[-1]
+    assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == ["step_0000006", "step_0000008"]
 
 
 @pytest.mark.parametrize("override, message", [
@@ -115,7 +73,7 @@ def test_corrupt_and_mismatched_checkpoints_are_refused(tmp_path, cache_dir):
     finished = run_train(tmp_path, f"resume={run}", cache_dir=cache_dir, check=False)
     assert finished.returncode == 1 and "already at step 4" in finished.stderr.splitlines()[-1]
     mismatch = run_train(tmp_path, f"resume={ckpt}", "model.hidden_size=32", cache_dir=cache_dir, check=False)
-    assert mismatch.returncode == 1 and "shape" in mismatch.stderr.splitlines()[-1]
+    assert mismatch.returncode == 1 and "keeps the checkpoint's architecture" in mismatch.stderr.splitlines()[-1]
     weights = ckpt / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
     corrupt = run_train(tmp_path, f"resume={ckpt}", "trainer.max_steps=6", cache_dir=cache_dir, check=False)
@@ -126,6 +84,8 @@ def test_new_run_never_overwrites_an_existing_run(tmp_path, cache_dir):
     run_train(tmp_path, "trainer.max_steps=2", "trainer.eval_interval=2", cache_dir=cache_dir)
     (run,) = run_dirs(tmp_path)
     before = (run / "metrics.jsonl").read_text()
-    proc = run_train(tmp_path, f"hydra.run.dir={run}", "trainer.max_steps=2", cache_dir=cache_dir, check=False)
-    assert proc.returncode == 1 and "already holds a run" in proc.stderr
+    proc = run_train(tmp_path, f"hydra.run.dir={run}", "trainer.max_steps=2", "trainer.eval_interval=2",
+                     cache_dir=cache_dir)
+    assert f"using {run}-1" in proc.stderr  # a sibling, said out loud; resuming is resume=<dir>
     assert (run / "metrics.jsonl").read_text() == before
+    assert (run.parent / f"{run.name}-1" / "checkpoints" / "step_0000002").is_dir()

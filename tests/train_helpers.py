@@ -56,3 +56,26 @@ def run_dirs(tmp_path: Path) -> list:
 
 def read_metrics(run_dir: Path) -> list:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def run_faulty(tmp_path: Path, faults: dict, *overrides: str, cache_dir: Path = None, check: bool = True,
+               timeout: int = 300, popen: bool = False):
+    """`python train.py debug=tiny …` with faults injected by tests/fault_injection.py."""
+    launcher = [sys.executable, str(REPO / "tests" / "fault_injection.py"), json.dumps(faults)]
+    return launch(launcher, tiny_args(tmp_path, overrides, cache_dir), check, timeout, popen)
+
+
+def wait_for_step(run_root: Path, step: int, proc: subprocess.Popen, timeout: float = 120) -> Path:
+    """Block until a run under run_root has logged a train row at >= step since this call began
+    (rows of an earlier process in the same run directory do not count); returns its run dir."""
+    since = time.time()
+    deadline = since + timeout
+    while time.time() < deadline:
+        for metrics in run_root.glob("**/metrics.jsonl"):
+            rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.endswith("}")]
+            if any(r.get("kind") == "train" and r["step"] >= step and r["time"] >= since for r in rows):
+                return metrics.parent
+        if proc.poll() is not None:
+            raise AssertionError(f"train.py ended ({proc.returncode}) before step {step}: {proc.stderr.read()[-2000:]}")
+        time.sleep(0.05)
+    raise AssertionError(f"no train row at step {step} within {timeout} s")

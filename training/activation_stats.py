@@ -3,7 +3,7 @@
 This is what RMSNorm exists to keep stable; hooks are attached only for the one eval batch that
 measures it, so training steps pay nothing.
 """
-from typing import Dict, List
+from typing import Callable, Dict, List, Optional
 
 import torch
 
@@ -13,8 +13,13 @@ def _rms(t: torch.Tensor) -> float:
 
 
 @torch.no_grad()
-def activation_rms(model: torch.nn.Module, input_ids: torch.Tensor) -> Dict[str, List[float]]:
-    """{'residual': [after block 0, 1, …], 'attn_in': [...], 'mlp_in': [...]} for one batch."""
+def activation_rms(model: torch.nn.Module, input_ids: torch.Tensor,
+                   forward: Optional[Callable[[], object]] = None) -> Dict[str, List[float]]:
+    """{'residual': [after block 0, 1, …], 'attn_in': [...], 'mlp_in': [...]} for one batch.
+
+    `forward` runs the batch through whatever wraps `model` (under FSDP2 the root module must run,
+    so that it gathers the embedding and head); by default `model(input_ids)`.
+    """
     stats: Dict[str, List[float]] = {"residual": [], "attn_in": [], "mlp_in": []}
     hooks = []
     for block in model.layers:
@@ -22,7 +27,7 @@ def activation_rms(model: torch.nn.Module, input_ids: torch.Tensor) -> Dict[str,
         hooks.append(block.attn_norm.register_forward_hook(lambda m, i, out: stats["attn_in"].append(_rms(out))))
         hooks.append(block.mlp_norm.register_forward_hook(lambda m, i, out: stats["mlp_in"].append(_rms(out))))
     try:
-        model(input_ids)
+        forward() if forward is not None else model(input_ids)
     finally:
         for h in hooks:
             h.remove()

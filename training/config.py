@@ -10,22 +10,51 @@ from model.config import ModelConfig
 
 @dataclass
 class OptimConfig:
-    lr: float = 3e-3
-    min_lr: float = 3e-4  # cosine decays to this, not to zero
+    name: str = "adamw"  # adamw | muon (Muon for the blocks' matrices, AdamW for everything else)
+    lr: float = 3e-3  # the peak; Muon uses it too unless muon_lr is set (see training/optim.py)
+    min_lr: float = 3e-4  # the schedule decays to this, not to zero
+    schedule: str = "cosine"  # cosine | wsd (warmup, stable at lr, 1-sqrt decay to min_lr at the end)
     warmup_steps: int = 100
+    decay_fraction: float = 0.2  # wsd: the last fraction of trainer.max_steps spent decaying
     weight_decay: float = 0.1  # applied to matrices only; norms, biases and embeddings get 0
     beta1: float = 0.9
     beta2: float = 0.95
     eps: float = 1e-8
     grad_clip: float = 1.0  # max global grad norm; 0 disables clipping
-    impl: str = "auto"  # auto | fused | foreach | plain
+    impl: str = "auto"  # AdamW kernel: auto | fused | foreach | plain
+    muon_lr: Optional[float] = None  # null: optim.lr (Muon's update RMS is matched to AdamW's)
+    muon_momentum: float = 0.95  # Nesterov momentum of Muon
+    muon_ns_steps: int = 5  # Newton-Schulz iterations that orthogonalise each update
+    muon_ns_dtype: str = "auto"  # auto (bf16 on CUDA, fp32 elsewhere) | bf16 | fp32
+
+    def __post_init__(self):
+        """Fail at composition, naming the field and what would be right."""
+        for key, choices in (("name", OPTIMIZERS), ("schedule", SCHEDULES), ("impl", ADAMW_IMPLS),
+                             ("muon_ns_dtype", ("auto", "bf16", "fp32"))):
+            _require(getattr(self, key) in choices,
+                     f"optim.{key}={getattr(self, key)!r} is unknown; choose {' or '.join(choices)}")
+        _require(self.lr > 0, f"optim.lr={self.lr} must be > 0 (e.g. 3e-3)")
+        _require(0 <= self.min_lr <= self.lr, f"optim.min_lr={self.min_lr} must be between 0 and optim.lr={self.lr}")
+        for key in ("warmup_steps", "weight_decay", "grad_clip"):
+            _require(getattr(self, key) >= 0, f"optim.{key}={getattr(self, key)} must be >= 0")
+        _require(0 < self.decay_fraction <= 1, f"optim.decay_fraction={self.decay_fraction} must be in (0, 1]")
+        for key in ("beta1", "beta2", "muon_momentum"):
+            _require(0 <= getattr(self, key) < 1, f"optim.{key}={getattr(self, key)} must be in [0, 1)")
+        _require(self.eps > 0, f"optim.eps={self.eps} must be > 0")
+        _require(self.muon_lr is None or self.muon_lr > 0, f"optim.muon_lr={self.muon_lr} must be > 0, or null")
+        _require(1 <= self.muon_ns_steps < 100, f"optim.muon_ns_steps={self.muon_ns_steps} must be in [1, 99]")
+
+
+OPTIMIZERS = ("adamw", "muon")
+SCHEDULES = ("cosine", "wsd")
+ADAMW_IMPLS = ("auto", "fused", "foreach", "plain")
 
 
 @dataclass
 class TrainerConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
     precision: str = "auto"  # auto (bf16 where its matmuls are fast, else fp32) | bf16 (autocast) | fp32
-    compile: bool = False
+    compile: str = "auto"  # auto (CUDA, or CPU with a working inductor toolchain) | true | false
     max_steps: int = 1000  # the schedule's length (warmup + cosine over these steps)
     # Stop early at this step with a checkpoint, as if interrupted (e.g. to fit a job time limit);
     # `resume=` then continues the same schedule to max_steps.
@@ -34,10 +63,15 @@ class TrainerConfig:
     seq_len: int = 256
     grad_accum_steps: int = 1
     eval_interval: int = 200
-    eval_windows: int = 64
+    eval_windows: str = "64"  # validation windows per eval, or "all": the whole split, every token once
     log_interval: int = 10
     ckpt_interval: int = 500
-    keep_last: int = 3
+    keep_last: int = 3  # step checkpoints kept (the newest finite one is never pruned); 0 keeps all
+    keep_best: bool = True  # also keep checkpoints/best, the lowest validation bpb so far
+    # Non-finite loss or gradient: the update is always skipped; 0 stops the run at the first one,
+    # N > 0 tolerates up to N-1 in a row (counted and logged) and stops at the N-th (OLMo's spike guard).
+    skip_nonfinite_steps: int = 0
+    epoch_warning: float = 4.0  # warn once when a run passes this many epochs over its training split
     num_threads: Optional[int] = None  # torch CPU threads; None = torch's default
     parallel: str = "auto"  # auto (ddp if world size > 1) | none | ddp | fsdp
     dist_timeout_s: int = 300  # a rank that stops answering fails the run instead of hanging it
@@ -45,6 +79,33 @@ class TrainerConfig:
     sample_tokens: int = 0  # > 0: print a sample of this many tokens at each eval
     sample_prompt: str = "\n"
     activation_rms: bool = True  # log per-layer residual-stream RMS at each eval
+
+    def __post_init__(self):
+        """Fail at composition, naming the field — not after data preparation, not in torch's words."""
+        for key in ("max_steps", "micro_batch_size", "seq_len", "grad_accum_steps", "eval_interval",
+                    "log_interval", "ckpt_interval", "dist_timeout_s"):
+            _require(getattr(self, key) > 0, f"trainer.{key}={getattr(self, key)} must be a positive integer")
+        for key in ("keep_last", "skip_nonfinite_steps", "sample_tokens"):
+            _require(getattr(self, key) >= 0, f"trainer.{key}={getattr(self, key)} must be >= 0")
+        for key in ("stop_at_step", "num_threads", "peak_tflops"):
+            value = getattr(self, key)
+            _require(value is None or value > 0, f"trainer.{key}={value} must be > 0, or null")
+        _require(self.epoch_warning > 0, f"trainer.epoch_warning={self.epoch_warning} must be > 0")
+        _require(self.precision in ("auto", "bf16", "fp32"),
+                 f"trainer.precision={self.precision!r} is unknown; choose auto, bf16 or fp32")
+        _require(self.parallel in ("auto", "none", "ddp", "fsdp"),
+                 f"trainer.parallel={self.parallel!r} is unknown; choose auto, none, ddp or fsdp")
+        self.compile = str(self.compile).lower()
+        _require(self.compile in ("auto", "true", "false"),
+                 f"trainer.compile={self.compile!r} is unknown; choose auto, true or false")
+        self.eval_windows = str(self.eval_windows).lower()
+        _require(self.eval_windows == "all" or (self.eval_windows.isdigit() and int(self.eval_windows) > 0),
+                 f"trainer.eval_windows={self.eval_windows!r} must be a positive number of windows or 'all'")
+
+    @property
+    def num_eval_windows(self) -> Optional[int]:
+        """How many validation windows each eval scores; None = the whole split."""
+        return None if self.eval_windows == "all" else int(self.eval_windows)
 
 
 @dataclass
@@ -72,3 +133,8 @@ class TrainConfig:
     run_name: str = "run"
     resume: Optional[str] = None  # checkpoint dir | run dir | latest
     outputs_dir: str = "outputs"
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ValueError(message)

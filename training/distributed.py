@@ -8,9 +8,10 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                     get_optimizer_state_dict, set_model_state_dict,
-                                                     set_optimizer_state_dict)
+
+from training.device import pick_device
+# The state-dict helpers live in training/state_dicts.py; re-exported here, where callers look for them.
+from training.state_dicts import full_model_state, full_optimizer_state, load_full_state  # noqa: F401
 
 
 @dataclass
@@ -19,6 +20,7 @@ class DistInfo:
     local_rank: int = 0
     world_size: int = 1
     device: torch.device = torch.device("cpu")
+    cpu_group: object = None  # gloo group for host-side collectives when the main group is nccl
 
     @property
     def is_main(self) -> bool:
@@ -30,42 +32,44 @@ def torchrun_env() -> tuple:
     return int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
 
-def pick_device(name: str, local_rank: int = 0) -> torch.device:
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda", local_rank)
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ValueError(f"trainer.device={name!r} is not a device; use auto, cpu, cuda, cuda:N or mps")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("trainer.device=cuda but CUDA is not available here; use trainer.device=cpu")
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", local_rank)  # one GPU per local rank under torchrun
-    if device.type not in ("cpu", "cuda", "mps"):
-        raise ValueError(f"trainer.device={name!r} is not supported; use auto, cpu, cuda, cuda:N or mps")
-    return device
-
-
-def setup(device_name: str, timeout_s: int) -> DistInfo:
-    """Join torchrun's process group (nccl on CUDA, gloo on CPU) when WORLD_SIZE > 1."""
+def process_info(device_name: str) -> DistInfo:
+    """This process's rank, world size and device, from torchrun's environment — no collective yet,
+    so slow per-process work (data preparation) can run before the group's timeout starts."""
     rank, local_rank, world_size = torchrun_env()
     device = pick_device(device_name, local_rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    if world_size > 1 and not dist.is_initialized():
-        # The timeout turns a dead or stuck rank into an error on the others instead of a hang.
-        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo",
-                                timeout=datetime.timedelta(seconds=timeout_s))
     return DistInfo(rank, local_rank, world_size, device)
+
+
+def join(info: DistInfo, timeout_s: int) -> None:
+    """Join torchrun's process group (nccl on CUDA, gloo on CPU) when WORLD_SIZE > 1."""
+    if info.world_size == 1 or dist.is_initialized():
+        return
+    # The timeout turns a dead or stuck rank into an error on the others instead of a hang.
+    timeout = datetime.timedelta(seconds=timeout_s)
+    dist.init_process_group(backend="nccl" if info.device.type == "cuda" else "gloo", timeout=timeout)
+    # A gloo side channel for host-side flags (stop, signals): reading them never waits on the GPU.
+    info.cpu_group = dist.new_group(backend="gloo", timeout=timeout) if info.device.type == "cuda" else None
 
 
 def teardown() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def agree_max(values: list, info: DistInfo) -> list:
+    """Element-wise max of small host integers over all ranks (e.g. [stop requested, signal number]).
+
+    Every rank must take decisions such as "stop and save at this step" together: one rank in a
+    save (collectives) while another starts the next step deadlocks until the timeout. Runs on
+    the CPU (gloo), so reading the result never waits for queued GPU work.
+    """
+    if info.world_size == 1:
+        return list(values)
+    flags = torch.tensor(values, dtype=torch.int64)
+    dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=info.cpu_group)
+    return flags.tolist()
 
 
 def barrier(info: DistInfo) -> None:
@@ -80,6 +84,15 @@ def broadcast_object(obj, info: DistInfo):
     box = [obj]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def gather_objects(obj, info: DistInfo) -> list:
+    """[rank 0's obj, rank 1's, …] on every rank (small picklable objects, e.g. RNG states)."""
+    if info.world_size == 1:
+        return [obj]
+    out = [None] * info.world_size
+    dist.all_gather_object(out, obj, group=info.cpu_group)
+    return out
 
 
 def all_reduce_mean(value: torch.Tensor, info: DistInfo) -> torch.Tensor:
@@ -102,11 +115,14 @@ def resolve_parallel(parallel: str, world_size: int) -> str:
     return parallel
 
 
-def wrap_model(model: torch.nn.Module, parallel: str, info: DistInfo, precision: str) -> torch.nn.Module:
-    """DDP replicates the model; FSDP2 shards every block, then the root (embedding, norm, head)."""
+def wrap_model(module: torch.nn.Module, blocks, parallel: str, info: DistInfo, precision: str) -> torch.nn.Module:
+    """DDP replicates `module`; FSDP2 shards every block, then the root (embedding, norm, head)."""
     if parallel == "ddp":
         from torch.nn.parallel import DistributedDataParallel
-        return DistributedDataParallel(model, device_ids=[info.device.index] if info.device.type == "cuda" else None)
+        # broadcast_buffers=False: the only buffers are the RoPE tables, derived from the config and
+        # identical on every rank; re-broadcasting them before every forward is wasted traffic.
+        return DistributedDataParallel(module, device_ids=[info.device.index] if info.device.type == "cuda" else None,
+                                       broadcast_buffers=False)
     if parallel == "fsdp":
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
         mp = None
@@ -114,28 +130,7 @@ def wrap_model(model: torch.nn.Module, parallel: str, info: DistInfo, precision:
             # bf16 compute and all-gathers, fp32 gradient reduction and fp32 sharded master weights.
             mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
         kwargs = {"mp_policy": mp} if mp is not None else {}
-        for block in model.layers:
+        for block in blocks:
             fully_shard(block, **kwargs)
-        fully_shard(model, **kwargs)
-    return model
-
-
-_FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
-
-
-def full_model_state(model: torch.nn.Module) -> dict:
-    """The unwrapped, unsharded state dict (collective under FSDP: call on every rank)."""
-    return get_model_state_dict(model, options=_FULL)
-
-
-def full_optimizer_state(model: torch.nn.Module, optimizers: list) -> dict:
-    """Optimizer state keyed by parameter name, so it loads at any world size (collective too).
-    Several optimizers (e.g. Muon + AdamW) merge into one dict: each parameter belongs to one."""
-    return get_optimizer_state_dict(model, optimizers, options=_FULL)
-
-
-def load_full_state(model: torch.nn.Module, optimizers, model_state: dict, optim_state) -> None:
-    opts = StateDictOptions(full_state_dict=True, broadcast_from_rank0=False)
-    set_model_state_dict(model, model_state, options=opts)
-    if optimizers is not None and optim_state is not None:
-        set_optimizer_state_dict(model, optimizers, optim_state, options=opts)
+        fully_shard(module, **kwargs)
+    return module

@@ -1,0 +1,103 @@
+"""Where each protocol cell stands, read from its run directory: finished, diverged, failed,
+resumable from a checkpoint, to be restarted, or not started."""
+import math
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Optional
+
+import yaml
+
+from analysis.protocol import Cell, Spec, choose_lr
+from analysis.runs import Run, RunsError, read_run
+
+# Written into the run directory at the end of every job by scripts/ablate_callback.py (a Hydra
+# callback): whether the job completed or failed, and why. A job stopped by a signal writes none.
+STATUS_FILE = "job_status.yaml"
+
+FINISHED, DIVERGED, FAILED, RESUMABLE, RESTART, MISSING = (
+    "finished", "diverged", "failed", "resumable", "restart", "missing")
+DONE = (FINISHED, DIVERGED)  # never run again: a diverged cell would diverge again (same seed, same data)
+
+
+@dataclass
+class CellState:
+    cell: Cell
+    path: Path
+    state: str
+    run: Optional[Run] = None  # read whenever metrics exist
+    error: str = ""  # the job's one-line error (failed / diverged)
+
+    @property
+    def final_bpb(self) -> Optional[float]:
+        """Final val bpb of a finished cell; None for anything else (diverged included)."""
+        if self.state != FINISHED:
+            return None
+        value = self.run.final.get("val_bpb")
+        return value if value is not None and math.isfinite(value) else None
+
+
+def inspect(cell: Cell, runs_dir: Path) -> CellState:
+    path = runs_dir / cell.run_name
+    status = _read_status(path / STATUS_FILE)
+    run = _read_run(path)
+    if status.get("status") == "FAILED":
+        return CellState(cell, path, DIVERGED if is_divergence(status) else FAILED, run, status.get("error", ""))
+    if run is not None and run.complete:
+        return CellState(cell, path, FINISHED, run)
+    if _has_checkpoint(path):
+        return CellState(cell, path, RESUMABLE, run)
+    return CellState(cell, path, RESTART if path.exists() else MISSING, run)
+
+
+def is_divergence(status: dict) -> bool:
+    """A training-time non-finite loss or gradient (train.py's NonFiniteLoss), not a crash or a bad config."""
+    return "NonFiniteLoss" in status.get("error_types", []) or "non-finite" in status.get("error", "").lower()
+
+
+def move_aside(state: CellState, discarded_dir: Path) -> Path:
+    """Keep a failed or checkpoint-less partial run out of the way (never delete it) before its
+    cell runs again: <protocol>/discarded/<time>/<run_name>."""
+    target = discarded_dir / time.strftime("%Y-%m-%d_%H-%M-%S") / state.cell.run_name
+    n = 1
+    while target.exists():
+        target = target.with_name(f"{target.name}-{n}")
+        n += 1
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(state.path), str(target))
+    return target
+
+
+def _read_status(path: Path) -> dict:
+    try:
+        status = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    return status if isinstance(status, dict) else {}
+
+
+def _read_run(path: Path) -> Optional[Run]:
+    if not (path / "metrics.jsonl").is_file() or not (path / "config.yaml").is_file():
+        return None
+    try:
+        return read_run(path)
+    except RunsError:  # cut off mid-write by a kill: the run restarts or resumes from its checkpoint
+        return None
+
+
+def _has_checkpoint(path: Path) -> bool:
+    ckpts = path / "checkpoints"
+    return ckpts.is_dir() and any(p.name.startswith("step_") for p in ckpts.iterdir())
+
+
+def chosen_lrs(spec: Spec, states: Dict[Cell, CellState]) -> Dict[str, Dict[str, Optional[float]]]:
+    """{size: {variant: best stage-1 LR}} for the variants whose whole LR sweep is done (finished or
+    diverged); None for a variant that diverged at every LR. Variants still sweeping are left out."""
+    chosen = {size: {} for size in spec.sizes}
+    for size in spec.sizes:
+        for variant in spec.variants:
+            sweep = [states.get(Cell(size, variant, lr, spec.stage1_seed)) for lr in spec.lr_grid]
+            if all(s is not None and s.state in DONE for s in sweep):
+                chosen[size][variant] = choose_lr({s.cell.lr: s.final_bpb for s in sweep})
+    return chosen

@@ -1,0 +1,90 @@
+"""What the protocol will cost: seconds per run at each size, from measured throughput (a short
+timing run, or runs already finished), times the number of runs still to do."""
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence
+
+from analysis.runs import Run
+
+# Per job in a multirun: building the model, the final checkpoint, Python-side setup. Measured on the
+# 2-core CPU (≈2–3 s); a GPU job adds compilation, which the timing run then also shows.
+JOB_OVERHEAD_S = 3.0
+SWEEP_STARTUP_S = 10.0  # one `train.py -m` process per stage: imports, data cache lookup
+EVAL_COST = 1 / 3  # an eval token is a forward pass: about a third of a training token's FLOPs
+
+
+@dataclass
+class Budget:
+    """One run's workload at a size, from its composed config."""
+    max_steps: int
+    tokens_per_step: int
+    eval_interval: int
+    eval_tokens: int  # tokens scored per eval (windows × seq_len)
+
+    @property
+    def evals(self) -> int:
+        return math.ceil(self.max_steps / self.eval_interval)
+
+
+def tokens_per_s(run: Run) -> Optional[float]:
+    """Median training throughput over the run's log intervals, the first (warm-up) left out when
+    there are others."""
+    rates = [r["tokens_per_s"] for r in run.trains if r.get("tokens_per_s")]
+    rates = rates[1:] if len(rates) > 2 else rates
+    return statistics.median(rates) if rates else None
+
+
+def run_seconds(budget: Budget, runs: Sequence[Run]) -> Optional[float]:
+    """Seconds one run of `budget` takes at the median throughput of `runs` (any length)."""
+    rates = [r for r in map(tokens_per_s, runs) if r]
+    if not rates:
+        return None
+    tps = statistics.median(rates)
+    train_s = budget.max_steps * budget.tokens_per_step / tps
+    eval_s = budget.evals * budget.eval_tokens * EVAL_COST / tps
+    return train_s + eval_s + JOB_OVERHEAD_S
+
+
+@dataclass
+class Line:
+    size: str
+    params: int  # the reference's parameters at this size
+    seconds: Optional[float]  # per run; None = not measured
+    stage1: int  # runs to do
+    stage2: int
+
+    @property
+    def total_s(self) -> Optional[float]:
+        return None if self.seconds is None else self.seconds * (self.stage1 + self.stage2)
+
+
+def table(lines: List[Line], source: str, done: int, stages: int) -> str:
+    """The cost, printed before anything trains and written into the manifest."""
+    w = max(10, *(len(line.size) + 1 for line in lines))
+    out = [f"{'size':<{w}} {'params':>8} {'per run':>9} {'stage 1':>8} {'stage 2':>8} {'time':>10}"]
+    for line in lines:
+        out.append(f"{line.size:<{w}} {line.params / 1e6:>7.2f}M {_s(line.seconds):>9} {line.stage1:>8} "
+                   f"{line.stage2:>8} {_min(line.total_s):>10}")
+    runs = sum(line.stage1 + line.stage2 for line in lines)
+    known = [line.total_s for line in lines]
+    sweeps = (any(x.stage1 for x in lines) + any(x.stage2 for x in lines)) if stages == 2 else stages
+    total = None if None in known else sum(known) + sweeps * SWEEP_STARTUP_S
+    out.append(f"{'total':<{w}} {'':>8} {'':>9} {sum(x.stage1 for x in lines):>8} "
+               f"{sum(x.stage2 for x in lines):>8} {_min(total):>10}")
+    out.append(f"{runs} runs to do ({done} already finished or diverged); per-run time from {source}")
+    return "\n".join(out)
+
+
+def _s(seconds: Optional[float]) -> str:
+    return "?" if seconds is None else f"{seconds:.0f} s"
+
+
+def _min(seconds: Optional[float]) -> str:
+    return "?" if seconds is None else f"{seconds / 60:.1f} min"
+
+
+def summary(lines: List[Line]) -> Dict[str, dict]:
+    """The cost as the manifest stores it."""
+    return {line.size: {"seconds_per_run": None if line.seconds is None else round(line.seconds, 1),
+                        "stage1_runs": line.stage1, "stage2_runs": line.stage2} for line in lines}

@@ -1,0 +1,80 @@
+"""Run train.py with faults injected from outside: `python tests/fault_injection.py SPEC train.py ARGS...`.
+
+SPEC is JSON. The faults patch library functions in this process before train.py starts, so the
+code under test is the real one — nothing in minillama knows about them:
+  {"nan_steps": [3, 4]}          the loss (so every gradient) is NaN at these optimizer steps (1-based)
+  {"save_log": "FILE"}           append "<step>" to FILE each time a step checkpoint starts writing
+  {"signal_in_save": 15}         send this signal to ourselves in the middle of the first step checkpoint
+  {"hang_in_save": "FILE"}       in the middle of the first step checkpoint: create FILE, then sleep
+                                 (the test kills the process there: a kill mid-write)
+  {"signal_at_step": [5, 15]}    send signal 15 to ourselves after optimizer step 5
+"""
+import json
+import os
+import runpy
+import sys
+import time
+from pathlib import Path
+
+
+def install(spec: dict) -> None:
+    import training.loop as loop
+    import training.saving as saving
+
+    if "nan_steps" in spec:
+        bad, real_step = set(spec["nan_steps"]), loop.train_step
+
+        def poisoned_step(loss_module, batches, step, *args, **kwargs):
+            if step + 1 in bad:
+                real_module = loss_module
+                loss_module = lambda x, y: real_module(x, y) * float("nan")  # noqa: E731
+            return real_step(loss_module, batches, step, *args, **kwargs)
+        loop.train_step = poisoned_step
+
+    if "signal_at_step" in spec:
+        at, signum = spec["signal_at_step"]
+        real_train_step = loop.train_step
+
+        def signalling_step(loss_module, batches, step, *args, **kwargs):
+            out = real_train_step(loss_module, batches, step, *args, **kwargs)
+            if step + 1 == at:
+                os.kill(os.getpid(), signum)
+            return out
+        loop.train_step = signalling_step
+
+    if {"save_log", "signal_in_save", "hang_in_save"} & spec.keys():
+        real_save = saving.save_checkpoint
+        state = {"first": True}
+
+        def faulty_save(root, step, *args, **kwargs):
+            if "save_log" in spec and Path(root).name == "checkpoints":
+                with open(spec["save_log"], "a") as f:
+                    f.write(f"{step}\n")
+            first = state["first"] and Path(root).name == "checkpoints"
+            state["first"] = state["first"] and not first
+            if first and "signal_in_save" in spec:
+                os.kill(os.getpid(), spec["signal_in_save"])  # arrives while this save runs
+            if first and "hang_in_save" in spec:
+                _write_then_hang(spec["hang_in_save"])
+            return real_save(root, step, *args, **kwargs)
+        saving.save_checkpoint = faulty_save
+
+
+def _write_then_hang(marker: str) -> None:
+    """Let the real writer start the .tmp directory, then stop inside it until killed."""
+    import training.checkpoint as checkpoint
+    real_write = checkpoint.save_file
+
+    def write_and_hang(tensors, filename, *args, **kwargs):
+        real_write(tensors, filename, *args, **kwargs)
+        Path(marker).write_text(str(filename))
+        time.sleep(600)
+    checkpoint.save_file = write_and_hang
+
+
+if __name__ == "__main__":
+    spec, script, args = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3:]
+    sys.path.insert(0, str(Path(script).resolve().parent))
+    install(spec)
+    sys.argv = [script, *args]
+    runpy.run_path(script, run_name="__main__")

@@ -1,0 +1,207 @@
+"""scripts/ablate.py end to end on a tiny model: 2 variants × 3 LRs (one diverging) × 2 seeds in
+one command, a resume that re-runs nothing finished, Ctrl-C and resume, and bad input.
+The protocol runs in-process (main()) where no signal is sent, saving an interpreter start; its
+train.py multiruns are subprocesses either way."""
+import contextlib
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+from matplotlib import image
+
+from analysis.cells import STATUS_FILE
+from analysis.manifest import MANIFEST
+from scripts.ablate import main
+from tests.train_helpers import REPO, read_metrics
+
+PROTOCOL = {"reference": "ref", "variants": {"ref": [], "gelu": ["model.mlp=gelu"]},
+            "lr_grid": [1e-3, 1e-2, 1e30],  # 1e30 diverges at the first step, in every variant
+            "seeds": [0, 1], "stage1_seed": 0}
+TINY = {"debug": "tiny", "trainer.precision": "fp32", "logger": "none", "trainer.max_steps": 6,
+        "trainer.eval_interval": 3, "trainer.ckpt_interval": 3, "trainer.log_interval": 1, "trainer.num_threads": 1,
+        "trainer.peak_tflops": 1, "trainer.sample_tokens": 0}
+
+
+def tiny(**changes) -> list:
+    """train.py overrides for seconds-long runs (keys with dots spelled with __)."""
+    return [f"{k}={v}" for k, v in {**TINY, **{k.replace("__", "."): v for k, v in changes.items()}}.items()]
+
+
+def ablate(tmp_path, *args, popen=False, timeout=300):
+    command = [sys.executable, str(REPO / "scripts" / "ablate.py"), *map(str, args)]
+    env = {**os.environ, "WANDB_MODE": "disabled", "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"}
+    if popen:
+        return subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+    return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("data_cache")
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, cache_dir):
+    """The whole protocol, once: (protocol dir, what it printed)."""
+    root = tmp_path_factory.mktemp("ablate")
+    (root / "protocol.yaml").write_text(yaml.safe_dump(PROTOCOL))
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(["--protocol", str(root / "protocol.yaml"), "--dir", str(root / "p"), "--probe-steps", "2",
+                       *tiny(), f"data.cache_dir={cache_dir}", "hydra/launcher=basic"])  # a launcher, passed on
+    assert status == 0, out.getvalue()[-3000:] + err.getvalue()[-3000:]
+    return root / "p", out.getvalue()
+
+
+def configs(runs_dir) -> dict:
+    return {str(p.parent.relative_to(runs_dir)): yaml.safe_load(p.read_text()) for p in runs_dir.rglob("config.yaml")
+            if p.parent.name.startswith("lr")}
+
+
+def final_bpb(run_dir) -> float:
+    return [r for r in read_metrics(run_dir) if r["kind"] == "eval"][-1]["val_bpb"]
+
+
+def test_one_command_runs_both_stages_at_each_variants_best_lr(finished):
+    protocol, out = finished
+    assert out.index("per run") < out.index("==> stage1") < out.index("==> stage2")  # the cost comes first
+    runs = protocol / "runs" / "base"
+    for variant in ("ref", "gelu"):
+        sweep = {lr: final_bpb(runs / variant / f"lr{lr:g}_seed0") for lr in (1e-3, 1e-2)}
+        best = min(sweep, key=sweep.get)  # the chosen LR is the stage-1 argmin over the finite runs
+        assert yaml.safe_load((protocol / MANIFEST).read_text())["chosen_lr"]["base"][variant] == best
+        status = yaml.safe_load((runs / variant / "lr1e+30_seed0" / STATUS_FILE).read_text())
+        assert status["status"] == "FAILED" and "NonFiniteLoss" in status["error_types"]
+        stage2 = sorted(p.name for p in (runs / variant).iterdir() if p.name.startswith(f"lr{best:g}_"))
+        assert stage2 == [f"lr{best:g}_seed0", f"lr{best:g}_seed1"]  # seed 0 is stage 1's run, reused
+        assert not (runs / variant / f"lr{[lr for lr in sweep if lr != best][0]:g}_seed1").exists()
+    assert len(configs(protocol / "runs")) == 8  # 2 variants × (2 finite LRs + 1 more seed) + 2 diverged dirs
+
+
+def test_every_run_shares_the_protocols_wandb_group_with_stage_and_variant_tags(finished):
+    protocol, _ = finished
+    group = yaml.safe_load((protocol / MANIFEST).read_text())["id"]
+    for name, config in configs(protocol / "runs").items():
+        size, variant, cell = name.split("/")
+        assert config["logger"]["group"] == group
+        stage = "stage2" if cell.endswith("seed1") else "stage1"
+        assert {stage, f"variant={variant}", f"size={size}"} <= set(config["logger"]["tags"])
+        assert (config["model"]["mlp"] == "gelu") == (variant == "gelu")
+        assert config["optim"]["min_lr"] == pytest.approx(0.1 * config["optim"]["lr"])
+
+
+def test_manifest_records_the_plan_the_cost_and_every_cell(finished):
+    protocol, _ = finished
+    m = yaml.safe_load((protocol / MANIFEST).read_text())
+    assert m["spec"]["variants"] == PROTOCOL["variants"] and m["spec"]["lr_grid"] == PROTOCOL["lr_grid"]
+    assert m["spec"]["seeds"] == [0, 1] and "trainer.max_steps=6" in m["spec"]["train_overrides"]
+    assert m["launcher_overrides"] == ["hydra/launcher=basic"]  # kept apart: not part of what is trained
+    assert m["models"]["base"]["gelu"]["mlp"] < m["models"]["base"]["ref"]["mlp"]  # 4·64 = 256 vs 176 × 3
+    assert m["cost"]["before stage1"]["source"] == "a 2-step timing run of each size"
+    before = m["cost"]["before stage1"]["base"]
+    assert (before["stage1_runs"], before["stage2_runs"]) == (6, 2) and before["seconds_per_run"] > 0
+    assert m["cost"]["before stage2"]["source"] == "this protocol's runs" and m["wall_s"]["stage1"] > 0
+    states = {name: cell["state"] for name, cell in m["cells"].items()}
+    assert sorted(states.values()) == ["diverged"] * 2 + ["finished"] * 6
+
+
+def test_report_has_the_tables_and_figures(finished):
+    protocol, out = finished
+    text = (protocol / "report" / "results.md").read_text()
+    assert text in out
+    assert "| ref | " in text and "| gelu | " in text and "diverged" in text.split("## base")[0]
+    (line,) = [line for line in text.split("## base")[1].splitlines() if line.startswith("| gelu | 2 |")]
+    assert line.count("[") == 2  # paired and Welch 95 % CIs over the 2 paired seeds
+    for name in ("lr_sweep", "forest", "val_curves_base", "activation_rms_base"):
+        assert image.imread(protocol / "report" / f"{name}.png").ndim == 3
+
+
+def test_resume_reruns_nothing_finished(finished, tmp_path, capsys):
+    """Half-finish a copy: one stage-2 cell deleted, one cut back to its step-3 checkpoint, one
+    failed for a non-divergence reason. The rerun (just --dir) does exactly those three."""
+    protocol = tmp_path / "p"
+    shutil.copytree(finished[0], protocol)
+    runs = protocol / "runs" / "base"
+    chosen = yaml.safe_load((protocol / MANIFEST).read_text())["chosen_lr"]["base"]
+    deleted, cut, failed = (runs / v / f"lr{chosen[v]:g}_seed{s}" for v, s in (("gelu", 1), ("ref", 1), ("ref", 0)))
+    shutil.rmtree(deleted)
+    shutil.rmtree(cut / "checkpoints" / "step_0000006")
+    rows = [r for r in read_metrics(cut) if r["step"] <= 3]
+    (cut / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (cut / STATUS_FILE).unlink()
+    (failed / STATUS_FILE).write_text(yaml.safe_dump({"status": "FAILED", "error": "disk full",
+                                                      "error_types": ["JobFailed", "WriteError"]}))
+    redone = tuple(str(p) + os.sep for p in (deleted, cut, failed))
+    untouched = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in runs.rglob("*")
+                 if p.is_file() and not str(p).startswith(redone)}
+    assert len([p for p in untouched if p.name == "metrics.jsonl"]) == 5
+    status = main(["--dir", str(protocol)])
+    out = capsys.readouterr().out
+    assert status == 0, out[-3000:]
+    assert "==> stage1: 1 of 6 runs to do" in out  # the failed cell is stage 1's seed-0 run
+    assert "==> stage2: 2 of 4 runs to do (1 resumed)" in out
+    assert "moved to" in out and (protocol / "discarded").is_dir()
+    for path, (mtime, content) in untouched.items():
+        assert path.stat().st_mtime_ns == mtime and path.read_bytes() == content, path
+    for run in (deleted, cut, failed):
+        assert [r for r in read_metrics(run) if r["kind"] == "eval"][-1]["step"] == 6
+    assert [r for r in read_metrics(cut) if r["step"] <= 3] == rows  # continued, not restarted
+
+
+def test_ctrl_c_stops_with_a_checkpoint_and_a_rerun_finishes(tmp_path, cache_dir, capsys):
+    """One cell (stage 2 reuses it), so each invocation is one multirun: SIGINT to the protocol
+    reaches train.py once, which checkpoints; the rerun resumes that checkpoint to the end."""
+    (tmp_path / "one.yaml").write_text(yaml.safe_dump({"reference": "ref", "variants": {"ref": []},
+                                                       "lr_grid": [1e-3], "seeds": [0]}))
+    args = ["--protocol", tmp_path / "one.yaml", "--dir", tmp_path / "p", "--probe-steps", "0",
+            *tiny(trainer__max_steps=150, trainer__eval_interval=150, trainer__ckpt_interval=150,
+                  trainer__log_interval=10), f"data.cache_dir={cache_dir}"]
+    proc = ablate(tmp_path, *args, popen=True)
+    metrics = tmp_path / "p" / "runs" / "base" / "ref" / "lr0.001_seed0" / "metrics.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (metrics.exists() and metrics.read_text()):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out[-2000:] + err[-2000:]
+    assert "SIGINT: checkpoint saved" in out and "continue with: python scripts/ablate.py --dir" in out
+    status = main(["--dir", str(tmp_path / "p"), "--probe-steps", "0"])
+    out = capsys.readouterr().out
+    assert status == 0 and "(1 resumed)" in out, out[-3000:]
+    assert [r for r in read_metrics(metrics.parent) if r["kind"] == "eval"][-1]["step"] == 150
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--variants", "ref,nope"], "--variants: unknown nope"),
+    (["--variant", "bad model.norm=nosuchnorm"], "variant bad does not compose"),
+    (["--lrs", "1e-3,fast"], "--lrs '1e-3,fast' is not a comma-separated list"),
+    (["--reference", "gelu2"], "reference 'gelu2' is not among the variants"),
+    (["--sizes", "model.hidden_size=32,64 model.n_heads=2,4", "--variant", "relu2 model.mlp=relu2"], None),
+    (["model.mlp=gelu"], "variant gelu sets model.mlp, which the command line also sets"),
+])
+def test_bad_input_is_a_one_line_error_before_anything_trains(tmp_path, capsys, args, message):
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(PROTOCOL))
+    status = main(["--protocol", str(tmp_path / "p.yaml"), "--dir", str(tmp_path / "p"), "--dry-run",
+                   "--probe-steps", "0", *tiny(), *args])
+    out, err = capsys.readouterr()
+    if message is None:  # fine: the plan and its cost are printed, and nothing trains
+        assert status == 0 and "hidden_size64_n_heads4" in out
+        assert yaml.safe_load((tmp_path / "p" / MANIFEST).read_text())["spec"]["variants"]["relu2"] == [
+            "model.mlp=relu2"]
+        assert not (tmp_path / "p" / "runs").exists()
+        return
+    assert status == 1 and err.startswith("error: ") and message in err and err.count("\n") == 1
+    assert not (tmp_path / "p" / "runs").exists()
+
+
+def test_a_changed_setup_is_not_resumed_into_the_same_directory(finished, capsys):
+    status = main(["--dir", str(finished[0]), "--report-only", "trainer.max_steps=7"])
+    assert status == 1 and "was started with train.py overrides" in capsys.readouterr().err

@@ -1,0 +1,72 @@
+"""analysis/cells.py: a cell's state from its run directory, the LR choice over states, moving aside."""
+import yaml
+
+from analysis import cells as C
+from analysis.protocol import Cell, Spec
+from tests.run_helpers import write_run
+
+CELL = Cell("small", "ref", 1e-3, 0)
+
+
+def status(path, state, error="", types=()):
+    path.mkdir(parents=True, exist_ok=True)
+    (path / C.STATUS_FILE).write_text(yaml.safe_dump({"status": state, "error": error, "error_types": list(types)}))
+
+
+def test_states_from_run_directories(tmp_path):
+    runs = tmp_path / "runs"
+    assert C.inspect(CELL, runs).state == C.MISSING
+    write_run(runs, CELL.run_name, bpb=2.5)
+    finished = C.inspect(CELL, runs)
+    assert finished.state == C.FINISHED and finished.final_bpb == 2.5
+
+
+def test_incomplete_runs_resume_from_a_checkpoint_or_restart(tmp_path):
+    runs = tmp_path / "runs"
+    path = write_run(runs, CELL.run_name, last_step=2)  # max_steps 4: stopped halfway
+    assert C.inspect(CELL, runs).state == C.RESTART  # nothing to resume from
+    (path / "checkpoints" / "step_0000002").mkdir(parents=True)
+    state = C.inspect(CELL, runs)
+    assert state.state == C.RESUMABLE and state.final_bpb is None
+
+
+def test_a_failed_job_is_diverged_only_when_the_loss_went_non_finite(tmp_path):
+    runs = tmp_path / "runs"
+    path = write_run(runs, CELL.run_name, last_step=2)
+    status(path, "FAILED", "non-finite loss or gradient at step 2 (update skipped)", ["JobFailed", "NonFiniteLoss"])
+    diverged = C.inspect(CELL, runs)
+    assert diverged.state == C.DIVERGED and diverged.error.startswith("non-finite loss") and diverged.final_bpb is None
+    status(path, "FAILED", "cannot write metrics: disk full", ["JobFailed", "WriteError"])
+    assert C.inspect(CELL, runs).state == C.FAILED
+    status(path, "COMPLETED")
+    assert C.inspect(CELL, runs).state == C.RESTART  # completed yet incomplete: e.g. killed after the status
+
+
+def test_a_failed_status_outranks_complete_metrics(tmp_path):
+    runs = tmp_path / "runs"
+    path = write_run(runs, CELL.run_name)
+    status(path, "FAILED", "checkpoint save failed", ["JobFailed", "OSError"])
+    assert C.inspect(CELL, runs).state == C.FAILED
+
+
+def test_chosen_lrs_waits_for_the_whole_sweep_and_skips_diverged(tmp_path):
+    spec = Spec(variants={"ref": [], "gelu": [], "none": []}, reference="ref", lr_grid=[1e-3, 1e-2], seeds=[0],
+                sizes={"small": []})
+    runs = tmp_path / "runs"
+    write_run(runs, Cell("small", "ref", 1e-3, 0).run_name, bpb=2.2)
+    write_run(runs, Cell("small", "ref", 1e-2, 0).run_name, bpb=2.1)
+    write_run(runs, Cell("small", "gelu", 1e-3, 0).run_name, bpb=2.3)  # its 1e-2 run has not finished
+    for lr in (1e-3, 1e-2):
+        status(runs / Cell("small", "none", lr, 0).run_name, "FAILED", "non-finite loss", ["NonFiniteLoss"])
+    states = {c: C.inspect(c, runs) for lr in spec.lr_grid for c in (Cell("small", v, lr, 0) for v in spec.variants)}
+    assert C.chosen_lrs(spec, states) == {"small": {"ref": 1e-2, "none": None}}
+
+
+def test_move_aside_keeps_everything(tmp_path):
+    runs, discarded = tmp_path / "runs", tmp_path / "discarded"
+    for n in range(2):
+        path = write_run(runs, CELL.run_name, last_step=2, bpb=float(n))
+        moved = C.move_aside(C.inspect(CELL, runs), discarded)
+        assert not path.exists() and (moved / "metrics.jsonl").exists()
+    kept = sorted(p.parent for p in discarded.rglob("metrics.jsonl"))
+    assert len(kept) == 2  # the second move did not overwrite the first

@@ -1,0 +1,33 @@
+"""analysis/cost.py: seconds per run from measured throughput, and the cost table's arithmetic."""
+import pytest
+
+from analysis import cost
+from analysis.runs import Run
+
+
+def run_with_rates(rates) -> Run:
+    return Run(path=None, config={}, evals=[], trains=[{"step": i, "tokens_per_s": r} for i, r in enumerate(rates)])
+
+
+def test_throughput_is_the_median_without_the_warm_up_interval():
+    assert cost.tokens_per_s(run_with_rates([10.0, 1000.0, 1100.0, 900.0])) == 1000.0
+    assert cost.tokens_per_s(run_with_rates([10.0, 1000.0])) == 505.0  # too few to drop one
+    assert cost.tokens_per_s(run_with_rates([])) is None
+
+
+def test_run_seconds_scales_the_measured_rate_to_the_budget():
+    budget = cost.Budget(max_steps=100, tokens_per_step=2048, eval_interval=25, eval_tokens=8192)
+    runs = [run_with_rates([1.0, 2048.0, 2048.0, 2048.0]), run_with_rates([1.0, 4096.0, 4096.0, 4096.0]),
+            run_with_rates([1.0, 1024.0, 1024.0, 1024.0])]  # median throughput: 2048 tokens/s
+    expected = 100 * 1.0 + 4 * 8192 * cost.EVAL_COST / 2048 + cost.JOB_OVERHEAD_S
+    assert cost.run_seconds(budget, runs) == pytest.approx(expected)
+    assert cost.run_seconds(budget, [run_with_rates([])]) is None
+
+
+def test_table_totals():
+    lines = [cost.Line("h96", 540_000, 20.0, stage1=18, stage2=24), cost.Line("h192", 1_970_000, 50.0, 18, 24)]
+    text = cost.table(lines, "a 10-step timing run", done=0, stages=2)
+    total = (20.0 * 42 + 50.0 * 42 + 2 * cost.SWEEP_STARTUP_S) / 60
+    assert text.splitlines()[-2].split()[-2:] == [f"{total:.1f}", "min"]
+    assert "84 runs to do (0 already finished or diverged)" in text and "0.54M" in text
+    assert "?" in cost.table([cost.Line("h96", 1, None, 3, 3)], "nothing", 0, 2).splitlines()[-2]

@@ -1,0 +1,112 @@
+"""scripts/estimate.py: parameters, FLOPs and time, the simulated memory against a real step, the verdict."""
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+SPEC = importlib.util.spec_from_file_location("estimate", REPO / "scripts" / "estimate.py")
+estimate = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(estimate)
+
+TINY = ["model=tiny", "data.vocab_size=512", "trainer.micro_batch_size=4", "trainer.seq_len=64",
+        "trainer.precision=fp32", "trainer.device=cpu"]
+
+
+def run(capsys, *argv) -> tuple:
+    status = estimate.main(list(argv))
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+def number_after(text: str, label: str) -> float:
+    return float(re.search(re.escape(label) + r"\s*([\d,.]+)", text).group(1).replace(",", ""))
+
+
+def test_parameters_flops_and_time_of_the_tiny_config(capsys, tmp_path):
+    status, out, err = run(capsys, *TINY, f"outputs_dir={tmp_path}", "--device-memory-gb", "100", "--peak-tflops", "2",
+                           "--mfu", "0.25")
+    assert status == 0, err
+    cfg = estimate.compose_config(TINY)
+    model = __import__("model").Transformer(cfg.model)
+    assert f"{model.param_counts()['total']:,} parameters" in out
+    tokens = 4 * 64
+    assert f"= {tokens:,} tokens" in out
+    per_step = model.flops_per_token(64) * tokens
+    assert f"= {per_step / 1e12:,.3f} TFLOP per step" in out
+    ideal = per_step / 2e12
+    assert f"{ideal:,.2f} s at 100 % MFU" in out and f"{ideal / 0.25:,.2f} s per step" in out
+    assert "verdict: fits" in out
+
+
+def test_a_config_that_does_not_fit_gets_a_micro_batch_that_does(capsys, tmp_path):
+    big = [*TINY, "trainer.micro_batch_size=64", f"outputs_dir={tmp_path}"]
+    cfg = estimate.compose_config(big)
+    mem = estimate.simulate(cfg, "fp32", "auto")
+    fixed = mem.peak - mem.activations + estimate.CUDA_OVERHEAD
+    memory_gb = (fixed + 0.5 * mem.activations) / estimate.HEADROOM / 1e9  # about half the activations fit
+    status, out, _ = run(capsys, *big, "--device", "cuda", "--device-memory-gb", f"{memory_gb:.4f}",
+                         "--peak-tflops", "1")
+    assert status == 0 and "verdict: does NOT fit" in out, out
+    suggested = int(number_after(out, "trainer.micro_batch_size="))
+    accum = int(number_after(out, "trainer.grad_accum_steps="))
+    assert 1 <= suggested < 64 and suggested * accum >= 64  # no fewer tokens per step
+    status, out, _ = run(capsys, *TINY, f"trainer.micro_batch_size={suggested}", f"outputs_dir={tmp_path}",
+                         "--device", "cuda", "--device-memory-gb", f"{memory_gb:.4f}", "--peak-tflops", "1")
+    assert "verdict: fits" in out
+
+
+def test_activations_grow_with_the_micro_batch_and_chunking_removes_logits_copies():
+    cfg = estimate.compose_config(TINY)
+    small, double = (estimate.simulate(estimate.compose_config([*TINY, f"trainer.micro_batch_size={b}"]), "fp32",
+                                       "auto").activations for b in (4, 8))
+    assert 1.8 < double / small < 2.2
+    big_vocab = estimate.compose_config([*TINY, "data.vocab_size=32768"])
+    one_shot, chunked = (estimate.simulate(big_vocab, "fp32", c) for c in (None, 0))
+    logits = 4 * 64 * 32768 * 4
+    assert one_shot.peak - chunked.peak > 1.2 * logits  # log-softmax output and its gradient, mostly
+    assert cfg.model.vocab_size == 512
+
+
+def test_simulated_peak_matches_a_measured_step(tmp_path):
+    # The default CPU model at micro-batch 8: a real step's live memory (~0.4 GB) is far above RSS noise.
+    overrides = ["trainer.micro_batch_size=8", "trainer.precision=fp32", f"outputs_dir={tmp_path}"]
+    cfg = estimate.compose_config(overrides)
+    mem = estimate.simulate(cfg, "fp32", "auto")
+    measured = estimate.measured_peak(overrides, live_only=True)
+    assert abs((mem.peak - mem.weights - mem.buffers) / measured - 1) < 0.15
+
+
+def test_mfu_comes_from_the_newest_run_of_the_same_model(capsys, tmp_path):
+    cfg = estimate.compose_config([*TINY, f"outputs_dir={tmp_path}"])
+    from omegaconf import OmegaConf
+    for name, model_cfg, mfu in (("old", cfg.model, 0.1), ("other_model", {"hidden_size": 1}, 0.9)):
+        run_dir = tmp_path / "2026-01-01" / name
+        run_dir.mkdir(parents=True)
+        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml({"model": OmegaConf.structured(model_cfg)}))
+        rows = [{"kind": "train", "step": s, "mfu": 0.01 if s < 30 else mfu} for s in range(10, 70, 10)]
+        (run_dir / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    status, out, _ = run(capsys, *TINY, f"outputs_dir={tmp_path}", "--peak-tflops", "1")
+    assert status == 0 and "at MFU 10.0 %" in out and "old/metrics.jsonl" in out  # not the other model's 90 %
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["model=nope"], "model"),
+    (["trainer.micro_batch_size=0"], "trainer.micro_batch_size=0"),
+    (["--mfu-from", "/nonexistent/run"], "--mfu-from /nonexistent/run"),
+    ([*TINY, "--gpu", "NVIDIA L40G", "--device", "cuda"], "--gpu 'NVIDIA L40G'"),
+])
+def test_bad_input_is_one_error_line(capsys, argv, expected):
+    status, out, err = run(capsys, *argv)
+    assert status == 1 and err.startswith("error: ") and len(err.strip().splitlines()) == 1 and expected in err
+
+
+def test_runs_without_a_gpu_for_a_gpu_target(capsys):
+    status, out, _ = run(capsys, "model=tiny", "trainer=gpu", "data.vocab_size=32768", "trainer.micro_batch_size=4",
+                         "trainer.seq_len=64", "--device", "cuda", "--device-memory-gb", "80", "--gpu",
+                         "NVIDIA H100 80GB HBM3", "--mfu", "0.4")
+    assert status == 0 and "data sheet: H100 SXM" in out and "chunked" in out
+    assert torch.cuda.is_available() or "bf16 (" in out

@@ -1,0 +1,223 @@
+"""Fault injection: kills, signals, NaNs and concurrent starts against the real train.py, and what survives.
+
+Every test drives train.py in a subprocess as a user (or a scheduler) would; faults come from
+outside (kill -9, signals) or from tests/fault_injection.py, which patches library calls before
+train.py starts. docs/reliability.md lists each failure with the test that holds it.
+"""
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from tests.train_helpers import REPO, read_metrics, run_dirs, run_faulty, run_train, tiny_args, wait_for_step
+
+# fp32 (bitwise comparisons), dropout on (so the RNG state matters on resume), every step logged.
+EXACT = ["trainer.precision=fp32", "model.dropout=0.1", "trainer.log_interval=1"]
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("data_cache")
+
+
+def weights(ckpt):
+    return load_file(ckpt / "model.safetensors")
+
+
+def assert_same_weights(a, b):
+    wa, wb = weights(a), weights(b)
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        assert torch.equal(wa[k], wb[k]), k
+
+
+def train_losses(run):
+    return {r["step"]: r["loss"] for r in read_metrics(run) if r["kind"] == "train"}
+
+
+def test_kill9_at_random_steps_then_resume_is_bitwise_identical(tmp_path, cache_dir):
+    """A planned stop (stop_at_step), then kill -9 at three seeded random steps, each followed by
+    `resume=<run dir>`: the final weights and every logged loss equal an uninterrupted run's."""
+    args = [*EXACT, "trainer.max_steps=24", "trainer.ckpt_interval=3", "trainer.eval_interval=12"]
+    run_train(tmp_path / "full", *args, cache_dir=cache_dir)
+    (full,) = run_dirs(tmp_path / "full")
+    part_root = tmp_path / "part"
+    stopped = run_train(part_root, *args, "trainer.stop_at_step=5", cache_dir=cache_dir)
+    (run,) = run_dirs(part_root)
+    assert f"stopped at trainer.stop_at_step=5; continue with: python train.py resume={run}" in stopped.stdout
+    assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == ["step_0000003", "step_0000005"]  # the stop saves
+    kill_steps = sorted(random.Random(0).sample(range(7, 23), 3))  # ≥ 3 kills, at seeded "random" steps
+    for kill_at in kill_steps:
+        proc = run_train(part_root, *args, f"resume={run}", cache_dir=cache_dir, popen=True)
+        wait_for_step(part_root / "outputs", kill_at, proc)
+        proc.kill()  # SIGKILL: no handler, no cleanup, possibly mid-step or mid-save
+        proc.wait()
+    run_train(part_root, *args, f"resume={run}", cache_dir=cache_dir)
+    assert run_dirs(part_root) == [run]
+    assert_same_weights(full / "checkpoints" / "step_0000024", run / "checkpoints" / "step_0000024")
+    assert train_losses(full) == train_losses(run)  # rows after the resumed checkpoint were re-logged
+
+
+def test_kill9_during_a_checkpoint_write_keeps_the_previous_one(tmp_path, cache_dir):
+    marker = tmp_path / "in_save"
+    proc = run_faulty(tmp_path, {"hang_in_save": str(marker)}, *EXACT, "trainer.max_steps=8",
+                      "trainer.ckpt_interval=4", "trainer.stop_at_step=8", "trainer.eval_interval=8",
+                      cache_dir=cache_dir, popen=True)
+    deadline = time.time() + 120
+    while not marker.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert marker.exists(), proc.communicate()[1][-2000:]
+    proc.kill()
+    proc.wait()
+    (run,) = run_dirs(tmp_path)
+    ckpts = run / "checkpoints"
+    assert [p.name for p in ckpts.iterdir()] == ["step_0000004.tmp"]  # killed in the first save: nothing else
+    # Resume finds no complete checkpoint: one line, nothing touched.
+    proc = run_train(tmp_path, f"resume={run}", cache_dir=cache_dir, check=False)
+    assert proc.returncode == 1 and "has no complete checkpoint" in proc.stderr.splitlines()[-1]
+
+
+def test_concurrent_starts_never_share_a_run_directory(tmp_path, cache_dir):
+    run_train(tmp_path / "warm", "trainer.max_steps=1", "trainer.eval_interval=1", cache_dir=cache_dir)  # data ready
+    # One clock-named directory for both (${now:%Y}: the same for both, for sure): the second must move.
+    same = "hydra.run.dir=" + str(tmp_path / "outputs" / "runs" / "r${now:%Y}")
+    args = ["trainer.precision=fp32", "trainer.max_steps=20", same, "trainer.eval_interval=20"]
+    procs = [run_train(tmp_path, *args, f"seed={seed}", cache_dir=cache_dir, popen=True) for seed in (0, 1)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
+    dirs = sorted(p for p in (tmp_path / "outputs" / "runs").iterdir())
+    assert [d.name[-2:] for d in dirs] == [dirs[0].name[-2:], "-1"] and len(dirs) == 2
+    for run in dirs:  # each directory holds exactly one run: one seed everywhere, steps logged once
+        seed = yaml.safe_load(run.joinpath("config.yaml").read_text())["seed"]
+        ckpt = run / "checkpoints" / "step_0000020"
+        assert yaml.safe_load((ckpt / "config.yaml").read_text())["seed"] == seed
+        assert [r["step"] for r in read_metrics(run) if r["kind"] == "train"] == [5, 10, 15, 20]
+        run_train(tmp_path / f"alone{seed}", *args[:2], "trainer.eval_interval=20", f"seed={seed}", cache_dir=cache_dir)
+        (alone,) = run_dirs(tmp_path / f"alone{seed}")
+        assert_same_weights(alone / "checkpoints" / "step_0000020", ckpt)
+
+
+def test_a_run_directory_in_use_is_never_shared_nor_resumed(tmp_path, cache_dir):
+    named = "hydra.run.dir=" + str(tmp_path / "outputs" / "mine")
+    slow = run_train(tmp_path, "trainer.max_steps=100000", "trainer.log_interval=1", named, cache_dir=cache_dir,
+                     popen=True)
+    try:
+        wait_for_step(tmp_path / "outputs", 1, slow)
+        second = run_train(tmp_path, "trainer.max_steps=2", "trainer.eval_interval=2", named, cache_dir=cache_dir)
+        assert f"using {tmp_path / 'outputs' / 'mine-1'}" in second.stderr
+        assert (tmp_path / "outputs" / "mine-1" / "checkpoints" / "step_0000002").is_dir()
+        resume = run_train(tmp_path, f"resume={tmp_path / 'outputs' / 'mine'}", cache_dir=cache_dir, check=False)
+        assert resume.returncode == 1 and "in use by a live run" in resume.stderr.splitlines()[-1]
+    finally:
+        slow.kill()
+        slow.wait()
+
+
+def test_nan_at_a_step_stops_naming_it_and_the_last_good_checkpoint(tmp_path, cache_dir):
+    proc = run_faulty(tmp_path, {"nan_steps": [5]}, *EXACT, "trainer.max_steps=20", "trainer.ckpt_interval=2",
+                      "trainer.log_interval=10", cache_dir=cache_dir, check=False)
+    assert proc.returncode == 1
+    (run,) = run_dirs(tmp_path)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: non-finite loss or gradient at step 5")
+    assert f"the last good checkpoint is {run / 'checkpoints' / 'step_0000004'}" in last
+    # Checked before each save, not only at the log interval: no checkpoint at or after step 5.
+    assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == ["step_0000002", "step_0000004"]
+
+
+def test_nan_before_any_checkpoint_says_there_is_none(tmp_path, cache_dir):
+    proc = run_faulty(tmp_path, {"nan_steps": [1]}, *EXACT, "trainer.max_steps=20", cache_dir=cache_dir, check=False)
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "at step 1" in last and "no checkpoint was written yet" in last
+    (run,) = run_dirs(tmp_path)
+    assert not (run / "checkpoints").exists()
+
+
+def test_skip_nonfinite_steps_skips_the_update_and_stops_at_n_in_a_row(tmp_path, cache_dir):
+    args = [*EXACT, "trainer.max_steps=12", "trainer.skip_nonfinite_steps=3", "trainer.eval_interval=12"]
+    proc = run_faulty(tmp_path / "two", {"nan_steps": [5, 6]}, *args, cache_dir=cache_dir)
+    (run,) = run_dirs(tmp_path / "two")
+    rows = [r for r in read_metrics(run) if r["kind"] == "train"]
+    assert [r["step"] for r in rows if r["skipped_steps"]] == [5, 6] and sum(r["skipped_steps"] for r in rows) == 2
+    assert "skipped 2 non-finite step(s)" in proc.stdout
+    state = torch.load(run / "checkpoints" / "step_0000012" / "optimizer.pt", weights_only=True)["state"]
+    assert {int(s["step"]) for s in state.values()} == {10}  # 12 steps, 2 updates skipped entirely
+    assert all(torch.isfinite(w).all() for w in weights(run / "checkpoints" / "step_0000012").values())
+    proc = run_faulty(tmp_path / "three", {"nan_steps": [5, 6, 7]}, *args, cache_dir=cache_dir, check=False)
+    assert proc.returncode == 1 and "3 non-finite steps in a row" in proc.stderr.splitlines()[-1]
+
+
+def test_sigterm_during_a_periodic_save_saves_once_and_exits_143(tmp_path, cache_dir):
+    log = tmp_path / "saves"
+    proc = run_faulty(tmp_path, {"signal_in_save": int(signal.SIGTERM), "save_log": str(log)}, *EXACT,
+                      "trainer.max_steps=100", "trainer.ckpt_interval=4", cache_dir=cache_dir, check=False)
+    assert proc.returncode == 143, proc.stderr[-2000:]
+    assert log.read_text().split() == ["4"]  # the periodic save only, not a second copy of step 4
+    assert "SIGTERM: checkpoint saved at step 4" in proc.stdout
+
+
+def test_second_ctrl_c_stops_at_once_with_one_line_and_exit_130(tmp_path, cache_dir):
+    proc = run_faulty(tmp_path, {"signal_at_step": [3, int(signal.SIGINT)], "signal_in_save": int(signal.SIGINT)},
+                      *EXACT, "trainer.max_steps=100", "trainer.ckpt_interval=1000", cache_dir=cache_dir, check=False)
+    assert proc.returncode == 130, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("SIGINT: stopped at once without saving")
+
+
+def test_sigterm_to_one_torchrun_rank_stops_both_at_the_same_step(tmp_path, cache_dir):
+    args = tiny_args(tmp_path, ["trainer.max_steps=100000", "trainer.ckpt_interval=100000", "trainer.log_interval=1",
+                                "trainer.eval_interval=100000", "trainer.dist_timeout_s=120"], cache_dir)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           str(REPO / "train.py"), *args]
+    env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        wait_for_step(tmp_path / "outputs", 3, proc)
+        rank1 = worker_with_rank(proc.pid, 1)
+        t0 = time.time()
+        rank1.send_signal(signal.SIGTERM)  # only rank 1 hears it; rank 0 learns through the agreed flag
+        out, err = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    assert time.time() - t0 < 60, "a stop must not wait for the collective timeout"
+    (run,) = run_dirs(tmp_path)
+    (ckpt,) = (run / "checkpoints").glob("step_*")
+    step = json.loads((ckpt / "state.json").read_text())["step"]
+    assert f"SIGTERM: checkpoint saved at step {step}" in out
+    run_train(tmp_path, f"resume={run}", f"trainer.max_steps={step + 2}", cache_dir=cache_dir)  # usable
+
+
+class _Pid:
+    def __init__(self, pid):
+        self.pid = pid
+
+    def send_signal(self, sig):
+        os.kill(self.pid, sig)
+
+
+def worker_with_rank(parent: int, rank: int) -> _Pid:
+    """The torchrun worker process whose environment says RANK=rank (found through /proc)."""
+    from pathlib import Path
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        for proc_dir in Path("/proc").iterdir():
+            if not proc_dir.name.isdigit():
+                continue
+            try:
+                ppid = int((proc_dir / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                environ = (proc_dir / "environ").read_bytes().split(b"\0")
+            except (OSError, IndexError, ValueError):
+                continue
+            if ppid == parent and f"RANK={rank}".encode() in environ:
+                return _Pid(int(proc_dir.name))
+        time.sleep(0.1)
+    raise AssertionError(f"no worker with RANK={rank} under pid {parent}")

@@ -1,0 +1,97 @@
+"""training/mfu.py: the exact GPU model picks the peak, anything else is measured; TF32 only on CUDA."""
+import pytest
+import torch
+
+from training import mfu
+
+
+@pytest.mark.parametrize("name, label", [
+    ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+    ("NVIDIA H100 PCIe", "H100 PCIe"),
+    ("NVIDIA H100 NVL", "H100 NVL"),
+    ("NVIDIA H200", "H200 SXM"),
+    ("NVIDIA H200 NVL", "H200 NVL"),
+    ("NVIDIA GH200 480GB", "GH200"),
+    ("NVIDIA A100-SXM4-40GB", "A100"),
+    ("NVIDIA A100-SXM4-80GB", "A100"),
+    ("NVIDIA A100-PCIE-40GB", "A100"),
+    ("NVIDIA A100 80GB PCIe", "A100"),
+    ("NVIDIA L4", "L4"),
+    ("NVIDIA L40", "L40"),
+    ("NVIDIA L40S", "L40S"),
+    ("NVIDIA A10", "A10"),
+    ("NVIDIA GeForce RTX 4090", "GeForce RTX 4090"),
+])
+def test_each_listed_gpu_gets_its_own_row(name, label):
+    assert mfu.gpu_peak(name).label == label
+
+
+@pytest.mark.parametrize("name", ["NVIDIA A10G", "NVIDIA L40G", "NVIDIA H100", "NVIDIA H800", "Tesla V100-SXM2-16GB",
+                                  "NVIDIA GeForce RTX 4090 D", "NVIDIA B200", "AMD Instinct MI300X", ""])
+def test_unlisted_or_ambiguous_names_are_not_guessed(name):
+    assert mfu.gpu_peak(name) is None
+
+
+def test_variants_that_differ_get_different_peaks():
+    # The bugs this table replaces: "L4" matched "L40", "H100" matched the PCIe card.
+    peaks = {n: mfu.gpu_peak(n).bf16 for n in ("NVIDIA L4", "NVIDIA L40", "NVIDIA L40S", "NVIDIA H100 80GB HBM3",
+                                              "NVIDIA H100 PCIe", "NVIDIA H100 NVL")}
+    assert len(set(peaks.values())) == len(peaks)
+    for peak in (p for _, p in mfu.GPU_PEAKS):
+        assert 0.45 < peak.tf32 / peak.bf16 < 0.55  # dense TF32 is half of dense bf16 on all of these
+
+
+@pytest.fixture
+def tf32_flags():
+    """Restore the global TF32 switches (torch's flag objects are not plain attributes: no monkeypatch)."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch, tf32_flags):
+    measured = []
+    monkeypatch.setattr(mfu, "measure_matmul_flops", lambda device, dtype, n=2048, **k: measured.append(dtype) or 7e12)
+
+    def use(name):
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+        return measured
+    return use
+
+
+def test_known_gpu_uses_the_data_sheet_in_the_runs_precision(fake_cuda, monkeypatch):
+    measured = fake_cuda("NVIDIA H100 PCIe")
+    cuda = torch.device("cuda", 0)
+    flops, source = mfu.peak_flops(cuda, "bf16")
+    assert flops == 756.5e12 and "H100 PCIe dense bf16" in source
+    # fp32 without TF32 runs on the fp32 units, not the tensor cores: measure, don't quote TF32.
+    assert mfu.peak_flops(cuda, "fp32") == (7e12, "measured float32 matmul on NVIDIA H100 PCIe")
+    assert measured == [torch.float32]
+    torch.backends.cuda.matmul.allow_tf32 = True
+    assert mfu.peak_flops(cuda, "fp32")[0] == 378.0e12
+
+
+def test_unknown_gpu_and_cpu_are_measured(fake_cuda):
+    measured = fake_cuda("NVIDIA A10G")
+    assert mfu.peak_flops(torch.device("cuda", 0), "bf16") == (7e12, "measured bfloat16 matmul on NVIDIA A10G")
+    flops, source = mfu.peak_flops(torch.device("cpu"), "bf16")
+    assert flops == 7e12 and source.startswith("measured bfloat16 matmul on cpu")  # never a GPU's number
+    assert measured == [torch.bfloat16, torch.bfloat16]
+    assert mfu.peak_flops(torch.device("cpu"), "fp32", override_tflops=2.5) == (2.5e12, "trainer.peak_tflops")
+
+
+def test_measured_cpu_peak_is_plausible_and_leaves_the_rng_alone():
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    flops = mfu.measure_matmul_flops(torch.device("cpu"), torch.float32, n=512, repeats=3)
+    assert torch.equal(torch.rand(3), expected)
+    assert 1e9 < flops < 1e14  # between a slow core and more than any CPU's fp32 peak
+
+
+def test_tf32_is_enabled_only_on_cuda(tf32_flags):
+    assert not mfu.enable_tf32(torch.device("cpu")) and not torch.backends.cuda.matmul.allow_tf32
+    assert mfu.enable_tf32(torch.device("cuda", 0))
+    assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32

@@ -1,0 +1,225 @@
+"""Muon: torch's update exactly (bf16), the same iteration in fp32, the Muon/AdamW split, exact
+resume through the checkpoint's state-dict path, and Muon under DDP/FSDP2 with torchrun.
+Run as a script under torchrun, this file is the FSDP2 worker of `test_fsdp2_muon_equals_one_process`."""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch.optim._muon import _zeropower_via_newtonschulz
+
+from model import ModelConfig, Transformer
+from tests.train_helpers import REPO, read_metrics, run_dirs, run_torchrun, run_train
+from training import distributed as D
+from training.config import OptimConfig
+from training.muon import Muon, newton_schulz
+from training.optim import apply_schedule, build_optimizers, hidden_matrices
+
+COEFFS = (3.4445, -4.775, 2.0315)
+
+
+def tiny_model(seed=0, **kw):
+    torch.manual_seed(seed)
+    return Transformer(ModelConfig(vocab_size=64, hidden_size=32, n_layers=2, n_heads=4, max_seq_len=16, **kw))
+
+
+@pytest.mark.parametrize("shape", [(32, 32), (96, 32), (32, 88)])
+def test_bf16_newton_schulz_is_torchs_bitwise(shape):
+    g = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(newton_schulz(g, COEFFS, 5, 1e-7, torch.bfloat16), _zeropower_via_newtonschulz(g, COEFFS, 5, 1e-7))
+
+
+def test_fp32_newton_schulz_is_the_same_iteration_in_more_precision():
+    g = torch.randn(96, 32, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    exact = newton_schulz(g, COEFFS, 5, 1e-7, torch.float64)
+    fp32 = newton_schulz(g.float(), COEFFS, 5, 1e-7, torch.float32).double()
+    bf16 = newton_schulz(g.float(), COEFFS, 5, 1e-7, torch.bfloat16).double()
+    assert (fp32 - exact).abs().max() < 1e-5 < (bf16 - exact).abs().max()
+    # What the iteration is for: singular values pulled from anywhere towards 1 (≈ U Vᵀ), the
+    # quintic's known band of roughly (0.7, 1.2) for 5 steps, whatever the gradient's spectrum.
+    s = torch.linalg.svdvals(exact)
+    assert s.min() > 0.6 and s.max() < 1.25 and torch.linalg.svdvals(g).max() / torch.linalg.svdvals(g).min() > 3
+
+
+@pytest.mark.parametrize("nesterov", [True, False])
+def test_muon_step_is_torchs_in_bf16_and_leaves_the_momentum_buffer_alone_in_fp32(nesterov):
+    ours, theirs, fp32 = (torch.nn.Parameter(torch.randn(24, 16, generator=torch.Generator().manual_seed(2)))
+                          for _ in range(3))
+    kwargs = dict(lr=0.02, weight_decay=0.1, nesterov=nesterov, adjust_lr_fn="match_rms_adamw")
+    opts = [Muon([ours], **kwargs), torch.optim.Muon([theirs], **kwargs), Muon([fp32], ns_dtype=torch.float32, **kwargs)]
+    for step in range(3):
+        grad = torch.randn(24, 16, generator=torch.Generator().manual_seed(10 + step))
+        for p, opt in zip((ours, theirs, fp32), opts):
+            p.grad = grad.clone()
+            opt.step()
+        if step == 0:  # buffer = (1 - momentum) · grad after one step, never the normalised update
+            torch.testing.assert_close(opts[2].state[fp32]["momentum_buffer"], 0.05 * grad)
+    assert torch.equal(ours, theirs)
+    torch.testing.assert_close(fp32, theirs, atol=2e-3, rtol=0)  # bf16 rounding of the update only
+    assert not torch.equal(fp32, theirs)
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_muon_gets_the_block_matrices_and_adamw_everything_else(tie):
+    model = tiny_model(tie_embeddings=tie)
+    muon, adamw = build_optimizers(model, OptimConfig(name="muon"), "cpu")
+    names = {id(p): n for n, p in model.named_parameters()}
+    muon_names = {names[id(p)] for g in muon.param_groups for p in g["params"]}
+    adamw_names = [names[id(p)] for g in adamw.param_groups for p in g["params"]]
+    assert muon_names == {n for n in names.values() if n.endswith("_proj.weight") and n.startswith("layers.")}
+    assert len(muon_names) == 2 * 6  # q, k, v, o, gate_up, down per layer
+    assert set(adamw_names) == set(names.values()) - muon_names and len(adamw_names) == len(set(adamw_names))
+    decayed = {names[id(p)] for g in adamw.param_groups if g["weight_decay"] > 0 for p in g["params"]}
+    assert decayed == (set() if tie else {"lm_head.weight"})  # the embedding (= a tied head) is never decayed
+    assert muon.defaults["adjust_lr_fn"] == "match_rms_adamw" and muon.defaults["weight_decay"] == 0.1
+    wrapped = torch.nn.Sequential(model)  # a wrapper (DDP, the loss module) changes nothing
+    assert [id(p) for p in hidden_matrices(wrapped)] == [id(p) for p in hidden_matrices(model)]
+
+
+def test_schedule_sets_muon_to_muon_lr_times_the_same_curve():
+    cfg = OptimConfig(name="muon", lr=1e-3, min_lr=1e-4, warmup_steps=10, muon_lr=0.02)
+    opts = build_optimizers(tiny_model(), cfg, "cpu")
+    for step in (0, 50, 99):
+        lr = apply_schedule(opts, step, cfg, 100)
+        assert opts[1].param_groups[0]["lr"] == lr
+        assert opts[0].param_groups[0]["lr"] == pytest.approx(lr * 20)
+
+
+def _train(model, opts, cfg, steps, max_steps=8):
+    for step in steps:
+        apply_schedule(opts, step, cfg, max_steps)
+        x = torch.randint(0, 64, (4, 16), generator=torch.Generator().manual_seed(step))
+        torch.nn.functional.cross_entropy(model(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten()).backward()
+        for opt in opts:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "wsd"])
+def test_resume_through_the_checkpoint_state_dicts_is_bitwise(tmp_path, schedule):
+    cfg = OptimConfig(name="muon", lr=1e-2, min_lr=1e-3, warmup_steps=2, schedule=schedule, muon_ns_dtype="fp32")
+    straight = tiny_model()
+    opts = build_optimizers(straight, cfg, "cpu")
+    _train(straight, opts, cfg, range(8))
+
+    part = tiny_model()
+    opts = build_optimizers(part, cfg, "cpu")
+    _train(part, opts, cfg, range(3))
+    torch.save(D.full_optimizer_state(part, opts), tmp_path / "optimizer.pt")  # as the checkpoint does
+    model_state = {k: v.clone() for k, v in D.full_model_state(part).items()}
+    resumed = tiny_model(seed=1)  # other weights, fresh optimizers: everything must come from the files
+    opts = build_optimizers(resumed, cfg, "cpu")
+    D.load_full_state(resumed, opts, model_state, torch.load(tmp_path / "optimizer.pt", weights_only=True))
+    assert opts[0].state and opts[1].state  # momentum buffers and Adam moments both came back
+    _train(resumed, opts, cfg, range(3, 8))
+    for (name, a), b in zip(straight.named_parameters(), resumed.parameters()):
+        assert torch.equal(a, b), name
+
+
+# fp32 so the only differences left under torchrun are summation order; every step logged.
+FAST = ["optim=muon", "optim.schedule=wsd", "trainer.precision=fp32", "trainer.log_interval=1",
+        "trainer.eval_interval=12", "trainer.ckpt_interval=6", "trainer.max_steps=12"]
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("data_cache")
+
+
+@pytest.fixture(scope="module")
+def reference_run(tmp_path_factory, cache_dir):
+    """12 uninterrupted Muon steps in one process, global batch 4 (debug=tiny): the run the others must equal."""
+    root = tmp_path_factory.mktemp("reference")
+    run_train(root, *FAST, cache_dir=cache_dir)
+    (run,) = run_dirs(root)
+    return run
+
+
+def _losses(run):
+    return [r["loss"] for r in read_metrics(run) if r["kind"] == "train"]
+
+
+def _weights(run, step):
+    from safetensors.torch import load_file
+    return load_file(run / "checkpoints" / f"step_{step:07d}" / "model.safetensors")
+
+
+def test_train_with_muon_learns_and_resumes_bitwise(tmp_path, cache_dir, reference_run):
+    run_train(tmp_path, *FAST, "trainer.stop_at_step=6", cache_dir=cache_dir)
+    (part,) = run_dirs(tmp_path)
+    run_train(tmp_path, f"resume={part}", cache_dir=cache_dir)
+    losses = _losses(reference_run)
+    assert losses[-1] < losses[0] - 0.3
+    assert _losses(part) == losses
+    wf, wp = _weights(reference_run, 12), _weights(part, 12)
+    assert all(torch.equal(wf[k], wp[k]) for k in wf)
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_muon_under_torchrun_matches_one_process(tmp_path, cache_dir, reference_run, parallel):
+    """2 ranks × batch 2 = the reference's batch 4. Under FSDP2 each matrix is sharded by rows and
+    Newton–Schulz on the DTensor redistributes, so it orthogonalises the whole matrix."""
+    run_torchrun(tmp_path, 2, *FAST, "trainer.micro_batch_size=2", f"trainer.parallel={parallel}",
+                 cache_dir=cache_dir)
+    (multi,) = run_dirs(tmp_path)
+    assert _losses(multi) == pytest.approx(_losses(reference_run), rel=1e-4)
+    ws, wm = _weights(reference_run, 12), _weights(multi, 12)
+    for k in ws:
+        torch.testing.assert_close(ws[k], wm[k], rtol=1e-3, atol=1e-5, msg=k)
+
+
+@pytest.mark.distributed
+def test_fsdp2_muon_equals_one_process():
+    """Each rank shards every matrix (FSDP2, gloo) and steps Muon + AdamW on half the batch; the
+    gathered weights equal one unsharded process on the whole batch (fp32 Newton–Schulz)."""
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           __file__], capture_output=True, text=True, timeout=180, cwd=REPO,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("fsdp2 muon max abs diff") == 2
+
+
+def _fsdp2_worker():
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    cfg = OptimConfig(name="muon", lr=2e-2, min_lr=2e-3, warmup_steps=1, muon_ns_dtype="fp32")
+    reference, sharded = tiny_model(), tiny_model()
+    for block in sharded.layers:
+        fully_shard(block)
+    fully_shard(sharded)
+    opts = {m: build_optimizers(m, cfg, "cpu") for m in (reference, sharded)}
+    assert any(isinstance(p, DTensor) for g in opts[sharded][0].param_groups for p in g["params"])
+    for step in range(4):
+        apply_schedule(opts[reference] + opts[sharded], step, cfg, 4)
+        x = torch.randint(0, 64, (4, 16), generator=torch.Generator().manual_seed(step))
+        for model, rows in ((reference, x), (sharded, x[2 * rank:2 * rank + 2])):
+            logits = model(rows[:, :-1])
+            torch.nn.functional.cross_entropy(logits.flatten(0, 1), rows[:, 1:].flatten()).backward()
+            for opt in opts[model]:
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+    diff = max((p.full_tensor() if isinstance(p, DTensor) else p).sub(q).abs().max().item()
+               for p, q in zip(sharded.parameters(), reference.parameters()))
+    print(f"fsdp2 muon max abs diff {diff:.2e}", flush=True)
+    assert diff < 1e-5, diff
+    # The checkpoint path: gathered (collective) optimizer state loads into one unsharded process.
+    model_state, optim_state = D.full_model_state(sharded), D.full_optimizer_state(sharded, opts[sharded])
+    if rank == 0:  # full state dicts with cpu_offload live on rank 0
+        fresh = tiny_model(seed=1)
+        fresh_opts = build_optimizers(fresh, cfg, "cpu")
+        D.load_full_state(fresh, fresh_opts, model_state, optim_state)
+        for opt, ref in zip(fresh_opts, opts[reference]):
+            for p, q in zip(opt.param_groups[-1]["params"], ref.param_groups[-1]["params"]):
+                for key, value in ref.state[q].items():
+                    torch.testing.assert_close(opt.state[p][key], value, atol=1e-5, rtol=1e-4)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    _fsdp2_worker()

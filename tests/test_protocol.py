@@ -1,0 +1,111 @@
+"""analysis/protocol.py: the spec's checks, the cells of each stage, and the LR choice."""
+import math
+
+import pytest
+import yaml
+
+from analysis.protocol import (Cell, ProtocolError, Spec, at_grid_edge, choose_lr, load_spec_file, merge_overrides,
+                               parse_sizes, split_overrides,
+                               stage1_cells, stage2_cells)
+
+
+def spec(**changes) -> Spec:
+    fields = dict(variants={"ref": [], "gelu": ["model.mlp=gelu"]}, reference="ref", lr_grid=[1e-3, 1e-2],
+                  seeds=[0, 1, 2], sizes={"small": [], "wide": ["model.hidden_size=128"]})
+    return Spec(**{**fields, **changes})
+
+
+def test_stage1_is_every_variant_at_every_lr_and_size_with_one_seed():
+    cells = stage1_cells(spec(stage1_seed=7))
+    assert len(cells) == 2 * 2 * 2 and {c.seed for c in cells} == {7}
+    assert {(c.size, c.variant, c.lr) for c in cells} == {
+        (s, v, lr) for s in ("small", "wide") for v in ("ref", "gelu") for lr in (1e-3, 1e-2)}
+
+
+def test_stage2_is_each_variant_at_its_own_lr_on_every_seed_seeds_outermost():
+    chosen = {"small": {"ref": 1e-2, "gelu": 1e-3}, "wide": {"ref": 1e-3, "gelu": None}}  # gelu diverged at wide
+    cells = stage2_cells(spec(), chosen)
+    assert len(cells) == 3 * 3
+    assert all(c.lr == chosen[c.size][c.variant] for c in cells)
+    assert not any(c.size == "wide" and c.variant == "gelu" for c in cells)
+    assert [c.seed for c in cells] == sorted(c.seed for c in cells)  # a stopped stage holds whole seeds
+
+
+def test_stage2_reuses_the_stage1_run_at_the_chosen_lr():
+    s = spec()
+    chosen = {"small": {"ref": 1e-2, "gelu": 1e-3}, "wide": {"ref": 1e-3, "gelu": 1e-2}}
+    shared = set(stage1_cells(s)) & set(stage2_cells(s, chosen))
+    assert len(shared) == 4 and all(c.seed == s.stage1_seed and c.lr == chosen[c.size][c.variant] for c in shared)
+    assert not set(stage1_cells(spec(stage1_seed=99))) & set(stage2_cells(spec(stage1_seed=99), chosen))
+
+
+def test_choose_lr_takes_the_lowest_finite_bpb():
+    assert choose_lr({1e-3: 2.10, 3e-3: 2.05, 1e-2: 2.07}) == 3e-3
+    assert choose_lr({1e-3: 2.10, 3e-3: None, 1e-2: float("nan")}) == 1e-3  # diverged / non-finite never win
+    assert choose_lr({1e-3: None, 3e-3: None}) is None
+    assert choose_lr({1e-3: 2.0, 3e-3: 2.0}) == 1e-3  # a tie goes to the smaller, safer LR
+
+
+def test_grid_edge():
+    grid = [1e-3, 3e-3, 1e-2]
+    assert at_grid_edge(1e-3, grid) and at_grid_edge(1e-2, grid) and not at_grid_edge(3e-3, grid)
+    assert not at_grid_edge(1e-3, [1e-3])
+
+
+def test_cell_names_are_directories_and_hydra_options():
+    cells = [Cell("h96", "no_norm", lr, 3) for lr in (1e-3, 0.001001, 3e-3, 1e30, 1e-5)]
+    assert cells[0].run_name == "h96/no_norm/lr0.001_seed3"
+    options = [c.option for c in cells]
+    assert len(set(options)) == len(options)
+    assert all(set(o) <= set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") for o in options)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"reference": "nope"}, "reference 'nope' is not among the variants"),
+    ({"variants": {"ref": [], "no=rm": []}, "reference": "ref"}, "variant name 'no=rm'"),
+    ({"sizes": {"a/b": []}}, "size name 'a/b'"),
+    ({"lr_grid": [1e-3, -1.0]}, "positive, finite"),
+    ({"lr_grid": [1e-3, math.inf]}, "positive, finite"),
+    ({"lr_grid": [1e-3, 1e-3]}, "repeats"),
+    ({"seeds": [0, 0]}, "distinct"),
+    ({"seeds": []}, "distinct"),
+    ({"min_lr_ratio": 2.0}, "min_lr_ratio=2.0"),
+    ({"variants": {"ref": [], "big": ["model=25m"]}}, "config groups"),
+    ({"variants": {"ref": [], "fast": ["optim.lr=1"]}}, "optim.lr is set by the protocol"),
+    ({"variants": {"ref": [], "odd": ["model.norm"]}}, "not a value override"),
+])
+def test_bad_specs_are_one_line_errors(changes, message):
+    with pytest.raises(ProtocolError, match=None) as e:
+        spec(**changes)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_parse_sizes_zips_sweep_terms():
+    assert parse_sizes(["model.hidden_size=96,192", "model.n_heads=2,4"]) == {
+        "hidden_size96_n_heads2": ["model.hidden_size=96", "model.n_heads=2"],
+        "hidden_size192_n_heads4": ["model.hidden_size=192", "model.n_heads=4"]}
+    with pytest.raises(ProtocolError, match="same number of values"):
+        parse_sizes(["model.hidden_size=96,192", "model.n_heads=2"])
+    with pytest.raises(ProtocolError, match="is not key.sub=v1,v2"):
+        parse_sizes(["hidden_size"])
+
+
+def test_spec_file_round_trip_and_unknown_fields(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(spec().to_dict()))
+    assert load_spec_file(path) == spec()
+    path.write_text(yaml.safe_dump({**spec().to_dict(), "lr_gird": [1]}))
+    with pytest.raises(ProtocolError, match="unknown field.*lr_gird"):
+        load_spec_file(path)
+    with pytest.raises(ProtocolError, match="cannot read protocol file"):
+        load_spec_file(tmp_path / "missing.yaml")
+
+
+def test_launcher_overrides_are_kept_apart_and_later_overrides_win():
+    train, launcher = split_overrides(["trainer.max_steps=5", "hydra/launcher=submitit_slurm",
+                                       "hydra.launcher.partition=gpu", "+hydra.job.env_set.X=1", "logger=none"])
+    assert train == ["trainer.max_steps=5", "logger=none"]
+    assert launcher == ["hydra/launcher=submitit_slurm", "hydra.launcher.partition=gpu", "+hydra.job.env_set.X=1"]
+    assert merge_overrides(["model=25m", "trainer.max_steps=5", "data.cache_dir=/a"],
+                           ["data.cache_dir=/b", "trainer.num_threads=2"]) == [
+        "model=25m", "trainer.max_steps=5", "data.cache_dir=/b", "trainer.num_threads=2"]

@@ -1,0 +1,60 @@
+"""training/run_dir.py: one owner per run directory, siblings on collision, resume refused while in use."""
+import multiprocessing as mp
+
+import pytest
+
+from training.run_dir import CLAIM_FILE, RunDirBusy, claim_existing, claim_new, discard_if_unused
+
+
+def _claim_in_child(path, queue):
+    claim = claim_new(path)
+    queue.put(str(claim.run_dir))
+
+
+def test_two_claims_of_one_directory_get_distinct_directories(tmp_path):
+    target = tmp_path / "2026-11-30" / "10-00-00_run"
+    first = claim_new(target)
+    second = claim_new(target)  # e.g. a second run started in the same second
+    third = claim_new(target)
+    assert [c.run_dir for c in (first, second, third)] == [target, target.with_name(target.name + "-1"),
+                                                            target.with_name(target.name + "-2")]
+
+
+def test_concurrent_processes_never_claim_the_same_directory(tmp_path):
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_claim_in_child, args=(tmp_path / "same", queue)) for _ in range(6)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(30)
+    claimed = [queue.get(timeout=5) for _ in procs]
+    assert len(set(claimed)) == 6
+
+
+def test_a_directory_holding_an_older_run_is_never_reused(tmp_path):
+    old = tmp_path / "run"
+    (old / "checkpoints").mkdir(parents=True)  # a run from before claim files existed
+    assert claim_new(old).run_dir == tmp_path / "run-1"
+
+
+def test_resume_is_refused_while_a_live_process_holds_the_directory(tmp_path):
+    claim = claim_new(tmp_path / "run")
+    with pytest.raises(RunDirBusy, match=r"in use by a live run \(pid \d+"):
+        claim_existing(tmp_path / "run")
+    claim.release()  # the run ended (a crash releases it too: the kernel drops the lock)
+    again = claim_existing(tmp_path / "run")
+    assert again.run_dir == tmp_path / "run"
+    again.release()
+
+
+def test_discard_removes_only_directories_that_hold_nothing_of_a_run(tmp_path):
+    empty, used = tmp_path / "empty", tmp_path / "used"
+    for d in (empty, used):
+        claim_new(d).release()
+        (d / "train.log").write_text("")
+    (used / "config.yaml").write_text("seed: 0\n")
+    discard_if_unused(empty)
+    discard_if_unused(used)
+    assert not empty.exists()
+    assert (used / CLAIM_FILE).exists() and (used / "config.yaml").exists()

@@ -1,0 +1,102 @@
+"""Scoring windows predict every token exactly once, and the summed loss equals a float64 hand computation."""
+import contextlib
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from tests.model_helpers import one_thread, random_transformer, tiny_model_config
+from training.loss import IGNORE_INDEX, CausalLMLoss
+from training.scoring import Score, full_split_windows, gather, score_tokens, scoring_stream, window_plan
+
+EOS = 1
+
+
+@pytest.fixture(autouse=True)
+def single_thread():
+    with one_thread():
+        yield
+
+
+def scored_positions(tokens_len, context, stride):
+    """Every (window, position) the plan predicts, from the gathered targets: position = start + column + 1."""
+    plan = window_plan(tokens_len, context, stride)
+    windows = gather(np.arange(tokens_len + 1), plan, np.arange(len(plan)))  # stream value = its position
+    return plan, windows, windows.targets[windows.targets != IGNORE_INDEX].tolist()
+
+
+@pytest.mark.parametrize("length", [1, 5, 7, 8, 9, 33, 100])
+@pytest.mark.parametrize("context, stride", [(8, 8), (8, 3), (8, 1), (1, 1), (16, 16), (16, 5)])
+def test_every_token_is_predicted_exactly_once_with_its_window_context(length, context, stride):
+    plan, windows, positions = scored_positions(length, context, stride)
+    assert sorted(positions) == list(range(1, length + 1))  # once each: no gap, no double count
+    contexts = []
+    for row in range(len(plan)):
+        inputs, targets = windows.inputs[row], windows.targets[row]
+        for col in torch.nonzero(targets != IGNORE_INDEX).flatten().tolist():
+            assert targets[col] == inputs[col] + 1  # the target is the token right after its inputs
+            context_len = col + 1  # inputs 0..col (causal); the window starts at plan.starts[row]
+            if row > 0:  # after the first window: at least T - S + 1 tokens of context
+                assert context_len >= context - stride + 1
+            contexts.append(context_len)
+    assert windows.inputs.shape[1] == min(context, length)
+    if stride == context < length:  # tiled: each window's first prediction sees one token
+        assert contexts.count(1) == len(plan)
+
+
+def test_stride_equal_to_context_is_the_non_overlapping_tiling():
+    a, b = window_plan(100, 8, 8), window_plan(100, 8, None)
+    assert all(np.array_equal(x, y) for x, y in ((a.starts, b.starts), (a.first, b.first), (a.ends, b.ends)))
+    assert list(a.starts[:3]) == [0, 8, 16] and len(a) == 13  # ceil(100 / 8)
+
+
+@pytest.mark.parametrize("stride, context", [(0, 8), (9, 8), (1, 0)])
+def test_bad_stride_is_refused(stride, context):
+    with pytest.raises(ValueError, match="need 1 <= stride <= context"):
+        window_plan(10, context, stride)
+
+
+def hand_nats(model, tokens, context, stride):
+    """Σ -log p in float64, one forward per token over exactly the context its window gives it."""
+    model64 = random_transformer(model.cfg).double()
+    model64.load_state_dict({k: v.double() for k, v in model.state_dict().items()})
+    stream = [EOS] + list(tokens)
+    total = 0.0
+    for j in range(1, len(stream)):  # the stream's positions 1..L are the targets
+        window = max(0, math.ceil((j - context) / stride))  # first window whose inputs reach j - 1
+        start = window * stride
+        with torch.no_grad():
+            logits = model64(torch.tensor([stream[start:j]]))[0, -1]
+        total -= torch.log_softmax(logits, dim=-1)[stream[j]].item()
+    return total
+
+
+@pytest.mark.parametrize("stride", [None, 3])
+def test_score_equals_a_float64_hand_computation(stride):
+    model = random_transformer(tiny_model_config(max_seq_len=8))
+    tokens = np.random.default_rng(0).integers(0, model.cfg.vocab_size, size=29)  # 4 windows, a ragged tail
+    nats, scored = score_tokens(CausalLMLoss(model), tokens, EOS, context=8, stride=stride, batch_size=3,
+                                device=torch.device("cpu"), autocast=contextlib.nullcontext)
+    assert scored == 29
+    assert nats == pytest.approx(hand_nats(model, tokens, 8, stride or 8), rel=1e-5)
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_full_split_windows_cover_the_split_once_across_ranks(world_size):
+    tokens = np.arange(2, 2 + 45)  # 45 tokens, context 8: 6 windows, the last ragged
+    shares = [full_split_windows(tokens, 8, EOS, rank=r, world_size=world_size) for r in range(world_size)]
+    assert len({len(s) for s in shares}) == 1  # every rank runs the same number of forwards
+    targets = sorted(t for s in shares for t in s.targets[s.targets != IGNORE_INDEX].tolist())
+    assert targets == tokens.tolist()  # every token once, the first one and the tail included
+    assert shares[0].inputs[0, 0] == EOS  # the first token is predicted from an EOS, as a document start
+
+
+def test_score_properties():
+    s = Score(nats=100.0, tokens=50, bytes=200)
+    assert s.loss == 2.0 and s.perplexity == pytest.approx(math.exp(2.0))
+    assert s.bits_per_byte == pytest.approx(100 / math.log(2) / 200)
+
+
+def test_scoring_stream_prepends_one_eos():
+    assert scoring_stream(np.array([5, 6], dtype=np.uint16), EOS).tolist() == [EOS, 5, 6]

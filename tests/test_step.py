@@ -1,0 +1,89 @@
+"""training/step.py: a non-finite step never reaches weights or optimizer state; the record counts streaks."""
+import copy
+
+import pytest
+import torch
+
+from training.step import NonFiniteRecord, commit, global_grad_norm, supports_device_skip, train_step
+
+
+def tiny_regression():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_nonfinite_step_leaves_weights_and_optimizer_state_untouched(fused):
+    model = tiny_regression()
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1, fused=fused, foreach=None if fused else False)
+    assert supports_device_skip(opt) == fused  # fused: the kernel skips on device; else a host check
+    model(torch.randn(3, 4)).sum().backward()
+    commit([opt], torch.tensor(True))  # one real step: moments exist
+    before_w, before_state = copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict())
+    for p in model.parameters():
+        p.grad = torch.full_like(p, float("nan"))
+    commit([opt], torch.tensor(False))
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before_w[k]), k
+    for pid, state in opt.state_dict()["state"].items():
+        for key, value in state.items():
+            assert torch.equal(value, before_state["state"][pid][key]), (pid, key)
+    assert all(p.grad is None for p in model.parameters())  # zeroed either way
+    model(torch.randn(3, 4)).sum().backward()
+    commit([opt], torch.tensor(True))  # and a good step afterwards still trains
+    assert not torch.equal(model.state_dict()["0.weight"], before_w["0.weight"])
+    assert int(next(iter(opt.state_dict()["state"].values()))["step"]) == 2
+
+
+def test_record_counts_streaks_across_reads_and_resets_the_interval():
+    rec = NonFiniteRecord.on(torch.device("cpu"))
+    pattern = [True, False, False, True, False]  # steps 1..5: finite?
+    for step, ok in enumerate(pattern[:3], start=1):
+        rec.update(torch.tensor(ok), step)
+    assert rec.read() == {"skipped": 2, "streak": 2, "max_streak": 2, "first_bad": 2}
+    for step, ok in enumerate(pattern[3:], start=4):
+        rec.update(torch.tensor(ok), step)
+    # the interval starts from the carried streak (2); step 4 was fine, so the streak restarted at 5
+    assert rec.read() == {"skipped": 1, "streak": 1, "max_streak": 2, "first_bad": 5}
+    assert rec.read() == {"skipped": 0, "streak": 1, "max_streak": 1, "first_bad": -1}
+
+
+def test_global_grad_norm_is_the_norm_of_all_gradients_in_float64():
+    model = tiny_regression()
+    model(torch.randn(5, 4)).pow(2).sum().backward()
+    params = list(model.parameters())
+    expected = torch.cat([p.grad.double().flatten() for p in params]).norm()
+    assert global_grad_norm(params).item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+class _Batches:
+    def __init__(self, xs, ys):
+        self.xs, self.ys = xs, ys
+
+    def get(self, step, micro):
+        return self.xs[micro], self.ys[micro]
+
+
+def test_train_step_accumulates_micro_batches_like_one_big_batch_and_clips():
+    """k micro-batches of b, each loss divided by k, give the gradient of one batch of k·b (mean loss)."""
+    torch.manual_seed(1)
+    xs, ys = torch.randn(2, 3, 4), torch.randn(2, 3, 1)
+    loss_fn = lambda model: (lambda x, y: (model(x) - y).pow(2).mean())  # noqa: E731
+    small, big = tiny_regression(), tiny_regression()
+    opt_small = torch.optim.SGD(small.parameters(), lr=0.1)
+    opt_big = torch.optim.SGD(big.parameters(), lr=0.1)
+    rec = NonFiniteRecord.on(torch.device("cpu"))
+    loss, norm = train_step(loss_fn(small), _Batches(xs, ys), 0, 2, 0.0, [opt_small], rec, torch.device("cpu"))
+    big_loss, big_norm = train_step(loss_fn(big), _Batches(xs.reshape(1, 6, 4), ys.reshape(1, 6, 1)), 0, 1, 0.0,
+                                    [opt_big], rec, torch.device("cpu"))
+    assert loss.item() == pytest.approx(big_loss.item(), rel=1e-6)
+    assert norm.item() == pytest.approx(big_norm.item(), rel=1e-6)
+    for a, b in zip(small.parameters(), big.parameters()):
+        torch.testing.assert_close(a, b)
+    # Clipping: the applied update is scaled so the gradient norm is at most grad_clip.
+    clipped = tiny_regression()
+    opt = torch.optim.SGD(clipped.parameters(), lr=1.0)
+    start = [p.detach().clone() for p in clipped.parameters()]
+    _, raw_norm = train_step(loss_fn(clipped), _Batches(xs, ys), 0, 2, 1e-3, [opt], rec, torch.device("cpu"))
+    moved = torch.cat([(p.detach() - s).flatten() for p, s in zip(clipped.parameters(), start)]).norm()
+    assert raw_norm.item() > 1e-2 and moved.item() == pytest.approx(1e-3, rel=1e-4)

@@ -1,0 +1,226 @@
+"""A refused write (disk full, ulimit -f, permissions, read-only) ends in one line naming the file, the
+cause and the fix, with the `.tmp` removed, the previous checkpoint intact and nothing pruned.
+
+In-process tests inject the exact exceptions torch and safetensors raise; the real-fault tests run
+tests/write_faults.py in a child process under a real file-size limit, a real full (tmpfs) disk, a
+real read-only mount and a real unwritable folder.
+"""
+import errno
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import SafetensorError
+
+import training.checkpoint
+import training.write_errors
+from model import ModelConfig, Transformer
+from training.checkpoint import CheckpointWriteError, list_checkpoints, read_weights, save_checkpoint
+from training.write_errors import write_error_cause
+
+REPO = Path(__file__).resolve().parents[1]
+CHILD = REPO / "tests" / "write_faults.py"
+CFG = ModelConfig(vocab_size=300, hidden_size=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=16)
+TORCH_DISK_FULL = "[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598"
+
+
+# ---- classifying one failed write --------------------------------------------------------------------
+@pytest.mark.parametrize("error, cause, fix", [
+    (OSError(errno.ENOSPC, "No space left on device"), "no space left on device",
+     "free space on the disk holding /run/ck (or lower trainer.keep_last)"),
+    (SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)"),
+     "no space left on device", "free space on the disk holding /run/ck"),
+    (PermissionError(errno.EACCES, "Permission denied"), "permission denied",
+     "make /run/ck writable for this user, or write the run elsewhere (hydra.run.dir=…)"),
+    (OSError(errno.EROFS, "Read-only file system"), "read-only file system", "write the run to a writable directory"),
+    (OSError(errno.EDQUOT, "Disk quota exceeded"), "disk quota exceeded", "free space within your quota"),
+    (FileNotFoundError(errno.ENOENT, "No such file"), "/run/ck disappeared", "is a second run writing into this"),
+    (OSError(errno.EIO, "Input/output error"), "I/O error", "the disk may be failing"),
+    (RuntimeError(TORCH_DISK_FULL), f"write failed ({TORCH_DISK_FULL})", "check the disk"),  # plenty of space here
+])
+def test_each_cause_gets_its_own_fix(error, cause, fix):
+    assert write_error_cause(error, Path("/run/ck/model.pt")).startswith(f"{cause} while writing /run/ck/model.pt; ")
+    assert fix in write_error_cause(error, Path("/run/ck/model.pt"))
+
+
+def test_file_too_large_tells_a_ulimit_from_the_file_system(monkeypatch):
+    error = SafetensorError("Error while serializing: I/O error: File too large (os error 27)")
+    monkeypatch.setattr(training.write_errors.resource, "getrlimit", lambda which: (65536, -1))
+    assert write_error_cause(error, Path("/r/m")) == ("the file-size limit (ulimit -f: 65,536 bytes) was reached "
+                                                      "while writing /r/m; raise it (`ulimit -f unlimited`, or the "
+                                                      "job scheduler's file-size limit)")
+    monkeypatch.setattr(training.write_errors.resource, "getrlimit", lambda which: (-1, -1))
+    assert write_error_cause(error, Path("/r/m")).startswith("file too large for the file system while writing")
+
+
+def test_torch_message_without_errno_is_read_from_the_disk(monkeypatch, tmp_path):
+    """torch's enforce-fail text keeps no errno: a (nearly) full disk means ENOSPC."""
+    class Full:
+        f_bavail = f_bfree = 3
+        f_frsize = 4096
+    monkeypatch.setattr(training.write_errors.os, "statvfs", lambda path: Full)
+    assert write_error_cause(RuntimeError(TORCH_DISK_FULL), tmp_path / "x.pt").startswith("no space left on device")
+
+
+# ---- save_checkpoint under injected faults -------------------------------------------------------------
+@pytest.fixture
+def run(tmp_path):
+    torch.manual_seed(0)
+    model = Transformer(CFG)
+    optimizer = torch.optim.AdamW(model.parameters())
+    (tmp_path / "tokenizer.json").write_text("{}")
+    root = tmp_path / "checkpoints"
+
+    def save(step):
+        return save_checkpoint(root, step, model.state_dict(), CFG, tmp_path / "tokenizer.json", {"step": step}, "",
+                               optimizer.state_dict(), keep_last=1)
+    return root, model, save
+
+
+class FullDisk:
+    """A file whose writes fail as a full disk's do."""
+
+    def __init__(self, file):
+        self.file = file
+
+    def write(self, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def torch_save_on_a_full_disk(obj, f):
+    """What torch.save does on a full disk: the write fails, torch reports `unexpected pos` (no errno)."""
+    f.file = FullDisk(f.file)
+    try:
+        f.write(b"PK\x03\x04")
+    except OSError:
+        pass
+    raise RuntimeError(TORCH_DISK_FULL)
+
+
+def safetensors_too_large(tensors, filename, metadata=None):
+    Path(filename).write_bytes(b"\0" * 100)  # a partial file, as a real failure leaves
+    raise SafetensorError("Error while serializing: I/O error: File too large (os error 27)")
+
+
+def mkdir_denied(self, *args, **kwargs):
+    raise PermissionError(errno.EACCES, "Permission denied", str(self))
+
+
+def write_text_read_only(self, *args, **kwargs):
+    raise OSError(errno.EROFS, "Read-only file system", str(self))
+
+
+@pytest.mark.parametrize("target, fake, file, cause", [
+    ("torch.save", torch_save_on_a_full_disk, "step_0000002.tmp/optimizer.pt", "no space left on device"),
+    ("training.checkpoint.save_file", safetensors_too_large, "step_0000002.tmp/model.safetensors",
+     "file too large for the file system"),
+    ("pathlib.Path.mkdir", mkdir_denied, "step_0000002.tmp", "permission denied"),
+    ("pathlib.Path.write_text", write_text_read_only, "step_0000002.tmp/model_config.json", "read-only file system"),
+])
+def test_a_failed_save_is_one_line_and_loses_nothing(run, monkeypatch, target, fake, file, cause):
+    root, model, save = run
+    previous = save(1)
+    monkeypatch.setattr(training.write_errors.resource, "getrlimit", lambda which: (-1, -1))
+    monkeypatch.setattr(target, fake)
+    with pytest.raises(CheckpointWriteError) as failed:
+        save(2)
+    monkeypatch.undo()
+    message = str(failed.value)
+    assert message.startswith(f"cannot save checkpoint step_0000002: {cause} while writing {root / file}; ")
+    assert message.endswith(f"; the last checkpoint, {previous}, is intact") and "\n" not in message
+    assert ".tmp" not in message.split("; ", 1)[1]  # the advice names the checkpoints folder, which still exists
+    assert sorted(p.name for p in root.iterdir()) == ["step_0000001"]  # no .tmp, and keep_last=1 pruned nothing
+    weights = read_weights(Transformer(CFG), previous)
+    assert all(torch.equal(weights[k], v) for k, v in model.state_dict().items())
+
+
+def test_the_first_save_says_there_is_no_earlier_checkpoint(run, monkeypatch):
+    root, _, save = run
+    monkeypatch.setattr("pathlib.Path.mkdir", mkdir_denied)
+    with pytest.raises(CheckpointWriteError, match=r"permission denied .*; no earlier checkpoint exists$"):
+        save(1)
+
+
+def test_a_bug_is_not_disguised_as_a_write_error(run, monkeypatch):
+    root, _, save = run
+    save(1)
+    monkeypatch.setattr("torch.save", lambda obj, f: (_ for _ in ()).throw(RuntimeError("unsupported type in state")))
+    with pytest.raises(RuntimeError, match="unsupported type in state") as raised:
+        save(2)
+    assert not isinstance(raised.value, CheckpointWriteError)
+    assert sorted(p.name for p in root.iterdir()) == ["step_0000001"]
+
+
+# ---- real faults, in a child process ----------------------------------------------------------------
+def run_child(args, cwd) -> list:
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=180, cwd=cwd)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+def check_case(result: dict, cause: str, file: str, fix: str) -> None:
+    message = result["message"]
+    assert message is not None, f"{result['case']}: the save did not fail"
+    assert message.startswith(f"cannot save checkpoint step_0000002: {cause}"), message
+    assert message.split("; ")[0].endswith(file) and fix in message and "\n" not in message, message
+    assert message.endswith("checkpoints/step_0000001, is intact"), message
+    assert ".tmp" not in message.split("; ", 1)[1], message  # the advice names a folder that still exists
+    assert result["entries"] == ["step_0000001"] and result["previous_intact"], result
+
+
+@pytest.fixture(scope="module")
+def limit_and_permission(tmp_path_factory) -> dict:
+    """One child for two real faults (importing torch dominates its time): an unwritable folder, then
+    ulimit -f. As root, setpriv drops the capability that lets root write anywhere."""
+    args, where = [sys.executable, str(CHILD), "readonly-dir,fsize"], tmp_path_factory.mktemp("faults")
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:  # root without setpriv: only the file-size limit is real
+            args[-1] = "fsize"
+        else:
+            args = ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner"] + args
+    return {r["case"]: r for r in run_child(args + [str(where)], where)}
+
+
+def test_real_file_size_limit(limit_and_permission):
+    check_case(limit_and_permission["fsize-torch"], "the file-size limit (ulimit -f:", "step_0000002.tmp/optimizer.pt",
+               "ulimit -f unlimited")
+    check_case(limit_and_permission["fsize-safetensors"], "the file-size limit (ulimit -f: 16,384 bytes) was reached",
+               "step_0000002.tmp/model.safetensors", "raise it")
+
+
+def test_real_permission_denied(limit_and_permission):
+    if "eacces" not in limit_and_permission:
+        pytest.skip("running as root and `setpriv` (util-linux) is missing to drop CAP_DAC_OVERRIDE")
+    check_case(limit_and_permission["eacces"], "permission denied", "step_0000002.tmp", "writable for this user")
+
+
+def mount_namespace() -> list:
+    """A command prefix giving a private mount namespace where this user may mount a tmpfs, or skip."""
+    reasons = []
+    as_root, as_user = ["unshare", "--mount", "--propagation", "private"], ["unshare", "--user", "--map-root-user", "--mount"]
+    for prefix in (as_root, as_user):
+        if shutil.which(prefix[0]) is None:
+            pytest.skip("real disk-full test needs `unshare` (util-linux) to mount a private tmpfs")
+        probe = subprocess.run(prefix + ["sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"],
+                               capture_output=True, text=True)
+        if probe.returncode == 0:
+            return prefix
+        reasons.append(probe.stderr.strip().splitlines()[-1] if probe.stderr.strip() else f"exit {probe.returncode}")
+    pytest.skip("real disk-full test needs to mount a small tmpfs (root with CAP_SYS_ADMIN, or unprivileged user "
+                f"namespaces), which this machine refuses: {'; '.join(reasons)}")
+
+
+def test_real_full_disk_and_read_only_mount(tmp_path):
+    prefix = mount_namespace()
+    results = run_child(prefix + [sys.executable, str(CHILD), "tmpfs", str(tmp_path)], tmp_path)
+    by_case = {r["case"]: r for r in results}
+    check_case(by_case["enospc-torch"], "no space left on device", "step_0000002.tmp/optimizer.pt",
+               "free space on the disk")
+    check_case(by_case["enospc-safetensors"], "no space left on device", "step_0000002.tmp/model.safetensors",
+               "lower trainer.keep_last")
+    check_case(by_case["erofs"], "read-only file system", "step_0000002.tmp", "write the run to a writable directory")

@@ -1,0 +1,56 @@
+"""torch.optim.Muon with the Newton–Schulz iteration in a chosen dtype (fp32 where bf16 matmuls are slow).
+
+torch's Muon always orthogonalises in bf16: right on a GPU, but on a CPU without AMX/AVX512-BF16
+a bf16 matmul is ~100× slower than fp32 (training/precision.py), which made one Muon step of the
+CPU default ~12 s instead of ~0.4 s. Everything else — defaults, validation, parameter groups,
+state (`momentum_buffer`) and so the checkpoint format — is torch's; with `ns_dtype=bfloat16`
+`step` is bitwise torch's update (tests/test_muon.py).
+"""
+import torch
+from torch.optim._muon import _adjust_lr  # torch's per-shape lr scaling, reused so it stays in step
+
+
+class Muon(torch.optim.Muon):
+    def __init__(self, params, ns_dtype: torch.dtype = torch.bfloat16, **kwargs):
+        super().__init__(params, **kwargs)
+        self.ns_dtype = ns_dtype  # not in the state dict: a run may resume on another device
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """torch.optim._muon._single_tensor_muon, with `newton_schulz(..., self.ns_dtype)`."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params, grads, momentum_buffers = [], [], []
+            self._init_group(group, params, grads, momentum_buffers)
+            lr, momentum = group["lr"], group["momentum"]
+            for param, grad, buf in zip(params, grads, momentum_buffers):
+                buf.lerp_(grad, 1 - momentum)
+                update = grad.lerp(buf, momentum) if group["nesterov"] else buf
+                update = newton_schulz(update, group["ns_coefficients"], group["ns_steps"], group["eps"],
+                                       self.ns_dtype)
+                param.mul_(1 - lr * group["weight_decay"])  # decoupled, with the unscaled lr (as AdamW)
+                param.add_(update, alpha=-_adjust_lr(lr, group["adjust_lr_fn"], param.shape))
+        return loss
+
+
+def newton_schulz(grad: torch.Tensor, coefficients: tuple, steps: int, eps: float, dtype: torch.dtype) -> torch.Tensor:
+    """≈ U Vᵀ of grad = U S Vᵀ: torch's quintic iteration (same coefficients, same order of operations).
+
+    Works on FSDP2's sharded DTensors too: each matmul redistributes as needed, so the result is
+    the orthogonalisation of the whole matrix (tests/test_muon.py runs it under torchrun).
+    """
+    a, b, c = coefficients
+    x = grad.to(dtype)
+    tall = grad.size(0) > grad.size(1)
+    if tall:  # iterate on the wide orientation: the Gram matrix x xᵀ is then the small one
+        x = x.T
+    # Out of place: in fp32 `x` may be the momentum buffer itself. Spectral norm <= Frobenius norm
+    # <= 1 puts every singular value inside the iteration's basin.
+    x = x / x.norm().clamp(min=eps)
+    for _ in range(steps):
+        gram = x @ x.T
+        x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+    return x.T if tall else x

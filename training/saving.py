@@ -1,0 +1,85 @@
+"""Saving the run: every rank takes part (FSDP gathers shards), rank 0 writes, all ranks learn the outcome.
+
+Refuses non-finite weights (a NaN checkpoint is worse than none: resume would start from it), and
+turns a failed write on rank 0 into the same error on every rank, so no rank walks on into the
+next step's collectives while another has stopped.
+"""
+import time
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from training import distributed as D
+from training.checkpoint import last_good_checkpoint, rng_states_of_this_process, save_checkpoint
+
+
+class CheckpointRefused(ValueError):
+    """The weights are not finite: nothing was written."""
+
+
+class Saver:
+    def __init__(self, run, info: D.DistInfo, raw_model: torch.nn.Module, loss_module: torch.nn.Module,
+                 optimizers: list, tokenizer_path: Path):
+        self.run, self.info, self.raw_model, self.optimizers = run, info, raw_model, optimizers
+        self.loss_module = loss_module  # the uncompiled, wrapped module (evaluation's hooks run through it)
+        self.tokenizer_path = tokenizer_path
+        self.ckpt_root = run.run_dir / "checkpoints"
+        self.saved_step: Optional[int] = None  # the step of the last step_* checkpoint this run wrote
+        self.last_path: Optional[Path] = None
+        self.started = time.time()  # this process's training clock (state.json adds earlier runs' time)
+
+    def save(self, counters) -> Path:
+        """checkpoints/step_N: weights, optimizer, RNG and counters, written atomically."""
+        self.last_path = self._write(counters, self.ckpt_root, self.run.cfg.trainer.keep_last)
+        self.saved_step = counters.step
+        return self.last_path
+
+    def save_best(self, counters) -> Path:
+        """checkpoints/best/step_N: the lowest validation bpb so far. The new one is renamed into place
+        before the old one is pruned, so a best checkpoint exists at every moment."""
+        return self._write(counters, self.ckpt_root / "best", keep_last=1)
+
+    def last_good(self) -> Optional[Path]:
+        """The newest complete step checkpoint whose weights are finite."""
+        return last_good_checkpoint(self.ckpt_root)
+
+    def _write(self, counters, root: Path, keep_last: int) -> Path:
+        cfg, info = self.run.cfg, self.info
+        (bad,) = D.agree_max([int(not weights_finite(self.raw_model))], info)
+        if bad:
+            last = self.last_good()
+            raise CheckpointRefused(f"the weights at step {counters.step} are not finite; no checkpoint written. "
+                                    + (f"The last good checkpoint is {last}" if last else "There is no earlier checkpoint")
+                                    + " — lower optim.lr, raise optim.warmup_steps or check the data")
+        model_state = D.full_model_state(self.raw_model)  # collectives under FSDP: every rank calls these
+        optim_state = D.full_optimizer_state(self.raw_model, self.optimizers)
+        # Every rank's generators (dropout differs per rank), so each resumes exactly where it was.
+        ranks = D.gather_objects(rng_states_of_this_process(), info)
+        rng_state = {**ranks[0], "ranks": ranks}
+        path, error = None, None
+        if info.is_main:
+            state = {"step": counters.step, "tokens_seen": counters.tokens_seen,
+                     "elapsed_s": counters.elapsed_before + time.time() - self.started,
+                     "data_position": {"seed": cfg.seed, "next_step": counters.step}, "world_size": info.world_size,
+                     "skipped_steps": counters.skipped_steps, "best_val_bpb": counters.best_bpb,
+                     "best_step": counters.best_step}
+            try:
+                path = save_checkpoint(root, counters.step, model_state, cfg.model, self.tokenizer_path,
+                                       state, self.run.config_yaml, optim_state, keep_last, rng_state)
+            except ValueError as e:  # a write failure (disk full, permissions, …): one line, nothing lost
+                error = e
+        (failed,) = D.agree_max([int(error is not None)], info)
+        if error is not None:
+            raise error
+        if failed:
+            raise ValueError("rank 0 could not write the checkpoint (its error names the cause); stopping every rank")
+        return path
+
+
+def weights_finite(model: torch.nn.Module) -> bool:
+    """Whether every local parameter (a shard under FSDP) is finite; agree_max combines the ranks.
+    Note: a CPU-GPU sync point."""
+    local = lambda p: p.detach().to_local() if hasattr(p, "to_local") else p.detach()  # noqa: E731  (DTensor)
+    flags = [torch.isfinite(local(p)).all() for p in model.parameters()]
+    return bool(torch.stack(flags).all()) if flags else True
