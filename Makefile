@@ -1,9 +1,10 @@
 # Two commands for a fresh machine: `make train` (set up + train the default) and `make test`.
+# `make mutation`: mutation testing of the core (slow, not part of `make test`; docs/testing.md).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup train test
+.PHONY: setup train test mutation
 
 setup: $(VENV)/.installed
 
@@ -19,3 +20,6 @@ train: setup
 
 test: setup
 	$(PY) -m pytest -q
+
+mutation: setup
+	PY=$(PY) bash scripts/mutation.sh

@@ -153,6 +153,9 @@ def main(dict_cfg: DictConfig) -> float:
         print(f"\n{e}: stopped at once without saving; the last checkpoint is kept, and a half-written one "
               "is removed at the next start", file=sys.stderr)
         sys.exit(exit_status(e.signum))
+    except KeyboardInterrupt:  # Ctrl-C before the loop installed its handler (data preparation, compile)
+        print("\nSIGINT: interrupted before training started; nothing was saved", file=sys.stderr)
+        sys.exit(130)
     except ValueError as e:  # DataError, CheckpointError, ConfigError, NonFiniteLoss, … included
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise

@@ -1,4 +1,5 @@
-"""Shared data fixtures: one prepared Shakespeare cache per session, and small synthetic corpora."""
+"""Shared data fixtures: prepared caches once per session (Shakespeare for the default config and for
+`debug=tiny`), and small synthetic corpora."""
 import pytest
 
 from data import DataConfig, prepare
@@ -9,6 +10,18 @@ from tests.data_helpers import QUIET, make_documents
 def shakespeare(tmp_path_factory):
     """The default data config, prepared once (cold) into a session temp cache: a few seconds."""
     return prepare(DataConfig(cache_dir=str(tmp_path_factory.mktemp("shakespeare_cache"))), **QUIET)
+
+
+@pytest.fixture(scope="session")
+def tiny_data_cache(tmp_path_factory):
+    """A data.cache_dir that already holds what `train.py debug=tiny` reads (Shakespeare, 512-token BPE):
+    train.py runs pointed at it (in process or not) start without tokenizing, ~5 s saved per module."""
+    from tests.train_helpers import compose_train_config
+
+    cache_dir = tmp_path_factory.mktemp("tiny_data_cache")
+    cfg, _ = compose_train_config(["debug=tiny", f"data.cache_dir={cache_dir}"])
+    prepare(cfg.data, seq_len=cfg.trainer.seq_len, model_vocab_size=cfg.model.vocab_size, **QUIET)
+    return cache_dir
 
 
 @pytest.fixture

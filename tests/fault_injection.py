@@ -8,6 +8,9 @@ code under test is the real one — nothing in minillama knows about them:
   {"hang_in_save": "FILE"}       in the middle of the first step checkpoint: create FILE, then sleep
                                  (the test kills the process there: a kill mid-write)
   {"signal_at_step": [5, 15]}    send signal 15 to ourselves after optimizer step 5
+  {"val_bpb": [3.0, 2.5]}         the evaluations report these bits per byte, in order (a scripted curve)
+  {"slow_prepare": 8}            building the token cache takes 8 s longer (a big corpus), on whichever rank builds
+  {"teardown_log": "FILE"}       append "<rank> <group up before> <group up after>" to FILE at each process-group teardown
 """
 import json
 import os
@@ -18,8 +21,30 @@ from pathlib import Path
 
 
 def install(spec: dict) -> None:
+    import data.preparation as preparation
     import training.loop as loop
     import training.saving as saving
+
+    if "slow_prepare" in spec:
+        real_build = preparation._build
+
+        def slow_build(*args, **kwargs):
+            time.sleep(spec["slow_prepare"])
+            return real_build(*args, **kwargs)
+        preparation._build = slow_build
+
+    if "teardown_log" in spec:
+        import torch.distributed as dist
+
+        import training.distributed as distributed
+        real_teardown = distributed.teardown
+
+        def logged_teardown():
+            before = dist.is_initialized()
+            real_teardown()
+            with open(spec["teardown_log"], "a") as f:
+                f.write(f"{os.environ.get('RANK', '0')} {before} {dist.is_initialized()}\n")
+        distributed.teardown = logged_teardown
 
     if "nan_steps" in spec:
         bad, real_step = set(spec["nan_steps"]), loop.train_step
@@ -30,6 +55,14 @@ def install(spec: dict) -> None:
                 loss_module = lambda x, y: real_module(x, y) * float("nan")  # noqa: E731
             return real_step(loss_module, batches, step, *args, **kwargs)
         loop.train_step = poisoned_step
+
+    if "val_bpb" in spec:
+        scripted, real_evaluate = list(spec["val_bpb"]), loop.evaluate
+
+        def scripted_evaluate(*args, **kwargs):
+            result = real_evaluate(*args, **kwargs)
+            return {**result, "val_bpb": scripted.pop(0)}
+        loop.evaluate = scripted_evaluate
 
     if "signal_at_step" in spec:
         at, signum = spec["signal_at_step"]

@@ -19,7 +19,17 @@ from matplotlib import image
 from analysis.cells import STATUS_FILE
 from analysis.manifest import MANIFEST
 from scripts.ablate import main
+from tests import forked
 from tests.train_helpers import REPO, read_metrics
+
+
+@pytest.fixture(scope="module")
+def forking():
+    """In-process protocols fork their train.py multiruns from the preloaded server (tests/forked.py)."""
+    import analysis.launch
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(analysis.launch.subprocess, "Popen", forked.popen_forking_train_py(subprocess.Popen))
+        yield
 
 PROTOCOL = {"reference": "ref", "variants": {"ref": [], "gelu": ["model.mlp=gelu"]},
             "lr_grid": [1e-3, 1e-2, 1e30],  # 1e30 diverges at the first step, in every variant
@@ -44,12 +54,12 @@ def ablate(tmp_path, *args, popen=False, timeout=300):
 
 
 @pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("data_cache")
+def cache_dir(tiny_data_cache):
+    return tiny_data_cache  # debug=tiny's data, prepared once per session (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory, cache_dir):
+def finished(tmp_path_factory, cache_dir, forking):
     """The whole protocol, once: (protocol dir, what it printed)."""
     root = tmp_path_factory.mktemp("ablate")
     (root / "protocol.yaml").write_text(yaml.safe_dump(PROTOCOL))
@@ -124,7 +134,7 @@ def test_report_has_the_tables_and_figures(finished):
         assert image.imread(protocol / "report" / f"{name}.png").ndim == 3
 
 
-def test_resume_reruns_nothing_finished(finished, tmp_path, capsys):
+def test_resume_reruns_nothing_finished(finished, tmp_path, capsys, forking):
     """Half-finish a copy: one stage-2 cell deleted, one cut back to its step-3 checkpoint, one
     failed for a non-divergence reason. The rerun (just --dir) does exactly those three."""
     protocol = tmp_path / "p"
@@ -156,7 +166,7 @@ def test_resume_reruns_nothing_finished(finished, tmp_path, capsys):
     assert [r for r in read_metrics(cut) if r["step"] <= 3] == rows  # continued, not restarted
 
 
-def test_ctrl_c_stops_with_a_checkpoint_and_a_rerun_finishes(tmp_path, cache_dir, capsys):
+def test_ctrl_c_stops_with_a_checkpoint_and_a_rerun_finishes(tmp_path, cache_dir, capsys, forking):
     """One cell (stage 2 reuses it), so each invocation is one multirun: SIGINT to the protocol
     reaches train.py once, which checkpoints; the rerun resumes that checkpoint to the end."""
     (tmp_path / "one.yaml").write_text(yaml.safe_dump({"reference": "ref", "variants": {"ref": []},

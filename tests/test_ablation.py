@@ -46,21 +46,30 @@ def test_grid_is_the_documented_one(experiment):
 
 @pytest.mark.parametrize("experiment", GRIDS)
 def test_every_cell_composes_and_differs_only_in_norm_mlp_and_seed(experiment):
-    grid, shared = GRIDS[experiment], None
+    grid, shared, counts = GRIDS[experiment], None, {}
     for values in itertools.product(*grid.values()):
         cell = dict(zip(grid, values))
         cfg = compose_typed([f"experiment={experiment}"] + [f"{k}={v}" for k, v in cell.items()])
         assert (cfg.model.norm, cfg.model.mlp, str(cfg.seed)) == (cell["model.norm"], cell["model.mlp"], cell["seed"])
-        assert cfg.logger.tags == [experiment, f"norm={cfg.model.norm}", f"mlp={cfg.model.mlp}"]
+        assert list(cfg.logger.tags) == [experiment, f"norm={cfg.model.norm}", f"mlp={cfg.model.mlp}"]
         assert cfg.logger.group and "${" not in cfg.logger.group
         assert cfg.run_name == f"{cfg.model.norm}_{cfg.model.mlp}_seed{cfg.seed}"
         with torch.device("meta"):
-            assert Transformer(cfg.model).param_counts()["total"] > 0
+            counts[cfg.model.norm, cfg.model.mlp] = Transformer(cfg.model).param_counts()
         # Same data, token budget and LR schedule in every cell: trainer, optim and data are identical.
         same = (cfg.trainer, cfg.optim, cfg.data, cfg.model.hidden_size, cfg.model.n_layers)
         assert shared is None or same == shared
         shared = same
     assert shared[0].max_steps * shared[0].micro_batch_size * shared[0].seq_len >= 1_000_000  # a real budget
+    # Parameters matched: a 4·d MLP has 8·d² per layer; SwiGLU's 3·d·I with I = 8d/3 rounded up to
+    # multiple_of m has at most 3·d·m more. LayerNorm adds only a bias per norm (2L + 1 norms).
+    d, layers, m = shared[3], shared[4], cfg.model.multiple_of
+    for (norm, mlp), c in counts.items():
+        reference = counts[norm, "swiglu"]
+        assert abs(c["mlp"] - reference["mlp"]) <= 3 * d * m * layers, (norm, mlp)
+        assert c["attention"] == reference["attention"] and c["embedding"] == reference["embedding"]
+        if norm == "layernorm":
+            assert c["total"] - counts["rmsnorm", mlp]["total"] == (2 * layers + 1) * d
 
 
 def test_scaling_up_replaces_the_cpu_preset():
@@ -75,8 +84,8 @@ def sweep(tmp_path, cache_dir, *overrides, check=True, popen=False):
 
 
 @pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("data_cache")
+def cache_dir(tiny_data_cache):
+    return tiny_data_cache  # debug=tiny's data, prepared once per session (tests/conftest.py)
 
 
 def test_sweep_runs_the_grid_and_compare_runs_judges_it(tmp_path, cache_dir):

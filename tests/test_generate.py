@@ -7,7 +7,8 @@ import torch
 
 from data.tokenizer import SPECIAL_TOKENS
 from model import MLPS, NORMS
-from model.generate import TextStream, generate, generate_ids, sample_next, top_k_filter, top_p_filter
+from model.generate import (TextStream, encode_prompt, generate, generate_ids, sample_next, top_k_filter,
+                            top_p_filter)
 from tests.tiny_checkpoint import random_model, single_thread, tiny_config, tiny_tokenizer  # noqa: F401 (autouse)
 
 TOKENIZER = tiny_tokenizer()
@@ -153,11 +154,24 @@ def test_text_stream_holds_back_split_characters():
     assert not any("\ufffd" in p for p in pieces)
 
 
-def test_empty_prompt_starts_a_new_document_and_bf16_runs():
+def test_empty_prompt_starts_a_new_document_after_eos():
+    """Training puts EOS between documents and no BOS anywhere, so '' continues from EOS."""
+    model = model_for()
+    eos, bos = (TOKENIZER.token_to_id(SPECIAL_TOKENS[role]) for role in ("eos", "bos"))
+    from_eos = generate_ids(model, [[eos]], 12, temperature=0)[0]
+    assert from_eos != generate_ids(model, [[bos]], 12, temperature=0)[0]  # the start token shows
+    out = generate(model, TOKENIZER, [""], 12, temperature=0, stop_at_eos=False, eos_token=SPECIAL_TOKENS["eos"])
+    assert out == [TOKENIZER.decode(from_eos, skip_special_tokens=False)]
+    assert encode_prompt(TOKENIZER, "", eos) == [eos] and encode_prompt(TOKENIZER, "ROMEO:", eos)[0] != eos
+    with pytest.raises(ValueError, match="prompt is empty and the tokenizer has no end-of-document token"):
+        generate(model, TOKENIZER, [""], 4, eos_token=None)
+
+
+def test_bf16_model_generates_with_a_bf16_cache():
     model = model_for().to(torch.bfloat16)
-    out = generate(model, TOKENIZER, [""], 8, temperature=0, stop_at_eos=False, eos_token=SPECIAL_TOKENS["eos"])
-    assert len(TOKENIZER.encode(out[0]).ids) >= 1
     assert model.new_kv_cache(1).keys[0].dtype == torch.bfloat16
+    ids = generate_ids(model, [TOKENIZER.encode("ROMEO:").ids], 8, temperature=0)[0]
+    assert len(ids) == 8 and all(0 <= i < VOCAB for i in ids)
 
 
 def padding_loving(model):

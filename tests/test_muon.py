@@ -123,8 +123,8 @@ FAST = ["optim=muon", "optim.schedule=wsd", "trainer.precision=fp32", "trainer.l
 
 
 @pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("data_cache")
+def cache_dir(tiny_data_cache):
+    return tiny_data_cache  # debug=tiny's data, prepared once per session (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")

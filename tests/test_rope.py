@@ -1,4 +1,5 @@
-"""RoPE: the tables against the formula, rotate-half pairing, norm preservation, relative positions."""
+"""RoPE: the tables against the formula, rotate-half pairing, norm preservation, relative positions (also
+through the attention module: q and k both rotated)."""
 import math
 
 import torch
@@ -63,3 +64,32 @@ def test_bf16_input_stays_bf16():
     cos, sin = rope_tables(8, 4)
     out = apply_rope(torch.randn(1, 4, 2, 8, dtype=torch.bfloat16), cos, sin)
     assert out.dtype == torch.bfloat16
+
+
+def attention_at(attn, x, start: int, cos, sin):
+    """The attention module's output for x placed at positions start .. start + T - 1."""
+    T = x.shape[1]
+    return attn(x, cos[start:start + T], sin[start:start + T])
+
+
+def test_attention_sees_relative_positions_only():
+    """RoPE on both q and k: shifting every position by the same amount changes no output. Rotating
+    only one of them (or the two by different tables) leaves absolute positions in the scores."""
+    from model.attention import Attention
+    from model_helpers import tiny_model_config
+
+    torch.manual_seed(0)
+    cfg = tiny_model_config(max_seq_len=64)
+    attn = Attention(cfg, layer_idx=0).eval()
+    with torch.no_grad():  # scores far from uniform, so the positions in them show in the output
+        attn.q_proj.weight.normal_(0.0, 0.3)
+        attn.k_proj.weight.normal_(0.0, 0.3)
+    cos, sin = rope_tables(cfg.head_dim, 64)
+    x = torch.randn(2, 10, cfg.hidden_size)
+    with torch.no_grad():
+        at_zero = attention_at(attn, x, 0, cos, sin)
+        for start in (1, 13, 54):
+            torch.testing.assert_close(attention_at(attn, x, start, cos, sin), at_zero, rtol=1e-4, atol=1e-5)
+        # ... and the rotation is really applied: without it (cos 1, sin 0) the output differs.
+        unrotated = attn(x, torch.ones(10, cfg.head_dim), torch.zeros(10, cfg.head_dim))
+        assert (unrotated - at_zero).abs().max() > 1e-3

@@ -117,6 +117,8 @@ BAD_INPUTS = {  # name → (how to break a copy of the checkpoint, extra args, w
     "unknown_device": (lambda c: None, ["--device", "tpu9"], "--device='tpu9' is not a device"),
     "unsupported_device": (lambda c: None, ["--device", "xpu"], "--device='xpu' is not supported"),
     "bad_temperature": (lambda c: None, ["--temperature", "-1"], "temperature"),
+    "top_p_above_one": (lambda c: None, ["--top-p", "2"], "top_p=2.0 must be in (0, 1]"),  # not silently "off"
+    "top_p_zero": (lambda c: None, ["--top-p", "0"], "top_p=0.0 must be in (0, 1]"),
     "no_prompt": (lambda c: None, [], "no prompt"),
 }
 

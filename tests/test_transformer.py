@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from model import MLPS, NORMS, ModelConfig, Transformer
-from model_helpers import one_thread, random_transformer, tiny_model_config
+from model_helpers import one_thread, random_transformer, reference_forward, tiny_model_config
 
 # Every variant once: each norm with SwiGLU, each MLP with RMSNorm, and QK-norm (modules are independent).
 VARIANTS = [{"norm": n} for n in NORMS] + [{"mlp": m} for m in MLPS if m != "swiglu"] + [{"qk_norm": True}]
@@ -67,6 +67,24 @@ def test_forward_is_the_lm_head_of_the_final_normed_hidden_states():
     cache = model.new_kv_cache(2)
     pieces = torch.cat([model.hidden_states(ids[:, :4], cache), model.hidden_states(ids[:, 4:], cache)], dim=1)
     torch.testing.assert_close(pieces, hidden, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("overrides", [
+    {"norm_eps": 0.05, "rope_theta": 37.0},  # GQA; both far from their defaults, so each must reach the math
+    {"n_kv_heads": None, "tie_embeddings": False, "norm_eps": 1e-6, "rope_theta": 5e5},  # MHA, untied
+], ids=["gqa-eps-theta", "mha-untied"])
+def test_forward_matches_the_float64_reference_built_from_the_config(overrides):
+    """Embedding → pre-norm blocks → final norm → head, against the whole recipe in float64 with
+    model.norm_eps and model.rope_theta taken from the config (model_helpers.reference_forward)."""
+    model = random_transformer(tiny_model_config(**overrides))
+    ids = torch.randint(0, model.cfg.vocab_size, (2, model.cfg.max_seq_len), generator=torch.Generator().manual_seed(1))
+    with one_thread(), torch.no_grad():
+        logits = model(ids).double()
+        torch.testing.assert_close(logits, reference_forward(model, ids), rtol=0, atol=2e-5)
+        # The constants matter at this tolerance: the defaults give other logits.
+        default = Transformer(tiny_model_config(**{**overrides, "norm_eps": 1e-5, "rope_theta": 1e4})).eval()
+        default.load_state_dict(model.state_dict())
+        assert (default(ids).double() - logits).abs().max() > 1e-3
 
 
 def test_tied_embeddings_share_storage():

@@ -6,16 +6,30 @@ import sys
 import time
 from pathlib import Path
 
+from tests import forked
+
 REPO = Path(__file__).resolve().parents[1]
+
+
+# A plain `python train.py` (with or without injected faults) is forked from a server that has
+# imported torch once (tests/forked.py): a real process, ~6 s cheaper. MINILLAMA_TEST_FORK=0: exec each.
+FORK = os.environ.get("MINILLAMA_TEST_FORK", "1") != "0"
 
 
 def launch(launcher: list, args: list, check: bool = True, timeout: int = 300, popen: bool = False):
     """`<launcher> train.py <args>` from the repo root, no wandb; Popen if popen, else run to the end."""
     args = [*launcher, str(REPO / "train.py"), *args]
     env = {**os.environ, "WANDB_MODE": "disabled", "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"}
-    if popen:
+    forkable = FORK and (launcher == [sys.executable] or forked.faults_of(launcher) is not None)
+    if forkable:
+        script_args, faults = args[len(launcher):], forked.faults_of(launcher)
+        if popen:
+            return forked.ForkedRun(script_args, env, REPO, faults)
+        proc = forked.run(script_args, env, REPO, timeout, faults)
+    elif popen:
         return subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
+    else:
+        proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
     if check and proc.returncode != 0:
         raise AssertionError(f"train.py failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return proc
@@ -79,3 +93,75 @@ def wait_for_step(run_root: Path, step: int, proc: subprocess.Popen, timeout: fl
             raise AssertionError(f"train.py ended ({proc.returncode}) before step {step}: {proc.stderr.read()[-2000:]}")
         time.sleep(0.05)
     raise AssertionError(f"no train row at step {step} within {timeout} s")
+
+
+# ---- train.py's loop in this process: no interpreter + torch + dynamo start (~6 s a launch) --------
+
+def compose_train_config(overrides: list) -> tuple:
+    """(TrainConfig, its YAML) for `python train.py <overrides>`: composed and typed as train.py does."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf, open_dict
+
+    from train import register_configs
+    from training.config import TrainConfig
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
+        cfg = compose("train", overrides=overrides, return_hydra_config=True)
+        HydraConfig.instance().set_config(cfg)  # so ${hydra:...} interpolations resolve
+        with open_dict(cfg):
+            del cfg["hydra"]
+        plain = OmegaConf.to_container(cfg, resolve=True)
+    GlobalHydra.instance().clear()
+    plain["resume"] = None
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), plain)), OmegaConf.to_yaml(plain)
+
+
+def train_in_process(run_dir: Path, *overrides: str, cache_dir: Path):
+    """A fresh `python train.py debug=tiny <overrides>` run (one process, no resume) in this process,
+    writing into run_dir: the same loop, checkpoints and metrics.jsonl. Returns the loop's Outcome."""
+    import torch
+
+    from data import prepare
+    from training.distributed import DistInfo
+    from training.loop import RunSpec, train
+
+    cfg, config_yaml = compose_train_config(["debug=tiny", f"data.cache_dir={cache_dir}", "trainer.num_threads=1",
+                                             *overrides])
+    data = prepare(cfg.data, seq_len=cfg.trainer.seq_len, model_vocab_size=cfg.model.vocab_size, log=lambda *a: None)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(config_yaml)
+    threads = torch.get_num_threads()
+    try:
+        return train(RunSpec(cfg, run_dir, config_yaml), DistInfo(), data)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def torchrun_worker(parent: int, rank: int, timeout: float = 30) -> int:
+    """The pid of the torchrun worker under `parent` whose environment says RANK=rank (read from /proc)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for proc_dir in Path("/proc").iterdir():
+            if not proc_dir.name.isdigit():
+                continue
+            try:
+                ppid = int((proc_dir / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                environ = (proc_dir / "environ").read_bytes().split(b"\0")
+            except (OSError, IndexError, ValueError):
+                continue
+            if ppid == parent and f"RANK={rank}".encode() in environ:
+                return int(proc_dir.name)
+        time.sleep(0.1)
+    raise AssertionError(f"no worker with RANK={rank} under pid {parent}")
+
+
+def running(pid: int) -> bool:
+    """Whether pid is a live process (not gone, not a zombie waiting to be reaped)."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
