@@ -32,15 +32,19 @@ def _context():
     return _CONTEXT
 
 
-def _child(script: str, args: list, env: dict, cwd: str, out_path: str, err_path: str, faults) -> None:
-    """In the forked child: become `python <script> <args>` with this env and cwd, output to files."""
+def _child(script: str, args: list, env: dict, cwd: str, out_path: str, err_path: str, faults,
+           in_path: str = os.devnull) -> None:
+    """In the forked child: become `python <script> <args>` with this env and cwd, stdin from in_path,
+    output to files."""
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
-    for fd, path in ((1, out_path), (2, err_path)):
-        target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    for fd, path, flags in ((0, in_path, os.O_RDONLY), (1, out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+                            (2, err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
+        target = os.open(path, flags, 0o644)
         os.dup2(target, fd)
         os.close(target)
+    sys.stdin = open(0, "r", closefd=False)
     sys.stdout = open(1, "w", buffering=1, closefd=False)
     sys.stderr = open(2, "w", buffering=1, closefd=False)
     for sig in (signal.SIGINT, signal.SIGTERM):  # as in a fresh interpreter
@@ -68,12 +72,16 @@ def _child(script: str, args: list, env: dict, cwd: str, out_path: str, err_path
 class ForkedRun:
     """subprocess.Popen-like handle of a forked train.py run (text mode, output read at the end)."""
 
-    def __init__(self, args: list, env: dict, cwd: Path, faults=None):
+    def __init__(self, args: list, env: dict, cwd: Path, faults=None, input: str = None):
         self._dir = tempfile.mkdtemp(prefix="forked-run-")
         self._out, self._err = os.path.join(self._dir, "stdout"), os.path.join(self._dir, "stderr")
+        stdin = os.devnull
+        if input is not None:
+            stdin = os.path.join(self._dir, "stdin")
+            Path(stdin).write_text(input)
         self.args, self.returncode = args, None
-        self._process = _context().Process(target=_child, daemon=False,
-                                           args=(args[0], args[1:], env, str(cwd), self._out, self._err, faults))
+        self._process = _context().Process(target=_child, daemon=False, args=(
+            args[0], args[1:], env, str(cwd), self._out, self._err, faults, stdin))
         self._process.start()
         self.pid = self._process.pid
         self.stdout, self.stderr = _LateFile(self._out), _LateFile(self._err)
@@ -112,13 +120,14 @@ class _LateFile:
 
     def read(self) -> str:
         try:
-            return Path(self.path).read_text(errors="replace")
+            with open(self.path, newline="", errors="replace") as f:  # a "\r" stays a "\r"
+                return f.read()
         except FileNotFoundError:
             return ""
 
 
-def run(args: list, env: dict, cwd: Path, timeout: float, faults=None) -> subprocess.CompletedProcess:
-    proc = ForkedRun(args, env, cwd, faults)
+def run(args: list, env: dict, cwd: Path, timeout: float, faults=None, input: str = None) -> subprocess.CompletedProcess:
+    proc = ForkedRun(args, env, cwd, faults, input)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -126,6 +135,12 @@ def run(args: list, env: dict, cwd: Path, timeout: float, faults=None) -> subpro
         proc.wait(30)
         raise
     return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+
+def run_script(script, *args, timeout: float = 120, input: str = None, env: dict = None,
+               cwd: Path = REPO) -> subprocess.CompletedProcess:
+    """`python <script> <args>` as a forked real process: a script test without the interpreter start."""
+    return run([str(script), *map(str, args)], dict(os.environ if env is None else env), cwd, timeout, input=input)
 
 
 def faults_of(launcher: list):

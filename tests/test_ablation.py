@@ -4,7 +4,6 @@ import functools
 import itertools
 import json
 import signal
-import subprocess
 import sys
 
 import pytest
@@ -18,6 +17,7 @@ from analysis.protocol import load_spec_file
 from model import Transformer
 from scripts.ablate import DEFAULT_PROTOCOL
 from scripts.ablate_configs import validate
+from tests import forked
 from tests.test_configs import CONFIGS, compose_typed
 from tests.train_helpers import REPO, interrupt_once_training, launch, read_metrics
 from train import register_configs
@@ -102,8 +102,7 @@ def test_sweep_runs_the_grid_and_compare_runs_judges_it(tmp_path, cache_dir):
     for run in runs:
         evals = [r for r in read_metrics(run.parent) if r["kind"] == "eval"]
         assert [e["step"] for e in evals] == [2, 4] and len(evals[-1]["rms_residual"]) == 2
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "compare_runs.py"), str(tmp_path / "sweep")],
-                          capture_output=True, text=True, timeout=120)
+    proc = forked.run_script(REPO / "scripts" / "compare_runs.py", tmp_path / "sweep")
     assert proc.returncode == 0, proc.stderr
     out = tmp_path / "sweep" / "comparison"
     results, paired = (out / "results.md").read_text().split("## Paired Δ against the reference")

@@ -1,5 +1,5 @@
-"""Scale-out on CPU with gloo: DDP and FSDP2 equal one process with the same global batch (train loss,
-validation loss, weights); the logged loss and grad norm are the global batch's; accumulation all-reduces
+"""Scale-out on CPU with gloo, compiled (model + loss) as by default: DDP and FSDP2 equal one process
+with the same global batch (train loss, validation loss, weights); the logged loss and grad norm are the global batch's; accumulation all-reduces
 once per optimizer step; a checkpoint resumes exactly on the same world size and continues on another;
 a hung rank fails the run within trainer.dist_timeout_s and every rank tears its process group down.
 
@@ -21,8 +21,8 @@ from safetensors.torch import load_file
 
 from data import TrainBatches, prepare
 from model import Transformer
-from tests.train_helpers import (REPO, compose_train_config, read_metrics, run_dirs, run_torchrun, run_train, running,
-                                 tiny_args, torchrun_worker, train_in_process, wait_for_step)
+from tests.train_helpers import (REPO, compose_train_config, launch, read_metrics, run_dirs, run_torchrun, run_train,
+                                 running, tiny_args, torchrun_worker, train_in_process, wait_for_step)
 from training import distributed as D
 from training.checkpoint import load_model
 from training.loss import CausalLMLoss
@@ -36,6 +36,10 @@ EXACT = ["trainer.precision=fp32", "trainer.max_steps=12", "trainer.log_interval
          "trainer.ckpt_interval=6", "trainer.grad_accum_steps=2"]
 ONE_PROCESS = [*EXACT, "trainer.micro_batch_size=4"]
 TWO_RANKS = [*EXACT, "trainer.micro_batch_size=2"]
+# The 2-rank DDP runs are compiled (model + loss, through DDP's graph splitting): dynamo and AOT
+# autograd as in any compile, with the aot_eager backend instead of inductor's minute of C++ builds.
+COMPILED = ["trainer.compile=true"]
+AOT_EAGER = {"compile_backend": "aot_eager"}
 
 
 def train_rows(run):
@@ -76,8 +80,10 @@ def reference(tmp_path_factory, tiny_data_cache):
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory, tiny_data_cache):
     root = tmp_path_factory.mktemp("ddp")
-    proc = run_torchrun(root, 2, *TWO_RANKS, cache_dir=tiny_data_cache)
-    assert "parallel=ddp" in proc.stdout and "2 micro batch × 64 seq_len × 2 accumulation × 2 processes" in proc.stdout
+    proc = run_torchrun(root, 2, *TWO_RANKS, *COMPILED, cache_dir=tiny_data_cache, faults=AOT_EAGER)
+    assert "parallel=ddp, compile: trainer.compile=true" in proc.stdout
+    assert "2 micro batch × 64 seq_len × 2 accumulation × 2 processes" in proc.stdout
+    assert "torch.compile failed" not in proc.stderr
     (run,) = run_dirs(root)
     return run
 
@@ -113,10 +119,23 @@ def test_ddp_with_accumulation_matches_one_process(ddp_run, reference, tiny_data
     assert train_rows(ddp_run)[1]["tokens"] == 2 * 2 * 2 * 64  # micro × accumulation × ranks × seq_len
 
 
-def test_resume_under_torchrun_is_exact(tmp_path, ddp_run, tiny_data_cache):
-    run_torchrun(tmp_path, 2, *TWO_RANKS, "trainer.stop_at_step=6", cache_dir=tiny_data_cache)
+def test_sigterm_to_one_rank_stops_both_at_one_step_and_the_resume_is_exact(tmp_path, ddp_run, tiny_data_cache):
+    """SIGTERM reaches rank 1 alone, right after its step 5: the ranks agree on the stop at that step
+    boundary and save step 5 together, within seconds rather than after the collective timeout (a rank
+    alone in save() would wait there for the other). `resume=` under torchrun then finishes the run
+    bitwise equal to the uninterrupted ddp_run: losses, validation and weights."""
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                str(REPO / "tests" / "fault_injection.py"),
+                json.dumps({"signal_at_step": [5, signal.SIGTERM, 1], **AOT_EAGER})]
+    started = time.time()
+    stopped = launch(launcher, tiny_args(tmp_path, [*TWO_RANKS, *COMPILED, "trainer.dist_timeout_s=90"],
+                                         tiny_data_cache), check=False)
+    assert time.time() - started < 60, "the stop waited for the collective timeout"
+    assert stopped.returncode != 0  # torchrun reports workers that exit 143 as failed, as a scheduler expects
     (part,) = run_dirs(tmp_path)
-    run_torchrun(tmp_path, 2, f"resume={part}", cache_dir=tiny_data_cache)
+    assert f"SIGTERM: checkpoint saved at step 5: {part / 'checkpoints' / 'step_0000005'}" in stopped.stdout
+    assert sorted(p.name for p in (part / "checkpoints").glob("step_*")) == ["step_0000005"]
+    run_torchrun(tmp_path, 2, f"resume={part}", cache_dir=tiny_data_cache, faults=AOT_EAGER)  # compiled, as saved
     assert {s: r["loss"] for s, r in train_rows(part).items()} == {s: r["loss"] for s, r in train_rows(ddp_run).items()}
     assert val_losses(part) == val_losses(ddp_run)
     wf, wp = weights(ddp_run, 12), weights(part, 12)
@@ -129,11 +148,13 @@ def test_fsdp_checkpoint_resumes_on_a_different_world_size(tmp_path, reference, 
     run to step 12: losses, validation and weights as if it had never stopped, and it loads for generation."""
     from model.generate import generate
 
-    run_torchrun(tmp_path, 2, *TWO_RANKS, "trainer.parallel=fsdp", "trainer.stop_at_step=6",
-                 cache_dir=tiny_data_cache)
+    proc = run_torchrun(tmp_path, 2, *TWO_RANKS, *COMPILED, "trainer.parallel=fsdp", "trainer.stop_at_step=6",
+                        cache_dir=tiny_data_cache, faults=AOT_EAGER)
+    assert "parallel=fsdp, compile: trainer.compile=true" in proc.stdout and "torch.compile failed" not in proc.stderr
     (run,) = run_dirs(tmp_path)
     assert_same_run(run, reference, steps=list(range(1, 7)))
-    proc = run_train(tmp_path, f"resume={run}", "trainer.micro_batch_size=4", cache_dir=tiny_data_cache)
+    proc = run_train(tmp_path, f"resume={run}", "trainer.micro_batch_size=4", "trainer.compile=false",
+                     cache_dir=tiny_data_cache)
     assert "warning: resuming a 2-process run on 1" in proc.stdout
     assert json.loads((run / "checkpoints" / "step_0000012" / "state.json").read_text())["step"] == 12
     assert sorted(train_rows(run)) == list(range(1, 13))

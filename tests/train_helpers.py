@@ -48,9 +48,12 @@ def run_train(tmp_path: Path, *overrides: str, cache_dir: Path = None, check: bo
 
 
 def run_torchrun(tmp_path: Path, nproc: int, *overrides: str, cache_dir: Path, check: bool = True,
-                 timeout: int = 300):
-    """`torchrun --standalone --nproc_per_node=N train.py debug=tiny …` (gloo on CPU)."""
+                 timeout: int = 300, faults: dict = None):
+    """`torchrun --standalone --nproc_per_node=N train.py debug=tiny …` (gloo on CPU), with faults
+    injected into every worker by tests/fault_injection.py if given."""
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+    if faults:
+        launcher += [str(REPO / "tests" / "fault_injection.py"), json.dumps(faults)]
     return launch(launcher, tiny_args(tmp_path, overrides, cache_dir), check, timeout)
 
 
