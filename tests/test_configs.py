@@ -4,13 +4,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import OmegaConf, open_dict
+from omegaconf import OmegaConf
 
 from model import Transformer
-from train import register_configs
+from scripts.ablate_configs import compose_config
 from training.config import TrainConfig
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -21,16 +18,7 @@ def options(group: str) -> list:
     return sorted(p.stem for p in (CONFIGS / group).glob("*.yaml"))
 
 
-def compose_typed(overrides: list) -> TrainConfig:
-    register_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        cfg = compose("train", overrides=overrides, return_hydra_config=True)
-        HydraConfig.instance().set_config(cfg)  # so ${hydra:runtime.choices.*} resolves
-        with open_dict(cfg):
-            del cfg["hydra"]
-        plain = OmegaConf.to_container(cfg, resolve=True)
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), plain))
+compose_typed = compose_config  # the typed config train.py would run with these overrides
 
 
 def test_every_group_has_options():

@@ -136,3 +136,27 @@ def test_eval_windows_need_more_than_one_window_of_validation():
         eval_windows(TOKENS[:101], seq_len=100, num_windows=4)
     with pytest.raises(DataError, match="world_size=4"):
         eval_windows(TOKENS[:302], seq_len=100, num_windows=4, rank=0, world_size=4)
+
+
+def test_eval_windows_edge_cases_name_what_is_wrong():
+    tokens = np.arange(1000, dtype=np.uint16)
+    assert eval_windows(tokens, 10, num_windows=1).shape == (1, 11)  # exactly the one asked for
+    assert eval_windows(tokens, 10, num_windows=0).shape == (1, 11)  # at least one
+    assert eval_windows(np.arange(20, dtype=np.uint16), 10, 5).shape == (1, 11)  # 20 tokens: one window of 10 + 1
+    with pytest.raises(DataError, match=r"need 0 <= rank < world_size, got rank=2, world_size=2"):
+        eval_windows(tokens, 10, 4, rank=2, world_size=2)
+    with pytest.raises(DataError, match=r"fewer than world_size=3; use a shorter sequence length or more validation"):
+        eval_windows(np.arange(25, dtype=np.uint16), 10, 4, rank=0, world_size=3)
+
+
+def test_train_batches_defaults_and_bad_values_name_what_is_wrong():
+    tokens = np.arange(100, dtype=np.uint16)
+    batches = TrainBatches(tokens, 1, 4, seed=0)  # seq_len 1 is the smallest, and one process by default
+    x, y = batches.get(3)
+    assert x.shape == (4, 1) and torch.equal(x, batches.get(3, 0)[0]) and torch.equal(y, x + 1)
+    with pytest.raises(DataError, match=r"seq_len=0 must be at least 1"):
+        TrainBatches(tokens, 0, 4, seed=0)
+    with pytest.raises(DataError, match=r"the train split has 100 tokens, not more than seq_len\+1=100; use a shorter"):
+        TrainBatches(tokens, 99, 4, seed=0)
+    with pytest.raises(DataError, match=r"seed=-1 must be non-negative"):
+        TrainBatches(tokens, 8, 4, seed=-1)

@@ -137,3 +137,45 @@ def test_bad_value_fails_at_composition_through_omegaconf():
     from omegaconf import OmegaConf
     with pytest.raises(ValueError, match="optim.decay_fraction=2.0"):
         OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(OptimConfig), {"decay_fraction": 2}))
+
+
+def test_wsd_decays_over_at_least_one_step_and_ends_at_min_lr_after_the_end():
+    # 1 % of 10 steps rounds to no step: the decay still takes one, the last step, and lands on min_lr.
+    cfg = OptimConfig(lr=1.0, min_lr=0.1, warmup_steps=2, schedule="wsd", decay_fraction=0.01)
+    assert wsd_decay_start(cfg, 10) == 9
+    assert [lr_at(s, cfg, 10) for s in (8, 9, 10)] == [1.0, 1.0, pytest.approx(0.1)]
+    assert lr_at(25, cfg, 10) == pytest.approx(0.1)  # past max_steps (a resumed run's extra steps): the floor
+
+
+def test_cosine_reaches_min_lr_at_the_end_and_stays_there():
+    cfg = OptimConfig(lr=1.0, min_lr=0.1, warmup_steps=9)
+    assert lr_at(10, cfg, 10) == pytest.approx(0.1)  # one step after warmup: the whole cosine in that step
+    assert lr_at(60, cfg, 10) == pytest.approx(0.1)  # past max_steps: the floor, not back up the cosine
+
+
+def test_apply_schedule_after_warmup_follows_lr_at():
+    model = Transformer(ModelConfig(vocab_size=64, hidden_size=32, n_layers=1, n_heads=2, max_seq_len=8))
+    cfg = OptimConfig(lr=1.0, min_lr=0.1, warmup_steps=2)
+    (opt,) = build_optimizers(model, cfg, "cpu")
+    assert apply_schedule([opt], 7, cfg, 10) == lr_at(7, cfg, 10) < 1.0
+    assert {g["lr"] for g in opt.param_groups} == {lr_at(7, cfg, 10)}
+
+
+@pytest.mark.parametrize("impl, device, fused, foreach", [("auto", "cpu", True, None), ("auto", "cuda", True, None),
+                                                          ("auto", "mps", None, True), ("foreach", "cpu", None, True),
+                                                          ("plain", "cpu", None, False), ("fused", "cpu", True, None)])
+def test_adamw_gets_the_kernel_and_hyperparameters_asked_for(impl, device, fused, foreach):
+    model = Transformer(ModelConfig(vocab_size=64, hidden_size=32, n_layers=1, n_heads=2, max_seq_len=8))
+    cfg = OptimConfig(lr=2e-3, beta1=0.8, beta2=0.9, eps=1e-7, impl=impl)
+    if device == "cuda":  # the choice only: building a fused CUDA optimizer needs CUDA tensors
+        from training import optim
+        captured = {}
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(optim.torch.optim, "AdamW", lambda groups, **kw: captured.update(kw))
+            optim.build_optimizer(model, cfg, device)
+        assert captured.get("fused") is fused and captured.get("foreach") is foreach
+        return
+    opt = build_optimizer(model, cfg, device)
+    d = opt.defaults
+    assert (d["fused"], d["foreach"]) == (fused, foreach)
+    assert (d["lr"], d["betas"], d["eps"]) == (2e-3, (0.8, 0.9), 1e-7)
