@@ -10,7 +10,8 @@ from safetensors.torch import save_file
 import training.checkpoint
 from model import ModelConfig, Transformer
 from training.checkpoint import (CheckpointError, NonFiniteCheckpoint, _prune, last_good_checkpoint, list_checkpoints,
-                                 load_model, load_training_state, read_weights, resolve_checkpoint, save_checkpoint)
+                                 load_model, load_training_state, read_weights, resolve_checkpoint, restore_rng,
+                                 rng_states_of_this_process, save_checkpoint)
 from training.checkpoint_cleanup import clean_partial_checkpoints
 from training.state_dicts import full_optimizer_state, load_full_state
 
@@ -260,3 +261,28 @@ def test_damaged_training_state_files_name_the_file(tmp_path, tokenizer_file):
     (ckpt / "state.json").write_text('{"step": 1,')
     with pytest.raises(CheckpointError, match=r"state.json is unreadable"):
         load_training_state(ckpt)
+
+
+def test_restore_rng_gives_each_rank_its_own_state_and_refuses_a_foreign_world_size():
+    states = []
+    for seed in (1, 2):  # what two ranks saved
+        torch.manual_seed(seed)
+        states.append(rng_states_of_this_process())
+    draws = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        draws.append(torch.rand(3))
+    saved = {"ranks": states}
+    for rank in (0, 1):
+        torch.manual_seed(99)
+        assert restore_rng(saved, rank, 2) is True
+        assert torch.equal(torch.rand(3), draws[rank])
+    torch.manual_seed(99)
+    expected = torch.rand(3)
+    for rank, world_size in ((0, 1), (0, 3), (1, 1)):  # another world size: the caller's seeding stands
+        torch.manual_seed(99)
+        assert restore_rng(saved, rank, world_size) is False
+        assert torch.equal(torch.rand(3), expected)
+    torch.manual_seed(99)  # an old single-process checkpoint (no "ranks"): rank 0 of one process only
+    assert restore_rng(states[1]) is True and torch.equal(torch.rand(3), draws[1])
+    assert restore_rng(states[1], 1, 2) is False

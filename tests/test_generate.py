@@ -216,3 +216,21 @@ def test_prompt_with_a_padding_id_is_a_clear_error():
 def test_bad_arguments_are_clear_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
         generate(model_for(), TOKENIZER, ["x"], **kwargs)
+
+
+def test_generate_passes_every_sampling_option_through():
+    """generate() (the text API) hands top_k, top_p, seed and the callbacks on to the sampler: top_k=1 or a
+    tiny top_p at temperature 1 is greedy, the seed decides a sampled text, and bad values are refused."""
+    model = model_for()
+    prompts = ["ROMEO:", "JULIET: O"]
+    greedy = generate(model, TOKENIZER, prompts, max_new_tokens=8, temperature=0.0)
+    assert generate(model, TOKENIZER, prompts, max_new_tokens=8, top_k=1, seed=3) == greedy
+    assert generate(model, TOKENIZER, prompts, max_new_tokens=8, top_p=1e-6, seed=3) == greedy
+    sampled = [generate(model, TOKENIZER, prompts, max_new_tokens=8, seed=s) for s in (0, 0, 1)]
+    assert sampled[0] == sampled[1] != sampled[2]
+    seen = []
+    generate(model, TOKENIZER, prompts, max_new_tokens=3, temperature=0.0, on_token=lambda row, i: seen.append(row))
+    assert sorted(seen) == [0, 0, 0, 1, 1, 1]
+    for bad, message in (({"top_k": 0}, "top_k=0 must be >= 1"), ({"top_p": 1.5}, r"top_p=1.5 must be in \(0, 1\]")):
+        with pytest.raises(ValueError, match=message):
+            generate(model, TOKENIZER, prompts, max_new_tokens=2, **bad)
