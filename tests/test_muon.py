@@ -178,3 +178,20 @@ def test_muon_under_torchrun_matches_one_process(tmp_path, cache_dir, reference_
             torch.testing.assert_close(ws[k], wr[k], rtol=1e-3, atol=1e-5, msg=k)
 
 
+
+
+@pytest.mark.parametrize("device, ns_dtype, expected", [("cpu", "auto", torch.float32), ("cuda", "auto", torch.bfloat16),
+                                                        ("cpu", "bf16", torch.bfloat16), ("cuda", "fp32", torch.float32)])
+def test_every_muon_option_reaches_the_optimizer(device, ns_dtype, expected):
+    cfg = OptimConfig(name="muon", lr=1e-3, muon_lr=0.02, weight_decay=0.05, muon_momentum=0.9, muon_ns_steps=3,
+                      muon_ns_dtype=ns_dtype, beta1=0.8, eps=1e-7)
+    muon, adamw = build_optimizers(tiny_model(), cfg, device)  # only the choices: nothing steps here
+    assert muon.ns_dtype == expected
+    d = muon.defaults
+    assert (d["lr"], d["weight_decay"], d["momentum"], d["nesterov"], d["ns_steps"]) == (0.02, 0.05, 0.9, True, 3)
+    assert adamw.defaults["lr"] == 1e-3 and adamw.defaults["betas"][0] == 0.8 and adamw.defaults["eps"] == 1e-7
+
+
+def test_muon_without_block_matrices_is_a_clear_error():
+    with pytest.raises(ValueError, match="optim.name=muon found no matrices inside transformer blocks; use optim=adamw"):
+        build_optimizers(torch.nn.Linear(4, 4), OptimConfig(name="muon"), "cpu")
