@@ -88,8 +88,15 @@ def wait_for_step(run_root: Path, step: int, proc: subprocess.Popen, timeout: fl
     since = time.time()
     deadline = since + timeout
     while time.time() < deadline:
-        for metrics in run_root.glob("**/metrics.jsonl"):
-            rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.endswith("}")]
+        try:
+            found = list(run_root.glob("**/metrics.jsonl"))
+        except FileNotFoundError:  # a folder removed mid-walk (a resume discards Hydra's unused run dir)
+            found = []
+        for metrics in found:
+            try:
+                rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.endswith("}")]
+            except FileNotFoundError:
+                continue
             if any(r.get("kind") == "train" and r["step"] >= step and r["time"] >= since for r in rows):
                 return metrics.parent
         if proc.poll() is not None:
