@@ -27,3 +27,15 @@ def tiny_data_cache(tmp_path_factory):
 @pytest.fixture
 def documents():
     return make_documents(200)
+
+
+@pytest.fixture
+def exact_fp32():
+    """TF32 off for the test, the global switches restored after it: fp32 comparisons need real fp32
+    matmuls (the training loop turns TF32 on), and tests that flip the switches must not leak them.
+    (torch's flag objects are not plain attributes: no monkeypatch.)"""
+    import torch
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved

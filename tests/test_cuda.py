@@ -32,15 +32,6 @@ def batch(b: int, t: int, vocab: int, seed: int = 0):
     return tuple(torch.randint(0, vocab, (b, t), generator=gen).to(CUDA) for _ in range(2))
 
 
-@pytest.fixture
-def exact_fp32():
-    """Comparisons in fp32 need real fp32 matmuls, not TF32 (which the training loop turns on)."""
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
-
-
 def test_bf16_training_step_learns_and_keeps_fp32_master_weights():
     loss_fn = CausalLMLoss(tiny())
     optimizer = torch.optim.AdamW(loss_fn.parameters(), lr=3e-3, fused=True)
