@@ -11,11 +11,13 @@ import json
 import multiprocessing
 import os
 import runpy
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,6 +76,7 @@ class ForkedRun:
 
     def __init__(self, args: list, env: dict, cwd: Path, faults=None, input: str = None):
         self._dir = tempfile.mkdtemp(prefix="forked-run-")
+        weakref.finalize(self, shutil.rmtree, self._dir, True)  # the output files go with the handle
         self._out, self._err = os.path.join(self._dir, "stdout"), os.path.join(self._dir, "stderr")
         stdin = os.devnull
         if input is not None:

@@ -180,8 +180,9 @@ def test_non_finite_weights_or_optimizer_state_are_never_written(tmp_path, token
     assert refused.value.last_good is None and not root.exists()  # not even a .tmp
     good, path = model_and_tokenizer(tokenizer_file)
     first = save(root, 2, good, path)
-    with pytest.raises(NonFiniteCheckpoint, match=f"the last good checkpoint is {first}"):
+    with pytest.raises(NonFiniteCheckpoint, match=f"the last good checkpoint is {first}") as refused:
         save(root, 3, model, path)
+    assert refused.value.last_good == first  # for the caller's own message
     opt = torch.optim.AdamW(good.parameters())
     good(torch.zeros(1, 4, dtype=torch.long)).sum().backward()
     opt.step()

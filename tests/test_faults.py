@@ -15,6 +15,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
+from tests.data_helpers import make_documents, write_local
 from tests.train_helpers import (REPO, launch, read_metrics, run_dirs, run_faulty, run_train, tiny_args,
                                  wait_for_step)
 
@@ -193,8 +194,10 @@ def test_slow_data_preparation_never_trips_the_collective_timeout(tmp_path, cach
     join the process group (one builds, the others wait on a file lock), so no collective times out."""
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                 str(REPO / "tests" / "fault_injection.py"), json.dumps({"slow_prepare": 4})]  # in each worker
-    args = tiny_args(tmp_path, ["trainer.max_steps=4", "trainer.eval_interval=4", "trainer.dist_timeout_s=3"],
-                     tmp_path / "fresh_cache")  # a cold cache: one rank really builds it
+    # A cold cache of a small corpus: one rank really builds it (tokenizer and all) in a second or two.
+    corpus = write_local(tmp_path / "corpus", make_documents(300), "txt")
+    args = tiny_args(tmp_path, ["data=local", f"data.path={corpus}", "trainer.max_steps=4", "trainer.eval_interval=4",
+                                "trainer.dist_timeout_s=3"], tmp_path / "fresh_cache")
     proc = launch(launcher, args, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = run_dirs(tmp_path)

@@ -7,8 +7,8 @@ import torch
 
 from data.tokenizer import SPECIAL_TOKENS
 from model import MLPS, NORMS
-from model.generate import (TextStream, encode_prompt, generate, generate_ids, sample_next, top_k_filter,
-                            top_p_filter)
+from model.generate import (TextStream, check_sampling_args, encode_prompt, generate, generate_ids, sample_next,
+                            top_k_filter, top_p_filter)
 from tests.tiny_checkpoint import random_model, single_thread, tiny_config, tiny_tokenizer  # noqa: F401 (autouse)
 
 TOKENIZER = tiny_tokenizer()
@@ -43,16 +43,82 @@ def test_cached_greedy_equals_full_recompute_on_every_variant(norm, mlp, qk_norm
     assert generate_ids(model, [prompt], 24, temperature=0, use_cache=False) == [expected]
 
 
-def test_generation_past_the_context_slides_the_same_way_with_and_without_cache():
-    model = model_for(max_seq_len=16)
-    prompt = TOKENIZER.encode("JULIET: O Romeo").ids
-    n = 40  # crosses the 16-token window several times
+@pytest.mark.parametrize("max_seq_len", [16, 3])
+def test_generation_past_the_context_slides_the_same_way_with_and_without_cache(max_seq_len):
+    model = model_for(max_seq_len=max_seq_len)  # 3: the slide keeps a single token
+    prompt = TOKENIZER.encode("JULIET: O Romeo").ids[-(max_seq_len - 1):]
+    n = 40  # crosses the window several times
     expected = naive_greedy(model, prompt, n)
     cached = generate_ids(model, [prompt], n, temperature=0)
     assert cached == [expected] == generate_ids(model, [prompt], n, temperature=0, use_cache=False)
     # Before the first slide, nothing differs from plain generation in a long enough context.
-    fits = 16 - len(prompt)
+    fits = max_seq_len - len(prompt)
     assert cached[0][:fits] == naive_greedy(model, prompt, fits)
+
+
+def fed_lengths(model) -> list:
+    """How many tokens each forward pass of `model` is given, recorded as generation runs."""
+    fed = []
+    model.register_forward_pre_hook(lambda module, args: fed.append(args[0].shape[1]))
+    return fed
+
+
+@pytest.mark.parametrize("use_cache", [True, False, None])
+def test_the_cache_feeds_one_token_per_step_and_recompute_feeds_the_window(use_cache):
+    """What the cache is for: after the prompt, one token per forward pass (the default), instead of
+    the whole sequence again; and it is sized to this call, not to the model's context."""
+    model = model_for()
+    fed = fed_lengths(model)
+    kwargs = {} if use_cache is None else {"use_cache": use_cache}
+    generate(model, TOKENIZER, ["ROMEO:"], max_new_tokens=6, temperature=0, **kwargs)
+    prompt = len(TOKENIZER.encode("ROMEO:").ids)
+    assert fed == ([prompt] + [1] * 5 if use_cache is not False else list(range(prompt, prompt + 6)))
+    sizes = []
+    model.new_kv_cache = lambda *a, new=model.new_kv_cache, **kw: sizes.append(kw) or new(*a, **kw)
+    generate_ids(model, [[5, 6, 7]], 4, temperature=0)
+    assert sizes == [{"max_seq_len": 7}]  # 3 prompt tokens + 4 new, not max_seq_len=64
+
+
+def test_defaults_are_128_new_tokens_at_temperature_1():
+    model = model_for()
+    seen = []
+    first = generate(model, TOKENIZER, ["O"], seed=5, on_token=lambda row, i: seen.append(i))
+    assert len(seen) == 128
+    assert first == generate(model, TOKENIZER, ["O"], max_new_tokens=128, temperature=1.0, seed=5)
+
+
+@pytest.mark.parametrize("temperature", [None, 0.5, 2.0])
+def test_sample_next_draws_from_the_softmax_of_logits_over_temperature(temperature):
+    """The reference, draw for draw: torch.multinomial on softmax(logits / T), T = 1 by default."""
+    logits = torch.randn(64, 9, generator=torch.Generator().manual_seed(0))
+    kwargs = {} if temperature is None else {"temperature": temperature}
+    ours = sample_next(logits, generator=torch.Generator().manual_seed(1), **kwargs)
+    reference = torch.multinomial((logits / (temperature or 1.0)).softmax(-1), 1,
+                                  generator=torch.Generator().manual_seed(1))[:, 0]
+    assert torch.equal(ours, reference)
+    assert not torch.equal(ours, sample_next(logits, 3.0, generator=torch.Generator().manual_seed(1)))
+
+
+def test_filters_and_sampling_work_on_one_distribution_and_on_any_batch_shape():
+    """(V,) or (..., V): the vocabulary is always the last dimension."""
+    logits = torch.randn(2, 3, 20, generator=torch.Generator().manual_seed(0))
+    flat = logits.reshape(6, 20)
+    assert torch.equal(top_k_filter(logits, 4).reshape(6, 20), top_k_filter(flat, 4))
+    assert torch.equal(top_p_filter(logits, 0.7).reshape(6, 20), top_p_filter(flat, 0.7))
+    assert torch.equal(top_k_filter(flat[2], 4), top_k_filter(flat, 4)[2])
+    assert torch.equal(top_p_filter(flat[2], 0.7), top_p_filter(flat, 0.7)[2])
+    assert sample_next(flat[2], temperature=0).item() == flat[2].argmax().item()
+    one = sample_next(flat[2], top_k=1, generator=torch.Generator().manual_seed(0))
+    assert one.shape == () and one.item() == flat[2].argmax().item()
+
+
+def test_top_p_edges_ties_and_a_negligible_tail():
+    # Two equally likely tokens, p = 0.5: the first one already reaches p, so it alone is kept.
+    assert top_p_filter(torch.zeros(1, 2), 0.5).isfinite().tolist() == [[True, False]]
+    # p = 1 keeps everything, even a token whose probability (e^-40) vanishes next to fp32's 1.0.
+    logits = torch.tensor([[0.0, -40.0, 1.0]])
+    assert torch.equal(top_p_filter(logits, 1.0), logits)
+    assert torch.equal(top_k_filter(logits, 3), logits)
 
 
 def test_prompt_that_fills_the_context_is_a_clear_error():
@@ -154,6 +220,17 @@ def test_text_stream_holds_back_split_characters():
     assert not any("\ufffd" in p for p in pieces)
 
 
+def test_text_stream_flush_keeps_special_tokens_before_a_cut_character():
+    """A special token already streamed, then half a character when generation ends: flush gives the
+    replacement character, not a text that lost the special token and moved the cut."""
+    partial = TOKENIZER.encode("日本語").ids[0]
+    assert TOKENIZER.decode([partial]).endswith("\ufffd"), "the test needs a token that splits a character"
+    stream = TextStream(TOKENIZER)
+    assert stream.push(TOKENIZER.token_to_id(SPECIAL_TOKENS["bos"])) == SPECIAL_TOKENS["bos"]
+    assert stream.push(partial) == ""  # held back
+    assert stream.flush() == TOKENIZER.decode([partial])
+
+
 def test_empty_prompt_starts_a_new_document_after_eos():
     """Training puts EOS between documents and no BOS anywhere, so '' continues from EOS."""
     model = model_for()
@@ -163,8 +240,13 @@ def test_empty_prompt_starts_a_new_document_after_eos():
     out = generate(model, TOKENIZER, [""], 12, temperature=0, stop_at_eos=False, eos_token=SPECIAL_TOKENS["eos"])
     assert out == [TOKENIZER.decode(from_eos, skip_special_tokens=False)]
     assert encode_prompt(TOKENIZER, "", eos) == [eos] and encode_prompt(TOKENIZER, "ROMEO:", eos)[0] != eos
-    with pytest.raises(ValueError, match="prompt is empty and the tokenizer has no end-of-document token"):
+    with pytest.raises(ValueError) as raised:
         generate(model, TOKENIZER, [""], 4, eos_token=None)
+    assert str(raised.value) == "the prompt is empty and the tokenizer has no end-of-document token to start from"
+    with pytest.raises(ValueError, match="top_k=0"):  # options are checked first, before any prompt
+        generate(model, TOKENIZER, [""], 4, top_k=0, eos_token=None)
+    with pytest.raises(ValueError, match="top_p=2"):
+        generate(model, TOKENIZER, [""], 4, top_p=2, eos_token=None)
 
 
 def test_bf16_model_generates_with_a_bf16_cache():
@@ -234,3 +316,56 @@ def test_generate_passes_every_sampling_option_through():
     for bad, message in (({"top_k": 0}, "top_k=0 must be >= 1"), ({"top_p": 1.5}, r"top_p=1.5 must be in \(0, 1\]")):
         with pytest.raises(ValueError, match=message):
             generate(model, TOKENIZER, prompts, max_new_tokens=2, **bad)
+
+
+def test_edges_of_the_arguments():
+    model = model_for()
+    assert generate_ids(model, [[5, 6]], 0) == [[]]  # nothing to generate is not an error
+    assert generate(model, TOKENIZER, ["ROMEO:"], 0) == [""]
+    assert len(generate_ids(model, [[5, 6]], 3, top_p=1.0, seed=0)[0]) == 3  # the whole distribution
+    with pytest.raises(ValueError, match=r"top_p=0 must be in \(0, 1\]"):
+        generate_ids(model, [[5, 6]], 3, top_p=0)
+    with pytest.raises(ValueError, match="num_samples=0 must be >= 1"):
+        check_sampling_args(4, 1.0, num_samples=0)
+    check_sampling_args(4, 1.0)  # one sample by default
+
+
+def test_prompts_are_checked_with_messages_that_say_the_limits():
+    model = model_for(max_seq_len=16)
+    with pytest.raises(ValueError) as raised:
+        generate_ids(model, [], 4)
+    assert str(raised.value) == "no prompts given; pass at least one"
+    for bad in ([], list(range(3, 19))):
+        with pytest.raises(ValueError) as raised:
+            generate_ids(model, [[5], bad], 4)
+        assert str(raised.value) == (f"prompt 1 has {len(bad)} tokens; it must have 1 to 15 "
+                                     "(the model's max_seq_len=16 minus room for one new token)")
+    with pytest.raises(ValueError, match=r"prompt 0 has token ids outside the vocabulary \[0, 300\)"):
+        generate_ids(model, [[VOCAB]], 4)  # the first id past the tokenizer's
+    assert len(generate_ids(model, [[VOCAB - 1]], 2)[0]) == 2
+
+
+def special_loving(model, token_id: int):
+    """+100 on one special token's logit: the model says it at every step."""
+    bias = torch.zeros(model.cfg.padded_vocab_size)
+    bias[token_id] = 100.0
+    model.lm_head.register_forward_hook(lambda module, args, out: out + bias.to(out.dtype))
+    return model
+
+
+def test_special_tokens_other_than_the_stopping_eos_are_part_of_the_text():
+    bos = SPECIAL_TOKENS["bos"]
+    model = special_loving(model_for(), TOKENIZER.token_to_id(bos))
+    pieces = []
+    text = generate(model, TOKENIZER, ["O"], 3, temperature=0, eos_token=SPECIAL_TOKENS["eos"],
+                    on_text=lambda row, piece: pieces.append(piece))
+    assert text == [bos * 3] and pieces == [bos] * 3  # streamed as they come, not all at the end
+
+
+def test_an_eos_that_never_comes_trims_nothing():
+    model = model_for()
+    free = generate_ids(model, [TOKENIZER.encode("ROMEO:").ids], 12, temperature=0)[0]
+    never = next(i for i in range(VOCAB) if i not in free)
+    text = generate(model, TOKENIZER, ["ROMEO:"], 12, temperature=0, eos_token=TOKENIZER.id_to_token(never))
+    assert text == [TOKENIZER.decode(free, skip_special_tokens=False)]
+    assert generate_ids(model, [TOKENIZER.encode("ROMEO:").ids], 12, temperature=0, eos_id=never) == [free]

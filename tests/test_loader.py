@@ -160,3 +160,11 @@ def test_train_batches_defaults_and_bad_values_name_what_is_wrong():
         TrainBatches(tokens, 99, 4, seed=0)
     with pytest.raises(DataError, match=r"seed=-1 must be non-negative"):
         TrainBatches(tokens, 8, 4, seed=-1)
+
+
+def test_batches_default_to_one_process():
+    tokens = np.arange(1000, dtype=np.uint16)
+    default, explicit = TrainBatches(tokens, 8, 4, seed=3), TrainBatches(tokens, 8, 4, seed=3, rank=0, world_size=1)
+    assert all(torch.equal(a, b) for a, b in zip(default.get(5, 1), explicit.get(5, 1)))
+    with pytest.raises(DataError, match="0 <= rank < world_size, got 4, 1, 1"):  # rank 1 of one process
+        TrainBatches(tokens, 8, 4, seed=3, rank=1)

@@ -179,3 +179,18 @@ def test_init_weights_restores_a_fresh_norm(name):
 
 def test_norms_registry():
     assert NORMS == {"rmsnorm": RMSNorm, "rmsnorm_bf16": RMSNormBF16, "layernorm": LayerNorm, "none": NoNorm}
+
+
+@pytest.mark.parametrize("eps", [None, 0.5])
+def test_layernorm_eps_default_and_given_are_torchs(eps):
+    """Inputs with a variance near eps, where eps decides the output: the default is torch's 1e-5, and
+    a given eps reaches the kernel."""
+    kwargs = {} if eps is None else {"eps": eps}
+    x = 1e-3 * torch.randn(4, 16, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(LayerNorm(16, **kwargs)(x), torch.nn.LayerNorm(16, **kwargs)(x))
+
+
+def test_rmsnorm_bf16_gives_back_the_input_dtype_whatever_the_weight_dtype():
+    x = torch.randn(2, 8, generator=torch.Generator().manual_seed(0))
+    assert RMSNormBF16(8).to(torch.bfloat16)(x).dtype == torch.float32
+    assert RMSNorm(8).to(torch.bfloat16)(x).dtype == torch.float32  # as the upcasting RMSNorm does

@@ -179,3 +179,28 @@ def test_adamw_gets_the_kernel_and_hyperparameters_asked_for(impl, device, fused
     d = opt.defaults
     assert (d["fused"], d["foreach"]) == (fused, foreach)
     assert (d["lr"], d["betas"], d["eps"]) == (2e-3, (0.8, 0.9), 1e-7)
+
+
+@pytest.mark.parametrize("name", ["adamw", "muon"])
+def test_build_optimizers_hands_the_device_to_adamws_kernel_choice(name):
+    adamw = build_optimizers(tiny_model(), OptimConfig(name=name), "cpu")[-1]
+    assert adamw.defaults["fused"] is True  # fused on CPU; an unknown device would get foreach
+
+
+def test_frozen_parameters_are_left_out_and_only_they():
+    model = tiny_model(norm="layernorm")
+    model.norm.weight.requires_grad_(False)  # the final LayerNorm's gain, before its bias
+    groups = param_groups(model, 0.1)
+    grouped = {id(p) for group in groups for p in group["params"]}
+    assert id(model.norm.weight) not in grouped and id(model.norm.bias) in grouped
+    assert len(grouped) == len([p for p in model.parameters() if p.requires_grad])
+
+
+def test_a_matrix_shared_by_two_blocks_is_one_muon_parameter():
+    from training.optim import hidden_matrices
+    model = tiny_model()
+    model.layers[1].mlp.down_proj = model.layers[0].mlp.down_proj  # weight sharing across depth
+    matrices = hidden_matrices(model)
+    assert len(matrices) == len({id(m) for m in matrices}) == 2 * 6 - 1  # q, k, v, o, gate_up, down per block
+    assert sum(m is model.layers[0].mlp.down_proj.weight for m in matrices) == 1
+    build_optimizers(model, OptimConfig(name="muon"), "cpu")  # torch refuses a parameter listed twice

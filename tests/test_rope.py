@@ -18,6 +18,22 @@ def test_tables_match_formula():
             assert math.isclose(sin[t, i].item(), math.sin(angle), abs_tol=1e-6)
 
 
+
+def test_tables_are_exact_to_fp32_rounding_at_long_positions():
+    """Position × frequency reaches ~8k rad at the end of an 8k context: the angles must be computed in
+    float64 (fp32 frequencies alone would put ~5e-4 rad of error into the last positions)."""
+    head_dim, positions = 64, torch.tensor([1000, 4095, 8191])
+    cos, sin = rope_tables(head_dim, 8192, 10000.0)
+    inv_freq = 10000.0 ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    angles = positions[:, None].double() * torch.cat([inv_freq, inv_freq])
+    assert (cos[positions].double() - angles.cos()).abs().max() < 1e-7
+    assert (sin[positions].double() - angles.sin()).abs().max() < 1e-7
+
+
+def test_default_theta_is_llamas_10000():
+    assert all(torch.equal(a, b) for a, b in zip(rope_tables(16, 32), rope_tables(16, 32, 10000.0)))
+    assert not torch.equal(rope_tables(16, 32)[0], rope_tables(16, 32, 10001.0)[0])
+
 def test_position_zero_is_identity():
     cos, sin = rope_tables(16, 4)
     x = torch.randn(2, 1, 3, 16)

@@ -51,8 +51,24 @@ def test_forward_returns_padded_logits_and_rejects_too_long_input():
     out = model(torch.zeros(3, 5, dtype=torch.long))
     assert isinstance(out, torch.Tensor) and out.shape == (3, 5, 64) and cfg.padded_vocab_size == 64
     assert model.embed_tokens.weight.shape == (64, cfg.hidden_size)
-    with pytest.raises(ValueError, match="max_seq_len"):
+    too_long = (f"sequence of {cfg.max_seq_len + 1} tokens exceeds model.max_seq_len={cfg.max_seq_len}; "
+                "shorten the input or train with a larger max_seq_len")
+    with pytest.raises(ValueError) as raised:
         model(torch.zeros(1, cfg.max_seq_len + 1, dtype=torch.long))
+    assert str(raised.value) == too_long
+    cache = model.new_kv_cache(1)  # with a cache, the count includes what it holds
+    model(torch.zeros(1, 3, dtype=torch.long), cache)
+    with pytest.raises(ValueError, match=f"sequence of {cfg.max_seq_len + 1} tokens"):
+        model(torch.zeros(1, cfg.max_seq_len - 2, dtype=torch.long), cache)
+
+
+@pytest.mark.parametrize("mlp", sorted(MLPS))
+def test_dropout_reaches_every_part_that_drops(mlp):
+    """model.dropout is the rate of the attention, residual and MLP dropouts alike."""
+    model = Transformer(tiny_model_config(dropout=0.3, mlp=mlp))
+    rates = {name: m.p for name, m in model.named_modules() if isinstance(m, nn.Dropout)}
+    assert any(".mlp." in n for n in rates) and set(rates.values()) == {0.3}, rates
+    assert all(block.attn.dropout == 0.3 for block in model.layers)
 
 
 def test_forward_is_the_lm_head_of_the_final_normed_hidden_states():
@@ -185,7 +201,8 @@ def init_test_model(**overrides) -> Transformer:
 @pytest.mark.parametrize("mlp", [*MLPS, "test_bilinear"])
 def test_every_linear_writing_into_the_residual_stream_is_depth_scaled(mlp, monkeypatch):
     monkeypatch.setitem(MLPS, "test_bilinear", BilinearMLP)
-    model = init_test_model(mlp=mlp, qk_norm=True, norm="layernorm")
+    # Tied for SwiGLU, untied for the others: the untied head has its own init_std draw.
+    model = init_test_model(mlp=mlp, qk_norm=True, norm="layernorm", tie_embeddings=mlp == "swiglu")
     writers = residual_writers(model, torch.arange(8)[None])
     for i in range(model.cfg.n_layers):  # each block writes twice: attention and MLP
         assert any(w.startswith(f"layers.{i}.attn.") for w in writers), writers
@@ -205,8 +222,10 @@ def test_the_property_check_catches_an_mlp_that_forgets_its_output_layer(monkeyp
 
 def test_a_block_part_without_init_weights_is_refused(monkeypatch):
     monkeypatch.setitem(MLPS, "no_init", NoInitMLP)
-    with pytest.raises(TypeError, match="NoInitMLP.*init_weights"):
+    with pytest.raises(TypeError) as raised:
         init_test_model(mlp="no_init")
+    assert str(raised.value) == ("NoInitMLP (block part 'mlp') has parameters but no init_weights(std, out_std); "
+                                 "add one (docs/architecture.md, 'add an MLP')")
 
 
 @pytest.mark.parametrize("overrides", [{}, {"tie_embeddings": False, "norm": "layernorm", "mlp": "gelu",
