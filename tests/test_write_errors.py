@@ -20,7 +20,7 @@ from safetensors import SafetensorError
 import training.checkpoint
 import training.write_errors
 from model import ModelConfig, Transformer
-from training.checkpoint import CheckpointWriteError, list_checkpoints, read_weights, save_checkpoint
+from training.checkpoint import CheckpointWriteError, read_weights, save_checkpoint
 from training.write_errors import write_error_cause
 
 REPO = Path(__file__).resolve().parents[1]
