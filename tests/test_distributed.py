@@ -3,8 +3,10 @@ with the same global batch (train loss, validation loss, weights); the logged lo
 once per optimizer step; a checkpoint resumes exactly on the same world size and continues on another;
 a hung rank fails the run within trainer.dist_timeout_s and every rank tears its process group down.
 
-The one-process reference runs in this process (training/loop.py, no ~6 s interpreter start); torchrun
-launches are shared between tests through module fixtures."""
+The one-process reference runs in this process (training/loop.py, no ~6 s interpreter start). The DDP and
+FSDP2 runs that check what the ranks compute start each rank as torchrun does (its environment) but
+forked from the preloaded server (train_helpers.run_ranks); what torchrun itself does — SIGTERM to one
+rank, the resume, a hung rank — goes through `torchrun`."""
 import json
 import math
 import os
@@ -21,8 +23,8 @@ from safetensors.torch import load_file
 
 from data import TrainBatches, prepare
 from model import Transformer
-from tests.train_helpers import (REPO, compose_train_config, launch, read_metrics, run_dirs, run_torchrun, run_train,
-                                 running, tiny_args, torchrun_worker, train_in_process, wait_for_step)
+from tests.train_helpers import (REPO, compose_train_config, launch, read_metrics, run_dirs, run_ranks, run_torchrun,
+                                 run_train, running, tiny_args, torchrun_worker, train_in_process, wait_for_step)
 from training import distributed as D
 from training.checkpoint import load_model
 from training.loss import CausalLMLoss
@@ -80,7 +82,7 @@ def reference(tmp_path_factory, tiny_data_cache):
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory, tiny_data_cache):
     root = tmp_path_factory.mktemp("ddp")
-    proc = run_torchrun(root, 2, *TWO_RANKS, *COMPILED, cache_dir=tiny_data_cache, faults=AOT_EAGER)
+    proc = run_ranks(root, 2, *TWO_RANKS, *COMPILED, cache_dir=tiny_data_cache, faults=AOT_EAGER)
     assert "parallel=ddp, compile: trainer.compile=true" in proc.stdout
     assert "2 micro batch × 64 seq_len × 2 accumulation × 2 processes" in proc.stdout
     assert "torch.compile failed" not in proc.stderr
@@ -148,7 +150,7 @@ def test_fsdp_checkpoint_resumes_on_a_different_world_size(tmp_path, reference, 
     run to step 12: losses, validation and weights as if it had never stopped, and it loads for generation."""
     from model.generate import generate
 
-    proc = run_torchrun(tmp_path, 2, *TWO_RANKS, *COMPILED, "trainer.parallel=fsdp", "trainer.stop_at_step=6",
+    proc = run_ranks(tmp_path, 2, *TWO_RANKS, *COMPILED, "trainer.parallel=fsdp", "trainer.stop_at_step=6",
                         cache_dir=tiny_data_cache, faults=AOT_EAGER)
     assert "parallel=fsdp, compile: trainer.compile=true" in proc.stdout and "torch.compile failed" not in proc.stderr
     (run,) = run_dirs(tmp_path)

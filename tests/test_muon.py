@@ -7,7 +7,7 @@ import torch
 from torch.optim._muon import _zeropower_via_newtonschulz
 
 from model import ModelConfig, Transformer
-from tests.train_helpers import read_metrics, run_dirs, run_torchrun, run_train
+from tests.train_helpers import read_metrics, run_dirs, run_ranks, run_train
 from training import distributed as D
 from training.config import OptimConfig
 from training.muon import Muon, newton_schulz
@@ -160,7 +160,7 @@ def test_muon_under_torchrun_matches_one_process(tmp_path, cache_dir, reference_
     Newton–Schulz on the DTensor redistributes, so it orthogonalises the whole matrix. The FSDP2 run's
     step-6 checkpoint (Muon and AdamW state gathered from the shards) then resumes in ONE process and
     ends where the reference does."""
-    run_torchrun(tmp_path, 2, *FAST, "trainer.micro_batch_size=2", f"trainer.parallel={parallel}",
+    run_ranks(tmp_path, 2, *FAST, "trainer.micro_batch_size=2", f"trainer.parallel={parallel}",
                  cache_dir=cache_dir)
     (multi,) = run_dirs(tmp_path)
     assert _losses(multi) == pytest.approx(_losses(reference_run), rel=1e-4)
