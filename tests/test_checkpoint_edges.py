@@ -13,7 +13,7 @@ from safetensors import safe_open
 
 import training.checkpoint as C
 from model import ModelConfig, Transformer
-from tests.test_checkpoint import CFG, save, tokenizer_file  # noqa: F401 (fixture)
+from tests.test_checkpoint import CFG, model_and_tokenizer, save, tokenizer_file  # noqa: F401 (fixture)
 from training.checkpoint import (CheckpointError, CheckpointWriteError, last_good_checkpoint, list_checkpoints,
                                  load_model, load_model_config, load_training_state, read_weights, resolve_checkpoint,
                                  restore_rng, rng_states_of_this_process, save_checkpoint)
@@ -21,8 +21,7 @@ from training.checkpoint import (CheckpointError, CheckpointWriteError, last_goo
 
 @pytest.fixture
 def model_and_path(tokenizer_file):  # noqa: F811
-    path, vocab = tokenizer_file
-    return Transformer(ModelConfig(**{**CFG, "vocab_size": vocab})), path
+    return model_and_tokenizer(tokenizer_file)
 
 
 def test_files_are_what_other_tools_and_people_read(tmp_path, model_and_path):
