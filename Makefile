@@ -18,8 +18,9 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 train: setup
 	$(PY) train.py $(ARGS)
 
+# Two workers: the tests that train run one at a time in one of them (tests/conftest.py, docs/testing.md).
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 mutation: setup
 	PY=$(PY) bash scripts/mutation.sh

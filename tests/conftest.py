@@ -1,5 +1,7 @@
 """Shared data fixtures: prepared caches once per session (Shakespeare for the default config and for
-`debug=tiny`), and small synthetic corpora."""
+`debug=tiny`), and small synthetic corpora. And how `make test` shares 2 cores between two workers."""
+import os
+
 import pytest
 
 from data import DataConfig, prepare
@@ -39,3 +41,21 @@ def exact_fp32():
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     yield
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+# ---- two workers (make test: pytest -n 2 --dist loadgroup) ---------------------------------------------
+# Tests marked `serial` (they start train.py, torchrun, a sweep or a benchmark) all go to one worker, so
+# they run one at a time as on one core; the other worker takes everything else. Each worker computes
+# on one thread: two workers × one thread fill 2 cores without oversubscribing them.
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("serial") is not None:
+            item.add_marker(pytest.mark.xdist_group("serial"))
+
+
+def pytest_configure(config):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+        torch.set_num_threads(1)

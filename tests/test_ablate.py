@@ -1,7 +1,7 @@
 """scripts/ablate.py end to end on a tiny model: 2 variants × 3 LRs (one diverging) × 2 seeds in
 one command, a resume that re-runs nothing finished, Ctrl-C and resume, and bad input.
-The protocol runs in-process (main()) where no signal is sent, saving an interpreter start; its
-train.py multiruns are subprocesses either way."""
+The protocol runs in-process (main()) where no signal is sent, saving an interpreter start, and as a
+process forked from the preloaded server where one is; its train.py multiruns are processes either way."""
 import contextlib
 import io
 import json
@@ -9,7 +9,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -21,6 +20,8 @@ from analysis.manifest import MANIFEST
 from scripts.ablate import main
 from tests import forked
 from tests.train_helpers import REPO, read_metrics
+
+pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (conftest.py)
 
 
 @pytest.fixture(scope="module")
@@ -44,13 +45,11 @@ def tiny(**changes) -> list:
     return [f"{k}={v}" for k, v in {**TINY, **{k.replace("__", "."): v for k, v in changes.items()}}.items()]
 
 
-def ablate(tmp_path, *args, popen=False, timeout=300):
-    command = [sys.executable, str(REPO / "scripts" / "ablate.py"), *map(str, args)]
+def ablate_process(tmp_path, *args) -> forked.ForkedRun:
+    """`python scripts/ablate.py <args>` as a real process (its own pid and signal handlers), forked from the
+    preloaded server; the train.py it launches is a fresh interpreter, as a user's would be."""
     env = {**os.environ, "WANDB_MODE": "disabled", "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"}
-    if popen:
-        return subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
-    return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
+    return forked.ForkedRun([str(REPO / "scripts" / "ablate.py"), *map(str, args)], env, tmp_path)
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +173,7 @@ def test_ctrl_c_stops_with_a_checkpoint_and_a_rerun_finishes(tmp_path, cache_dir
     args = ["--protocol", tmp_path / "one.yaml", "--dir", tmp_path / "p", "--probe-steps", "0",
             *tiny(trainer__max_steps=150, trainer__eval_interval=150, trainer__ckpt_interval=150,
                   trainer__log_interval=10), f"data.cache_dir={cache_dir}"]
-    proc = ablate(tmp_path, *args, popen=True)
+    proc = ablate_process(tmp_path, *args)
     metrics = tmp_path / "p" / "runs" / "base" / "ref" / "lr0.001_seed0" / "metrics.jsonl"
     deadline = time.time() + 120
     while time.time() < deadline and not (metrics.exists() and metrics.read_text()):

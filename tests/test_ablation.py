@@ -88,6 +88,7 @@ def cache_dir(tiny_data_cache):
     return tiny_data_cache  # debug=tiny's data, prepared once per session (tests/conftest.py)
 
 
+@pytest.mark.serial
 def test_sweep_runs_the_grid_and_compare_runs_judges_it(tmp_path, cache_dir):
     """`-m experiment=ablation_norm_mlp` alone makes the grid (seed pinned to 0 here: 2×2×1)."""
     sweep(tmp_path, cache_dir, "experiment=ablation_norm_mlp", "seed=0", "trainer.max_steps=4",
@@ -116,6 +117,7 @@ def test_sweep_runs_the_grid_and_compare_runs_judges_it(tmp_path, cache_dir):
     assert not (out / "forest.png").exists()  # one seed: no interval to draw
 
 
+@pytest.mark.serial
 def test_a_failed_cell_does_not_cancel_the_sweep(tmp_path, cache_dir):
     proc = sweep(tmp_path, cache_dir, "model.n_heads=3,4", "trainer.max_steps=2", check=False)
     assert proc.returncode == 1
@@ -125,6 +127,7 @@ def test_a_failed_cell_does_not_cancel_the_sweep(tmp_path, cache_dir):
     assert "n_heads=4" in done.parent.name
 
 
+@pytest.mark.serial
 def test_ctrl_c_stops_the_whole_sweep_after_a_checkpoint(tmp_path, cache_dir):
     proc = sweep(tmp_path, cache_dir, "model.mlp=swiglu,gelu", "trainer.max_steps=100000",
                  "trainer.eval_interval=100000", "trainer.ckpt_interval=100000", popen=True)

@@ -7,7 +7,20 @@ from pathlib import Path
 
 import pytest
 
+from tests import forked
+
+pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (conftest.py)
+
 REPO = Path(__file__).resolve().parents[1]
+
+
+def forked_run(command, check=False, **kwargs) -> subprocess.CompletedProcess:
+    """subprocess.run of `python <script> …` as a real process forked from the preloaded server (tests/forked.py)."""
+    assert command[0] == sys.executable
+    done = forked.run_script(*command[1:])
+    if check:
+        done.check_returncode()
+    return done
 
 
 def load(name: str):
@@ -31,13 +44,14 @@ def test_bench_model_reports_both_models_at_the_same_shape(capsys):
 
 
 def test_bench_model_rejects_an_unknown_shape():
-    out = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_model.py"), "--shape", "huge", "--no-hf"],
-                         capture_output=True, text=True, timeout=120)
+    out = forked.run_script(REPO / "scripts" / "bench_model.py", "--shape", "huge", "--no-hf")
     assert out.returncode == 1 and out.stderr.startswith("error: --shape huge: no configs/model/huge.yaml")
 
 
-def test_bench_loss_chunked_peak_is_lower_with_the_same_loss(capsys):
-    load("bench_loss").main(["--vocab", "8192", "--batch", "4", "--seq", "256", "--hidden", "64", "--layers", "1",
+def test_bench_loss_chunked_peak_is_lower_with_the_same_loss(capsys, monkeypatch):
+    bench = load("bench_loss")
+    monkeypatch.setattr(bench.subprocess, "run", forked_run)  # each variant still measured in a process of its own
+    bench.main(["--vocab", "8192", "--batch", "4", "--seq", "256", "--hidden", "64", "--layers", "1",
                              "--steps", "1", "--threads", "1"])
     out = capsys.readouterr().out
     peaks = [float(v.replace(",", "")) for v in re.findall(r"\| ([\d,]+) MiB live \|", out)]  # live tensors: not RSS noise

@@ -13,7 +13,7 @@ from model import ModelConfig, Transformer
 from training.compile import CompiledLoss, resolve_compile
 from training.loss import CausalLMLoss
 
-pytestmark = [pytest.mark.cuda, pytest.mark.skipif(
+pytestmark = [pytest.mark.cuda, pytest.mark.serial, pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA GPU: run scripts/gpu_check.sh on a GPU machine")]
 
 REPO = Path(__file__).resolve().parents[1]

@@ -6,7 +6,7 @@ a hung rank fails the run within trainer.dist_timeout_s and every rank tears its
 The one-process reference runs in this process (training/loop.py, no ~6 s interpreter start). The DDP and
 FSDP2 runs that check what the ranks compute start each rank as torchrun does (its environment) but
 forked from the preloaded server (train_helpers.run_ranks); what torchrun itself does — SIGTERM to one
-rank, the resume, a hung rank — goes through `torchrun`."""
+rank, a hung rank — goes through `torchrun`."""
 import json
 import math
 import os
@@ -23,14 +23,14 @@ from safetensors.torch import load_file
 
 from data import TrainBatches, prepare
 from model import Transformer
-from tests.train_helpers import (REPO, compose_train_config, launch, read_metrics, run_dirs, run_ranks, run_torchrun,
+from tests.train_helpers import (REPO, compose_train_config, launch, read_metrics, run_dirs, run_ranks,
                                  run_train, running, tiny_args, torchrun_worker, train_in_process, wait_for_step)
 from training import distributed as D
 from training.checkpoint import load_model
 from training.loss import CausalLMLoss
 from training.step import NonFiniteRecord, train_step
 
-pytestmark = pytest.mark.distributed
+pytestmark = [pytest.mark.distributed, pytest.mark.serial]
 
 # fp32 so the only differences left are summation order; every step logged; evals at 6 and 12. Two
 # micro-steps of 4 windows per optimizer step: 2 ranks × micro batch 2, or 1 process × micro batch 4.
@@ -124,7 +124,7 @@ def test_ddp_with_accumulation_matches_one_process(ddp_run, reference, tiny_data
 def test_sigterm_to_one_rank_stops_both_at_one_step_and_the_resume_is_exact(tmp_path, ddp_run, tiny_data_cache):
     """SIGTERM reaches rank 1 alone, right after its step 5: the ranks agree on the stop at that step
     boundary and save step 5 together, within seconds rather than after the collective timeout (a rank
-    alone in save() would wait there for the other). `resume=` under torchrun then finishes the run
+    alone in save() would wait there for the other). `resume=` on two ranks then finishes the run
     bitwise equal to the uninterrupted ddp_run: losses, validation and weights."""
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                 str(REPO / "tests" / "fault_injection.py"),
@@ -137,7 +137,8 @@ def test_sigterm_to_one_rank_stops_both_at_one_step_and_the_resume_is_exact(tmp_
     (part,) = run_dirs(tmp_path)
     assert f"SIGTERM: checkpoint saved at step 5: {part / 'checkpoints' / 'step_0000005'}" in stopped.stdout
     assert sorted(p.name for p in (part / "checkpoints").glob("step_*")) == ["step_0000005"]
-    run_torchrun(tmp_path, 2, f"resume={part}", cache_dir=tiny_data_cache, faults=AOT_EAGER)  # compiled, as saved
+    # The resume: the same two ranks with torchrun's environment, forked (run_ranks) — torchrun's part was the stop.
+    run_ranks(tmp_path, 2, f"resume={part}", cache_dir=tiny_data_cache, faults=AOT_EAGER)  # compiled, as saved
     assert {s: r["loss"] for s, r in train_rows(part).items()} == {s: r["loss"] for s, r in train_rows(ddp_run).items()}
     assert val_losses(part) == val_losses(ddp_run)
     wf, wp = weights(ddp_run, 12), weights(part, 12)
@@ -220,7 +221,7 @@ def test_a_hung_rank_fails_the_run_within_the_timeout_and_tears_down(tmp_path, t
     """Rank 1 stops answering (SIGSTOP) mid-run: rank 0 must not hang in its next collective but fail
     after trainer.dist_timeout_s, saying so, and destroy its process group on the way out; torchrun then
     reports the job failed."""
-    timeout_s, log = 10, tmp_path / "teardown.log"
+    timeout_s, log = 5, tmp_path / "teardown.log"  # well above a tiny step, so only the hang can trip it
     args = tiny_args(tmp_path, ["trainer.max_steps=100000", "trainer.log_interval=1", "trainer.eval_interval=100000",
                                 "trainer.ckpt_interval=100000", f"trainer.dist_timeout_s={timeout_s}"],
                      tiny_data_cache)

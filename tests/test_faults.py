@@ -4,10 +4,9 @@ Every test drives train.py in a subprocess as a user (or a scheduler) would; fau
 outside (kill -9, signals) or from tests/fault_injection.py, which patches library calls before
 train.py starts. docs/reliability.md lists each failure with the test that holds it.
 """
-import json
+import multiprocessing as mp
 import random
 import signal
-import sys
 import time
 
 import pytest
@@ -16,8 +15,10 @@ import yaml
 from safetensors.torch import load_file
 
 from tests.data_helpers import make_documents, write_local
-from tests.train_helpers import (REPO, launch, read_metrics, run_dirs, run_faulty, run_train, tiny_args,
-                                 wait_for_step)
+from tests.test_run_dir import claim_and_hold
+from tests.train_helpers import read_metrics, run_dirs, run_faulty, run_ranks, run_train, wait_for_step
+
+pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (conftest.py)
 
 # fp32 (bitwise comparisons), dropout on (so the RNG state matters on resume), every step logged.
 EXACT = ["trainer.precision=fp32", "model.dropout=0.1", "trainer.log_interval=1"]
@@ -100,7 +101,9 @@ def test_concurrent_starts_never_share_a_run_directory(tmp_path):
     # One directory for both (as two runs started in the same second get): the second must move.
     # Both start with a cold data cache too: one builds it, the other waits for it.
     same = "hydra.run.dir=" + str(tmp_path / "outputs" / "runs" / "r")
-    args = ["trainer.precision=fp32", "trainer.max_steps=20", same, "trainer.eval_interval=20"]
+    corpus = write_local(tmp_path / "corpus", make_documents(300), "txt")  # small: built in a second or two
+    args = ["trainer.precision=fp32", "trainer.max_steps=20", same, "trainer.eval_interval=20", "data=local",
+            f"data.path={corpus}"]
     cache = tmp_path / "cold_cache"
     procs = [run_train(tmp_path, *args, f"seed={seed}", cache_dir=cache, popen=True) for seed in (0, 1)]
     outs = [p.communicate(timeout=300) for p in procs]
@@ -116,9 +119,27 @@ def test_concurrent_starts_never_share_a_run_directory(tmp_path):
         assert [r["step"] for r in read_metrics(run) if r["kind"] == "train"] == [5, 10, 15, 20]
     assert sorted(seeds) == [0, 1]
     # And the weights are seed 1's own (not the other run's, as a shared directory gave).
-    run_train(tmp_path / "alone", *args[:2], "trainer.eval_interval=20", "seed=1", cache_dir=cache)
+    run_train(tmp_path / "alone", *args[:2], *args[3:], "seed=1", cache_dir=cache)
     (alone,) = run_dirs(tmp_path / "alone")
     assert_same_weights(alone / "checkpoints" / "step_0000020", seeds[1])
+
+
+def test_a_run_that_loses_the_claim_leaves_the_winners_directory_alone(tmp_path, cache_dir):
+    """The winner of a shared directory has claimed it but written nothing else yet (it is still preparing
+    data): the loser moves to `r-1` and must not remove `r` as a directory nobody uses."""
+    ctx = mp.get_context("fork")
+    claimed, done = ctx.Event(), ctx.Event()
+    winner = ctx.Process(target=claim_and_hold, args=(tmp_path / "outputs" / "r", claimed, done))
+    winner.start()
+    try:
+        assert claimed.wait(30)
+        loser = run_train(tmp_path, "trainer.max_steps=2", "trainer.eval_interval=2",
+                          f"hydra.run.dir={tmp_path / 'outputs' / 'r'}", cache_dir=cache_dir)
+        assert f"using {tmp_path / 'outputs' / 'r-1'}" in loser.stderr
+        assert (tmp_path / "outputs" / "r" / ".owner").exists()
+    finally:
+        done.set()
+        winner.join(30)
 
 
 def test_a_run_directory_in_use_is_never_shared_nor_resumed(tmp_path, cache_dir):
@@ -192,13 +213,10 @@ def test_second_ctrl_c_stops_at_once_with_one_line_and_exit_130(tmp_path, cache_
 def test_slow_data_preparation_never_trips_the_collective_timeout(tmp_path, cache_dir):
     """Building the token cache takes longer than trainer.dist_timeout_s: the ranks prepare before they
     join the process group (one builds, the others wait on a file lock), so no collective times out."""
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                str(REPO / "tests" / "fault_injection.py"), json.dumps({"slow_prepare": 4})]  # in each worker
     # A cold cache of a small corpus: one rank really builds it (tokenizer and all) in a second or two.
+    # Two ranks with the environment torchrun gives them (run_ranks), each preparing 4 s slower.
     corpus = write_local(tmp_path / "corpus", make_documents(300), "txt")
-    args = tiny_args(tmp_path, ["data=local", f"data.path={corpus}", "trainer.max_steps=4", "trainer.eval_interval=4",
-                                "trainer.dist_timeout_s=3"], tmp_path / "fresh_cache")
-    proc = launch(launcher, args, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_ranks(tmp_path, 2, "data=local", f"data.path={corpus}", "trainer.max_steps=4", "trainer.eval_interval=4",
+              "trainer.dist_timeout_s=3", cache_dir=tmp_path / "fresh_cache", faults={"slow_prepare": 4})
     (run,) = run_dirs(tmp_path)
     assert (run / "checkpoints" / "step_0000004").is_dir()

@@ -15,6 +15,8 @@ import pytest
 import tests.golden_curve as golden_curve
 from tests.golden_curve import GOLDEN, STEPS, VARIANTS, loss_curve
 
+pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (conftest.py)
+
 TOLERANCE = 1e-3  # nats, per step
 
 

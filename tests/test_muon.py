@@ -142,6 +142,7 @@ def _weights(run, step):
     return load_file(run / "checkpoints" / f"step_{step:07d}" / "model.safetensors")
 
 
+@pytest.mark.serial
 def test_train_with_muon_learns_and_resumes_bitwise(tmp_path, cache_dir, reference_run):
     run_train(tmp_path, *FAST, "trainer.stop_at_step=6", cache_dir=cache_dir)
     (part,) = run_dirs(tmp_path)
@@ -154,6 +155,7 @@ def test_train_with_muon_learns_and_resumes_bitwise(tmp_path, cache_dir, referen
 
 
 @pytest.mark.distributed
+@pytest.mark.serial
 @pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
 def test_muon_under_torchrun_matches_one_process(tmp_path, cache_dir, reference_run, parallel):
     """2 ranks × batch 2 = the reference's batch 4. Under FSDP2 each matrix is sharded by rows and

@@ -6,6 +6,8 @@ from safetensors.torch import load_file
 
 from tests.train_helpers import REPO, read_metrics, run_dirs, run_faulty, run_train
 
+pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (conftest.py)
+
 
 @pytest.fixture(scope="module")
 def cache_dir(tmp_path_factory):
