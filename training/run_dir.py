@@ -92,20 +92,23 @@ def _write_owner(fd: int) -> None:
     os.pwrite(fd, (json.dumps(owner) + "\n").encode(), 0)
 
 
-def _read_owner(path: Path) -> str:
+def _owner(path: Path) -> Optional[dict]:
+    """The claim file's owner, or None while it is gone or created and not yet written."""
     try:
         owner = json.loads(path.read_text())
-        return f"pid {owner['pid']} on {owner['host']} since {owner['since']}"
-    except (OSError, ValueError, KeyError):
-        return "owner unknown"
+        return owner if isinstance(owner, dict) and {"pid", "host", "since"} <= owner.keys() else None
+    except (OSError, ValueError):
+        return None
+
+
+def _read_owner(path: Path) -> str:
+    owner = _owner(path)
+    return f"pid {owner['pid']} on {owner['host']} since {owner['since']}" if owner else "owner unknown"
 
 
 def _claimed_by_this_process(path: Path) -> bool:
-    try:
-        owner = json.loads(path.read_text())
-        return owner["pid"] == os.getpid() and owner["host"] == socket.gethostname()
-    except (OSError, ValueError, KeyError, TypeError):  # gone, or created and not yet written: not ours
-        return False
+    owner = _owner(path)
+    return owner is not None and owner["pid"] == os.getpid() and owner["host"] == socket.gethostname()
 
 
 def discard_if_unused(path: Path) -> None:
