@@ -1,9 +1,10 @@
 # Two commands for a fresh machine: `make train` (set up + train the default) and `make test`.
+# `make mutation`: mutation testing of the core (slow, not part of `make test`; docs/testing.md).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup train test
+.PHONY: setup train test mutation
 
 setup: $(VENV)/.installed
 
@@ -17,5 +18,9 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 train: setup
 	$(PY) train.py $(ARGS)
 
+# Two workers: the tests that train run one at a time in one of them (tests/conftest.py, docs/testing.md).
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadgroup
+
+mutation: setup
+	PY=$(PY) bash scripts/mutation.sh

@@ -105,7 +105,7 @@ def claim_run_dir(resume_ckpt, info: D.DistInfo):
                 print(f"run dir {hydra_dir} belongs to another run (started the same second, or named twice): "
                       f"using {claim.run_dir}", file=sys.stderr)
     run_dir = D.broadcast_object(claim.run_dir if claim else None, info)
-    if run_dir != hydra_dir:
+    if run_dir != hydra_dir:  # a resume, a rank that started a second later, or another run's directory (kept)
         R.discard_if_unused(hydra_dir)  # Hydra made a directory this run does not use
     return run_dir, claim
 
@@ -153,6 +153,9 @@ def main(dict_cfg: DictConfig) -> float:
         print(f"\n{e}: stopped at once without saving; the last checkpoint is kept, and a half-written one "
               "is removed at the next start", file=sys.stderr)
         sys.exit(exit_status(e.signum))
+    except KeyboardInterrupt:  # Ctrl-C before the loop installed its handler (data preparation, compile)
+        print("\nSIGINT: interrupted before training started; nothing was saved", file=sys.stderr)
+        sys.exit(130)
     except ValueError as e:  # DataError, CheckpointError, ConfigError, NonFiniteLoss, … included
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise

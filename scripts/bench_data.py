@@ -114,8 +114,8 @@ def report(r: dict) -> str:
     ]
     if "model_step" in r:
         share = r["get_16x256"] / r["model_step"] * 100
-        lines.append(f"| forward + backward, default CPU model, 16 x 256 ({r['precision']}) | {r['model_step'] * 1e3:.0f} ms "
-                     f"| batch loading = {share:.3f}% of it |")
+        lines.append(f"| forward + backward, default CPU model, 16 x 256 ({r['precision']}) "
+                     f"| {r['model_step'] * 1e3:.0f} ms | batch loading = {share:.3f}% of it |")
     lines += ["", "The rest of a cold prepare is interpreter start-up and imports (`datasets` alone ~1 s), "
               "Arrow writes and the token files. `num_proc=1` is the default: `encode_batch` already uses every "
               "core from Rust, while forked `datasets.map` workers pay start-up and lose that parallelism.", ""]

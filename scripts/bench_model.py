@@ -2,7 +2,7 @@
 
 Usage: python scripts/bench_model.py [--shape cpu|25m|125m|tiny] [--compile] [--precision auto|bf16|fp32]
            [--steps 10] [--warmup 3] [--batch 16] [--seq 256] [--vocab 4096] [--heads N] [--threads 2]
-           [--no-hf] [--profile]
+           [--no-hf] [--profile] [--matmul-shapes]
 One step = loss (model + fp32 cross-entropy, one module; compiled as one with --compile), backward,
 fused AdamW, zero_grad. The variants run interleaved in one process; medians are reported.
 """
@@ -42,6 +42,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--no-hf", action="store_true", help="only our model (no transformers needed)")
     p.add_argument("--profile", action="store_true", help="then profile 3 steps of our fastest variant")
+    p.add_argument("--matmul-shapes", action="store_true", help="then time each of the model's matmul shapes alone")
     return p.parse_args(argv)
 
 
@@ -172,6 +173,27 @@ def profile(step, inputs, targets, rows: int = 25) -> None:
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows, max_name_column_width=60))
 
 
+def matmul_shapes(cfg: ModelConfig, tokens: int, dtype: torch.dtype, peak: float) -> None:
+    """Each distinct Linear of the model as one (tokens × in) @ (in × out) matmul, alone: how close the
+    model's own shapes come to the square-matmul peak (small inner sizes keep it below)."""
+    shapes = sorted({tuple(m.weight.shape) for m in _meta_model(cfg).modules() if isinstance(m, torch.nn.Linear)})
+    print(f"\n| matmul ({tokens} tokens) | TFLOP/s | % of peak |\n|---|---:|---:|")
+    gen = torch.Generator().manual_seed(0)
+    for out_features, in_features in shapes:
+        x = torch.randn(tokens, in_features, generator=gen).to(dtype)
+        w = torch.randn(out_features, in_features, generator=gen).to(dtype)
+        best = min(_timed(lambda: x @ w.T) for _ in range(5))
+        flops = 2 * tokens * in_features * out_features / best
+        print(f"| {tokens} × {in_features} @ {in_features} × {out_features} | {flops / 1e12:.3f} "
+              f"| {100 * flops / peak:.0f} % |")
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -180,7 +202,8 @@ def main(argv=None) -> None:
     precision, why = resolve_precision(args.precision, device)
     autocast = autocast_context(precision, device)
     variants = build_variants(cfg, args, autocast)
-    data = torch.randint(0, cfg.vocab_size, (args.batch, cfg.max_seq_len + 1), generator=torch.Generator().manual_seed(0))
+    gen = torch.Generator().manual_seed(0)
+    data = torch.randint(0, cfg.vocab_size, (args.batch, cfg.max_seq_len + 1), generator=gen)
     inputs, targets = data[:, :-1].contiguous(), data[:, 1:].contiguous()
     hf_version = "" if args.no_hf else f", transformers {__import__('transformers').__version__}"
     print(f"torch {torch.__version__}{hf_version}, {torch.get_num_threads()} threads, {precision} ({why}), "
@@ -194,6 +217,8 @@ def main(argv=None) -> None:
     peak = max(peak, measure_matmul_flops(device, dtype))  # before and after: the best the machine showed
     print(f"load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
     report(cfg, args, precision, times, first, peak)
+    if args.matmul_shapes:
+        matmul_shapes(cfg, args.batch * cfg.max_seq_len, dtype, peak)
     if args.profile:
         fastest = min((n for n in times if n.startswith("minillama")), key=lambda n: statistics.median(times[n]))
         print(f"\nprofiling {fastest}")

@@ -73,8 +73,9 @@ def warn_if_sliding(model, tokenizer, prompts: list, max_new_tokens: int) -> Non
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    top_k, top_p = args.top_k or None, args.top_p if args.top_p < 1 else None  # 0 / 1 switch them off
-    check_sampling_args(args.max_new_tokens, args.temperature, top_k, top_p, args.num_samples)
+    # Checked as given (--top-p 2 is an error, not "off"); then 0 / 1 switch them off.
+    check_sampling_args(args.max_new_tokens, args.temperature, args.top_k or None, args.top_p, args.num_samples)
+    top_k, top_p = args.top_k or None, args.top_p if args.top_p < 1 else None
     device = pick_device(args.device, option="--device")
     prompts = read_prompts(args)
     model, tokenizer, ckpt = load_model(args.checkpoint, device=device, dtype=DTYPES[args.dtype])

@@ -8,6 +8,12 @@ code under test is the real one — nothing in minillama knows about them:
   {"hang_in_save": "FILE"}       in the middle of the first step checkpoint: create FILE, then sleep
                                  (the test kills the process there: a kill mid-write)
   {"signal_at_step": [5, 15]}    send signal 15 to ourselves after optimizer step 5
+  {"signal_at_step": [5, 15, 1]} the same, in the torchrun worker of rank 1 only
+  {"val_bpb": [3.0, 2.5]}         the evaluations report these bits per byte, in order (a scripted curve)
+  {"slow_prepare": 8}            building the token cache takes 8 s longer (a big corpus), on whichever rank builds
+  {"compile_backend": "aot_eager"} torch.compile (trainer.compile=true) uses this backend: dynamo and AOT
+                                 autograd as in a real compile, without inductor's minute of C++ builds
+  {"teardown_log": "FILE"}       append "<rank> <group up before> <group up after>" to FILE at each process-group teardown
 """
 import json
 import os
@@ -18,8 +24,38 @@ from pathlib import Path
 
 
 def install(spec: dict) -> None:
+    import data.preparation as preparation
     import training.loop as loop
     import training.saving as saving
+
+    if "slow_prepare" in spec:
+        real_build = preparation._build
+
+        def slow_build(*args, **kwargs):
+            time.sleep(spec["slow_prepare"])
+            return real_build(*args, **kwargs)
+        preparation._build = slow_build
+
+    if "compile_backend" in spec:
+        import training.compile as compile_module
+        real_init = compile_module.CompiledLoss.__init__
+
+        def init_with_backend(self, module, warn=None, **compile_kwargs):
+            real_init(self, module, warn, **{"backend": spec["compile_backend"], **compile_kwargs})
+        compile_module.CompiledLoss.__init__ = init_with_backend
+
+    if "teardown_log" in spec:
+        import torch.distributed as dist
+
+        import training.distributed as distributed
+        real_teardown = distributed.teardown
+
+        def logged_teardown():
+            before = dist.is_initialized()
+            real_teardown()
+            with open(spec["teardown_log"], "a") as f:
+                f.write(f"{os.environ.get('RANK', '0')} {before} {dist.is_initialized()}\n")
+        distributed.teardown = logged_teardown
 
     if "nan_steps" in spec:
         bad, real_step = set(spec["nan_steps"]), loop.train_step
@@ -31,13 +67,22 @@ def install(spec: dict) -> None:
             return real_step(loss_module, batches, step, *args, **kwargs)
         loop.train_step = poisoned_step
 
+    if "val_bpb" in spec:
+        scripted, real_evaluate = list(spec["val_bpb"]), loop.evaluate
+
+        def scripted_evaluate(*args, **kwargs):
+            result = real_evaluate(*args, **kwargs)
+            return {**result, "val_bpb": scripted.pop(0)}
+        loop.evaluate = scripted_evaluate
+
     if "signal_at_step" in spec:
-        at, signum = spec["signal_at_step"]
+        at, signum, *only_rank = spec["signal_at_step"]
         real_train_step = loop.train_step
+        here = not only_rank or os.environ.get("RANK", "0") == str(only_rank[0])
 
         def signalling_step(loss_module, batches, step, *args, **kwargs):
             out = real_train_step(loss_module, batches, step, *args, **kwargs)
-            if step + 1 == at:
+            if here and step + 1 == at:
                 os.kill(os.getpid(), signum)
             return out
         loop.train_step = signalling_step

@@ -1,7 +1,7 @@
 """scripts/ablate.py end to end on a tiny model: 2 variants × 3 LRs (one diverging) × 2 seeds in
 one command, a resume that re-runs nothing finished, Ctrl-C and resume, and bad input.
-The protocol runs in-process (main()) where no signal is sent, saving an interpreter start; its
-train.py multiruns are subprocesses either way."""
+The protocol runs in-process (main()) where no signal is sent, saving an interpreter start, and as a
+process forked from the preloaded server where one is; its train.py multiruns are processes either way."""
 import contextlib
 import io
 import json
@@ -9,7 +9,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -19,7 +18,19 @@ from matplotlib import image
 from analysis.cells import STATUS_FILE
 from analysis.manifest import MANIFEST
 from scripts.ablate import main
+from tests import forked
 from tests.train_helpers import REPO, read_metrics
+
+pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (conftest.py)
+
+
+@pytest.fixture(scope="module")
+def forking():
+    """In-process protocols fork their train.py multiruns from the preloaded server (tests/forked.py)."""
+    import analysis.launch
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(analysis.launch.subprocess, "Popen", forked.popen_forking_train_py(subprocess.Popen))
+        yield
 
 PROTOCOL = {"reference": "ref", "variants": {"ref": [], "gelu": ["model.mlp=gelu"]},
             "lr_grid": [1e-3, 1e-2, 1e30],  # 1e30 diverges at the first step, in every variant
@@ -34,22 +45,20 @@ def tiny(**changes) -> list:
     return [f"{k}={v}" for k, v in {**TINY, **{k.replace("__", "."): v for k, v in changes.items()}}.items()]
 
 
-def ablate(tmp_path, *args, popen=False, timeout=300):
-    command = [sys.executable, str(REPO / "scripts" / "ablate.py"), *map(str, args)]
+def ablate_process(tmp_path, *args) -> forked.ForkedRun:
+    """`python scripts/ablate.py <args>` as a real process (its own pid and signal handlers), forked from the
+    preloaded server; the train.py it launches is a fresh interpreter, as a user's would be."""
     env = {**os.environ, "WANDB_MODE": "disabled", "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"}
-    if popen:
-        return subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
-    return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
+    return forked.ForkedRun([str(REPO / "scripts" / "ablate.py"), *map(str, args)], env, tmp_path)
 
 
 @pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("data_cache")
+def cache_dir(tiny_data_cache):
+    return tiny_data_cache  # debug=tiny's data, prepared once per session (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory, cache_dir):
+def finished(tmp_path_factory, cache_dir, forking):
     """The whole protocol, once: (protocol dir, what it printed)."""
     root = tmp_path_factory.mktemp("ablate")
     (root / "protocol.yaml").write_text(yaml.safe_dump(PROTOCOL))
@@ -124,7 +133,7 @@ def test_report_has_the_tables_and_figures(finished):
         assert image.imread(protocol / "report" / f"{name}.png").ndim == 3
 
 
-def test_resume_reruns_nothing_finished(finished, tmp_path, capsys):
+def test_resume_reruns_nothing_finished(finished, tmp_path, capsys, forking):
     """Half-finish a copy: one stage-2 cell deleted, one cut back to its step-3 checkpoint, one
     failed for a non-divergence reason. The rerun (just --dir) does exactly those three."""
     protocol = tmp_path / "p"
@@ -156,7 +165,7 @@ def test_resume_reruns_nothing_finished(finished, tmp_path, capsys):
     assert [r for r in read_metrics(cut) if r["step"] <= 3] == rows  # continued, not restarted
 
 
-def test_ctrl_c_stops_with_a_checkpoint_and_a_rerun_finishes(tmp_path, cache_dir, capsys):
+def test_ctrl_c_stops_with_a_checkpoint_and_a_rerun_finishes(tmp_path, cache_dir, capsys, forking):
     """One cell (stage 2 reuses it), so each invocation is one multirun: SIGINT to the protocol
     reaches train.py once, which checkpoints; the rerun resumes that checkpoint to the end."""
     (tmp_path / "one.yaml").write_text(yaml.safe_dump({"reference": "ref", "variants": {"ref": []},
@@ -164,7 +173,7 @@ def test_ctrl_c_stops_with_a_checkpoint_and_a_rerun_finishes(tmp_path, cache_dir
     args = ["--protocol", tmp_path / "one.yaml", "--dir", tmp_path / "p", "--probe-steps", "0",
             *tiny(trainer__max_steps=150, trainer__eval_interval=150, trainer__ckpt_interval=150,
                   trainer__log_interval=10), f"data.cache_dir={cache_dir}"]
-    proc = ablate(tmp_path, *args, popen=True)
+    proc = ablate_process(tmp_path, *args)
     metrics = tmp_path / "p" / "runs" / "base" / "ref" / "lr0.001_seed0" / "metrics.jsonl"
     deadline = time.time() + 120
     while time.time() < deadline and not (metrics.exists() and metrics.read_text()):

@@ -4,7 +4,6 @@ import functools
 import itertools
 import json
 import signal
-import subprocess
 import sys
 
 import pytest
@@ -18,6 +17,7 @@ from analysis.protocol import load_spec_file
 from model import Transformer
 from scripts.ablate import DEFAULT_PROTOCOL
 from scripts.ablate_configs import validate
+from tests import forked
 from tests.test_configs import CONFIGS, compose_typed
 from tests.train_helpers import REPO, interrupt_once_training, launch, read_metrics
 from train import register_configs
@@ -46,21 +46,30 @@ def test_grid_is_the_documented_one(experiment):
 
 @pytest.mark.parametrize("experiment", GRIDS)
 def test_every_cell_composes_and_differs_only_in_norm_mlp_and_seed(experiment):
-    grid, shared = GRIDS[experiment], None
+    grid, shared, counts = GRIDS[experiment], None, {}
     for values in itertools.product(*grid.values()):
         cell = dict(zip(grid, values))
         cfg = compose_typed([f"experiment={experiment}"] + [f"{k}={v}" for k, v in cell.items()])
         assert (cfg.model.norm, cfg.model.mlp, str(cfg.seed)) == (cell["model.norm"], cell["model.mlp"], cell["seed"])
-        assert cfg.logger.tags == [experiment, f"norm={cfg.model.norm}", f"mlp={cfg.model.mlp}"]
+        assert list(cfg.logger.tags) == [experiment, f"norm={cfg.model.norm}", f"mlp={cfg.model.mlp}"]
         assert cfg.logger.group and "${" not in cfg.logger.group
         assert cfg.run_name == f"{cfg.model.norm}_{cfg.model.mlp}_seed{cfg.seed}"
         with torch.device("meta"):
-            assert Transformer(cfg.model).param_counts()["total"] > 0
+            counts[cfg.model.norm, cfg.model.mlp] = Transformer(cfg.model).param_counts()
         # Same data, token budget and LR schedule in every cell: trainer, optim and data are identical.
         same = (cfg.trainer, cfg.optim, cfg.data, cfg.model.hidden_size, cfg.model.n_layers)
         assert shared is None or same == shared
         shared = same
     assert shared[0].max_steps * shared[0].micro_batch_size * shared[0].seq_len >= 1_000_000  # a real budget
+    # Parameters matched: a 4·d MLP has 8·d² per layer; SwiGLU's 3·d·I with I = 8d/3 rounded up to
+    # multiple_of m has at most 3·d·m more. LayerNorm adds only a bias per norm (2L + 1 norms).
+    d, layers, m = shared[3], shared[4], cfg.model.multiple_of
+    for (norm, mlp), c in counts.items():
+        reference = counts[norm, "swiglu"]
+        assert abs(c["mlp"] - reference["mlp"]) <= 3 * d * m * layers, (norm, mlp)
+        assert c["attention"] == reference["attention"] and c["embedding"] == reference["embedding"]
+        if norm == "layernorm":
+            assert c["total"] - counts["rmsnorm", mlp]["total"] == (2 * layers + 1) * d
 
 
 def test_scaling_up_replaces_the_cpu_preset():
@@ -75,10 +84,11 @@ def sweep(tmp_path, cache_dir, *overrides, check=True, popen=False):
 
 
 @pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("data_cache")
+def cache_dir(tiny_data_cache):
+    return tiny_data_cache  # debug=tiny's data, prepared once per session (tests/conftest.py)
 
 
+@pytest.mark.serial
 def test_sweep_runs_the_grid_and_compare_runs_judges_it(tmp_path, cache_dir):
     """`-m experiment=ablation_norm_mlp` alone makes the grid (seed pinned to 0 here: 2×2×1)."""
     sweep(tmp_path, cache_dir, "experiment=ablation_norm_mlp", "seed=0", "trainer.max_steps=4",
@@ -93,8 +103,7 @@ def test_sweep_runs_the_grid_and_compare_runs_judges_it(tmp_path, cache_dir):
     for run in runs:
         evals = [r for r in read_metrics(run.parent) if r["kind"] == "eval"]
         assert [e["step"] for e in evals] == [2, 4] and len(evals[-1]["rms_residual"]) == 2
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "compare_runs.py"), str(tmp_path / "sweep")],
-                          capture_output=True, text=True, timeout=120)
+    proc = forked.run_script(REPO / "scripts" / "compare_runs.py", tmp_path / "sweep")
     assert proc.returncode == 0, proc.stderr
     out = tmp_path / "sweep" / "comparison"
     results, paired = (out / "results.md").read_text().split("## Paired Δ against the reference")
@@ -108,6 +117,7 @@ def test_sweep_runs_the_grid_and_compare_runs_judges_it(tmp_path, cache_dir):
     assert not (out / "forest.png").exists()  # one seed: no interval to draw
 
 
+@pytest.mark.serial
 def test_a_failed_cell_does_not_cancel_the_sweep(tmp_path, cache_dir):
     proc = sweep(tmp_path, cache_dir, "model.n_heads=3,4", "trainer.max_steps=2", check=False)
     assert proc.returncode == 1
@@ -117,6 +127,7 @@ def test_a_failed_cell_does_not_cancel_the_sweep(tmp_path, cache_dir):
     assert "n_heads=4" in done.parent.name
 
 
+@pytest.mark.serial
 def test_ctrl_c_stops_the_whole_sweep_after_a_checkpoint(tmp_path, cache_dir):
     proc = sweep(tmp_path, cache_dir, "model.mlp=swiglu,gelu", "trainer.max_steps=100000",
                  "trainer.eval_interval=100000", "trainer.ckpt_interval=100000", popen=True)

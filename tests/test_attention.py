@@ -1,54 +1,25 @@
 """Attention against a hand-written float64 reference (with and without QK-norm); GQA equals MHA with
 repeated kv heads; causality; QK-norm's scale invariance."""
-import math
-
 import pytest
 import torch
 
-from model import RMSNorm, rope_tables
+from model import rope_tables
 from model.attention import Attention
-from model_helpers import one_thread, random_transformer, tiny_model_config
-
-
-def reference_attention(attn: Attention, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Causal attention written out in float64: explicit scores, -inf mask, softmax, kv heads repeated."""
-    B, T, _ = x.shape
-    H, KV, hd = attn.n_heads, attn.n_kv_heads, attn.head_dim
-    x, cos, sin = x.double(), cos.double()[:, None, :], sin.double()[:, None, :]  # (T, 1, hd) vs (B, T, H, hd)
-    q = (x @ attn.q_proj.weight.double().T).view(B, T, H, hd)
-    k = (x @ attn.k_proj.weight.double().T).view(B, T, KV, hd)
-    v = (x @ attn.v_proj.weight.double().T).view(B, T, KV, hd)
-    if isinstance(attn.q_norm, RMSNorm):  # QK-norm: RMS over each head's head_dim, then the shared weight
-        def rms(t, w):
-            return t / torch.sqrt((t * t).mean(dim=-1, keepdim=True) + attn.q_norm.eps) * w.double()
-
-        q, k = rms(q, attn.q_norm.weight), rms(k, attn.k_norm.weight)
-
-    def rotate(t):  # the rotation, pair (i, i + hd/2) at angle cos/sin
-        t1, t2 = t[..., :hd // 2], t[..., hd // 2:]
-        return t * cos + torch.cat([-t2, t1], dim=-1) * sin
-
-    q, k = rotate(q), rotate(k)
-    # Query head h reads kv head h // (H/KV): repeat each kv head H/KV times, in order.
-    k, v = k.repeat_interleave(H // KV, dim=2), v.repeat_interleave(H // KV, dim=2)
-    scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(hd)
-    future = torch.ones(T, T, dtype=torch.bool).triu(1)
-    weights = scores.masked_fill(future, float("-inf")).softmax(dim=-1)
-    out = torch.einsum("bhqk,bkhd->bqhd", weights, v).reshape(B, T, H * hd)
-    return out @ attn.o_proj.weight.double().T
+from model_helpers import one_thread, random_transformer, reference_attention, tiny_model_config
 
 
 @pytest.mark.parametrize("n_kv_heads, qk_norm", [(4, False), (2, False), (1, False), (2, True)])  # MHA, GQA, MQA
 def test_attention_matches_reference(n_kv_heads, qk_norm):
     torch.manual_seed(0)
-    cfg = tiny_model_config(n_kv_heads=n_kv_heads, qk_norm=qk_norm)
+    # A QK-norm eps far from the default: a norm built without model.norm_eps would show.
+    cfg = tiny_model_config(n_kv_heads=n_kv_heads, qk_norm=qk_norm, norm_eps=0.05)
     attn = Attention(cfg, layer_idx=0).eval()
     with torch.no_grad():  # QK-norm weights off their ones, so a swapped or skipped weight shows
         for p in list(attn.q_norm.parameters()) + list(attn.k_norm.parameters()):
             p.add_(0.3 * torch.randn_like(p))
     cos, sin = rope_tables(cfg.head_dim, 12)
     x = torch.randn(2, 12, cfg.hidden_size)
-    torch.testing.assert_close(attn(x, cos, sin).double(), reference_attention(attn, x, cos, sin),
+    torch.testing.assert_close(attn(x, cos, sin).double(), reference_attention(attn, x, cos, sin, cfg.norm_eps),
                                rtol=1e-5, atol=1e-5)
 
 

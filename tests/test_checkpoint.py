@@ -1,4 +1,5 @@
-"""Checkpoint directories: atomic writes, no NaN checkpoints, pruning, `latest`, strict and safe loading."""
+"""Checkpoint directories: atomic writes (interrupted for real), an exact resume of weights and optimizer
+moments, no NaN checkpoints, pruning, `latest`, strict and safe loading."""
 import json
 import os
 
@@ -6,9 +7,13 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+import training.checkpoint
 from model import ModelConfig, Transformer
 from training.checkpoint import (CheckpointError, NonFiniteCheckpoint, _prune, last_good_checkpoint, list_checkpoints,
-                                 load_model, load_training_state, resolve_checkpoint, save_checkpoint)
+                                 load_model, load_training_state, read_weights, resolve_checkpoint, restore_rng,
+                                 rng_states_of_this_process, save_checkpoint)
+from training.checkpoint_cleanup import clean_partial_checkpoints
+from training.state_dicts import full_optimizer_state, load_full_state
 
 CFG = dict(vocab_size=300, hidden_size=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=16)
 
@@ -43,6 +48,80 @@ def test_roundtrip_is_exact_and_head_stays_tied(tmp_path, tokenizer_file):
     assert loaded.lm_head.weight.data_ptr() == loaded.embed_tokens.weight.data_ptr()
     state, opt, rng = load_training_state(ckpt)
     assert state["step"] == 5 and "torch" in rng and opt is not None
+
+
+def adamw_steps(model, optimizer, n, seed):
+    batches = torch.randint(0, model.cfg.vocab_size, (n, 2, 9), generator=torch.Generator().manual_seed(seed))
+    for batch in batches:
+        logits = model(batch[:, :-1])
+        torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten()).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+
+def test_a_resumed_model_and_optimizer_continue_exactly_as_if_never_saved(tmp_path, tokenizer_file):
+    """Train 3 AdamW steps, save (moments, step counts, per-group lr), then 2 more; a fresh model and
+    optimizer loaded from the checkpoint take the same 2 steps to the same bits."""
+    model, path = model_and_tokenizer(tokenizer_file)
+    optimizer = torch.optim.AdamW([{"params": [p for n, p in model.named_parameters() if "norm" in n], "lr": 2e-3},
+                                   {"params": [p for n, p in model.named_parameters() if "norm" not in n]}],
+                                  lr=1e-2, weight_decay=0.1)
+    adamw_steps(model, optimizer, 3, seed=0)
+    ckpt = save_checkpoint(tmp_path, 3, model.state_dict(), model.cfg, path, {"step": 3}, "",
+                           full_optimizer_state(model, [optimizer]))
+    adamw_steps(model, optimizer, 2, seed=1)
+
+    torch.manual_seed(123)  # another init: everything must come from the checkpoint
+    fresh, _ = model_and_tokenizer(tokenizer_file)
+    fresh_opt = torch.optim.AdamW([{"params": [p for n, p in fresh.named_parameters() if "norm" in n], "lr": 0.5},
+                                   {"params": [p for n, p in fresh.named_parameters() if "norm" not in n]}],
+                                  lr=0.5, weight_decay=0.1)
+    _, optim_state, _ = load_training_state(ckpt)
+    assert len(optim_state["state"]) == len(list(model.parameters()))  # moments of every parameter were saved
+    load_full_state(fresh, [fresh_opt], read_weights(fresh, ckpt), optim_state)
+    assert [g["lr"] for g in fresh_opt.param_groups] == [2e-3, 1e-2]
+    adamw_steps(fresh, fresh_opt, 2, seed=1)
+    for (name, p), q in zip(model.named_parameters(), fresh.parameters()):
+        assert torch.equal(p, q), name
+    assert fresh.lm_head.weight is fresh.embed_tokens.weight
+
+
+class Interrupted(BaseException):
+    """What a kill looks like to the code being killed: no `except Exception` catches it."""
+
+
+@pytest.mark.parametrize("after", ["model.safetensors", "optimizer.pt", "rng.pt"])
+@pytest.mark.parametrize("resave", [False, True], ids=["new-step", "same-step-again"])
+def test_an_interrupted_save_never_touches_a_complete_checkpoint(tmp_path, tokenizer_file, monkeypatch, after, resave):
+    """A real save stopped right after writing `after`: the checkpoints that were complete stay complete
+    and unchanged (a re-save of the same step too: e.g. `best`), and the next start's sweep leaves exactly
+    them. Writing in place instead of into step_N.tmp would leave a half-new step_N that looks complete."""
+    model, path = model_and_tokenizer(tokenizer_file)
+    root = tmp_path / "checkpoints"  # beside the tokenizer file, not around it
+    first = save(root, 1, model, path)
+    before = {f.name: f.read_bytes() for f in first.iterdir()}
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)  # the new save would write other weights
+    step = 1 if resave else 2
+    real = {"model.safetensors": training.checkpoint.save_file, "optimizer.pt": training.checkpoint._torch_save,
+            "rng.pt": training.checkpoint._torch_save}[after]
+
+    def write_then_die(obj, target, *args, **kwargs):
+        real(obj, target, *args, **kwargs)
+        if os.path.basename(str(target)) == after:
+            raise Interrupted
+
+    name = "save_file" if after == "model.safetensors" else "_torch_save"
+    monkeypatch.setattr(training.checkpoint, name, write_then_die)
+    with pytest.raises(Interrupted):
+        save(root, step, model, path)
+    monkeypatch.undo()
+    assert list_checkpoints(root) == [first] and resolve_checkpoint(str(root)) == first
+    assert {f.name: f.read_bytes() for f in first.iterdir()} == before
+    assert clean_partial_checkpoints(root) == [root / f"step_{step:07d}.tmp"]
+    assert sorted(p.name for p in root.iterdir()) == ["step_0000001"]
+    assert {f.name: f.read_bytes() for f in first.iterdir()} == before
 
 
 def test_prune_keeps_last_k_and_ignores_half_written(tmp_path, tokenizer_file):
@@ -101,8 +180,9 @@ def test_non_finite_weights_or_optimizer_state_are_never_written(tmp_path, token
     assert refused.value.last_good is None and not root.exists()  # not even a .tmp
     good, path = model_and_tokenizer(tokenizer_file)
     first = save(root, 2, good, path)
-    with pytest.raises(NonFiniteCheckpoint, match=f"the last good checkpoint is {first}"):
+    with pytest.raises(NonFiniteCheckpoint, match=f"the last good checkpoint is {first}") as refused:
         save(root, 3, model, path)
+    assert refused.value.last_good == first  # for the caller's own message
     opt = torch.optim.AdamW(good.parameters())
     good(torch.zeros(1, 4, dtype=torch.long)).sum().backward()
     opt.step()
@@ -182,3 +262,28 @@ def test_damaged_training_state_files_name_the_file(tmp_path, tokenizer_file):
     (ckpt / "state.json").write_text('{"step": 1,')
     with pytest.raises(CheckpointError, match=r"state.json is unreadable"):
         load_training_state(ckpt)
+
+
+def test_restore_rng_gives_each_rank_its_own_state_and_refuses_a_foreign_world_size():
+    states = []
+    for seed in (1, 2):  # what two ranks saved
+        torch.manual_seed(seed)
+        states.append(rng_states_of_this_process())
+    draws = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        draws.append(torch.rand(3))
+    saved = {"ranks": states}
+    for rank in (0, 1):
+        torch.manual_seed(99)
+        assert restore_rng(saved, rank, 2) is True
+        assert torch.equal(torch.rand(3), draws[rank])
+    torch.manual_seed(99)
+    expected = torch.rand(3)
+    for rank, world_size in ((0, 1), (0, 3), (1, 1)):  # another world size: the caller's seeding stands
+        torch.manual_seed(99)
+        assert restore_rng(saved, rank, world_size) is False
+        assert torch.equal(torch.rand(3), expected)
+    torch.manual_seed(99)  # an old single-process checkpoint (no "ranks"): rank 0 of one process only
+    assert restore_rng(states[1]) is True and torch.equal(torch.rand(3), draws[1])
+    assert restore_rng(states[1], 1, 2) is False

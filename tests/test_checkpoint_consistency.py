@@ -7,24 +7,17 @@ import yaml
 
 from model import ModelConfig, Transformer
 from training.checkpoint import CheckpointError, load_model, save_checkpoint
+from tests.test_checkpoint import CFG, tokenizer_file  # noqa: F401 (a fixture: the same tiny BPE tokenizer)
 from training.checkpoint_consistency import check_checkpoint_consistency, check_resume_fits
-
-CFG = dict(vocab_size=300, hidden_size=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=16)
 
 
 @pytest.fixture
-def ckpt(tmp_path):
+def ckpt(tmp_path, tokenizer_file):
     """A checkpoint as train.py writes it: config.yaml holds the run's model section."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.train_from_iterator(["hello world"] * 10, trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["<|bos|>", "<|eos|>", "<|pad|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tok.save(str(tmp_path / "tokenizer.json"))
-    cfg = ModelConfig(**{**CFG, "vocab_size": tok.get_vocab_size()})
+    tokenizer_path, vocab = tokenizer_file
+    cfg = ModelConfig(**{**CFG, "vocab_size": vocab})
     config_yaml = yaml.safe_dump({"model": dataclasses.asdict(cfg), "trainer": {"max_steps": 10}})
-    return save_checkpoint(tmp_path / "checkpoints", 7, Transformer(cfg).state_dict(), cfg, tmp_path / "tokenizer.json",
+    return save_checkpoint(tmp_path / "checkpoints", 7, Transformer(cfg).state_dict(), cfg, tokenizer_path,
                            {"step": 7}, config_yaml)
 
 

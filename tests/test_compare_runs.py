@@ -1,7 +1,6 @@
 """scripts/compare_runs.py on hand-written runs with known numbers: statistics, best cell, the
 best-vs-runner-up verdict, paired Δ against the reference."""
-import subprocess
-import sys
+from tests import forked
 from pathlib import Path
 
 import numpy as np
@@ -224,6 +223,5 @@ def test_bad_input_is_a_one_line_error(tmp_path, capsys, breakage, message):
 
 
 def test_command_line_exit_status(tmp_path):
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "compare_runs.py"), str(tmp_path)],
-                          capture_output=True, text=True, timeout=120)
+    proc = forked.run_script(REPO / "scripts" / "compare_runs.py", tmp_path)
     assert proc.returncode == 1 and proc.stderr.startswith("error: no run directories")

@@ -23,11 +23,11 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
-def tiny_loss(chunk_above=None) -> CausalLMLoss:
+def tiny_loss(chunk_above=None, chunk_elements=5 * 128, n_layers=2) -> CausalLMLoss:
     torch.manual_seed(0)
-    model = Transformer(ModelConfig(vocab_size=VOCAB, hidden_size=32, n_layers=2, n_heads=4, n_kv_heads=2,
+    model = Transformer(ModelConfig(vocab_size=VOCAB, hidden_size=32, n_layers=n_layers, n_heads=4, n_kv_heads=2,
                                     multiple_of=16, max_seq_len=16))
-    return CausalLMLoss(model, chunk_above=chunk_above, chunk_elements=5 * 128)
+    return CausalLMLoss(model, chunk_above=chunk_above, chunk_elements=chunk_elements)
 
 
 def batch(b=4, t=16, seed=0):
@@ -173,7 +173,9 @@ def test_padding_keeps_the_partial_batch_loss():
 
 
 def test_inductor_compiled_chunked_loss_matches_eager():
-    loss_fn = tiny_loss(chunk_above=0)
+    # 24 tokens a chunk: 64 tokens make 3 chunks, the last one partial (inductor unrolls the loop, so
+    # a few chunks keep the compile short).
+    loss_fn = tiny_loss(chunk_above=0, chunk_elements=24 * VOCAB, n_layers=1)
     x, y = batch()
     results = []
     for call in (loss_fn, C.CompiledLoss(loss_fn, warn=pytest.fail)):

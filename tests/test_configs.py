@@ -1,15 +1,13 @@
 """Every config group option and every experiment composes onto the typed schema and builds a model."""
+import re
 from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import OmegaConf, open_dict
+from omegaconf import OmegaConf
 
 from model import Transformer
-from train import register_configs
+from scripts.ablate_configs import compose_config
 from training.config import TrainConfig
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -20,16 +18,7 @@ def options(group: str) -> list:
     return sorted(p.stem for p in (CONFIGS / group).glob("*.yaml"))
 
 
-def compose_typed(overrides: list) -> TrainConfig:
-    register_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        cfg = compose("train", overrides=overrides, return_hydra_config=True)
-        HydraConfig.instance().set_config(cfg)  # so ${hydra:runtime.choices.*} resolves
-        with open_dict(cfg):
-            del cfg["hydra"]
-        plain = OmegaConf.to_container(cfg, resolve=True)
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), plain))
+compose_typed = compose_config  # the typed config train.py would run with these overrides
 
 
 def test_every_group_has_options():
@@ -37,33 +26,60 @@ def test_every_group_has_options():
         assert options(group), f"configs/{group}/ is empty"
 
 
+def own_values(group: str, option: str) -> dict:
+    """The dotted keys an option's YAML sets itself (not through its defaults or an interpolation)."""
+    path = CONFIGS / group / f"{option}.yaml"
+    root = "" if "@package _global_" in path.read_text() else f"{group}."
+    flat = {}
+
+    def walk(node, prefix):
+        for key, value in node.items():
+            if key in ("defaults", "hydra"):
+                continue
+            if isinstance(value, dict):
+                walk(value, f"{prefix}{key}.")
+            elif not (isinstance(value, str) and "${" in value):
+                flat[f"{prefix}{key}"] = value
+    walk(OmegaConf.to_container(OmegaConf.load(path), resolve=False), root)  # YAML as Hydra reads it (3e-3 a float)
+    return flat
+
+
 @pytest.mark.parametrize("group, option", [(g, o) for g in GROUPS for o in options(g)])
-def test_each_option_composes_and_builds(group, option):
+def test_each_option_composes_builds_and_its_values_arrive(group, option):
+    """Every value the option's file sets is what the typed config holds (nothing silently dropped by
+    a schema default or another group), and the model it describes builds."""
     overrides = [f"{group}={option}"]
     if group == "data" and option == "local":
         overrides.append("data.path=some/file.txt")
     cfg = compose_typed(overrides)
     assert isinstance(cfg, TrainConfig)
+    plain = OmegaConf.structured(cfg)
+    values = own_values(group, option)
+    assert values, f"configs/{group}/{option}.yaml sets nothing"
+    for key, value in values.items():
+        if key == "data.path" and option == "local":
+            value = "some/file.txt"  # the required value, given above
+        got = OmegaConf.select(plain, key)
+        if "${" in str(value):  # an interpolation (e.g. a tag "norm=${model.norm}"): resolved against the config
+            untyped = OmegaConf.create({**OmegaConf.to_container(plain), "expected_": value})
+            value = OmegaConf.to_container(untyped, resolve=True)["expected_"]
+            got = OmegaConf.to_container(OmegaConf.create({"v": got}))["v"]
+        assert got == value or (isinstance(got, str) and got == str(value).lower()), key  # str fields: false → "false"
     with torch.device("meta"):  # shapes only: even the 125M config builds instantly
         model = Transformer(cfg.model)
-    assert model.param_counts()["total"] > 0
-    assert cfg.trainer.seq_len <= cfg.model.max_seq_len
+    counts = model.param_counts()
+    assert counts["total"] == sum(v for k, v in counts.items() if k != "total")
+    assert cfg.trainer.seq_len <= cfg.model.max_seq_len and cfg.model.vocab_size == cfg.data.vocab_size
 
 
-def test_cli_overrides_reach_the_model():
-    cfg = compose_typed(["model.hidden_size=4096", "model.multiple_of=256", "model.n_heads=32"])
-    assert cfg.model.resolved_intermediate_size == 11008
-
-
-def test_default_config_is_the_cpu_shakespeare_run():
-    cfg = compose_typed([])
-    assert cfg.data.source == "shakespeare" and cfg.model.hidden_size == 256
-    assert cfg.trainer.precision == "auto" and cfg.logger.wandb == "auto"  # bf16 only where measured fast
-    assert cfg.model.vocab_size == cfg.data.vocab_size
-
-
-def test_typo_and_wrong_type_fail_at_composition():
-    with pytest.raises(Exception, match="hiden_size"):
-        compose_typed(["model.hiden_size=3"])
-    with pytest.raises(Exception, match="hidden_size"):
-        compose_typed(["model.hidden_size=big"])
+@pytest.mark.parametrize("option", options("model"))
+def test_model_presets_have_the_sizes_their_files_state(option):
+    """The "~N M non-embedding" each configs/model/*.yaml states in its first line is what it builds (±6 %)."""
+    first_line = (CONFIGS / "model" / f"{option}.yaml").read_text().splitlines()[0]
+    stated = re.search(r"~([\d.]+)M non-embedding", first_line)
+    assert stated, f"configs/model/{option}.yaml: the first line should state '~N M non-embedding'"
+    cfg = compose_typed([f"model={option}"])
+    with torch.device("meta"):
+        counts = Transformer(cfg.model).param_counts()
+    built = counts["total"] - counts["embedding"] - counts["lm_head"]
+    assert built == pytest.approx(float(stated.group(1)) * 1e6, rel=0.06), f"{option}: {built:,} parameters"

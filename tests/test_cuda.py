@@ -13,7 +13,7 @@ from model import ModelConfig, Transformer
 from training.compile import CompiledLoss, resolve_compile
 from training.loss import CausalLMLoss
 
-pytestmark = [pytest.mark.cuda, pytest.mark.skipif(
+pytestmark = [pytest.mark.cuda, pytest.mark.serial, pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA GPU: run scripts/gpu_check.sh on a GPU machine")]
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,15 +30,6 @@ def tiny(vocab: int = 512, **overrides) -> Transformer:
 def batch(b: int, t: int, vocab: int, seed: int = 0):
     gen = torch.Generator().manual_seed(seed)
     return tuple(torch.randint(0, vocab, (b, t), generator=gen).to(CUDA) for _ in range(2))
-
-
-@pytest.fixture
-def exact_fp32():
-    """Comparisons in fp32 need real fp32 matmuls, not TF32 (which the training loop turns on)."""
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
 def test_bf16_training_step_learns_and_keeps_fp32_master_weights():

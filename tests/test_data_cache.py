@@ -110,6 +110,47 @@ def test_killed_process_leaves_nothing_that_looks_valid(tmp_path, corpus):
     assert cache_entries(tmp_path / "cache") == [prepared.dir.name]  # the dead process's temp dir is swept
 
 
+# A builder in another process: data/cache.py loaded on its own (standard library only), so the process
+# starts in ~50 ms instead of importing torch through the data package.
+BUILDER = """
+import importlib.util, json, os, sys
+spec = importlib.util.spec_from_file_location("cache", {cache_py!r})
+cache = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(cache)
+with cache.publish(cache.Path({final!r})) as work:
+    (work / "train.bin").write_bytes(b"tokens of the slow builder")
+    print(work.name, flush=True)
+    sys.stdin.readline()  # the test lets it finish once the other builder has published
+    (work / "meta.json").write_text(json.dumps({{"who": "slow", "pid": os.getpid()}}))
+print("published or lost the race", flush=True)
+"""
+
+
+def test_a_builder_never_sweeps_the_temp_dir_of_a_live_one(tmp_path):
+    """Two real processes build the same key: the fast one (this test) starts, sweeps, publishes and
+    wins while the slow one is still writing; the slow one's temp dir survives all that, it finishes,
+    loses the rename race cleanly (exit 0) and leaves nothing behind. The sweep removes only the temp
+    dirs of processes that no longer run."""
+    final = tmp_path / "local-abc"
+    script = BUILDER.format(cache_py=str(REPO / "data" / "cache.py"), final=str(final))
+    slow = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        slow_temp = tmp_path / slow.stdout.readline().strip()
+        assert slow_temp.name == f"local-abc.tmp-{slow.pid}" and slow_temp.is_dir()
+        dead_temp = tmp_path / "local-abc.tmp-999999999"  # a builder that was killed: its pid is gone
+        dead_temp.mkdir()
+        with publish(final) as work:
+            assert slow_temp.is_dir() and not dead_temp.exists()
+            (work / "meta.json").write_text('{"who": "fast"}')
+        out, err = slow.communicate("go\n", timeout=60)
+    finally:
+        slow.kill()
+    assert slow.returncode == 0, err
+    assert out.strip().endswith("published or lost the race")
+    assert read_meta(final) == {"who": "fast"} and cache_entries(tmp_path) == ["local-abc"]
+
+
 def test_concurrent_builders_keep_the_first_copy(tmp_path):
     final = tmp_path / "local-abc"
     with publish(final) as work:

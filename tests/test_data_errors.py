@@ -2,10 +2,9 @@
 import importlib.util
 import json
 import re
-import subprocess
-import sys
 
 import pytest
+from tests import forked
 from hydra.core.global_hydra import GlobalHydra
 
 from data import DataConfig, DataError, prepare
@@ -116,9 +115,8 @@ def test_unsupported_and_malformed_files(tmp_path):
 
 def test_prepare_data_script_exits_1_with_one_line(tmp_path):
     missing = tmp_path / "missing.txt"
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "prepare_data.py"), "data=local",
-                           f"data.path={missing}", f"data.cache_dir={tmp_path / 'cache'}"],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    proc = forked.run_script(REPO / "scripts" / "prepare_data.py", "data=local", f"data.path={missing}",
+                             f"data.cache_dir={tmp_path / 'cache'}", cwd=tmp_path)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [f"error: data.path '{missing}' matches no files "
                                                 f"(relative to {tmp_path}); check the path or glob"]

@@ -4,12 +4,9 @@ Every test drives train.py in a subprocess as a user (or a scheduler) would; fau
 outside (kill -9, signals) or from tests/fault_injection.py, which patches library calls before
 train.py starts. docs/reliability.md lists each failure with the test that holds it.
 """
-import json
-import os
+import multiprocessing as mp
 import random
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -17,7 +14,11 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from tests.train_helpers import REPO, read_metrics, run_dirs, run_faulty, run_train, tiny_args, wait_for_step
+from tests.data_helpers import make_documents, write_local
+from tests.test_run_dir import claim_and_hold
+from tests.train_helpers import read_metrics, run_dirs, run_faulty, run_ranks, run_train, wait_for_step
+
+pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (conftest.py)
 
 # fp32 (bitwise comparisons), dropout on (so the RNG state matters on resume), every step logged.
 EXACT = ["trainer.precision=fp32", "model.dropout=0.1", "trainer.log_interval=1"]
@@ -60,10 +61,21 @@ def test_kill9_at_random_steps_then_resume_is_bitwise_identical(tmp_path, cache_
         wait_for_step(part_root / "outputs", kill_at, proc)
         proc.kill()  # SIGKILL: no handler, no cleanup, possibly mid-step or mid-save
         proc.wait()
-    run_train(part_root, *args, f"resume={run}", cache_dir=cache_dir)
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"kind": "train", "step": 9')  # as if killed in the middle of writing a row
+    resumed = run_train(part_root, *args, f"resume={run}", cache_dir=cache_dir)
+    assert "dropped its cut-off last line" in resumed.stderr
     assert run_dirs(part_root) == [run]
     assert_same_weights(full / "checkpoints" / "step_0000024", run / "checkpoints" / "step_0000024")
     assert train_losses(full) == train_losses(run)  # rows after the resumed checkpoint were re-logged
+    # Resuming from an older checkpoint abandons the later ones: moved aside, never picked again.
+    older = run / "checkpoints" / "step_0000021"
+    again = run_train(part_root, *args, f"resume={older}", cache_dir=cache_dir)
+    assert "moved 2 later checkpoint(s) of the abandoned branch" in again.stdout, again.stdout
+    (abandoned,) = (run / "checkpoints").glob("abandoned-*")  # the step and the best checkpoint after step 21
+    assert sorted(str(p.relative_to(abandoned)) for p in abandoned.glob("**/step_*")) == \
+        ["best/step_0000024", "step_0000024"]
+    assert_same_weights(full / "checkpoints" / "step_0000024", run / "checkpoints" / "step_0000024")
 
 
 def test_kill9_during_a_checkpoint_write_keeps_the_previous_one(tmp_path, cache_dir):
@@ -85,24 +97,49 @@ def test_kill9_during_a_checkpoint_write_keeps_the_previous_one(tmp_path, cache_
     assert proc.returncode == 1 and "has no complete checkpoint" in proc.stderr.splitlines()[-1]
 
 
-def test_concurrent_starts_never_share_a_run_directory(tmp_path, cache_dir):
-    run_train(tmp_path / "warm", "trainer.max_steps=1", "trainer.eval_interval=1", cache_dir=cache_dir)  # data ready
-    # One clock-named directory for both (${now:%Y}: the same for both, for sure): the second must move.
-    same = "hydra.run.dir=" + str(tmp_path / "outputs" / "runs" / "r${now:%Y}")
-    args = ["trainer.precision=fp32", "trainer.max_steps=20", same, "trainer.eval_interval=20"]
-    procs = [run_train(tmp_path, *args, f"seed={seed}", cache_dir=cache_dir, popen=True) for seed in (0, 1)]
+def test_concurrent_starts_never_share_a_run_directory(tmp_path):
+    # One directory for both (as two runs started in the same second get): the second must move.
+    # Both start with a cold data cache too: one builds it, the other waits for it.
+    same = "hydra.run.dir=" + str(tmp_path / "outputs" / "runs" / "r")
+    corpus = write_local(tmp_path / "corpus", make_documents(300), "txt")  # small: built in a second or two
+    args = ["trainer.precision=fp32", "trainer.max_steps=20", same, "trainer.eval_interval=20", "data=local",
+            f"data.path={corpus}"]
+    cache = tmp_path / "cold_cache"
+    procs = [run_train(tmp_path, *args, f"seed={seed}", cache_dir=cache, popen=True) for seed in (0, 1)]
     outs = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
+    assert sum("data: waiting for another process preparing data" in err for _, err in outs) == 1
     dirs = sorted(p for p in (tmp_path / "outputs" / "runs").iterdir())
-    assert [d.name[-2:] for d in dirs] == [dirs[0].name[-2:], "-1"] and len(dirs) == 2
+    assert [d.name for d in dirs] == ["r", "r-1"]
+    seeds = {}
     for run in dirs:  # each directory holds exactly one run: one seed everywhere, steps logged once
         seed = yaml.safe_load(run.joinpath("config.yaml").read_text())["seed"]
-        ckpt = run / "checkpoints" / "step_0000020"
-        assert yaml.safe_load((ckpt / "config.yaml").read_text())["seed"] == seed
+        seeds[seed] = run / "checkpoints" / "step_0000020"
+        assert yaml.safe_load((seeds[seed] / "config.yaml").read_text())["seed"] == seed
         assert [r["step"] for r in read_metrics(run) if r["kind"] == "train"] == [5, 10, 15, 20]
-        run_train(tmp_path / f"alone{seed}", *args[:2], "trainer.eval_interval=20", f"seed={seed}", cache_dir=cache_dir)
-        (alone,) = run_dirs(tmp_path / f"alone{seed}")
-        assert_same_weights(alone / "checkpoints" / "step_0000020", ckpt)
+    assert sorted(seeds) == [0, 1]
+    # And the weights are seed 1's own (not the other run's, as a shared directory gave).
+    run_train(tmp_path / "alone", *args[:2], *args[3:], "seed=1", cache_dir=cache)
+    (alone,) = run_dirs(tmp_path / "alone")
+    assert_same_weights(alone / "checkpoints" / "step_0000020", seeds[1])
+
+
+def test_a_run_that_loses_the_claim_leaves_the_winners_directory_alone(tmp_path, cache_dir):
+    """The winner of a shared directory has claimed it but written nothing else yet (it is still preparing
+    data): the loser moves to `r-1` and must not remove `r` as a directory nobody uses."""
+    ctx = mp.get_context("fork")
+    claimed, done = ctx.Event(), ctx.Event()
+    winner = ctx.Process(target=claim_and_hold, args=(tmp_path / "outputs" / "r", claimed, done))
+    winner.start()
+    try:
+        assert claimed.wait(30)
+        loser = run_train(tmp_path, "trainer.max_steps=2", "trainer.eval_interval=2",
+                          f"hydra.run.dir={tmp_path / 'outputs' / 'r'}", cache_dir=cache_dir)
+        assert f"using {tmp_path / 'outputs' / 'r-1'}" in loser.stderr
+        assert (tmp_path / "outputs" / "r" / ".owner").exists()
+    finally:
+        done.set()
+        winner.join(30)
 
 
 def test_a_run_directory_in_use_is_never_shared_nor_resumed(tmp_path, cache_dir):
@@ -173,51 +210,13 @@ def test_second_ctrl_c_stops_at_once_with_one_line_and_exit_130(tmp_path, cache_
     assert proc.stderr.strip().splitlines()[-1].startswith("SIGINT: stopped at once without saving")
 
 
-def test_sigterm_to_one_torchrun_rank_stops_both_at_the_same_step(tmp_path, cache_dir):
-    args = tiny_args(tmp_path, ["trainer.max_steps=100000", "trainer.ckpt_interval=100000", "trainer.log_interval=1",
-                                "trainer.eval_interval=100000", "trainer.dist_timeout_s=120"], cache_dir)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           str(REPO / "train.py"), *args]
-    env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        wait_for_step(tmp_path / "outputs", 3, proc)
-        rank1 = worker_with_rank(proc.pid, 1)
-        t0 = time.time()
-        rank1.send_signal(signal.SIGTERM)  # only rank 1 hears it; rank 0 learns through the agreed flag
-        out, err = proc.communicate(timeout=90)
-    finally:
-        proc.kill()
-    assert time.time() - t0 < 60, "a stop must not wait for the collective timeout"
+def test_slow_data_preparation_never_trips_the_collective_timeout(tmp_path, cache_dir):
+    """Building the token cache takes longer than trainer.dist_timeout_s: the ranks prepare before they
+    join the process group (one builds, the others wait on a file lock), so no collective times out."""
+    # A cold cache of a small corpus: one rank really builds it (tokenizer and all) in a second or two.
+    # Two ranks with the environment torchrun gives them (run_ranks), each preparing 4 s slower.
+    corpus = write_local(tmp_path / "corpus", make_documents(300), "txt")
+    run_ranks(tmp_path, 2, "data=local", f"data.path={corpus}", "trainer.max_steps=4", "trainer.eval_interval=4",
+              "trainer.dist_timeout_s=3", cache_dir=tmp_path / "fresh_cache", faults={"slow_prepare": 4})
     (run,) = run_dirs(tmp_path)
-    (ckpt,) = (run / "checkpoints").glob("step_*")
-    step = json.loads((ckpt / "state.json").read_text())["step"]
-    assert f"SIGTERM: checkpoint saved at step {step}" in out
-    run_train(tmp_path, f"resume={run}", f"trainer.max_steps={step + 2}", cache_dir=cache_dir)  # usable
-
-
-class _Pid:
-    def __init__(self, pid):
-        self.pid = pid
-
-    def send_signal(self, sig):
-        os.kill(self.pid, sig)
-
-
-def worker_with_rank(parent: int, rank: int) -> _Pid:
-    """The torchrun worker process whose environment says RANK=rank (found through /proc)."""
-    from pathlib import Path
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        for proc_dir in Path("/proc").iterdir():
-            if not proc_dir.name.isdigit():
-                continue
-            try:
-                ppid = int((proc_dir / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                environ = (proc_dir / "environ").read_bytes().split(b"\0")
-            except (OSError, IndexError, ValueError):
-                continue
-            if ppid == parent and f"RANK={rank}".encode() in environ:
-                return _Pid(int(proc_dir.name))
-        time.sleep(0.1)
-    raise AssertionError(f"no worker with RANK={rank} under pid {parent}")
+    assert (run / "checkpoints" / "step_0000004").is_dir()

@@ -1,5 +1,5 @@
-"""Generation: KV-cache == recompute on every variant, sampling filters, batching, EOS, overflow, streaming,
-and padding ids of a padded vocabulary never generated."""
+"""Generation: KV-cache == recompute on every variant, what the cache feeds, batching, EOS, overflow, streaming,
+and padding ids of a padded vocabulary never generated. The filters and the draw: test_generate_sampling.py."""
 import itertools
 
 import pytest
@@ -7,7 +7,7 @@ import torch
 
 from data.tokenizer import SPECIAL_TOKENS
 from model import MLPS, NORMS
-from model.generate import TextStream, generate, generate_ids, sample_next, top_k_filter, top_p_filter
+from model.generate import TextStream, check_sampling_args, encode_prompt, generate, generate_ids
 from tests.tiny_checkpoint import random_model, single_thread, tiny_config, tiny_tokenizer  # noqa: F401 (autouse)
 
 TOKENIZER = tiny_tokenizer()
@@ -42,16 +42,48 @@ def test_cached_greedy_equals_full_recompute_on_every_variant(norm, mlp, qk_norm
     assert generate_ids(model, [prompt], 24, temperature=0, use_cache=False) == [expected]
 
 
-def test_generation_past_the_context_slides_the_same_way_with_and_without_cache():
-    model = model_for(max_seq_len=16)
-    prompt = TOKENIZER.encode("JULIET: O Romeo").ids
-    n = 40  # crosses the 16-token window several times
+@pytest.mark.parametrize("max_seq_len", [16, 3])
+def test_generation_past_the_context_slides_the_same_way_with_and_without_cache(max_seq_len):
+    model = model_for(max_seq_len=max_seq_len)  # 3: the slide keeps a single token
+    prompt = TOKENIZER.encode("JULIET: O Romeo").ids[-(max_seq_len - 1):]
+    n = 40  # crosses the window several times
     expected = naive_greedy(model, prompt, n)
     cached = generate_ids(model, [prompt], n, temperature=0)
     assert cached == [expected] == generate_ids(model, [prompt], n, temperature=0, use_cache=False)
     # Before the first slide, nothing differs from plain generation in a long enough context.
-    fits = 16 - len(prompt)
+    fits = max_seq_len - len(prompt)
     assert cached[0][:fits] == naive_greedy(model, prompt, fits)
+
+
+def fed_lengths(model) -> list:
+    """How many tokens each forward pass of `model` is given, recorded as generation runs."""
+    fed = []
+    model.register_forward_pre_hook(lambda module, args: fed.append(args[0].shape[1]))
+    return fed
+
+
+@pytest.mark.parametrize("use_cache", [True, False, None])
+def test_the_cache_feeds_one_token_per_step_and_recompute_feeds_the_window(use_cache):
+    """What the cache is for: after the prompt, one token per forward pass (the default), instead of
+    the whole sequence again; and it is sized to this call, not to the model's context."""
+    model = model_for()
+    fed = fed_lengths(model)
+    kwargs = {} if use_cache is None else {"use_cache": use_cache}
+    generate(model, TOKENIZER, ["ROMEO:"], max_new_tokens=6, temperature=0, **kwargs)
+    prompt = len(TOKENIZER.encode("ROMEO:").ids)
+    assert fed == ([prompt] + [1] * 5 if use_cache is not False else list(range(prompt, prompt + 6)))
+    sizes = []
+    model.new_kv_cache = lambda *a, new=model.new_kv_cache, **kw: sizes.append(kw) or new(*a, **kw)
+    generate_ids(model, [[5, 6, 7]], 4, temperature=0)
+    assert sizes == [{"max_seq_len": 7}]  # 3 prompt tokens + 4 new, not max_seq_len=64
+
+
+def test_defaults_are_128_new_tokens_at_temperature_1():
+    model = model_for()
+    seen = []
+    first = generate(model, TOKENIZER, ["O"], seed=5, on_token=lambda row, i: seen.append(i))
+    assert len(seen) == 128
+    assert first == generate(model, TOKENIZER, ["O"], max_new_tokens=128, temperature=1.0, seed=5)
 
 
 def test_prompt_that_fills_the_context_is_a_clear_error():
@@ -84,39 +116,6 @@ def test_top_k_1_and_temperature_0_are_greedy():
     greedy = generate_ids(model, prompt, 16, temperature=0)
     assert generate_ids(model, prompt, 16, temperature=1.0, top_k=1, seed=0) == greedy
     assert greedy == [naive_greedy(model, prompt[0], 16)]
-
-
-def test_top_k_keeps_exactly_the_k_largest():
-    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0))
-    kept = top_k_filter(logits, 7).isfinite()
-    assert kept.sum(-1).tolist() == [7, 7, 7]
-    assert torch.equal(kept, torch.zeros_like(kept).scatter(-1, logits.topk(7).indices, True))
-
-
-def test_top_p_keeps_the_minimal_nucleus():
-    probs = torch.tensor([[0.05, 0.5, 0.15, 0.3]])
-    kept = lambda p: top_p_filter(probs.log(), p).isfinite()[0].tolist()  # noqa: E731
-    assert kept(0.4) == [False, True, False, False]  # the top token alone reaches 0.4
-    assert kept(0.75) == [False, True, False, True]  # 0.5 + 0.3
-    assert kept(0.9) == [False, True, True, True]
-    assert kept(1.0) == [True] * 4
-    logits = torch.randn(200, 64, generator=torch.Generator().manual_seed(1))
-    for p in (0.1, 0.5, 0.9):
-        keep = top_p_filter(logits, p).isfinite()
-        probs, order = logits.softmax(-1).sort(-1, descending=True)
-        kept_sorted = keep.gather(-1, order)
-        n = kept_sorted.sum(-1)
-        assert torch.equal(kept_sorted, torch.arange(64)[None] < n[:, None])  # a prefix of the ranking
-        mass = probs.cumsum(-1).gather(-1, (n - 1)[:, None])[:, 0]
-        assert (mass >= p - 1e-6).all() and (mass - probs.gather(-1, (n - 1)[:, None])[:, 0] < p).all()
-
-
-def test_sample_next_only_draws_from_the_filtered_set():
-    logits = torch.randn(4, 30, generator=torch.Generator().manual_seed(2)).repeat(50, 1)
-    draws = sample_next(logits, temperature=2.0, top_k=3, generator=torch.Generator().manual_seed(0))
-    allowed = logits.topk(3).indices
-    assert (draws[:, None] == allowed).any(-1).all()
-    assert len(set(draws[0::4].tolist())) > 1  # and it is really sampling among them
 
 
 def test_generation_stops_after_eos():
@@ -153,11 +152,40 @@ def test_text_stream_holds_back_split_characters():
     assert not any("\ufffd" in p for p in pieces)
 
 
-def test_empty_prompt_starts_a_new_document_and_bf16_runs():
+def test_text_stream_flush_keeps_special_tokens_before_a_cut_character():
+    """A special token already streamed, then half a character when generation ends: flush gives the
+    replacement character, not a text that lost the special token and moved the cut."""
+    partial = TOKENIZER.encode("日本語").ids[0]
+    assert TOKENIZER.decode([partial]).endswith("\ufffd"), "the test needs a token that splits a character"
+    stream = TextStream(TOKENIZER)
+    assert stream.push(TOKENIZER.token_to_id(SPECIAL_TOKENS["bos"])) == SPECIAL_TOKENS["bos"]
+    assert stream.push(partial) == ""  # held back
+    assert stream.flush() == TOKENIZER.decode([partial])
+
+
+def test_empty_prompt_starts_a_new_document_after_eos():
+    """Training puts EOS between documents and no BOS anywhere, so '' continues from EOS."""
+    model = model_for()
+    eos, bos = (TOKENIZER.token_to_id(SPECIAL_TOKENS[role]) for role in ("eos", "bos"))
+    from_eos = generate_ids(model, [[eos]], 12, temperature=0)[0]
+    assert from_eos != generate_ids(model, [[bos]], 12, temperature=0)[0]  # the start token shows
+    out = generate(model, TOKENIZER, [""], 12, temperature=0, stop_at_eos=False, eos_token=SPECIAL_TOKENS["eos"])
+    assert out == [TOKENIZER.decode(from_eos, skip_special_tokens=False)]
+    assert encode_prompt(TOKENIZER, "", eos) == [eos] and encode_prompt(TOKENIZER, "ROMEO:", eos)[0] != eos
+    with pytest.raises(ValueError) as raised:
+        generate(model, TOKENIZER, [""], 4, eos_token=None)
+    assert str(raised.value) == "the prompt is empty and the tokenizer has no end-of-document token to start from"
+    with pytest.raises(ValueError, match="top_k=0"):  # options are checked first, before any prompt
+        generate(model, TOKENIZER, [""], 4, top_k=0, eos_token=None)
+    with pytest.raises(ValueError, match="top_p=2"):
+        generate(model, TOKENIZER, [""], 4, top_p=2, eos_token=None)
+
+
+def test_bf16_model_generates_with_a_bf16_cache():
     model = model_for().to(torch.bfloat16)
-    out = generate(model, TOKENIZER, [""], 8, temperature=0, stop_at_eos=False, eos_token=SPECIAL_TOKENS["eos"])
-    assert len(TOKENIZER.encode(out[0]).ids) >= 1
     assert model.new_kv_cache(1).keys[0].dtype == torch.bfloat16
+    ids = generate_ids(model, [TOKENIZER.encode("ROMEO:").ids], 8, temperature=0)[0]
+    assert len(ids) == 8 and all(0 <= i < VOCAB for i in ids)
 
 
 def padding_loving(model):
@@ -202,3 +230,74 @@ def test_prompt_with_a_padding_id_is_a_clear_error():
 def test_bad_arguments_are_clear_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
         generate(model_for(), TOKENIZER, ["x"], **kwargs)
+
+
+def test_generate_passes_every_sampling_option_through():
+    """generate() (the text API) hands top_k, top_p, seed and the callbacks on to the sampler: top_k=1 or a
+    tiny top_p at temperature 1 is greedy, the seed decides a sampled text, and bad values are refused."""
+    model = model_for()
+    prompts = ["ROMEO:", "JULIET: O"]
+    greedy = generate(model, TOKENIZER, prompts, max_new_tokens=8, temperature=0.0)
+    assert generate(model, TOKENIZER, prompts, max_new_tokens=8, top_k=1, seed=3) == greedy
+    assert generate(model, TOKENIZER, prompts, max_new_tokens=8, top_p=1e-6, seed=3) == greedy
+    sampled = [generate(model, TOKENIZER, prompts, max_new_tokens=8, seed=s) for s in (0, 0, 1)]
+    assert sampled[0] == sampled[1] != sampled[2]
+    seen = []
+    generate(model, TOKENIZER, prompts, max_new_tokens=3, temperature=0.0, on_token=lambda row, i: seen.append(row))
+    assert sorted(seen) == [0, 0, 0, 1, 1, 1]
+    for bad, message in (({"top_k": 0}, "top_k=0 must be >= 1"), ({"top_p": 1.5}, r"top_p=1.5 must be in \(0, 1\]")):
+        with pytest.raises(ValueError, match=message):
+            generate(model, TOKENIZER, prompts, max_new_tokens=2, **bad)
+
+
+def test_edges_of_the_arguments():
+    model = model_for()
+    assert generate_ids(model, [[5, 6]], 0) == [[]]  # nothing to generate is not an error
+    assert generate(model, TOKENIZER, ["ROMEO:"], 0) == [""]
+    assert len(generate_ids(model, [[5, 6]], 3, top_p=1.0, seed=0)[0]) == 3  # the whole distribution
+    with pytest.raises(ValueError, match=r"top_p=0 must be in \(0, 1\]"):
+        generate_ids(model, [[5, 6]], 3, top_p=0)
+    with pytest.raises(ValueError, match="num_samples=0 must be >= 1"):
+        check_sampling_args(4, 1.0, num_samples=0)
+    check_sampling_args(4, 1.0)  # one sample by default
+
+
+def test_prompts_are_checked_with_messages_that_say_the_limits():
+    model = model_for(max_seq_len=16)
+    with pytest.raises(ValueError) as raised:
+        generate_ids(model, [], 4)
+    assert str(raised.value) == "no prompts given; pass at least one"
+    for bad in ([], list(range(3, 19))):
+        with pytest.raises(ValueError) as raised:
+            generate_ids(model, [[5], bad], 4)
+        assert str(raised.value) == (f"prompt 1 has {len(bad)} tokens; it must have 1 to 15 "
+                                     "(the model's max_seq_len=16 minus room for one new token)")
+    with pytest.raises(ValueError, match=r"prompt 0 has token ids outside the vocabulary \[0, 300\)"):
+        generate_ids(model, [[VOCAB]], 4)  # the first id past the tokenizer's
+    assert len(generate_ids(model, [[VOCAB - 1]], 2)[0]) == 2
+
+
+def special_loving(model, token_id: int):
+    """+100 on one special token's logit: the model says it at every step."""
+    bias = torch.zeros(model.cfg.padded_vocab_size)
+    bias[token_id] = 100.0
+    model.lm_head.register_forward_hook(lambda module, args, out: out + bias.to(out.dtype))
+    return model
+
+
+def test_special_tokens_other_than_the_stopping_eos_are_part_of_the_text():
+    bos = SPECIAL_TOKENS["bos"]
+    model = special_loving(model_for(), TOKENIZER.token_to_id(bos))
+    pieces = []
+    text = generate(model, TOKENIZER, ["O"], 3, temperature=0, eos_token=SPECIAL_TOKENS["eos"],
+                    on_text=lambda row, piece: pieces.append(piece))
+    assert text == [bos * 3] and pieces == [bos] * 3  # streamed as they come, not all at the end
+
+
+def test_an_eos_that_never_comes_trims_nothing():
+    model = model_for()
+    free = generate_ids(model, [TOKENIZER.encode("ROMEO:").ids], 12, temperature=0)[0]
+    never = next(i for i in range(VOCAB) if i not in free)
+    text = generate(model, TOKENIZER, ["ROMEO:"], 12, temperature=0, eos_token=TOKENIZER.id_to_token(never))
+    assert text == [TOKENIZER.decode(free, skip_special_tokens=False)]
+    assert generate_ids(model, [TOKENIZER.encode("ROMEO:").ids], 12, temperature=0, eos_id=never) == [free]

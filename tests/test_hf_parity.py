@@ -70,11 +70,12 @@ def test_swiglu_matches_llama_mlp():
 
 
 @pytest.mark.parametrize("overrides", [
-    {},  # MHA, tied embeddings, multiple_of 16
-    # GQA, untied head, non-default width rule, theta and eps
+    {"n_kv_heads": None},  # MHA: 4 query heads, 4 kv heads (enable_gqa off); tied embeddings, multiple_of 16
+    {},  # GQA: 4 query heads sharing 2 kv heads (tiny_model_config's default)
+    # MQA, untied head, non-default width rule, theta and eps
     {"n_kv_heads": 1, "multiple_of": 48, "ffn_dim_multiplier": 1.3, "tie_embeddings": False,
      "rope_theta": 5e5, "norm_eps": 1e-6},
-], ids=["mha-tied", "gqa-untied-multiple48"])
+], ids=["mha-tied", "gqa-tied", "mqa-untied-multiple48"])
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
 def test_whole_model_matches_llama_for_causal_lm(overrides, attn_implementation):
     model = random_transformer(tiny_model_config(**overrides))

@@ -1,6 +1,4 @@
 """TrainBatches and eval_windows: shift-by-one, determinism from (seed, step), rank disjointness, fixed eval set."""
-import time
-
 import numpy as np
 import pytest
 import torch
@@ -68,17 +66,34 @@ def test_two_ranks_see_what_one_rank_with_twice_the_batch_sees():
         assert torch.equal(whole[1], torch.cat([p[1] for p in parts]))
 
 
-def test_memmap_batches_are_fast(tmp_path):
+class RecordingTokens:
+    """A token array that records every read: how many reads, and how many tokens each one returns."""
+
+    def __init__(self, tokens):
+        self.tokens, self.reads = tokens, []
+
+    def __len__(self):
+        return len(self.tokens)
+
+    def __getitem__(self, index):
+        out = self.tokens[index]
+        self.reads.append(np.size(out))
+        return out
+
+
+def test_a_batch_reads_only_its_windows_from_the_memmap_in_one_read(tmp_path):
+    """The file is never loaded whole: one fancy-index read per batch, of exactly B·(T+1) tokens,
+    and the batch equals one cut from the same tokens in memory."""
     path = tmp_path / "train.bin"
-    np.random.default_rng(0).integers(0, 4096, 2_000_000, dtype=np.uint16).tofile(path)
-    batches = TrainBatches(np.memmap(path, dtype=np.uint16, mode="r"), seq_len=256, micro_batch_size=16, seed=0)
-    batches.get(0)
-    times = []
-    for step in range(50):
-        start = time.perf_counter()
-        batches.get(step)
-        times.append(time.perf_counter() - start)
-    assert np.median(times) < 0.005  # ~0.1 ms measured; a CPU training step takes ~100 ms
+    tokens = np.random.default_rng(0).integers(0, 4096, 2_000_000, dtype=np.uint16)
+    tokens.tofile(path)
+    recorded = RecordingTokens(np.memmap(path, dtype=np.uint16, mode="r"))
+    from_file = TrainBatches(recorded, seq_len=256, micro_batch_size=16, seed=0)
+    in_memory = TrainBatches(tokens, seq_len=256, micro_batch_size=16, seed=0)
+    for step in range(3):
+        for got, expected in zip(from_file.get(step), in_memory.get(step)):
+            assert torch.equal(got, expected)
+    assert recorded.reads == [16 * 257] * 3
 
 
 def test_too_short_token_files_are_refused():
@@ -121,3 +136,35 @@ def test_eval_windows_need_more_than_one_window_of_validation():
         eval_windows(TOKENS[:101], seq_len=100, num_windows=4)
     with pytest.raises(DataError, match="world_size=4"):
         eval_windows(TOKENS[:302], seq_len=100, num_windows=4, rank=0, world_size=4)
+
+
+def test_eval_windows_edge_cases_name_what_is_wrong():
+    tokens = np.arange(1000, dtype=np.uint16)
+    assert eval_windows(tokens, 10, num_windows=1).shape == (1, 11)  # exactly the one asked for
+    assert eval_windows(tokens, 10, num_windows=0).shape == (1, 11)  # at least one
+    assert eval_windows(np.arange(20, dtype=np.uint16), 10, 5).shape == (1, 11)  # 20 tokens: one window of 10 + 1
+    with pytest.raises(DataError, match=r"need 0 <= rank < world_size, got rank=2, world_size=2"):
+        eval_windows(tokens, 10, 4, rank=2, world_size=2)
+    with pytest.raises(DataError, match=r"fewer than world_size=3; use a shorter sequence length or more validation"):
+        eval_windows(np.arange(25, dtype=np.uint16), 10, 4, rank=0, world_size=3)
+
+
+def test_train_batches_defaults_and_bad_values_name_what_is_wrong():
+    tokens = np.arange(100, dtype=np.uint16)
+    batches = TrainBatches(tokens, 1, 4, seed=0)  # seq_len 1 is the smallest, and one process by default
+    x, y = batches.get(3)
+    assert x.shape == (4, 1) and torch.equal(x, batches.get(3, 0)[0]) and torch.equal(y, x + 1)
+    with pytest.raises(DataError, match=r"seq_len=0 must be at least 1"):
+        TrainBatches(tokens, 0, 4, seed=0)
+    with pytest.raises(DataError, match=r"the train split has 100 tokens, not more than seq_len\+1=100; use a shorter"):
+        TrainBatches(tokens, 99, 4, seed=0)
+    with pytest.raises(DataError, match=r"seed=-1 must be non-negative"):
+        TrainBatches(tokens, 8, 4, seed=-1)
+
+
+def test_batches_default_to_one_process():
+    tokens = np.arange(1000, dtype=np.uint16)
+    default, explicit = TrainBatches(tokens, 8, 4, seed=3), TrainBatches(tokens, 8, 4, seed=3, rank=0, world_size=1)
+    assert all(torch.equal(a, b) for a, b in zip(default.get(5, 1), explicit.get(5, 1)))
+    with pytest.raises(DataError, match="0 <= rank < world_size, got 4, 1, 1"):  # rank 1 of one process
+        TrainBatches(tokens, 8, 4, seed=3, rank=1)

@@ -42,16 +42,7 @@ def test_variants_that_differ_get_different_peaks():
 
 
 @pytest.fixture
-def tf32_flags():
-    """Restore the global TF32 switches (torch's flag objects are not plain attributes: no monkeypatch)."""
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
-
-
-@pytest.fixture
-def fake_cuda(monkeypatch, tf32_flags):
+def fake_cuda(monkeypatch, exact_fp32):
     measured = []
     monkeypatch.setattr(mfu, "measure_matmul_flops", lambda device, dtype, n=2048, **k: measured.append(dtype) or 7e12)
 
@@ -91,7 +82,7 @@ def test_measured_cpu_peak_is_plausible_and_leaves_the_rng_alone():
     assert 1e9 < flops < 1e14  # between a slow core and more than any CPU's fp32 peak
 
 
-def test_tf32_is_enabled_only_on_cuda(tf32_flags):
+def test_tf32_is_enabled_only_on_cuda(exact_fp32):
     assert not mfu.enable_tf32(torch.device("cpu")) and not torch.backends.cuda.matmul.allow_tf32
     assert mfu.enable_tf32(torch.device("cuda", 0))
     assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32

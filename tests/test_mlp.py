@@ -27,16 +27,10 @@ def test_intermediate_size_rounds_up_to_the_multiple(multiple_of):
         assert theory <= size < theory + multiple_of, (d, size)  # up, never down, never a step too far
 
 
-def test_swiglu_shapes():
-    mlp = SwiGLU(32, 96)
-    assert mlp.gate_up_proj.weight.shape == (2 * 96, 32)  # one fused d → 2I matmul
-    assert mlp.down_proj.weight.shape == (32, 96)         # back to d for the residual stream
-    assert mlp(torch.randn(2, 5, 32)).shape == (2, 5, 32)
-
-
 def test_swiglu_first_half_is_gate_second_is_up():
     torch.manual_seed(0)
     mlp = SwiGLU(16, 24)
+    assert mlp.gate_up_proj.weight.shape == (2 * 24, 16)  # one fused d → 2I matmul, then back to d
     x = torch.randn(3, 16)
     w_gate, w_up = mlp.gate_up_proj.weight[:24], mlp.gate_up_proj.weight[24:]
     expected = (F.silu(x @ w_gate.T) * (x @ w_up.T)) @ mlp.down_proj.weight.T
@@ -82,14 +76,22 @@ def test_swiglu_params_match_a_4d_mlp(hidden_size, multiple_of):
     assert classic <= gated < classic + 3 * hidden_size * multiple_of
 
 
-def test_mlps_registry_and_dropout_only_in_training():
-    assert set(MLPS) == {"swiglu", "geglu", "gelu", "relu2"}
+@pytest.mark.parametrize("name", sorted(MLPS))
+def test_dropout_is_inverted_dropout_on_the_output_in_training_only(name):
+    """Training: each output element is either dropped (0) or the eval output scaled by 1/(1-p) — dropout
+    on the MLP's output, not inside it; about p of them dropped. Eval: deterministic, no dropout."""
     torch.manual_seed(0)
-    x = torch.randn(4, 16)
-    for cls in MLPS.values():
-        mlp = cls(16, 48, dropout=0.5)
-        assert mlp(x).shape == x.shape
-        mlp.eval()
-        assert torch.equal(mlp(x), mlp(x))
-        mlp.train()
-        assert not torch.equal(mlp(x), mlp(x))
+    mlp = MLPS[name](16, 48, dropout=0.25)
+    x = torch.randn(64, 16)
+    mlp.eval()
+    clean = mlp(x)
+    assert torch.equal(mlp(x), clean)
+    mlp.train()
+    noisy = mlp(x)
+    kept = noisy != 0
+    torch.testing.assert_close(noisy[kept], clean[kept] / 0.75)
+    assert 0.2 < 1 - kept.float().mean().item() < 0.3  # 1024 elements: p = 0.25 ± 0.05 (3.7 σ)
+
+
+def test_mlps_registry():
+    assert MLPS == {"swiglu": SwiGLU, "geglu": GeGLU, "gelu": GeluMLP, "relu2": ReLU2MLP}

@@ -79,12 +79,12 @@ def test_round_trip_through_json(fields):
 
 def test_model_config_json_written_before_padding_still_loads():
     """model_config.json as checkpoints wrote it until now: resolved sizes, no vocab_multiple."""
-    old = {"vocab_size": 300, "hidden_size": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "multiple_of": 16,
+    old = {"vocab_size": 301, "hidden_size": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "multiple_of": 16,
            "ffn_dim_multiplier": None, "intermediate_size": 176, "max_seq_len": 64, "norm": "rmsnorm",
            "mlp": "swiglu", "norm_eps": 1e-05, "rope_theta": 10000.0, "tie_embeddings": True, "dropout": 0.0,
            "init_std": 0.02}
     cfg = ModelConfig.from_dict(old)
-    assert cfg.padded_vocab_size == 300  # its embedding has exactly vocab_size rows
+    assert cfg.padded_vocab_size == 301  # its embedding has exactly vocab_size rows (odd: no multiple pads it)
     assert (cfg.resolved_n_kv_heads, cfg.resolved_intermediate_size, cfg.qk_norm) == (2, 176, False)
 
 
@@ -115,3 +115,23 @@ def test_invalid_values_name_the_field_and_the_fix(fields, field, hint):
     message = str(err.value)
     assert field in message and hint in message, message
     assert "\n" not in message
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"norm_eps": 0.0}, "model.norm_eps=0.0 must be > 0 (e.g. 1e-5)"),
+    ({"rope_theta": -1.0}, "model.rope_theta=-1.0 must be > 0 (e.g. 10000.0)"),
+    ({"init_std": 0.0}, "model.init_std=0.0 must be > 0 (e.g. 0.02)"),
+    ({"hidden_size": 24, "n_heads": 8}, "head_dim = hidden_size/n_heads = 3 is odd, but RoPE rotates pairs of "
+                                        "dimensions; change model.hidden_size or model.n_heads so it is even"),
+])
+def test_whole_messages(fields, message):
+    with pytest.raises(ValueError) as err:
+        ModelConfig(**fields)
+    assert str(err.value) == message
+
+
+def test_the_smallest_valid_values_are_accepted():
+    """The limits are "> 0", not "> 1": a multiple of 1, a multiplier below 1, a one-unit MLP, a tiny eps."""
+    cfg = ModelConfig(multiple_of=1, ffn_dim_multiplier=0.5, norm_eps=1e-12, rope_theta=0.5, init_std=1e-4)
+    assert cfg.resolved_intermediate_size == int(0.5 * int(8 * cfg.hidden_size / 3))
+    assert ModelConfig(intermediate_size=1).resolved_intermediate_size == 1

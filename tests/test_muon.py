@@ -1,16 +1,13 @@
 """Muon: torch's update exactly (bf16), the same iteration in fp32, the Muon/AdamW split, exact
-resume through the checkpoint's state-dict path, and Muon under DDP/FSDP2 with torchrun.
-Run as a script under torchrun, this file is the FSDP2 worker of `test_fsdp2_muon_equals_one_process`."""
-import os
-import subprocess
-import sys
+resume through the checkpoint's state-dict path, and Muon under DDP/FSDP2 with torchrun (an FSDP2
+checkpoint resumed in one process)."""
 
 import pytest
 import torch
 from torch.optim._muon import _zeropower_via_newtonschulz
 
 from model import ModelConfig, Transformer
-from tests.train_helpers import REPO, read_metrics, run_dirs, run_torchrun, run_train
+from tests.train_helpers import read_metrics, run_dirs, run_ranks, run_train
 from training import distributed as D
 from training.config import OptimConfig
 from training.muon import Muon, newton_schulz
@@ -123,8 +120,8 @@ FAST = ["optim=muon", "optim.schedule=wsd", "trainer.precision=fp32", "trainer.l
 
 
 @pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("data_cache")
+def cache_dir(tiny_data_cache):
+    return tiny_data_cache  # debug=tiny's data, prepared once per session (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
@@ -145,6 +142,7 @@ def _weights(run, step):
     return load_file(run / "checkpoints" / f"step_{step:07d}" / "model.safetensors")
 
 
+@pytest.mark.serial
 def test_train_with_muon_learns_and_resumes_bitwise(tmp_path, cache_dir, reference_run):
     run_train(tmp_path, *FAST, "trainer.stop_at_step=6", cache_dir=cache_dir)
     (part,) = run_dirs(tmp_path)
@@ -157,69 +155,46 @@ def test_train_with_muon_learns_and_resumes_bitwise(tmp_path, cache_dir, referen
 
 
 @pytest.mark.distributed
+@pytest.mark.serial
 @pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
 def test_muon_under_torchrun_matches_one_process(tmp_path, cache_dir, reference_run, parallel):
     """2 ranks × batch 2 = the reference's batch 4. Under FSDP2 each matrix is sharded by rows and
-    Newton–Schulz on the DTensor redistributes, so it orthogonalises the whole matrix."""
-    run_torchrun(tmp_path, 2, *FAST, "trainer.micro_batch_size=2", f"trainer.parallel={parallel}",
+    Newton–Schulz on the DTensor redistributes, so it orthogonalises the whole matrix. The FSDP2 run's
+    step-6 checkpoint (Muon and AdamW state gathered from the shards) then resumes in ONE process and
+    ends where the reference does."""
+    run_ranks(tmp_path, 2, *FAST, "trainer.micro_batch_size=2", f"trainer.parallel={parallel}",
                  cache_dir=cache_dir)
     (multi,) = run_dirs(tmp_path)
     assert _losses(multi) == pytest.approx(_losses(reference_run), rel=1e-4)
     ws, wm = _weights(reference_run, 12), _weights(multi, 12)
     for k in ws:
         torch.testing.assert_close(ws[k], wm[k], rtol=1e-3, atol=1e-5, msg=k)
+    if parallel == "fsdp":
+        run_train(tmp_path, f"resume={multi / 'checkpoints' / 'step_0000006'}", "trainer.micro_batch_size=4",
+                  cache_dir=cache_dir)
+        resumed = {r["step"]: r["loss"] for r in read_metrics(multi) if r["kind"] == "train"}  # last row per step
+        reference = {r["step"]: r["loss"] for r in read_metrics(reference_run) if r["kind"] == "train"}
+        assert [resumed[s] for s in range(7, 13)] == pytest.approx([reference[s] for s in range(7, 13)], rel=1e-4)
+        wr = _weights(multi, 12)
+        for k in ws:
+            torch.testing.assert_close(ws[k], wr[k], rtol=1e-3, atol=1e-5, msg=k)
 
 
-@pytest.mark.distributed
-def test_fsdp2_muon_equals_one_process():
-    """Each rank shards every matrix (FSDP2, gloo) and steps Muon + AdamW on half the batch; the
-    gathered weights equal one unsharded process on the whole batch (fp32 Newton–Schulz)."""
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           __file__], capture_output=True, text=True, timeout=180, cwd=REPO,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)})
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    assert proc.stdout.count("fsdp2 muon max abs diff") == 2
 
 
-def _fsdp2_worker():
-    import torch.distributed as dist
-    from torch.distributed.fsdp import fully_shard
-    from torch.distributed.tensor import DTensor
-
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    cfg = OptimConfig(name="muon", lr=2e-2, min_lr=2e-3, warmup_steps=1, muon_ns_dtype="fp32")
-    reference, sharded = tiny_model(), tiny_model()
-    for block in sharded.layers:
-        fully_shard(block)
-    fully_shard(sharded)
-    opts = {m: build_optimizers(m, cfg, "cpu") for m in (reference, sharded)}
-    assert any(isinstance(p, DTensor) for g in opts[sharded][0].param_groups for p in g["params"])
-    for step in range(4):
-        apply_schedule(opts[reference] + opts[sharded], step, cfg, 4)
-        x = torch.randint(0, 64, (4, 16), generator=torch.Generator().manual_seed(step))
-        for model, rows in ((reference, x), (sharded, x[2 * rank:2 * rank + 2])):
-            logits = model(rows[:, :-1])
-            torch.nn.functional.cross_entropy(logits.flatten(0, 1), rows[:, 1:].flatten()).backward()
-            for opt in opts[model]:
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-    diff = max((p.full_tensor() if isinstance(p, DTensor) else p).sub(q).abs().max().item()
-               for p, q in zip(sharded.parameters(), reference.parameters()))
-    print(f"fsdp2 muon max abs diff {diff:.2e}", flush=True)
-    assert diff < 1e-5, diff
-    # The checkpoint path: gathered (collective) optimizer state loads into one unsharded process.
-    model_state, optim_state = D.full_model_state(sharded), D.full_optimizer_state(sharded, opts[sharded])
-    if rank == 0:  # full state dicts with cpu_offload live on rank 0
-        fresh = tiny_model(seed=1)
-        fresh_opts = build_optimizers(fresh, cfg, "cpu")
-        D.load_full_state(fresh, fresh_opts, model_state, optim_state)
-        for opt, ref in zip(fresh_opts, opts[reference]):
-            for p, q in zip(opt.param_groups[-1]["params"], ref.param_groups[-1]["params"]):
-                for key, value in ref.state[q].items():
-                    torch.testing.assert_close(opt.state[p][key], value, atol=1e-5, rtol=1e-4)
-    dist.destroy_process_group()
+@pytest.mark.parametrize("device, ns_dtype, expected", [("cpu", "auto", torch.float32), ("cuda", "auto", torch.bfloat16),
+                                                        ("cpu", "bf16", torch.bfloat16), ("cuda", "fp32", torch.float32)])
+def test_every_muon_option_reaches_the_optimizer(device, ns_dtype, expected):
+    cfg = OptimConfig(name="muon", lr=1e-3, muon_lr=0.02, weight_decay=0.05, muon_momentum=0.9, muon_ns_steps=3,
+                      muon_ns_dtype=ns_dtype, beta1=0.8, eps=1e-7)
+    muon, adamw = build_optimizers(tiny_model(), cfg, device)  # only the choices: nothing steps here
+    assert muon.ns_dtype == expected
+    d = muon.defaults
+    assert (d["lr"], d["weight_decay"], d["momentum"], d["nesterov"], d["ns_steps"]) == (0.02, 0.05, 0.9, True, 3)
+    assert adamw.defaults["lr"] == 1e-3 and adamw.defaults["betas"][0] == 0.8 and adamw.defaults["eps"] == 1e-7
 
 
-if __name__ == "__main__":
-    _fsdp2_worker()
+def test_muon_without_block_matrices_is_a_clear_error():
+    with pytest.raises(ValueError) as raised:
+        build_optimizers(torch.nn.Linear(4, 4), OptimConfig(name="muon"), "cpu")
+    assert str(raised.value) == "optim.name=muon found no matrices inside transformer blocks; use optim=adamw"

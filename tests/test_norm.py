@@ -60,8 +60,24 @@ def test_rmsnorm_keeps_low_precision_dtype_and_computes_in_fp32(dtype):
     assert out.dtype == dtype
     # The HF recipe: normalise in fp32, cast back, then scale by the weight in the input dtype.
     x32 = x.float()
-    expected = norm.weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + norm.eps)).to(dtype)
-    torch.testing.assert_close(out, expected)  # dtype-aware tolerances: ~1 ulp of bf16/fp16
+    normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + norm.eps)
+    assert torch.equal(out, norm.weight * normed.to(dtype))  # bit for bit, not within 1 ulp
+    # Scaling in fp32 and rounding once is a different recipe, which these inputs tell apart.
+    assert not torch.equal(out, (norm.weight.float() * normed).to(dtype))
+
+
+def test_rmsnorm_with_an_fp32_weight_returns_fp32_for_bf16_input():
+    """The autocast case (fp32 parameters, bf16 activations): cast back to bf16, then the fp32 weight
+    promotes the product to fp32 — as HF's LlamaRMSNorm, so the exported model computes the same."""
+    torch.manual_seed(0)
+    norm = RMSNorm(32)
+    with torch.no_grad():
+        norm.weight.copy_(1 + 0.5 * torch.randn(32))
+    x = torch.randn(4, 9, 32).bfloat16()
+    out = norm(x)
+    x32 = x.float()
+    normed = (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + norm.eps)).bfloat16()
+    assert out.dtype == torch.float32 and torch.equal(out, norm.weight * normed)
 
 
 def test_rmsnorm_fp16_does_not_overflow():
@@ -163,3 +179,18 @@ def test_init_weights_restores_a_fresh_norm(name):
 
 def test_norms_registry():
     assert NORMS == {"rmsnorm": RMSNorm, "rmsnorm_bf16": RMSNormBF16, "layernorm": LayerNorm, "none": NoNorm}
+
+
+@pytest.mark.parametrize("eps", [None, 0.5])
+def test_layernorm_eps_default_and_given_are_torchs(eps):
+    """Inputs with a variance near eps, where eps decides the output: the default is torch's 1e-5, and
+    a given eps reaches the kernel."""
+    kwargs = {} if eps is None else {"eps": eps}
+    x = 1e-3 * torch.randn(4, 16, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(LayerNorm(16, **kwargs)(x), torch.nn.LayerNorm(16, **kwargs)(x))
+
+
+def test_rmsnorm_bf16_gives_back_the_input_dtype_whatever_the_weight_dtype():
+    x = torch.randn(2, 8, generator=torch.Generator().manual_seed(0))
+    assert RMSNormBF16(8).to(torch.bfloat16)(x).dtype == torch.float32
+    assert RMSNorm(8).to(torch.bfloat16)(x).dtype == torch.float32  # as the upcasting RMSNorm does

@@ -137,3 +137,70 @@ def test_bad_value_fails_at_composition_through_omegaconf():
     from omegaconf import OmegaConf
     with pytest.raises(ValueError, match="optim.decay_fraction=2.0"):
         OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(OptimConfig), {"decay_fraction": 2}))
+
+
+def test_wsd_decays_over_at_least_one_step_and_ends_at_min_lr_after_the_end():
+    # 1 % of 10 steps rounds to no step: the decay still takes one, the last step, and lands on min_lr.
+    cfg = OptimConfig(lr=1.0, min_lr=0.1, warmup_steps=2, schedule="wsd", decay_fraction=0.01)
+    assert wsd_decay_start(cfg, 10) == 9
+    assert [lr_at(s, cfg, 10) for s in (8, 9, 10)] == [1.0, 1.0, pytest.approx(0.1)]
+    assert lr_at(25, cfg, 10) == pytest.approx(0.1)  # past max_steps (a resumed run's extra steps): the floor
+
+
+def test_cosine_reaches_min_lr_at_the_end_and_stays_there():
+    cfg = OptimConfig(lr=1.0, min_lr=0.1, warmup_steps=9)
+    assert lr_at(10, cfg, 10) == pytest.approx(0.1)  # one step after warmup: the whole cosine in that step
+    assert lr_at(60, cfg, 10) == pytest.approx(0.1)  # past max_steps: the floor, not back up the cosine
+
+
+def test_apply_schedule_after_warmup_follows_lr_at():
+    model = Transformer(ModelConfig(vocab_size=64, hidden_size=32, n_layers=1, n_heads=2, max_seq_len=8))
+    cfg = OptimConfig(lr=1.0, min_lr=0.1, warmup_steps=2)
+    (opt,) = build_optimizers(model, cfg, "cpu")
+    assert apply_schedule([opt], 7, cfg, 10) == lr_at(7, cfg, 10) < 1.0
+    assert {g["lr"] for g in opt.param_groups} == {lr_at(7, cfg, 10)}
+
+
+@pytest.mark.parametrize("impl, device, fused, foreach", [("auto", "cpu", True, None), ("auto", "cuda", True, None),
+                                                          ("auto", "mps", None, True), ("foreach", "cpu", None, True),
+                                                          ("plain", "cpu", None, False), ("fused", "cpu", True, None)])
+def test_adamw_gets_the_kernel_and_hyperparameters_asked_for(impl, device, fused, foreach):
+    model = Transformer(ModelConfig(vocab_size=64, hidden_size=32, n_layers=1, n_heads=2, max_seq_len=8))
+    cfg = OptimConfig(lr=2e-3, beta1=0.8, beta2=0.9, eps=1e-7, impl=impl)
+    if device == "cuda":  # the choice only: building a fused CUDA optimizer needs CUDA tensors
+        from training import optim
+        captured = {}
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(optim.torch.optim, "AdamW", lambda groups, **kw: captured.update(kw))
+            optim.build_optimizer(model, cfg, device)
+        assert captured.get("fused") is fused and captured.get("foreach") is foreach
+        return
+    opt = build_optimizer(model, cfg, device)
+    d = opt.defaults
+    assert (d["fused"], d["foreach"]) == (fused, foreach)
+    assert (d["lr"], d["betas"], d["eps"]) == (2e-3, (0.8, 0.9), 1e-7)
+
+
+@pytest.mark.parametrize("name", ["adamw", "muon"])
+def test_build_optimizers_hands_the_device_to_adamws_kernel_choice(name):
+    adamw = build_optimizers(tiny_model(), OptimConfig(name=name), "cpu")[-1]
+    assert adamw.defaults["fused"] is True  # fused on CPU; an unknown device would get foreach
+
+
+def test_frozen_parameters_are_left_out_and_only_they():
+    model = tiny_model(norm="layernorm")
+    model.norm.weight.requires_grad_(False)  # the final LayerNorm's gain, before its bias
+    groups = param_groups(model, 0.1)
+    grouped = {id(p) for group in groups for p in group["params"]}
+    assert id(model.norm.weight) not in grouped and id(model.norm.bias) in grouped
+    assert len(grouped) == len([p for p in model.parameters() if p.requires_grad])
+
+
+def test_a_matrix_shared_by_two_blocks_is_one_muon_parameter():
+    from training.optim import hidden_matrices
+    model = tiny_model()
+    model.layers[1].mlp.down_proj = model.layers[0].mlp.down_proj  # weight sharing across depth
+    matrices = hidden_matrices(model)
+    assert len(matrices) == len({id(m) for m in matrices}) == 2 * 6 - 1  # q, k, v, o, gate_up, down per block
+    assert sum(m is model.layers[0].mlp.down_proj.weight for m in matrices) == 1
+    build_optimizers(model, OptimConfig(name="muon"), "cpu")  # torch refuses a parameter listed twice

@@ -11,6 +11,15 @@ def _claim_in_child(path, queue):
     queue.put(str(claim.run_dir))
 
 
+def claim_and_hold(path, claimed, done):
+    """In a child process: claim `path` as a new run does (it must get it), say so, hold it until done."""
+    claim = claim_new(path)
+    assert claim.run_dir == path
+    claimed.set()
+    done.wait(60)
+    claim.release()
+
+
 def test_two_claims_of_one_directory_get_distinct_directories(tmp_path):
     target = tmp_path / "2026-11-30" / "10-00-00_run"
     first = claim_new(target)
@@ -58,3 +67,26 @@ def test_discard_removes_only_directories_that_hold_nothing_of_a_run(tmp_path):
     discard_if_unused(used)
     assert not empty.exists()
     assert (used / CLAIM_FILE).exists() and (used / "config.yaml").exists()
+
+
+def test_discard_keeps_a_directory_another_run_has_claimed(tmp_path):
+    """Another live run owns the directory but has written nothing else yet (it started in the same second
+    and is still preparing): a run that lost the claim, or failed to start, must not remove it. Nor a
+    directory whose claim file was just created and is still empty."""
+    ctx = mp.get_context("fork")
+    claimed, done = ctx.Event(), ctx.Event()
+    owner = ctx.Process(target=claim_and_hold, args=(tmp_path / "r", claimed, done))
+    owner.start()
+    try:
+        assert claimed.wait(30)
+        (tmp_path / "r" / "train.log").write_text("")  # Hydra's log, empty so far
+        discard_if_unused(tmp_path / "r")
+        assert sorted(p.name for p in (tmp_path / "r").iterdir()) == [CLAIM_FILE, "train.log"]
+    finally:
+        done.set()
+        owner.join(30)
+    being_written = tmp_path / "new"
+    being_written.mkdir()
+    (being_written / CLAIM_FILE).write_text("")
+    discard_if_unused(being_written)
+    assert (being_written / CLAIM_FILE).exists()

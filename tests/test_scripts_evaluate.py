@@ -4,8 +4,7 @@ import importlib.util
 import json
 import math
 import re
-import subprocess
-import sys
+from tests import forked
 from dataclasses import asdict
 
 import numpy as np
@@ -158,8 +157,7 @@ def test_checkpoint_without_training_config_is_one_error_line(tmp_path, model, d
     _, prepared = data
     bare = save_checkpoint(tmp_path / "checkpoints", 1, model.state_dict(), model.cfg, prepared.tokenizer_path,
                            state={"step": 1}, config_yaml="# imported\n")
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(bare), "--device", "cpu"],
-                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    proc = forked.run_script(SCRIPT, bare, "--device", "cpu")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
         f"error: {bare} has no training config with a data section; pass --data or --text"]

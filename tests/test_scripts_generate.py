@@ -4,12 +4,12 @@ import json
 import os
 import runpy
 import shutil
-import subprocess
 import sys
 
 import pytest
 import torch
 
+from tests import forked
 from data.tokenizer import SPECIAL_TOKENS
 from model.generate import generate
 from tests.tiny_checkpoint import single_thread  # noqa: F401 (autouse fixture)
@@ -26,14 +26,9 @@ def checkpoint(tmp_path_factory):
 
 
 def run_script(name, *args, stdin=None):
-    """A real subprocess: the only way to see the exit code and stderr a user sees."""
+    """A real process (forked from a server that has imported torch): the exit code and stderr a user sees."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # tiny model: one thread is fastest on a busy machine
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / name), *map(str, args)],
-                          input=stdin.encode() if stdin is not None else None,
-                          capture_output=True, timeout=120, cwd=REPO, env=env)
-    # Decoded by hand: text=True would turn a generated "\r" into "\n" (universal newlines).
-    proc.stdout, proc.stderr = proc.stdout.decode(), proc.stderr.decode()
-    return proc
+    return forked.run_script(REPO / "scripts" / name, *args, input=stdin, env=env)
 
 
 def run_in_process(capsys, name, *args):
@@ -117,6 +112,8 @@ BAD_INPUTS = {  # name → (how to break a copy of the checkpoint, extra args, w
     "unknown_device": (lambda c: None, ["--device", "tpu9"], "--device='tpu9' is not a device"),
     "unsupported_device": (lambda c: None, ["--device", "xpu"], "--device='xpu' is not supported"),
     "bad_temperature": (lambda c: None, ["--temperature", "-1"], "temperature"),
+    "top_p_above_one": (lambda c: None, ["--top-p", "2"], "top_p=2.0 must be in (0, 1]"),  # not silently "off"
+    "top_p_zero": (lambda c: None, ["--top-p", "0"], "top_p=0.0 must be in (0, 1]"),
     "no_prompt": (lambda c: None, [], "no prompt"),
 }
 

@@ -2,6 +2,7 @@
 import importlib.util
 import subprocess
 import sys
+from tests import forked
 from pathlib import Path
 
 import pytest
@@ -90,7 +91,7 @@ def test_bad_value_gives_a_one_line_error_and_status_1(capsys, args, expected):
 
 
 def test_bad_value_exits_1_from_the_command_line():
-    result = subprocess.run([sys.executable, str(SCRIPT), "n_heads=7"], capture_output=True, text=True, timeout=120)
+    result = forked.run_script(SCRIPT, "n_heads=7")
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr.startswith("error: model.hidden_size=256 is not divisible by model.n_heads=7")
     assert len(result.stderr.strip().splitlines()) == 1

@@ -44,6 +44,7 @@ def test_verdicts_in_plain_words():
     assert better.outcome == "better" and better.verdict().startswith("better by 0.100 ± 0.")
     worse = compare({0: 1.10, 1: 1.20, 2: 1.30}, {0: 1.00, 1: 1.11, 2: 1.19})
     assert worse.outcome == "worse" and worse.verdict().startswith("worse by 0.100")
+    assert " bpb " in worse.verdict() and " nats " in worse.verdict("nats")  # the unit it is given, bpb by default
     unclear = compare({0: 1.0, 1: 1.3, 2: 1.1}, {0: 1.1, 1: 1.1, 2: 1.1})
     assert unclear.outcome == "unclear"
     assert unclear.verdict().startswith("can't tell yet: Δ = +0.0") and "includes 0" in unclear.verdict()
@@ -97,8 +98,9 @@ def test_summarize_is_mean_and_sample_std():
         summarize([])
 
 
-@pytest.mark.parametrize("p, text", [(0.0028329, "0.0028"), (0.0004, "< 0.001"), (0.42, "0.42"),
-                                     (0.049, "0.049"), (float("nan"), "n/a")])
+@pytest.mark.parametrize("p, text", [(0.0028329, "0.0028"), (0.0004, "< 0.001"), (0.001, "0.001"), (0.42, "0.42"),
+                                     (0.049, "0.049"), (0.1, "0.10"), (0.5, "0.50"), (1.0, "1.00"),
+                                     (float("nan"), "n/a")])
 def test_p_values_read_at_a_glance(p, text):
     assert format_p(p) == text
 
@@ -106,3 +108,31 @@ def test_p_values_read_at_a_glance(p, text):
 @pytest.mark.parametrize("half_width, digits", [(0.88, 2), (0.012, 3), (0.0012, 4), (1e-9, 6), (0.0, 4), (12.0, 2)])
 def test_decimals_show_two_significant_digits_of_the_interval(half_width, digits):
     assert decimals(half_width) == digits
+
+
+def test_summarize_of_nothing_says_so():
+    with pytest.raises(ValueError) as raised:
+        summarize([])
+    assert str(raised.value) == "summarize() needs at least one value"
+
+
+def test_two_values_have_a_spread_and_an_empty_paired_test_says_so():
+    assert summarize([1.0, 3.0]).std == pytest.approx(math.sqrt(2))
+    with pytest.raises(ValueError) as raised:
+        paired_t([], [])
+    assert str(raised.value) == "paired_t() needs at least one pair"
+    one = paired_t([1.5], [1.0])
+    assert one.delta == 0.5 and one.n == 1 and all(math.isnan(v) for v in (one.low, one.high, one.p))
+
+
+def test_zero_spread_and_too_few_values_in_both_tests():
+    same = paired_t([1.0, 2.0], [1.0, 2.0])  # no difference at all: nothing to reject
+    assert same.zero_spread and same.p == 1.0 and (same.low, same.high) == (0.0, 0.0)
+    assert welch_t([1.0], [1.0, 2.0, 3.0]) is None and welch_t([1.0, 2.0], [1.0]) is None
+    shifted = welch_t([2.0, 2.0], [1.0, 1.0, 1.0])
+    assert shifted.zero_spread and shifted.p == 0.0 and (shifted.low, shifted.high) == (1.0, 1.0)
+    assert shifted.n == 2  # the smaller group
+    flat = welch_t([1.0, 1.0], [1.0, 1.0, 1.0])  # no spread and no difference: nothing to reject
+    assert flat.zero_spread and flat.p == 1.0 and flat.delta == 0.0 and flat.n == 2
+    one_sided = welch_t([2.0, 2.0, 2.0], [1.0, 1.5, 0.5])  # only one group without spread: a real test
+    assert not one_sided.zero_spread and 0 < one_sided.p < 1 and one_sided.low < 1.0 < one_sided.high

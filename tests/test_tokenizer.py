@@ -67,7 +67,16 @@ def test_save_load_and_hash(tmp_path, tokenizer):
     tokenizer.save(str(path))
     loaded = load_tokenizer(path)
     assert loaded.encode("the water café").ids == tokenizer.encode("the water café").ids
-    assert file_hash(path) == file_hash(path) and len(file_hash(path)) == 16
+    # The hash is of the content: a byte-identical copy elsewhere has it, one more byte does not.
+    copy = tmp_path / "elsewhere" / "tokenizer.json"
+    copy.parent.mkdir()
+    copy.write_bytes(path.read_bytes())
+    assert file_hash(copy) == file_hash(path) and len(file_hash(path)) == 16
+    edited = tmp_path / "edited.json"
+    content = path.read_bytes()
+    edited.write_bytes(content + b" ")  # the same JSON, another file
+    assert file_hash(edited) != file_hash(path)
+    # A tokenizer trained to another vocabulary is another identity (another data cache).
     other = tmp_path / "other.json"
     train_tokenizer([make_documents(300)], vocab_size=400).save(str(other))
     assert file_hash(other) != file_hash(path)

@@ -1,12 +1,12 @@
-"""train.py end to end on the tiny debug config: learning, outputs, exact resume, signals, bad input."""
+"""train.py end to end on the tiny debug config: learning, outputs, pruning, bad input (faults: test_faults.py)."""
 import json
-import signal
 
 import pytest
-import torch
 from safetensors.torch import load_file
 
-from tests.train_helpers import interrupt_once_training, read_metrics, run_dirs, run_train
+from tests.train_helpers import REPO, read_metrics, run_dirs, run_faulty, run_train
+
+pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (conftest.py)
 
 
 @pytest.fixture(scope="module")
@@ -15,7 +15,8 @@ def cache_dir(tmp_path_factory):
 
 
 def test_tiny_run_learns_and_writes_outputs(tmp_path, cache_dir):
-    proc = run_train(tmp_path, "trainer.max_steps=40", "trainer.eval_interval=20", cache_dir=cache_dir)
+    proc = run_train(tmp_path, "trainer.max_steps=40", "trainer.eval_interval=20", "trainer.epoch_warning=0.002",
+                     cache_dir=cache_dir)
     (run,) = run_dirs(tmp_path)
     rows = read_metrics(run)
     train_rows = [r for r in rows if r["kind"] == "train"]
@@ -35,6 +36,29 @@ def test_tiny_run_learns_and_writes_outputs(tmp_path, cache_dir):
     # The summary tells the user where things are and how to generate.
     assert "bits per byte" in proc.stdout and "scripts/generate.py" in proc.stdout
     assert "intermediate_size 176" in proc.stdout  # tiny: int(8·64/3) = 170, rounded up to 16s
+    # Epochs are logged, and passing trainer.epoch_warning warns exactly once.
+    epochs = [r["epochs"] for r in train_rows]
+    assert epochs == sorted(epochs) and epochs[-1] == pytest.approx(40 * 4 * 64 / rows_train_tokens(proc))
+    assert proc.stdout.count("epochs over the") == 1
+    assert all(r["peak_memory_gb"] > 0 for r in train_rows)
+
+
+def rows_train_tokens(proc) -> int:
+    """The training split's token count, from the run header ("data: shakespeare: N train / …")."""
+    line = next(l for l in proc.stdout.splitlines() if l.startswith("data: shakespeare:"))
+    return int(line.split(": ")[2].split(" train")[0].replace(",", ""))
+
+
+def test_best_checkpoint_keeps_the_lowest_validation_bpb(tmp_path, cache_dir):
+    # Scripted validation results (3.0, 2.5, 2.8 bpb): the best is the middle eval, not the last.
+    proc = run_faulty(tmp_path, {"val_bpb": [3.0, 2.5, 2.8]}, "trainer.max_steps=6", "trainer.eval_interval=2",
+                      "trainer.ckpt_interval=6", cache_dir=cache_dir)
+    (run,) = run_dirs(tmp_path)
+    (best,) = (run / "checkpoints" / "best").iterdir()
+    assert best.name == "step_0000004"
+    assert json.loads((best / "state.json").read_text())["best_val_bpb"] == 2.5
+    assert f"best val bits per byte 2.5000 at step 4: {run}/checkpoints/best" in proc.stdout
+    assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == ["step_0000006"]  # best is apart
 
 
 def test_keep_last_prunes_old_checkpoints(tmp_path, cache_dir):
@@ -89,3 +113,47 @@ def test_new_run_never_overwrites_an_existing_run(tmp_path, cache_dir):
     assert f"using {run}-1" in proc.stderr  # a sibling, said out loud; resuming is resume=<dir>
     assert (run / "metrics.jsonl").read_text() == before
     assert (run.parent / f"{run.name}-1" / "checkpoints" / "step_0000002").is_dir()
+
+
+@pytest.mark.parametrize("override, message", [
+    ("optim.lr=0", "optim.lr=0.0 must be > 0"),
+    ("optim.lr=-1e-3", "optim.lr=-0.001 must be > 0"),
+    ("optim.min_lr=0.01", "optim.min_lr=0.01 must be between 0 and optim.lr=0.003"),
+    ("optim.warmup_steps=-1", "optim.warmup_steps=-1 must be >= 0"),
+    ("optim.grad_clip=-1", "optim.grad_clip=-1.0 must be >= 0"),
+    ("trainer.stop_at_step=0", "trainer.stop_at_step=0 must be > 0, or null"),
+    ("trainer.max_steps=0", "trainer.max_steps=0 must be a positive integer"),
+    ("trainer.keep_last=-1", "trainer.keep_last=-1 must be >= 0"),
+    ("trainer.skip_nonfinite_steps=-2", "trainer.skip_nonfinite_steps=-2 must be >= 0"),
+    ("trainer.eval_windows=some", "trainer.eval_windows='some' must be a positive number of windows or 'all'"),
+    ("trainer.compile=maybe", "trainer.compile='maybe' is unknown"),
+])
+def test_bad_values_fail_at_composition_naming_the_field(override, message):
+    """resolve_config (the step before any data is prepared) turns them into one ValueError each."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    from train import register_configs, resolve_config
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
+        cfg = compose("train", overrides=[override], return_hydra_config=True)
+        HydraConfig.instance().set_config(cfg)  # so ${hydra:runtime.choices.*} resolves
+        with open_dict(cfg):
+            del cfg["hydra"]  # as @hydra.main hands it to main()
+        with pytest.raises(ValueError) as error:
+            resolve_config(cfg)
+    assert message in str(error.value) and len(str(error.value).splitlines()) == 1
+
+
+def test_a_failed_start_fails_before_data_and_leaves_no_run_directory(tmp_path, cache_dir):
+    # The data path does not exist either: the config error must come first, before data preparation.
+    proc = run_train(tmp_path, "optim.lr=0", "data=local", "data.path=/nonexistent/*.txt", cache_dir=cache_dir,
+                     check=False)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == "error: optim.lr=0.0 must be > 0 (e.g. 3e-3)"
+    assert "data:" not in proc.stdout + proc.stderr
+    later = run_train(tmp_path, "data=local", "data.path=/nonexistent/*.txt", cache_dir=cache_dir, check=False)
+    assert later.returncode == 1 and "matches no files" in later.stderr.strip().splitlines()[-1]
+    assert run_dirs(tmp_path) == [] and not any((tmp_path / "outputs").glob("*/*")), "a failed start left a run dir"

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from model import MLPS, NORMS, ModelConfig, Transformer
-from model_helpers import one_thread, random_transformer, tiny_model_config
+from model_helpers import one_thread, random_transformer, reference_forward, tiny_model_config
 
 # Every variant once: each norm with SwiGLU, each MLP with RMSNorm, and QK-norm (modules are independent).
 VARIANTS = [{"norm": n} for n in NORMS] + [{"mlp": m} for m in MLPS if m != "swiglu"] + [{"qk_norm": True}]
@@ -51,8 +51,24 @@ def test_forward_returns_padded_logits_and_rejects_too_long_input():
     out = model(torch.zeros(3, 5, dtype=torch.long))
     assert isinstance(out, torch.Tensor) and out.shape == (3, 5, 64) and cfg.padded_vocab_size == 64
     assert model.embed_tokens.weight.shape == (64, cfg.hidden_size)
-    with pytest.raises(ValueError, match="max_seq_len"):
+    too_long = (f"sequence of {cfg.max_seq_len + 1} tokens exceeds model.max_seq_len={cfg.max_seq_len}; "
+                "shorten the input or train with a larger max_seq_len")
+    with pytest.raises(ValueError) as raised:
         model(torch.zeros(1, cfg.max_seq_len + 1, dtype=torch.long))
+    assert str(raised.value) == too_long
+    cache = model.new_kv_cache(1)  # with a cache, the count includes what it holds
+    model(torch.zeros(1, 3, dtype=torch.long), cache)
+    with pytest.raises(ValueError, match=f"sequence of {cfg.max_seq_len + 1} tokens"):
+        model(torch.zeros(1, cfg.max_seq_len - 2, dtype=torch.long), cache)
+
+
+@pytest.mark.parametrize("mlp", sorted(MLPS))
+def test_dropout_reaches_every_part_that_drops(mlp):
+    """model.dropout is the rate of the attention, residual and MLP dropouts alike."""
+    model = Transformer(tiny_model_config(dropout=0.3, mlp=mlp))
+    rates = {name: m.p for name, m in model.named_modules() if isinstance(m, nn.Dropout)}
+    assert any(".mlp." in n for n in rates) and set(rates.values()) == {0.3}, rates
+    assert all(block.attn.dropout == 0.3 for block in model.layers)
 
 
 def test_forward_is_the_lm_head_of_the_final_normed_hidden_states():
@@ -67,6 +83,24 @@ def test_forward_is_the_lm_head_of_the_final_normed_hidden_states():
     cache = model.new_kv_cache(2)
     pieces = torch.cat([model.hidden_states(ids[:, :4], cache), model.hidden_states(ids[:, 4:], cache)], dim=1)
     torch.testing.assert_close(pieces, hidden, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("overrides", [
+    {"norm_eps": 0.05, "rope_theta": 37.0},  # GQA; both far from their defaults, so each must reach the math
+    {"n_kv_heads": None, "tie_embeddings": False, "norm_eps": 1e-6, "rope_theta": 5e5},  # MHA, untied
+], ids=["gqa-eps-theta", "mha-untied"])
+def test_forward_matches_the_float64_reference_built_from_the_config(overrides):
+    """Embedding → pre-norm blocks → final norm → head, against the whole recipe in float64 with
+    model.norm_eps and model.rope_theta taken from the config (model_helpers.reference_forward)."""
+    model = random_transformer(tiny_model_config(**overrides))
+    ids = torch.randint(0, model.cfg.vocab_size, (2, model.cfg.max_seq_len), generator=torch.Generator().manual_seed(1))
+    with one_thread(), torch.no_grad():
+        logits = model(ids).double()
+        torch.testing.assert_close(logits, reference_forward(model, ids), rtol=0, atol=2e-5)
+        # The constants matter at this tolerance: the defaults give other logits.
+        default = Transformer(tiny_model_config(**{**overrides, "norm_eps": 1e-5, "rope_theta": 1e4})).eval()
+        default.load_state_dict(model.state_dict())
+        assert (default(ids).double() - logits).abs().max() > 1e-3
 
 
 def test_tied_embeddings_share_storage():
@@ -167,7 +201,8 @@ def init_test_model(**overrides) -> Transformer:
 @pytest.mark.parametrize("mlp", [*MLPS, "test_bilinear"])
 def test_every_linear_writing_into_the_residual_stream_is_depth_scaled(mlp, monkeypatch):
     monkeypatch.setitem(MLPS, "test_bilinear", BilinearMLP)
-    model = init_test_model(mlp=mlp, qk_norm=True, norm="layernorm")
+    # Tied for SwiGLU, untied for the others: the untied head has its own init_std draw.
+    model = init_test_model(mlp=mlp, qk_norm=True, norm="layernorm", tie_embeddings=mlp == "swiglu")
     writers = residual_writers(model, torch.arange(8)[None])
     for i in range(model.cfg.n_layers):  # each block writes twice: attention and MLP
         assert any(w.startswith(f"layers.{i}.attn.") for w in writers), writers
@@ -187,8 +222,10 @@ def test_the_property_check_catches_an_mlp_that_forgets_its_output_layer(monkeyp
 
 def test_a_block_part_without_init_weights_is_refused(monkeypatch):
     monkeypatch.setitem(MLPS, "no_init", NoInitMLP)
-    with pytest.raises(TypeError, match="NoInitMLP.*init_weights"):
+    with pytest.raises(TypeError) as raised:
         init_test_model(mlp="no_init")
+    assert str(raised.value) == ("NoInitMLP (block part 'mlp') has parameters but no init_weights(std, out_std); "
+                                 "add one (docs/architecture.md, 'add an MLP')")
 
 
 @pytest.mark.parametrize("overrides", [{}, {"tie_embeddings": False, "norm": "layernorm", "mlp": "gelu",

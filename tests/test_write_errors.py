@@ -20,7 +20,7 @@ from safetensors import SafetensorError
 import training.checkpoint
 import training.write_errors
 from model import ModelConfig, Transformer
-from training.checkpoint import CheckpointWriteError, list_checkpoints, read_weights, save_checkpoint
+from training.checkpoint import CheckpointWriteError, read_weights, save_checkpoint
 from training.write_errors import write_error_cause
 
 REPO = Path(__file__).resolve().parents[1]
@@ -157,8 +157,10 @@ def test_a_bug_is_not_disguised_as_a_write_error(run, monkeypatch):
 
 
 # ---- real faults, in a child process ----------------------------------------------------------------
-def run_child(args, cwd) -> list:
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=180, cwd=cwd)
+def run_child(args) -> list:
+    # From the project root: under mutation testing (docs/testing.md) the child imports the mutated copy,
+    # whose trampolines read the mutmut config found in the working directory.
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=180, cwd=Path(__file__).parents[1])
     assert proc.returncode == 0, proc.stderr[-2000:]
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
@@ -183,7 +185,7 @@ def limit_and_permission(tmp_path_factory) -> dict:
             args[-1] = "fsize"
         else:
             args = ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner"] + args
-    return {r["case"]: r for r in run_child(args + [str(where)], where)}
+    return {r["case"]: r for r in run_child(args + [str(where)])}
 
 
 def test_real_file_size_limit(limit_and_permission):
@@ -217,7 +219,7 @@ def mount_namespace() -> list:
 
 def test_real_full_disk_and_read_only_mount(tmp_path):
     prefix = mount_namespace()
-    results = run_child(prefix + [sys.executable, str(CHILD), "tmpfs", str(tmp_path)], tmp_path)
+    results = run_child(prefix + [sys.executable, str(CHILD), "tmpfs", str(tmp_path)])
     by_case = {r["case"]: r for r in results}
     check_case(by_case["enospc-torch"], "no space left on device", "step_0000002.tmp/optimizer.pt",
                "free space on the disk")

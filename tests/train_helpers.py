@@ -6,16 +6,30 @@ import sys
 import time
 from pathlib import Path
 
+from tests import forked
+
 REPO = Path(__file__).resolve().parents[1]
+
+
+# A plain `python train.py` (with or without injected faults) is forked from a server that has
+# imported torch once (tests/forked.py): a real process, ~6 s cheaper. MINILLAMA_TEST_FORK=0: exec each.
+FORK = os.environ.get("MINILLAMA_TEST_FORK", "1") != "0"
 
 
 def launch(launcher: list, args: list, check: bool = True, timeout: int = 300, popen: bool = False):
     """`<launcher> train.py <args>` from the repo root, no wandb; Popen if popen, else run to the end."""
     args = [*launcher, str(REPO / "train.py"), *args]
     env = {**os.environ, "WANDB_MODE": "disabled", "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"}
-    if popen:
+    forkable = FORK and (launcher == [sys.executable] or forked.faults_of(launcher) is not None)
+    if forkable:
+        script_args, faults = args[len(launcher):], forked.faults_of(launcher)
+        if popen:
+            return forked.ForkedRun(script_args, env, REPO, faults)
+        proc = forked.run(script_args, env, REPO, timeout, faults)
+    elif popen:
         return subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
+    else:
+        proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
     if check and proc.returncode != 0:
         raise AssertionError(f"train.py failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return proc
@@ -34,10 +48,43 @@ def run_train(tmp_path: Path, *overrides: str, cache_dir: Path = None, check: bo
 
 
 def run_torchrun(tmp_path: Path, nproc: int, *overrides: str, cache_dir: Path, check: bool = True,
-                 timeout: int = 300):
-    """`torchrun --standalone --nproc_per_node=N train.py debug=tiny …` (gloo on CPU)."""
+                 timeout: int = 300, faults: dict = None):
+    """`torchrun --standalone --nproc_per_node=N train.py debug=tiny …` (gloo on CPU), with faults
+    injected into every worker by tests/fault_injection.py if given."""
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+    if faults:
+        launcher += [str(REPO / "tests" / "fault_injection.py"), json.dumps(faults)]
     return launch(launcher, tiny_args(tmp_path, overrides, cache_dir), check, timeout)
+
+
+def run_ranks(tmp_path: Path, nproc: int, *overrides: str, cache_dir: Path, faults: dict = None,
+              timeout: int = 300) -> subprocess.CompletedProcess:
+    """N ranks of `train.py debug=tiny …` started as torchrun starts them — the environment it gives each
+    worker (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT, …) — but forked from the preloaded server,
+    ~8 s cheaper than torchrun's fresh interpreters. For tests of what the ranks compute; what torchrun
+    itself does (signals, a hung rank, exit statuses) is tested through run_torchrun. Output: rank 0's;
+    the return code: the first non-zero one. MINILLAMA_TEST_FORK=0: run_torchrun instead."""
+    if not FORK:
+        return run_torchrun(tmp_path, nproc, *overrides, cache_dir=cache_dir, timeout=timeout, faults=faults)
+    import socket
+    with socket.socket() as probe:  # a free port for the rendezvous store
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    args = [str(REPO / "train.py"), *tiny_args(tmp_path, overrides, cache_dir)]
+    base = {**os.environ, "WANDB_MODE": "disabled", "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1",
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(nproc),
+            "LOCAL_WORLD_SIZE": str(nproc), "GROUP_RANK": "0", "TORCHELASTIC_RUN_ID": "tests"}
+    ranks = [forked.ForkedRun(args, {**base, "RANK": str(r), "LOCAL_RANK": str(r)}, REPO, faults)
+             for r in range(nproc)]
+    try:
+        outputs = [rank.communicate(timeout=timeout) for rank in ranks]
+    finally:
+        for rank in ranks:
+            rank.kill()
+    code = next((rank.returncode for rank in ranks if rank.returncode), 0)
+    if code:
+        raise AssertionError(f"rank failed ({code}):\n" + "\n".join(out[-2000:] + err[-2000:] for out, err in outputs))
+    return subprocess.CompletedProcess(args, code, *outputs[0])
 
 
 def interrupt_once_training(proc: subprocess.Popen, root: Path, pattern: str, sig: int) -> tuple:
@@ -71,11 +118,90 @@ def wait_for_step(run_root: Path, step: int, proc: subprocess.Popen, timeout: fl
     since = time.time()
     deadline = since + timeout
     while time.time() < deadline:
-        for metrics in run_root.glob("**/metrics.jsonl"):
-            rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.endswith("}")]
+        try:
+            found = list(run_root.glob("**/metrics.jsonl"))
+        except FileNotFoundError:  # a folder removed mid-walk (a resume discards Hydra's unused run dir)
+            found = []
+        for metrics in found:
+            try:
+                rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.endswith("}")]
+            except FileNotFoundError:
+                continue
             if any(r.get("kind") == "train" and r["step"] >= step and r["time"] >= since for r in rows):
                 return metrics.parent
         if proc.poll() is not None:
             raise AssertionError(f"train.py ended ({proc.returncode}) before step {step}: {proc.stderr.read()[-2000:]}")
         time.sleep(0.05)
     raise AssertionError(f"no train row at step {step} within {timeout} s")
+
+
+# ---- train.py's loop in this process: no interpreter + torch + dynamo start (~6 s a launch) --------
+
+def compose_train_config(overrides: list) -> tuple:
+    """(TrainConfig, its YAML) for `python train.py <overrides>`: composed and typed as train.py does."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf, open_dict
+
+    from train import register_configs
+    from training.config import TrainConfig
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
+        cfg = compose("train", overrides=overrides, return_hydra_config=True)
+        HydraConfig.instance().set_config(cfg)  # so ${hydra:...} interpolations resolve
+        with open_dict(cfg):
+            del cfg["hydra"]
+        plain = OmegaConf.to_container(cfg, resolve=True)
+    GlobalHydra.instance().clear()
+    plain["resume"] = None
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), plain)), OmegaConf.to_yaml(plain)
+
+
+def train_in_process(run_dir: Path, *overrides: str, cache_dir: Path):
+    """A fresh `python train.py debug=tiny <overrides>` run (one process, no resume) in this process,
+    writing into run_dir: the same loop, checkpoints and metrics.jsonl. Returns the loop's Outcome."""
+    import torch
+
+    from data import prepare
+    from training.distributed import DistInfo
+    from training.loop import RunSpec, train
+
+    cfg, config_yaml = compose_train_config(["debug=tiny", f"data.cache_dir={cache_dir}", "trainer.num_threads=1",
+                                             *overrides])
+    data = prepare(cfg.data, seq_len=cfg.trainer.seq_len, model_vocab_size=cfg.model.vocab_size, log=lambda *a: None)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(config_yaml)
+    threads = torch.get_num_threads()
+    try:
+        return train(RunSpec(cfg, run_dir, config_yaml), DistInfo(), data)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def torchrun_worker(parent: int, rank: int, timeout: float = 30) -> int:
+    """The pid of the torchrun worker under `parent` whose environment says RANK=rank (read from /proc)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for proc_dir in Path("/proc").iterdir():
+            if not proc_dir.name.isdigit():
+                continue
+            try:
+                ppid = int((proc_dir / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                environ = (proc_dir / "environ").read_bytes().split(b"\0")
+            except (OSError, IndexError, ValueError):
+                continue
+            if ppid == parent and f"RANK={rank}".encode() in environ:
+                return int(proc_dir.name)
+        time.sleep(0.1)
+    raise AssertionError(f"no worker with RANK={rank} under pid {parent}")
+
+
+def running(pid: int) -> bool:
+    """Whether pid is a live process (not gone, not a zombie waiting to be reaped)."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False

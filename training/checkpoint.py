@@ -240,15 +240,15 @@ def load_model_config(ckpt: Path) -> ModelConfig:
         raise CheckpointError(f"{ckpt}/model_config.json is unreadable or invalid ({e}); the checkpoint is damaged")
 
 
-def read_weights(model: torch.nn.Module, ckpt: Path) -> Dict[str, torch.Tensor]:
-    """model.safetensors as a full state dict for `model`, every key and shape checked."""
+def read_weights(model: Transformer, ckpt: Path) -> Dict[str, torch.Tensor]:
+    """model.safetensors as a full state dict for the (unwrapped) `model`, every key and shape checked."""
     try:
         weights = load_file(str(Path(ckpt) / "model.safetensors"))
     except Exception as e:  # safetensors raises its own error types for truncated/corrupt files
         raise CheckpointError(f"{ckpt}/model.safetensors is corrupt or unreadable ({e}); use another checkpoint")
     expected = model.state_dict()
-    if getattr(getattr(model, "cfg", None), "tie_embeddings", False):
-        expected.pop(TIED_KEY, None)
+    if model.cfg.tie_embeddings:
+        expected.pop(TIED_KEY)  # stored once, as the embedding
     missing, unexpected = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))
     if missing or unexpected:
         raise CheckpointError(f"{ckpt}/model.safetensors does not match the model config "
@@ -262,7 +262,7 @@ def read_weights(model: torch.nn.Module, ckpt: Path) -> Dict[str, torch.Tensor]:
     return weights
 
 
-def load_weights(model: torch.nn.Module, ckpt: Path) -> None:
+def load_weights(model: Transformer, ckpt: Path) -> None:
     """Load model.safetensors into an unwrapped model."""
     model.load_state_dict(read_weights(model, ckpt))
 

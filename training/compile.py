@@ -95,6 +95,8 @@ class CompiledLoss:
         return out
 
     def __getattr__(self, name):  # only reached for names this wrapper does not define
+        if "module" not in self.__dict__:  # mid-construction or copy: nothing to delegate to yet
+            raise AttributeError(name)
         return getattr(self.__dict__["module"], name)
 
     def _pad(self, input_ids: torch.Tensor, targets: torch.Tensor):

@@ -76,34 +76,41 @@ class Counters:
     pending: list = field(default_factory=list)  # loss tensors (on the device) since the last log
 
 
-def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
-    cfg, say = run.cfg, (print if info.is_main else (lambda *a, **k: None))
-    if cfg.trainer.num_threads:
-        torch.set_num_threads(cfg.trainer.num_threads)
+@dataclass
+class Parts:
+    """What the loop trains with: the model, the loss module (wrapped for DDP/FSDP, maybe compiled)
+    and its optimizers, plus the precision and compile decisions and why they were taken."""
+    raw_model: torch.nn.Module  # the bare Transformer: checkpoints, hooks, samples
+    loss_module: torch.nn.Module  # CausalLMLoss, wrapped for DDP/FSDP2
+    compute_loss: object  # loss_module, or its compiled version: what steps and evals call
+    optimizers: list
+    autocast: object
+    precision: str
+    parallel: str
+    notes: tuple  # (precision why, compile note) for the header
 
-    # ---- build: model, loss, optimizers (identical init on every rank) ---------------------------
+
+def build(cfg: TrainConfig, info: D.DistInfo, say) -> Parts:
+    """Model, loss and optimizers; the same initial weights on every rank (seeded before the build)."""
     torch.manual_seed(cfg.seed)
     raw_model = Transformer(cfg.model).to(info.device)
     precision, precision_why = resolve_precision(cfg.trainer.precision, info.device)
     parallel = D.resolve_parallel(cfg.trainer.parallel, info.world_size)
     loss_module = D.wrap_model(CausalLMLoss(raw_model), raw_model.layers, parallel, info, precision)
     optimizers = build_optimizers(loss_module, cfg.optim, info.device.type)
-    autocast = autocast_context(precision, info.device)
-    compiled, compile_why, compute_loss = False, "trainer.compile=false", loss_module
+    compute_loss, compile_note = loss_module, "off: trainer.compile=false"
     if cfg.trainer.compile != "false":  # imported only when used: torch._dynamo costs seconds to import
         from training.compile import CompiledLoss, resolve_compile
-        compiled, compile_why = resolve_compile(cfg.trainer.compile, info.device)
+        compiled, why = resolve_compile(cfg.trainer.compile, info.device)
         # Model + loss compiled as one graph, used by training and evaluation alike; falls back to eager.
         compute_loss = CompiledLoss(loss_module, warn=say) if compiled else loss_module
-    counters = Counters()
-    # Dropout differs per rank (each rank sees other rows); batches never touch this generator.
-    torch.manual_seed(int(np.random.SeedSequence([cfg.seed, info.rank]).generate_state(1)[0]))
-    if run.resume_ckpt is not None:
-        restore(run, info, raw_model, optimizers, counters, say)
+        compile_note = why if compiled else f"off: {why}"
+    return Parts(raw_model, loss_module, compute_loss, optimizers, autocast_context(precision, info.device),
+                 precision, parallel, (precision_why, compile_note))
 
-    tokens_before = counters.tokens_seen
 
-    # ---- data views --------------------------------------------------------------------------------
+def data_views(cfg: TrainConfig, data, info: D.DistInfo) -> tuple:
+    """(training batches, this rank's validation windows)."""
     seq_len = cfg.trainer.seq_len
     batches = TrainBatches(data.train_tokens(), seq_len, cfg.trainer.micro_batch_size, cfg.seed,
                            info.rank, info.world_size)
@@ -112,15 +119,31 @@ def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
                                      world_size=info.world_size)
     else:
         windows = eval_windows(data.val_tokens(), seq_len, cfg.trainer.num_eval_windows, info.rank, info.world_size)
-    tokens_per_step = cfg.trainer.micro_batch_size * seq_len * cfg.trainer.grad_accum_steps * info.world_size
-    peak, peak_source = peak_flops(info.device, precision, cfg.trainer.peak_tflops)
-    say(report.header(run, cfg, raw_model, data, info, tokens_per_step, parallel, precision, precision_why,
-                      peak, peak_source, counters.step, compile_why if compiled else f"off: {compile_why}"))
+    return batches, windows
+
+
+def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
+    cfg, say = run.cfg, (print if info.is_main else (lambda *a, **k: None))
+    if cfg.trainer.num_threads:
+        torch.set_num_threads(cfg.trainer.num_threads)
+    parts = build(cfg, info, say)
+    raw_model, compute_loss, optimizers, autocast = parts.raw_model, parts.compute_loss, parts.optimizers, parts.autocast
+    counters = Counters()
+    # Dropout differs per rank (each rank sees other rows); batches never touch this generator.
+    torch.manual_seed(int(np.random.SeedSequence([cfg.seed, info.rank]).generate_state(1)[0]))
+    if run.resume_ckpt is not None:
+        restore(run, info, raw_model, optimizers, counters, say)
+    tokens_before = counters.tokens_seen
+    batches, windows = data_views(cfg, data, info)
+    tokens_per_step = cfg.trainer.micro_batch_size * cfg.trainer.seq_len * cfg.trainer.grad_accum_steps \
+        * info.world_size
+    peak, peak_source = peak_flops(info.device, parts.precision, cfg.trainer.peak_tflops)
+    say(report.header(run, cfg, raw_model, data, info, tokens_per_step, parts, peak, peak_source, counters.step))
     log = RunLogger(run.run_dir, cfg.logger, cfg.run_name, report.config_dict(run.config_yaml), info.is_main,
                     resume_step=counters.step if run.resume_ckpt else None)
-    saver = Saver(run, info, raw_model, loss_module, optimizers, data.tokenizer_path)
+    saver = Saver(run, info, raw_model, parts.loss_module, optimizers, data.tokenizer_path)
     record = NonFiniteRecord.on(info.device)
-    flops_per_token = raw_model.flops_per_token(seq_len)
+    flops_per_token = raw_model.flops_per_token(cfg.trainer.seq_len)
     end = min(cfg.trainer.max_steps, cfg.trainer.stop_at_step or cfg.trainer.max_steps)
 
     # ---- loop ----------------------------------------------------------------------------------------
@@ -129,8 +152,8 @@ def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
     # Throughput clock: wall time minus compile time (compiling is not training).
     clock = lambda: time.time() - getattr(compute_loss, "compile_seconds", 0.0)  # noqa: E731
     t0, t_log = time.time(), clock()
-    loss_module.train()
-    if compiled:
+    parts.loss_module.train()
+    if compute_loss is not parts.loss_module:
         say("compile: the first training step and the first eval compile model + loss (up to a minute or two "
             "on a CPU); the progress bar waits meanwhile")
     try:
@@ -159,7 +182,7 @@ def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
                 t_log, counters.steps_timed = clock(), 0
             if eval_now or last:
                 last_eval = maybe_eval(compute_loss, raw_model, windows, cfg, autocast, data, info, log, progress,
-                                       counters, saver, parallel)
+                                       counters, saver, parts.parallel)
                 t_log, counters.steps_timed = clock(), 0  # eval time is not training throughput
             if save_now or last:
                 saver.save(counters)
@@ -194,7 +217,7 @@ def restore(run: RunSpec, info, raw_model, optimizers, counters: Counters, say) 
     counters.step, counters.tokens_seen = state["step"], state["tokens_seen"]
     counters.elapsed_before = state["elapsed_s"]
     counters.skipped_steps = state.get("skipped_steps", 0)
-    counters.best_bpb = state.get("best_val_bpb", math.inf)
+    counters.best_bpb = state.get("best_val_bpb") or math.inf
     counters.best_step = state.get("best_step")
     if counters.step >= cfg.trainer.max_steps:
         raise ValueError(f"{run.resume_ckpt} is already at step {counters.step} = trainer.max_steps; pass a larger "

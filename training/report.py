@@ -19,8 +19,7 @@ def config_dict(config_yaml: str) -> dict:
     return yaml.safe_load(config_yaml)
 
 
-def header(run, cfg, raw_model, data, info, tokens_per_step, parallel, precision, precision_why, peak, peak_source,
-           start_step, compile_note) -> str:
+def header(run, cfg, raw_model, data, info, tokens_per_step, parts, peak, peak_source, start_step) -> str:
     counts = raw_model.param_counts()
     m = cfg.model
     return "\n".join([
@@ -32,7 +31,7 @@ def header(run, cfg, raw_model, data, info, tokens_per_step, parallel, precision
         f"vocab {data.meta['vocab_size']}, cache {data.dir}",
         f"tokens per optimizer step: {cfg.trainer.micro_batch_size} micro batch × {cfg.trainer.seq_len} seq_len × "
         f"{cfg.trainer.grad_accum_steps} accumulation × {info.world_size} processes = {tokens_per_step:,}",
-        f"{info.device}, {precision} ({precision_why}), parallel={parallel}, compile: {compile_note}",
+        f"{info.device}, {parts.precision} ({parts.notes[0]}), parallel={parts.parallel}, compile: {parts.notes[1]}",
         f"MFU peak {peak / 1e12:.2f} TFLOP/s ({peak_source}), steps {start_step}→{cfg.trainer.max_steps}",
     ])
 

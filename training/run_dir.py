@@ -100,11 +100,21 @@ def _read_owner(path: Path) -> str:
         return "owner unknown"
 
 
+def _claimed_by_this_process(path: Path) -> bool:
+    try:
+        owner = json.loads(path.read_text())
+        return owner["pid"] == os.getpid() and owner["host"] == socket.gethostname()
+    except (OSError, ValueError, KeyError, TypeError):  # gone, or created and not yet written: not ours
+        return False
+
+
 def discard_if_unused(path: Path) -> None:
-    """Remove a run directory that holds nothing but a claim file and empty logs (a failed start,
-    or the directory Hydra made for a resume that continues elsewhere)."""
+    """Remove a run directory that holds nothing but this process's claim file and empty logs (a failed
+    start, or the directory Hydra made for a resume that continues elsewhere). Another run's claim — even
+    one being written, still empty — keeps the directory: a run started in the same second may own it and
+    not have written anything else yet."""
     path = Path(path)
-    if not path.is_dir():
+    if not path.is_dir() or ((path / CLAIM_FILE).exists() and not _claimed_by_this_process(path / CLAIM_FILE)):
         return
     entries = list(path.iterdir())
     if any(p.is_dir() or (p.name != CLAIM_FILE and (p.suffix != ".log" or p.stat().st_size)) for p in entries):

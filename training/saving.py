@@ -4,6 +4,7 @@ Refuses non-finite weights (a NaN checkpoint is worse than none: resume would st
 turns a failed write on rank 0 into the same error on every rank, so no rank walks on into the
 next step's collectives while another has stopped.
 """
+import math
 import time
 from pathlib import Path
 from typing import Optional
@@ -62,7 +63,8 @@ class Saver:
             state = {"step": counters.step, "tokens_seen": counters.tokens_seen,
                      "elapsed_s": counters.elapsed_before + time.time() - self.started,
                      "data_position": {"seed": cfg.seed, "next_step": counters.step}, "world_size": info.world_size,
-                     "skipped_steps": counters.skipped_steps, "best_val_bpb": counters.best_bpb,
+                     "skipped_steps": counters.skipped_steps,
+                     "best_val_bpb": counters.best_bpb if math.isfinite(counters.best_bpb) else None,
                      "best_step": counters.best_step}
             try:
                 path = save_checkpoint(root, counters.step, model_state, cfg.model, self.tokenizer_path,

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Mutation testing (mutmut, configured in pyproject.toml) of model/, training/checkpoint.py,
+# training/optim.py, data/loader.py and analysis/stats.py against their fast unit tests.
+# Slow (~1 h of CPU for all mutants on 2 cores), so not part of `make test`; results accumulate in
+# mutants/, so it can run in chunks and be stopped and resumed at any time.
+#
+#   scripts/mutation.sh                       # every mutant not yet tested, then the scores
+#   scripts/mutation.sh run 'model.norm.*'    # a chunk: the mutants of one module (mutmut's names)
+#   scripts/mutation.sh score                 # mutation score per package, from what has run
+#   .venv/bin/mutmut show NAME                # the diff of one mutant; `mutmut results` lists survivors
+#
+# CHUNK_S (default: none) stops a chunk after that many seconds; what finished is kept.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+MUTMUT=${MUTMUT:-$(dirname "$PY")/mutmut}
+export OMP_NUM_THREADS=1  # tiny models: one thread per worker, one worker per core
+
+command=${1:-all}
+[ $# -gt 0 ] && shift
+case "$command" in
+  run|all)
+    limit=()
+    [ -n "${CHUNK_S:-}" ] && limit=(timeout --kill-after=10 "$CHUNK_S")
+    # timeout exits 124 when it stops a chunk: that is a planned stop, not a failure.
+    "${limit[@]}" "$MUTMUT" run --max-children "${MAX_CHILDREN:-2}" "$@" || [ $? -eq 124 ]
+    [ "$command" = all ] && exec "$PY" scripts/mutation_score.py
+    ;;
+  score)
+    exec "$PY" scripts/mutation_score.py "$@"
+    ;;
+  *)
+    echo "error: unknown command '$command'; use run [MUTANT-GLOB ...], score, or nothing for all" >&2
+    exit 1
+    ;;
+esac

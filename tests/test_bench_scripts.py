@@ -1,0 +1,60 @@
+"""Benchmark scripts run end to end at tiny sizes and report what they claim (bench_model, bench_loss)."""
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import forked
+
+pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (conftest.py)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def forked_run(command, check=False, **kwargs) -> subprocess.CompletedProcess:
+    """subprocess.run of `python <script> …` as a real process forked from the preloaded server (tests/forked.py)."""
+    assert command[0] == sys.executable
+    done = forked.run_script(*command[1:])
+    if check:
+        done.check_returncode()
+    return done
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_model_reports_both_models_at_the_same_shape(capsys):
+    pytest.importorskip("transformers")
+    bench = load("bench_model")
+    bench.main(["--shape", "tiny", "--vocab", "512", "--steps", "2", "--warmup", "1", "--batch", "2", "--threads", "1",
+                "--matmul-shapes"])
+    out = capsys.readouterr().out
+    assert "shape tiny: hidden 64, 2 layers, 4 heads (2 kv) of 16" in out and "fp32" in out
+    rows = {m.group(1): float(m.group(2).replace(",", "")) for m in
+            re.finditer(r"^\| (minillama eager|hf_llama eager) \| \d+ \| [\d–]+ \| ([\d,]+) \|", out, re.M)}
+    assert set(rows) == {"minillama eager", "hf_llama eager"} and all(v > 0 for v in rows.values())
+    assert "minillama / HF, eager:" in out and "128 tokens" in out  # the matmul-shape table, 2 × 64 tokens
+
+
+def test_bench_model_rejects_an_unknown_shape():
+    out = forked.run_script(REPO / "scripts" / "bench_model.py", "--shape", "huge", "--no-hf")
+    assert out.returncode == 1 and out.stderr.startswith("error: --shape huge: no configs/model/huge.yaml")
+
+
+def test_bench_loss_chunked_peak_is_lower_with_the_same_loss(capsys, monkeypatch):
+    bench = load("bench_loss")
+    monkeypatch.setattr(bench.subprocess, "run", forked_run)  # each variant still measured in a process of its own
+    bench.main(["--vocab", "8192", "--batch", "4", "--seq", "256", "--hidden", "64", "--layers", "1",
+                             "--steps", "1", "--threads", "1"])
+    out = capsys.readouterr().out
+    peaks = [float(v.replace(",", "")) for v in re.findall(r"\| ([\d,]+) MiB live \|", out)]  # live tensors: not RSS noise
+    losses = re.findall(r"\| (\d+\.\d{6}) \|$", out, re.M)
+    assert len(peaks) == 2 and peaks[1] < peaks[0]  # one-shot, then chunked
+    assert len(losses) == 2 and abs(float(losses[0]) - float(losses[1])) < 1e-5  # fp32 sums in another order

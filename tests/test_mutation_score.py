@@ -1,0 +1,60 @@
+"""scripts/mutation_score.py: the score per target from mutmut's result files, equivalent mutants
+excluded only while they are listed with a reason and still survive."""
+import json
+
+from scripts.mutation_score import main
+
+DOC = """# Testing
+
+## Surviving mutants judged equivalent
+
+| mutant | why it is equivalent |
+|---|---|
+| `model.norm.xǁRMSNormǁforward__mutmut_3` | an equivalent rewrite |
+
+## Next section
+| `model.norm.xǁRMSNormǁforward__mutmut_9` | not in the table above: does not count |
+"""
+
+
+def write_results(root, path, codes):
+    meta = root / (path + ".meta")
+    meta.parent.mkdir(parents=True, exist_ok=True)
+    meta.write_text(json.dumps({"exit_code_by_key": codes, "hash_by_function_name": {}, "type_check_error_by_key": {},
+                                "durations_by_key": {}, "estimated_durations_by_key": {}}))
+
+
+def norm_mutants(survivors, killed=18):
+    codes = {f"model.norm.xǁRMSNormǁforward__mutmut_{i}": 1 for i in range(100, 100 + killed)}
+    codes.update({f"model.norm.xǁRMSNormǁforward__mutmut_{i}": 0 for i in survivors})
+    return codes
+
+
+def all_targets_killed(root):
+    for path, prefix in [("training/checkpoint.py", "training.checkpoint.x_save"), ("training/optim.py", "training.optim.x_lr_at"),
+                         ("data/loader.py", "data.loader.x__check_length"), ("analysis/stats.py", "analysis.stats.x_summarize")]:
+        write_results(root, path, {f"{prefix}__mutmut_1": 1, f"{prefix}__mutmut_2": 24})  # a timeout counts as killed
+    write_results(root, "training/loop.py", {"training.loop.x_train__mutmut_1": 0})  # not a target: ignored
+
+
+def test_equivalent_mutants_leave_the_denominator(tmp_path, capsys):
+    (tmp_path / "testing.md").write_text(DOC)
+    write_results(tmp_path / "mutants", "model/norm.py", norm_mutants([3, 9]))  # 18 killed, 9 survives
+    all_targets_killed(tmp_path / "mutants")
+    status = main(["--dir", str(tmp_path / "mutants"), "--doc", str(tmp_path / "testing.md"), "--survivors"])
+    out = capsys.readouterr().out
+    line = next(row for row in out.splitlines() if row.startswith("model "))
+    assert line.split() == ["model", "20", "18", "1", "1", "0", "0", "94.7%"]  # 18 / (20 − 1)
+    assert "model.norm.xǁRMSNormǁforward__mutmut_9" in out.split("surviving")[1]
+    assert status == 0
+
+
+def test_below_90_percent_or_a_stale_equivalence_fails(tmp_path, capsys):
+    (tmp_path / "testing.md").write_text(DOC)
+    all_targets_killed(tmp_path / "mutants")
+    write_results(tmp_path / "mutants", "model/norm.py", norm_mutants([3, 9, 10], killed=17))
+    assert main(["--dir", str(tmp_path / "mutants"), "--doc", str(tmp_path / "testing.md")]) == 1  # 17/19 = 89.5 %
+    assert "below 90%" in capsys.readouterr().err
+    write_results(tmp_path / "mutants", "model/norm.py", norm_mutants([], killed=20))  # _3 no longer survives
+    assert main(["--dir", str(tmp_path / "mutants"), "--doc", str(tmp_path / "testing.md")]) == 1
+    assert "forward__mutmut_3" in capsys.readouterr().err
