@@ -6,6 +6,7 @@ import fcntl
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import pytest
 import yaml
 
 from analysis import speedrun as S
-from analysis.stats import paired_t
+from analysis.stats import decimals, paired_t
 from scripts.speedrun import cpu_lock, main
 from tests.train_helpers import REPO
 
@@ -160,13 +161,20 @@ def finished(tmp_path_factory):
     return root, cache, speedrun(root, cache)
 
 
+def todo(out: str, probes: int, runs: int) -> int:
+    """Where the cost line ("to do: P probe(s) (~150 s each) and R run(s) × …") says P probes and R runs."""
+    found = re.search(rf"to do: {probes} probe\(s\) \(~\d+ s each\) and {runs} run\(s\)", out)
+    assert found, out[:500]
+    return found.start()
+
+
 def results(runs_dir):
     return {(p.parent.parent.name, p.parent.name): json.loads(p.read_text()) for p in runs_dir.glob("*/seed*/result.json")}
 
 
 def test_seeds_of_a_recipe_run_the_calibrated_steps_and_fill_the_budget(finished):
     root, cache, out = finished
-    assert out.index("to do: 2 probe(s) and 4 run(s)") < out.index("==> ref: probe")  # the cost comes first
+    assert todo(out, probes=2, runs=4) < out.index("==> ref: probe")  # the cost comes first
     for recipe in ("ref", "fast_lr"):
         cal = json.loads((root / "runs" / recipe / "calibration.json").read_text())
         assert cal["predicted_loop_s"] <= BUDGET
@@ -178,8 +186,10 @@ def test_seeds_of_a_recipe_run_the_calibrated_steps_and_fill_the_budget(finished
             result = json.loads((run / "result.json").read_text())
             state = json.loads((run / "train" / "checkpoints" / f"step_{cal['max_steps']:07d}" / "state.json").read_text())
             assert result["loop_s"] == state["elapsed_s"]
-            # Calibrated from an 8-step probe, a run of hundreds of steps lands near the budget.
-            assert abs(result["loop_s"] / BUDGET - 1) < 0.35, result
+            # How near the budget a run lands is measured, not assumed (timing is a benchmark's business):
+            # the result carries its loop time and is flagged exactly when it misses the budget or ran slow.
+            assert result["flags"] == S.run_flags(result["loop_s"], BUDGET, RECIPES["tolerance"],
+                                                  result["tokens_per_s"], cal["timing"]["tokens_per_s"])
 
 
 def test_each_run_is_scored_on_the_whole_validation_split(finished):
@@ -194,11 +204,11 @@ def test_each_run_is_scored_on_the_whole_validation_split(finished):
 def test_report_judges_the_recipe_by_its_paired_seed_differences(finished):
     root, _, out = finished
     r = results(root / "runs")
-    diffs = [r[("fast_lr", f"seed{s}")]["bpb"] - r[("ref", f"seed{s}")]["bpb"] for s in (0, 1)]
     t = paired_t([r[("fast_lr", f"seed{s}")]["bpb"] for s in (0, 1)], [r[("ref", f"seed{s}")]["bpb"] for s in (0, 1)])
     row = next(line for line in (root / "runs" / "report.md").read_text().splitlines() if line.startswith("| fast_lr"))
-    assert f"{sum(diffs) / 2:+.4f}"[:6] in row.replace(" ", "")  # mean paired Δ
-    assert ("2 paired seeds" in row) and (f"{t.low:+.2f}"[:5] in row)  # the paired interval, not Welch's
+    d = decimals(t.half_width)  # as many decimals as the interval's two significant digits need
+    assert f"| {t.delta:+.{d}f} [{t.low:+.{d}f}, {t.high:+.{d}f}] |" in row  # mean paired Δ and the paired interval
+    assert "2 paired seeds" in row
     assert "report:" in out
 
 
@@ -207,11 +217,12 @@ def test_rerun_skips_finished_runs_and_redoes_a_cut_off_one(finished, tmp_path):
     shutil.copytree(root, tmp_path / "copy")
     copy = tmp_path / "copy"
     before = {k: (copy / "runs" / k[0] / k[1] / "result.json").stat().st_mtime_ns for k in results(copy / "runs")}
-    assert "to do: 0 probe(s) and 0 run(s)" in speedrun(copy, cache)
+    todo(speedrun(copy, cache), probes=0, runs=0)
     cut = copy / "runs" / "fast_lr" / "seed1"
     (cut / "result.json").unlink()  # killed after training, before its result was written
     out = speedrun(copy, cache)
-    assert "to do: 0 probe(s) and 1 run(s)" in out and "==> fast_lr seed 1" in out and "==> ref seed" not in out
+    todo(out, probes=0, runs=1)
+    assert "==> fast_lr seed 1" in out and "==> ref seed" not in out
     assert list((copy / "runs" / "discarded").glob("*/fast_lr/seed1/train/config.yaml"))  # kept, out of the way
     after = {k: (copy / "runs" / k[0] / k[1] / "result.json").stat().st_mtime_ns for k in results(copy / "runs")}
     assert {k: v for k, v in after.items() if k != ("fast_lr", "seed1")} == \
@@ -229,13 +240,21 @@ def test_a_recipe_changed_under_its_name_is_refused(finished, tmp_path):
 
 
 def test_bad_input_is_one_error_line(tmp_path):
-    (tmp_path / "recipes.yaml").write_text(yaml.safe_dump(RECIPES))
+    (tmp_path / "recipes.yaml").write_text(yaml.safe_dump(RECIPES, sort_keys=False))  # recipes in the file's order
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "speedrun.py"), "--recipes",
                            str(tmp_path / "recipes.yaml"), "--only", "nope", "--dir", str(tmp_path / "runs")],
                           capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 1 and proc.stderr.strip().splitlines() == [
         f"error: --only: unknown recipe(s) nope; {tmp_path / 'recipes.yaml'} has ref, fast_lr"]
     assert not (tmp_path / "runs").exists()
+
+
+def same_value(composed, written: str) -> bool:
+    """A composed config value equals what the override wrote (6e-3 is 0.006; true is True)."""
+    try:
+        return float(composed) == float(written)
+    except (TypeError, ValueError):
+        return str(composed).lower() == written.lower()
 
 
 def test_the_shipped_recipes_compose():
@@ -249,4 +268,4 @@ def test_the_shipped_recipes_compose():
             node = cfg
             for part in key.split("."):
                 node = getattr(node, part)
-            assert str(node).lower() == str(yaml.safe_load(value)).lower(), (name, key)  # reaches the run
+            assert same_value(node, value), (name, key, node)  # reaches the run
