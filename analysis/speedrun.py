@@ -1,0 +1,179 @@
+"""The speedrun's arithmetic: recipes, calibrating trainer.max_steps to a wall-clock budget from a
+short probe run, and checking each measured run against that budget (scripts/speedrun.py runs it)."""
+import math
+import re
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import yaml
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")  # names the recipe's directory
+# Set by the speedrun itself for every run: the calibrated length, the paired seed, where it lives.
+RESERVED = ("trainer.max_steps", "trainer.stop_at_step", "seed", "resume", "hydra.")
+# A run is "slow" (the machine was probably busy) when its throughput falls this far below the probe's.
+SLOW_FRACTION = 0.05
+
+
+class SpeedrunError(ValueError):
+    """Bad speedrun input: the message is one line that names the value and what would be right."""
+
+
+@dataclass
+class Spec:
+    recipes: Dict[str, List[str]]  # name → train.py overrides on top of the defaults
+    reference: str = "baseline"  # every recipe is judged against this one
+    budget_s: float = 600.0  # the training loop's wall-clock budget (see docs/speedrun.md)
+    seeds: int = 2  # seeds 0..seeds-1 of every recipe: same init and batch order across recipes
+    tolerance: float = 0.03  # a run's loop time may miss the budget by this fraction before it is flagged
+    probe_steps: int = 40  # the timing run's length (a multiple of 4: logs, an eval and a save inside)
+    train_overrides: List[str] = field(default_factory=list)  # applied to every run, before the recipe's
+
+    def __post_init__(self):
+        self.recipes = {str(k): [str(o) for o in (v or [])] for k, v in (self.recipes or {}).items()}
+        self.train_overrides = [str(o) for o in self.train_overrides or []]
+        _require(self.recipes, "no recipes: list at least the reference, e.g. recipes: {baseline: []}")
+        for name, overrides in self.recipes.items():
+            _require(NAME.match(name), f"recipe name {name!r} must be letters, digits, '_' or '-' (it names a "
+                                       "directory), e.g. muon_lr6e-3")
+            for o in [*overrides, *self.train_overrides]:
+                key = o.split("=", 1)[0].lstrip("+~")
+                _require("=" in o, f"{name}: {o!r} is not an override key=value")
+                _require(not any(key == r or (r.endswith(".") and key.startswith(r)) for r in RESERVED),
+                         f"{name}: {key} is set by the speedrun (calibrated max_steps, seeds, run directories)")
+        _require(self.reference in self.recipes, f"reference {self.reference!r} is not among the recipes "
+                                                 f"({', '.join(self.recipes)})")
+        _require(self.budget_s > 0, f"budget_s={self.budget_s} must be > 0 seconds")
+        _require(self.seeds >= 1, f"seeds={self.seeds} must be >= 1")
+        _require(0 < self.tolerance < 1, f"tolerance={self.tolerance} must be a fraction in (0, 1), e.g. 0.03")
+        _require(self.probe_steps >= 8 and self.probe_steps % 4 == 0,
+                 f"probe_steps={self.probe_steps} must be a multiple of 4, at least 8 (e.g. 40)")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def load_spec(path: Path, **changes) -> Spec:
+    """The recipes file (configs/speedrun/recipes.yaml), with command-line changes on top."""
+    try:
+        fields = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise SpeedrunError(f"cannot read the recipes file {path} ({type(e).__name__}: {str(e).splitlines()[0]})")
+    if not isinstance(fields, dict):
+        raise SpeedrunError(f"{path} must be a mapping with a `recipes:` section")
+    unknown = sorted(set(fields) - set(Spec.__dataclass_fields__))
+    if unknown:
+        raise SpeedrunError(f"{path}: unknown key(s) {', '.join(unknown)}; known: "
+                            f"{', '.join(Spec.__dataclass_fields__)}")
+    fields.update({k: v for k, v in changes.items() if v is not None})
+    try:
+        return Spec(**fields)
+    except TypeError as e:
+        raise SpeedrunError(f"{path}: {e}")
+
+
+# ---- calibration -----------------------------------------------------------------------------------
+
+def probe_overrides(probe_steps: int) -> List[str]:
+    """The probe's schedule of events, so every cost of the loop is seen once in a known place:
+    logs every P/4 steps, an eval at P/2 (and the final one at P), a periodic save at 3P/4."""
+    quarter = probe_steps // 4
+    return [f"trainer.max_steps={probe_steps}", f"trainer.log_interval={quarter}",
+            f"trainer.eval_interval={2 * quarter}", f"trainer.ckpt_interval={3 * quarter}"]
+
+
+@dataclass(frozen=True)
+class Timing:
+    """What the loop costs, from a probe: loop_s(N) = fixed_s + N·step_s + evals(N)·eval_s + saves(N)·save_s."""
+    step_s: float  # one optimizer step, steady state
+    eval_s: float  # one evaluation: validation loss, the sample, the `best` checkpoint
+    save_s: float  # one periodic checkpoint
+    fixed_s: float  # once per run: compiling (training and eval graphs), the first steps' warm-up
+    compile_s: float  # the part of fixed_s torch.compile reported
+    tokens_per_s: float  # steady training throughput, to compare the measured runs with
+    probe_loop_s: float
+
+
+def timing_from_probe(rows: Sequence[dict], loop_s: float, probe_steps: int, tokens_per_step: int,
+                      best_step: Optional[int]) -> Timing:
+    """Decompose the probe's loop time (rows: its metrics.jsonl train rows; loop_s: its final
+    state.json elapsed_s; best_step: the step of its best checkpoint).
+
+    Each train row times its interval's steps alone (eval, save and compile time are excluded from
+    tokens_per_s), and elapsed_s includes everything, so a gap between two rows minus the steps
+    between them is the event that happened there.
+    """
+    q = probe_steps // 4
+    by_step = {r["step"]: r for r in rows if r.get("kind", "train") == "train"}
+    missing = [s for s in (q, 2 * q, 3 * q, 4 * q) if s not in by_step or not by_step[s].get("tokens_per_s")]
+    if missing:
+        raise SpeedrunError(f"the probe's metrics.jsonl has no timed train row at step(s) "
+                            f"{', '.join(map(str, missing))}; rerun the probe")
+    interval = {s: q * tokens_per_step / by_step[s]["tokens_per_s"] for s in (q, 2 * q, 3 * q, 4 * q)}
+    elapsed = {s: by_step[s]["elapsed_s"] for s in by_step}
+    step_s = statistics.fmean(interval[s] for s in (2 * q, 3 * q, 4 * q)) / q  # the first is warm-up
+    save_s = max(elapsed[4 * q] - elapsed[3 * q] - interval[4 * q], 0.0)
+    eval_s = max(loop_s - elapsed[4 * q], 0.0)  # the final eval: its graph compiled at P/2 already
+    if best_step != probe_steps:  # it did not improve on P/2: no `best` checkpoint was written with it
+        eval_s += save_s
+    fixed_s = loop_s - probe_steps * step_s - n_evals(probe_steps, 2 * q) * eval_s - n_saves(probe_steps, 3 * q) * save_s
+    return Timing(step_s=step_s, eval_s=eval_s, save_s=save_s, fixed_s=max(fixed_s, 0.0),
+                  compile_s=by_step[4 * q].get("compile_s", 0.0), tokens_per_s=tokens_per_step / step_s,
+                  probe_loop_s=loop_s)
+
+
+def n_evals(steps: int, eval_interval: int) -> int:
+    """Evaluations in a run: every eval_interval steps, and at the last step."""
+    return math.ceil(steps / eval_interval)
+
+
+def n_saves(steps: int, ckpt_interval: int) -> int:
+    """Periodic checkpoints before the last step (the final one is written after the loop clock stops)."""
+    return (steps - 1) // ckpt_interval
+
+
+def predict_loop_s(t: Timing, steps: int, eval_interval: int, ckpt_interval: int) -> float:
+    return (t.fixed_s + steps * t.step_s + n_evals(steps, eval_interval) * t.eval_s
+            + n_saves(steps, ckpt_interval) * t.save_s)
+
+
+def steps_for_budget(t: Timing, budget_s: float, eval_interval: int, ckpt_interval: int) -> int:
+    """The most steps whose predicted loop time fits the budget (loop_s grows with steps)."""
+    if predict_loop_s(t, 1, eval_interval, ckpt_interval) > budget_s:
+        raise SpeedrunError(f"even one step takes longer than the {budget_s:g} s budget (compile and warm-up "
+                            f"{t.fixed_s:.1f} s, a step {t.step_s:.2f} s); raise --budget")
+    steps = max(1, int((budget_s - t.fixed_s) / t.step_s))
+    while predict_loop_s(t, steps, eval_interval, ckpt_interval) > budget_s:
+        steps -= 1
+    while predict_loop_s(t, steps + 1, eval_interval, ckpt_interval) <= budget_s:
+        steps += 1
+    return steps
+
+
+# ---- checking a measured run -------------------------------------------------------------------------
+
+def steady_tokens_per_s(rows: Sequence[dict]) -> float:
+    """Median throughput over a run's log intervals, the first (warm-up) left out when there are others."""
+    rates = [r["tokens_per_s"] for r in rows if r.get("kind", "train") == "train" and r.get("tokens_per_s")]
+    rates = rates[1:] if len(rates) > 2 else rates
+    return statistics.median(rates) if rates else math.nan
+
+
+def run_flags(loop_s: float, budget_s: float, tolerance: float, tokens_per_s: float,
+              probe_tokens_per_s: float) -> List[str]:
+    """Why a measured run cannot be trusted as a budget-B run; [] when it can."""
+    flags = []
+    miss = loop_s / budget_s - 1
+    if abs(miss) > tolerance:
+        flags.append(f"loop time {loop_s:.0f} s is {miss:+.1%} off the {budget_s:g} s budget (tolerance "
+                     f"±{tolerance:.0%})")
+    if tokens_per_s < probe_tokens_per_s * (1 - SLOW_FRACTION):
+        flags.append(f"{tokens_per_s:,.0f} tokens/s is {1 - tokens_per_s / probe_tokens_per_s:.0%} below the probe's "
+                     f"{probe_tokens_per_s:,.0f}: was the machine busy?")
+    return flags
+
+
+def _require(ok, message: str) -> None:
+    if not ok:
+        raise SpeedrunError(message)

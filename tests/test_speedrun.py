@@ -1,0 +1,271 @@
+"""The speedrun: the calibration arithmetic against a loop timed by hand, the event counts against a
+simulated loop, and scripts/speedrun.py end to end on a tiny model (2 recipes × 2 seeds, a budget of
+seconds), its resume, its CPU lock and its bad input."""
+import contextlib
+import fcntl
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import yaml
+
+from analysis import speedrun as S
+from analysis.stats import decimals, paired_t
+from scripts.speedrun import cpu_lock, main
+from tests.train_helpers import REPO
+
+# ---- calibration arithmetic ---------------------------------------------------------------------------
+
+# A probe of 40 steps (logs every 10, evals at 20 and 40, a save at 30) timed by hand: steady steps of
+# 0.5 s, the first 10 steps 2 s slower (warm-up), 15 s compiling the training graph before step 1 and
+# 3 s compiling the eval graph at the first eval, evals 3 s, a periodic save 1 s.
+STEP, EVAL, SAVE, WARMUP, TRAIN_COMPILE, EVAL_COMPILE, TOKENS = 0.5, 3.0, 1.0, 2.0, 15.0, 3.0, 100
+
+
+def hand_timed_probe():
+    interval = {10: 10 * STEP + WARMUP, 20: 10 * STEP, 30: 10 * STEP, 40: 10 * STEP}
+    t10 = TRAIN_COMPILE + interval[10]
+    t20 = t10 + interval[20]
+    t30 = t20 + EVAL_COMPILE + EVAL + interval[30]
+    t40 = t30 + SAVE + interval[40]
+    elapsed = {10: t10, 20: t20, 30: t30, 40: t40}
+    compile_s = {10: TRAIN_COMPILE, 20: TRAIN_COMPILE, 30: TRAIN_COMPILE + EVAL_COMPILE, 40: TRAIN_COMPILE + EVAL_COMPILE}
+    rows = [{"kind": "train", "step": s, "tokens_per_s": 10 * TOKENS / interval[s], "elapsed_s": elapsed[s],
+             "compile_s": compile_s[s]} for s in (10, 20, 30, 40)]
+    rows.insert(2, {"kind": "eval", "step": 20, "val_bpb": 3.0})
+    return rows, t40 + EVAL  # the final eval (with its best checkpoint) ends the loop clock
+
+
+def test_probe_is_decomposed_into_the_costs_it_was_built_from():
+    rows, loop_s = hand_timed_probe()
+    t = S.timing_from_probe(rows, loop_s, 40, TOKENS, best_step=40)
+    assert t.step_s == pytest.approx(STEP)
+    assert t.eval_s == pytest.approx(EVAL)
+    assert t.save_s == pytest.approx(SAVE)
+    assert t.fixed_s == pytest.approx(TRAIN_COMPILE + EVAL_COMPILE + WARMUP)  # once per run, whatever its length
+    assert t.tokens_per_s == pytest.approx(TOKENS / STEP)
+    assert S.predict_loop_s(t, 40, 20, 30) == pytest.approx(loop_s)  # the model reproduces its own probe
+    # 1000 steps, evals every 200 (5), saves every 400 before the last (2):
+    expected = TRAIN_COMPILE + EVAL_COMPILE + WARMUP + 1000 * STEP + 5 * EVAL + 2 * SAVE
+    assert S.predict_loop_s(t, 1000, 200, 400) == pytest.approx(expected)
+
+
+def test_a_final_eval_without_a_new_best_checkpoint_still_counts_one_per_eval():
+    rows, loop_s = hand_timed_probe()
+    # The final eval did not improve, so no `best` checkpoint was written with it: it took EVAL - SAVE.
+    t = S.timing_from_probe(rows, loop_s - SAVE, 40, TOKENS, best_step=20)
+    assert t.eval_s == pytest.approx(EVAL)  # a typical eval (which does write one) is charged in full
+
+
+def test_missing_probe_rows_are_an_error_naming_the_steps():
+    rows, loop_s = hand_timed_probe()
+    with pytest.raises(S.SpeedrunError, match="step.* 30"):
+        S.timing_from_probe([r for r in rows if r["step"] != 30 or r["kind"] != "train"], loop_s, 40, TOKENS, 40)
+
+
+@pytest.mark.parametrize("steps, eval_interval, ckpt_interval", [
+    (1, 5, 5), (7, 5, 3), (10, 5, 5), (400, 200, 400), (401, 200, 400), (999, 200, 400), (1000, 200, 400)])
+def test_event_counts_match_the_loops_schedule(steps, eval_interval, ckpt_interval):
+    """training/loop.py evaluates at every multiple of eval_interval and at the last step, saves at
+    every multiple of ckpt_interval and at the last step (that one after the loop clock stops)."""
+    evals = sum(1 for s in range(1, steps + 1) if s % eval_interval == 0 or s == steps)
+    saves = sum(1 for s in range(1, steps + 1) if s % ckpt_interval == 0 and s != steps)
+    assert S.n_evals(steps, eval_interval) == evals
+    assert S.n_saves(steps, ckpt_interval) == saves
+
+
+@pytest.mark.parametrize("budget", [50.0, 100.0, 600.0, 601.3])
+def test_steps_for_budget_is_the_most_that_fit(budget):
+    t = S.Timing(step_s=0.37, eval_s=2.9, save_s=0.6, fixed_s=41.0, compile_s=38.0, tokens_per_s=1.0,
+                 probe_loop_s=60.0)
+    n = S.steps_for_budget(t, budget, eval_interval=50, ckpt_interval=75)
+    assert S.predict_loop_s(t, n, 50, 75) <= budget < S.predict_loop_s(t, n + 1, 50, 75)
+
+
+def test_a_budget_shorter_than_compiling_is_an_error():
+    t = S.Timing(step_s=0.5, eval_s=3, save_s=1, fixed_s=40, compile_s=38, tokens_per_s=1, probe_loop_s=60)
+    with pytest.raises(S.SpeedrunError, match="raise --budget"):
+        S.steps_for_budget(t, 30.0, 200, 400)
+
+
+def test_runs_off_budget_or_slower_than_the_probe_are_flagged():
+    assert S.run_flags(605.0, 600.0, 0.03, 1990.0, 2000.0) == []
+    assert "+5.0% off" in S.run_flags(630.0, 600.0, 0.03, 2000.0, 2000.0)[0]
+    assert "busy" in S.run_flags(600.0, 600.0, 0.03, 1500.0, 2000.0)[0]
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"recipes": {"a": []}, "reference": "b"}, "reference 'b'"),
+    ({"recipes": {"a": ["trainer.max_steps=5"]}, "reference": "a"}, "set by the speedrun"),
+    ({"recipes": {"a": ["seed=3"]}, "reference": "a"}, "set by the speedrun"),
+    ({"recipes": {"a b": []}, "reference": "a b"}, "names a directory"),
+    ({"recipes": {"a": []}, "reference": "a", "probe_steps": 10}, "multiple of 4"),
+])
+def test_bad_recipes_are_refused_with_the_reason(fields, message):
+    with pytest.raises(S.SpeedrunError, match=message):
+        S.Spec(**fields)
+
+
+def test_cpu_lock_excludes_other_holders_and_waits_for_them(tmp_path):
+    lock = tmp_path / "cpu.lock"
+    with open(lock, "a") as other:
+        fcntl.flock(other, fcntl.LOCK_EX)  # someone else's job holds the machine
+        entered = threading.Event()
+
+        def job():
+            with contextlib.redirect_stdout(io.StringIO()), cpu_lock(lock):
+                entered.set()
+                time.sleep(0.2)
+
+        worker = threading.Thread(target=job)
+        worker.start()
+        assert not entered.wait(0.5)  # our run waits while the other job runs
+        fcntl.flock(other, fcntl.LOCK_UN)
+        assert entered.wait(5)
+        with pytest.raises(BlockingIOError):  # and holds the lock while it runs
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        worker.join()
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released when it is done
+
+
+# ---- end to end on a tiny model ------------------------------------------------------------------------
+
+BUDGET = 3.0
+RECIPES = {"reference": "ref", "budget_s": BUDGET, "seeds": 2, "probe_steps": 8, "tolerance": 0.5,
+           "recipes": {"ref": [], "fast_lr": ["optim.lr=1e-2"]}}
+TINY = ["debug=tiny", "trainer.num_threads=1", "trainer.peak_tflops=1", "trainer.precision=fp32"]
+
+
+def speedrun(root, cache, *args):
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out):
+        mp.setenv("OMP_NUM_THREADS", "1")
+        status = main(["--recipes", str(root / "recipes.yaml"), "--dir", str(root / "runs"), *args, *TINY,
+                       f"data.cache_dir={cache}"])
+    assert status == 0, out.getvalue()[-3000:]
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """(root, data cache, what the whole speedrun printed)."""
+    root, cache = tmp_path_factory.mktemp("speedrun"), tmp_path_factory.mktemp("cache")
+    (root / "recipes.yaml").write_text(yaml.safe_dump(RECIPES))
+    return root, cache, speedrun(root, cache)
+
+
+def todo(out: str, probes: int, runs: int) -> int:
+    """Where the cost line ("to do: P probe(s) (~150 s each) and R run(s) × …") says P probes and R runs."""
+    found = re.search(rf"to do: {probes} probe\(s\) \(~\d+ s each\) and {runs} run\(s\)", out)
+    assert found, out[:500]
+    return found.start()
+
+
+def results(runs_dir):
+    return {(p.parent.parent.name, p.parent.name): json.loads(p.read_text()) for p in runs_dir.glob("*/seed*/result.json")}
+
+
+def test_seeds_of_a_recipe_run_the_calibrated_steps_and_fill_the_budget(finished):
+    root, cache, out = finished
+    assert todo(out, probes=2, runs=4) < out.index("==> ref: probe")  # the cost comes first
+    for recipe in ("ref", "fast_lr"):
+        cal = json.loads((root / "runs" / recipe / "calibration.json").read_text())
+        assert cal["predicted_loop_s"] <= BUDGET
+        for seed in (0, 1):
+            run = root / "runs" / recipe / f"seed{seed}"
+            config = yaml.safe_load((run / "train" / "config.yaml").read_text())
+            assert (config["trainer"]["max_steps"], config["seed"]) == (cal["max_steps"], seed)
+            assert config["logger"]["wandb"] == "disabled"  # logger=none: no wandb process
+            result = json.loads((run / "result.json").read_text())
+            state = json.loads((run / "train" / "checkpoints" / f"step_{cal['max_steps']:07d}" / "state.json").read_text())
+            assert result["loop_s"] == state["elapsed_s"]
+            # How near the budget a run lands is measured, not assumed (timing is a benchmark's business):
+            # the result carries its loop time and is flagged exactly when it misses the budget or ran slow.
+            assert result["flags"] == S.run_flags(result["loop_s"], BUDGET, RECIPES["tolerance"],
+                                                  result["tokens_per_s"], cal["timing"]["tokens_per_s"])
+
+
+def test_each_run_is_scored_on_the_whole_validation_split(finished):
+    root, cache, _ = finished
+    meta = json.loads(next(cache.glob("*/meta.json")).read_text())
+    for result in results(root / "runs").values():
+        scored = json.loads((root / "runs" / result["recipe"] / f"seed{result['seed']}" / "eval.json").read_text())
+        assert scored["tokens"] == meta["val_tokens"] and scored["bytes"] == meta["val_bytes"]
+        assert result["bpb"] == scored["bits_per_byte"]
+
+
+def test_report_judges_the_recipe_by_its_paired_seed_differences(finished):
+    root, _, out = finished
+    r = results(root / "runs")
+    t = paired_t([r[("fast_lr", f"seed{s}")]["bpb"] for s in (0, 1)], [r[("ref", f"seed{s}")]["bpb"] for s in (0, 1)])
+    row = next(line for line in (root / "runs" / "report.md").read_text().splitlines() if line.startswith("| fast_lr"))
+    d = decimals(t.half_width)  # as many decimals as the interval's two significant digits need
+    assert f"| {t.delta:+.{d}f} [{t.low:+.{d}f}, {t.high:+.{d}f}] |" in row  # mean paired Δ and the paired interval
+    assert "2 paired seeds" in row
+    assert "report:" in out
+
+
+def test_rerun_skips_finished_runs_and_redoes_a_cut_off_one(finished, tmp_path):
+    root, cache, _ = finished
+    shutil.copytree(root, tmp_path / "copy")
+    copy = tmp_path / "copy"
+    before = {k: (copy / "runs" / k[0] / k[1] / "result.json").stat().st_mtime_ns for k in results(copy / "runs")}
+    todo(speedrun(copy, cache), probes=0, runs=0)
+    cut = copy / "runs" / "fast_lr" / "seed1"
+    (cut / "result.json").unlink()  # killed after training, before its result was written
+    out = speedrun(copy, cache)
+    todo(out, probes=0, runs=1)
+    assert "==> fast_lr seed 1" in out and "==> ref seed" not in out
+    assert list((copy / "runs" / "discarded").glob("*/fast_lr/seed1/train/config.yaml"))  # kept, out of the way
+    after = {k: (copy / "runs" / k[0] / k[1] / "result.json").stat().st_mtime_ns for k in results(copy / "runs")}
+    assert {k: v for k, v in after.items() if k != ("fast_lr", "seed1")} == \
+           {k: v for k, v in before.items() if k != ("fast_lr", "seed1")}
+    assert json.loads((cut / "result.json").read_text())["max_steps"] == results(root / "runs")[("fast_lr", "seed1")]["max_steps"]
+
+
+def test_a_recipe_changed_under_its_name_is_refused(finished, tmp_path):
+    root, cache, _ = finished
+    shutil.copytree(root, tmp_path / "copy")
+    changed = {**RECIPES, "recipes": {"ref": [], "fast_lr": ["optim.lr=2e-2"]}}
+    (tmp_path / "copy" / "recipes.yaml").write_text(yaml.safe_dump(changed))
+    with pytest.raises(S.SpeedrunError, match="must not change under its name"):
+        speedrun(tmp_path / "copy", cache, "--seeds", "3")
+
+
+def test_bad_input_is_one_error_line(tmp_path):
+    (tmp_path / "recipes.yaml").write_text(yaml.safe_dump(RECIPES, sort_keys=False))  # recipes in the file's order
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "speedrun.py"), "--recipes",
+                           str(tmp_path / "recipes.yaml"), "--only", "nope", "--dir", str(tmp_path / "runs")],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines() == [
+        f"error: --only: unknown recipe(s) nope; {tmp_path / 'recipes.yaml'} has ref, fast_lr"]
+    assert not (tmp_path / "runs").exists()
+
+
+def same_value(composed, written: str) -> bool:
+    """A composed config value equals what the override wrote (6e-3 is 0.006; true is True)."""
+    try:
+        return float(composed) == float(written)
+    except (TypeError, ValueError):
+        return str(composed).lower() == written.lower()
+
+
+def test_the_shipped_recipes_compose():
+    """Every recipe of configs/speedrun/recipes.yaml composes onto train.py's schema (a typo fails here,
+    not after an hour of speedrun)."""
+    from scripts.speedrun import ALWAYS, compose
+    spec = S.load_spec(REPO / "configs" / "speedrun" / "recipes.yaml")
+    for name, overrides in spec.recipes.items():
+        cfg = compose([*ALWAYS, *spec.train_overrides, *overrides])
+        for key, value in (o.split("=", 1) for o in overrides if "." in o.split("=", 1)[0]):
+            node = cfg
+            for part in key.split("."):
+                node = getattr(node, part)
+            assert same_value(node, value), (name, key, node)  # reaches the run
