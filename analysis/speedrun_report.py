@@ -17,15 +17,15 @@ def report(spec: Spec, results: Results, calibrations: Dict[str, dict], machine:
              f"{machine}. Bits per byte by scripts/evaluate.py on the whole validation split; Δ = recipe − "
              f"{spec.reference}, paired by seed ({CI}, Student t); lower is better.", "",
              "| recipe | overrides | steps | tokens/run | loop s (worst miss) | tokens/s | bpb per seed | bpb mean ± std "
-             f"| Δ vs {spec.reference} | p | verdict |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    reference = {seed: r["bpb"] for seed, r in done.get(spec.reference, {}).items()}
+             f"| Δ vs {spec.reference} | p | verdict | loop time vs {spec.reference} |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    reference = done.get(spec.reference, {})
     outcomes = {}
     for name in spec.recipes:
         runs = done.get(name)
         if not runs:
             steps = calibrations.get(name, {}).get("max_steps", "?")
-            lines.append(f"| {name} | {_overrides(spec.recipes[name])} | {steps} | | | | not run yet | | | | |")
+            lines.append(f"| {name} | {_overrides(spec.recipes[name])} | {steps} | | | | not run yet | | | | | |")
             continue
         lines.append(_row(name, spec, runs, reference, outcomes))
     lines += _winners(spec, done, outcomes)
@@ -33,7 +33,7 @@ def report(spec: Spec, results: Results, calibrations: Dict[str, dict], machine:
     return "\n".join(lines) + "\n"
 
 
-def _row(name: str, spec: Spec, runs: Dict[int, dict], reference: Dict[int, float], outcomes: dict) -> str:
+def _row(name: str, spec: Spec, runs: Dict[int, dict], reference: Dict[int, dict], outcomes: dict) -> str:
     seeds = sorted(runs)
     bpbs = [runs[s]["bpb"] for s in seeds]
     summary = summarize(bpbs)
@@ -44,9 +44,10 @@ def _row(name: str, spec: Spec, runs: Dict[int, dict], reference: Dict[int, floa
     per_seed = ", ".join(f"{runs[s]['bpb']:.4f}" + ("⚠" if runs[s].get("flags") else "") for s in seeds)
     spread = f" ± {summary.std:.4f}" if summary.n > 1 else ""
     if name == spec.reference:
-        delta = p = verdict = "—"
+        delta = p = verdict = time = "—"
     else:
-        comparison = compare({s: runs[s]["bpb"] for s in seeds}, reference)
+        comparison = compare({s: runs[s]["bpb"] for s in seeds}, {s: r["bpb"] for s, r in reference.items()})
+        time = _time_vs_reference(runs, reference, spec.tolerance)
         outcomes[name] = comparison.outcome
         t = comparison.test
         if t is None or math.isnan(t.low):
@@ -59,7 +60,18 @@ def _row(name: str, spec: Spec, runs: Dict[int, dict], reference: Dict[int, floa
         verdict = comparison.verdict()
     return (f"| {name} | {_overrides(spec.recipes[name])} | {first['max_steps']} | {first['tokens']:,} | "
             f"{sum(loop) / len(loop):.0f} ({worst:+.1%}) | {tps:,.0f} | {per_seed} | {summary.mean:.4f}{spread} | "
-            f"{delta} | {p} | {verdict} |")
+            f"{delta} | {p} | {verdict} | {time} |")
+
+
+def _time_vs_reference(runs: Dict[int, dict], reference: Dict[int, dict], tolerance: float) -> str:
+    """Mean loop time over the paired seeds relative to the reference's. Fixed step counts land near the
+    budget, not on it (a noisy machine, a short probe): a recipe that wins with more time than the
+    reference beyond the tolerance may owe its win to that time, and is marked."""
+    paired = [s for s in runs if s in reference]
+    if not paired:
+        return "—"
+    ratio = sum(runs[s]["loop_s"] for s in paired) / sum(reference[s]["loop_s"] for s in paired) - 1
+    return f"{ratio:+.1%}" + (" ⚠ more time" if ratio > tolerance else "")
 
 
 def _winners(spec: Spec, done: Results, outcomes: dict) -> List[str]:

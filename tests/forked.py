@@ -43,6 +43,9 @@ def _child(script: str, args: list, env: dict, cwd: str, out_path: str, err_path
     os.chdir(cwd)
     for fd, path, flags in ((0, in_path, os.O_RDONLY), (1, out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
                             (2, err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
+        if fd == 2 and err_path == out_path:  # stderr=STDOUT: one file, one offset
+            os.dup2(1, 2)
+            continue
         target = os.open(path, flags, 0o644)
         os.dup2(target, fd)
         os.close(target)
@@ -74,10 +77,12 @@ def _child(script: str, args: list, env: dict, cwd: str, out_path: str, err_path
 class ForkedRun:
     """subprocess.Popen-like handle of a forked train.py run (text mode, output read at the end)."""
 
-    def __init__(self, args: list, env: dict, cwd: Path, faults=None, input: str = None):
+    def __init__(self, args: list, env: dict, cwd: Path, faults=None, input: str = None, log: str = None):
         self._dir = tempfile.mkdtemp(prefix="forked-run-")
         weakref.finalize(self, shutil.rmtree, self._dir, True)  # the output files go with the handle
         self._out, self._err = os.path.join(self._dir, "stdout"), os.path.join(self._dir, "stderr")
+        if log is not None:  # Popen(stdout=<a file>, stderr=STDOUT): both streams into that file
+            self._out = self._err = log
         stdin = os.devnull
         if input is not None:
             stdin = os.path.join(self._dir, "stdin")
@@ -165,6 +170,10 @@ def popen_forking_train_py(real_popen):
     def popen(command, cwd=None, env=None, **kwargs):
         command = list(command)
         if len(command) >= 2 and command[0] == sys.executable and command[1].endswith("train.py"):
-            return ForkedRun(command[1:], dict(env if env is not None else os.environ), Path(cwd or os.getcwd()))
+            out = kwargs.get("stdout")
+            log = out.name if kwargs.get("stderr") == subprocess.STDOUT and isinstance(getattr(out, "name", None), str) \
+                else None
+            return ForkedRun(command[1:], dict(env if env is not None else os.environ), Path(cwd or os.getcwd()),
+                             log=log)
         return real_popen(command, cwd=cwd, env=env, **kwargs)
     return popen

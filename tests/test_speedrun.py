@@ -18,7 +18,9 @@ import yaml
 
 from analysis import speedrun as S
 from analysis.stats import decimals, paired_t
+import scripts.speedrun
 from scripts.speedrun import cpu_lock, main
+from tests import forked
 from tests.train_helpers import REPO
 
 # ---- calibration arithmetic ---------------------------------------------------------------------------
@@ -135,6 +137,24 @@ def test_cpu_lock_excludes_other_holders_and_waits_for_them(tmp_path):
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released when it is done
 
 
+def test_report_marks_a_win_that_had_more_loop_time_than_the_reference():
+    """Fixed step counts land near the budget, not on it: the report says how much time each recipe had
+    relative to the reference, and marks a recipe that had more beyond the tolerance."""
+    from analysis.speedrun_report import report
+    spec = S.Spec(recipes={"base": [], "slow": ["optim.lr=1e-2"], "quick": ["optim.lr=2e-2"]}, reference="base",
+                  budget_s=100.0, tolerance=0.03)
+
+    def run(seed, bpb, loop_s):
+        return {"bpb": bpb, "loop_s": loop_s, "max_steps": 10, "tokens": 1000, "tokens_per_s": 10.0, "flags": []}
+    results = {"base": {0: run(0, 2.00, 100.0), 1: run(1, 2.02, 98.0)},
+               "slow": {0: run(0, 1.90, 110.0), 1: run(1, 1.93, 108.0)},  # +10.1 % of the reference's time
+               "quick": {0: run(0, 1.95, 95.0), 1: run(1, 1.96, 93.1)}}  # -5.0 %
+    rows = {line.split(" | ")[0][2:]: line for line in report(spec, results, {}, "m").splitlines() if line.startswith("| ")}
+    assert rows["slow"].endswith("| +10.1% ⚠ more time |")
+    assert rows["quick"].endswith("| -5.0% |")
+    assert rows["base"].endswith("| — |")
+
+
 # ---- end to end on a tiny model ------------------------------------------------------------------------
 
 BUDGET = 3.0
@@ -143,10 +163,22 @@ RECIPES = {"reference": "ref", "budget_s": BUDGET, "seeds": 2, "probe_steps": 8,
 TINY = ["debug=tiny", "trainer.num_threads=1", "trainer.peak_tflops=1", "trainer.precision=fp32"]
 
 
+CACHES = []  # the inductor cache directory each train.py run was given
+
+
 def speedrun(root, cache, *args):
     out = io.StringIO()
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out):
         mp.setenv("OMP_NUM_THREADS", "1")
+        # train.py runs forked from a server that has imported torch already (tests/forked.py): real
+        # processes with their own exit status and log, without ~6 s of interpreter start-up each.
+        fork = forked.popen_forking_train_py(subprocess.Popen)
+
+        def popen(command, env=None, **kwargs):
+            if str(command[1:2]).endswith("train.py']"):
+                CACHES.append(env["TORCHINDUCTOR_CACHE_DIR"])
+            return fork(command, env=env, **kwargs)
+        mp.setattr(scripts.speedrun.subprocess, "Popen", popen)
         status = main(["--recipes", str(root / "recipes.yaml"), "--dir", str(root / "runs"), *args, *TINY,
                        f"data.cache_dir={cache}"])
     assert status == 0, out.getvalue()[-3000:]
@@ -172,6 +204,7 @@ def results(runs_dir):
     return {(p.parent.parent.name, p.parent.name): json.loads(p.read_text()) for p in runs_dir.glob("*/seed*/result.json")}
 
 
+@pytest.mark.serial
 def test_seeds_of_a_recipe_run_the_calibrated_steps_and_fill_the_budget(finished):
     root, cache, out = finished
     assert todo(out, probes=2, runs=4) < out.index("==> ref: probe")  # the cost comes first
@@ -192,6 +225,18 @@ def test_seeds_of_a_recipe_run_the_calibrated_steps_and_fill_the_budget(finished
                                                   result["tokens_per_s"], cal["timing"]["tokens_per_s"])
 
 
+@pytest.mark.serial
+def test_every_probe_and_run_compiles_in_a_fresh_inductor_cache_and_logs(finished):
+    """The same (cold) compile in the probe and the runs, so the calibration's fixed cost is what every
+    run pays (one shared cache let later runs skip it and land under budget)."""
+    root, _, _ = finished
+    first = CACHES[:6]  # the fixture's 2 probes and 4 runs
+    assert len(first) == 6 and len(set(first)) == 6 and not any(os.path.exists(c) for c in first)
+    for log in [*(root / "runs").glob("*/probe.log"), *(root / "runs").glob("*/seed*/train.log")]:
+        assert "bits/byte" in log.read_text() or "bpb" in log.read_text(), log
+
+
+@pytest.mark.serial
 def test_each_run_is_scored_on_the_whole_validation_split(finished):
     root, cache, _ = finished
     meta = json.loads(next(cache.glob("*/meta.json")).read_text())
@@ -201,6 +246,7 @@ def test_each_run_is_scored_on_the_whole_validation_split(finished):
         assert result["bpb"] == scored["bits_per_byte"]
 
 
+@pytest.mark.serial
 def test_report_judges_the_recipe_by_its_paired_seed_differences(finished):
     root, _, out = finished
     r = results(root / "runs")
@@ -212,6 +258,7 @@ def test_report_judges_the_recipe_by_its_paired_seed_differences(finished):
     assert "report:" in out
 
 
+@pytest.mark.serial
 def test_rerun_skips_finished_runs_and_redoes_a_cut_off_one(finished, tmp_path):
     root, cache, _ = finished
     shutil.copytree(root, tmp_path / "copy")
@@ -230,6 +277,7 @@ def test_rerun_skips_finished_runs_and_redoes_a_cut_off_one(finished, tmp_path):
     assert json.loads((cut / "result.json").read_text())["max_steps"] == results(root / "runs")[("fast_lr", "seed1")]["max_steps"]
 
 
+@pytest.mark.serial
 def test_a_recipe_changed_under_its_name_is_refused(finished, tmp_path):
     root, cache, _ = finished
     shutil.copytree(root, tmp_path / "copy")
