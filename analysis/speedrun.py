@@ -29,6 +29,12 @@ class Spec:
     tolerance: float = 0.03  # a run's loop time may miss the budget by this fraction before it is flagged
     probe_steps: int = 40  # the timing run's length (a multiple of 4: logs, an eval and a save inside)
     train_overrides: List[str] = field(default_factory=list)  # applied to every run, before the recipe's
+    # Recipes that change nothing a step computes but the optimizer's arithmetic (lr, warmup, schedule,
+    # the optimizer itself): they train the reference's calibrated step count, not their own probe's.
+    # A machine whose speed drifts between runs (this one: ±15 % within half an hour) makes separate
+    # probes give such recipes different step counts for the same work; their per-step cost is then
+    # measured side by side in one process (scripts/bench_model.py --optim) instead.
+    equal_steps: List[str] = field(default_factory=list)
 
     def __post_init__(self):
         self.recipes = {str(k): [str(o) for o in (v or [])] for k, v in (self.recipes or {}).items()}
@@ -44,6 +50,11 @@ class Spec:
                          f"{name}: {key} is set by the speedrun (calibrated max_steps, seeds, run directories)")
         _require(self.reference in self.recipes, f"reference {self.reference!r} is not among the recipes "
                                                  f"({', '.join(self.recipes)})")
+        self.equal_steps = [str(n) for n in self.equal_steps or []]
+        unknown = [n for n in self.equal_steps if n not in self.recipes]
+        _require(not unknown, f"equal_steps: {', '.join(unknown)} not among the recipes ({', '.join(self.recipes)})")
+        _require(self.reference not in self.equal_steps,
+                 f"equal_steps: the reference {self.reference!r} calibrates the steps the others copy; leave it out")
         _require(self.budget_s > 0, f"budget_s={self.budget_s} must be > 0 seconds")
         _require(self.seeds >= 1, f"seeds={self.seeds} must be >= 1")
         _require(0 < self.tolerance < 1, f"tolerance={self.tolerance} must be a fraction in (0, 1), e.g. 0.03")

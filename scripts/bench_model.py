@@ -2,9 +2,11 @@
 
 Usage: python scripts/bench_model.py [--shape cpu|25m|125m|tiny] [--compile] [--precision auto|bf16|fp32]
            [--steps 10] [--warmup 3] [--batch 16] [--seq 256] [--vocab 4096] [--heads N] [--threads 2]
-           [--no-hf] [--profile] [--matmul-shapes]
+           [--optim adamw[,muon]] [--no-hf] [--profile] [--matmul-shapes]
 One step = loss (model + fp32 cross-entropy, one module; compiled as one with --compile), backward,
-fused AdamW, zero_grad. The variants run interleaved in one process; medians are reported.
+the optimizer step(s) as train.py builds them (fused AdamW; --optim muon: Muon for the block matrices +
+AdamW), zero_grad. The variants run interleaved in one process; medians are reported. Muon runs on
+minillama only (HF's model has no blocks of ours to find the matrices in).
 """
 import argparse
 import os
@@ -24,7 +26,7 @@ from model import ModelConfig, Transformer  # noqa: E402
 from training.config import OptimConfig  # noqa: E402
 from training.loss import CausalLMLoss  # noqa: E402
 from training.mfu import measure_matmul_flops  # noqa: E402
-from training.optim import build_optimizer  # noqa: E402
+from training.optim import build_optimizers  # noqa: E402
 from training.precision import autocast_context, resolve_precision  # noqa: E402
 
 
@@ -40,6 +42,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--vocab", type=int, default=4096)
     p.add_argument("--heads", type=int, default=None, help="override n_heads (n_kv_heads follows if it was equal)")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--optim", default="adamw", help="comma-separated: adamw, muon (each a variant, side by side)")
     p.add_argument("--no-hf", action="store_true", help="only our model (no transformers needed)")
     p.add_argument("--profile", action="store_true", help="then profile 3 steps of our fastest variant")
     p.add_argument("--matmul-shapes", action="store_true", help="then time each of the model's matmul shapes alone")
@@ -79,18 +82,19 @@ class HFLoss(torch.nn.Module):
         return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
 
 
-def make_step(loss_module: torch.nn.Module, compiled: bool, autocast):
+def make_step(loss_module: torch.nn.Module, compiled: bool, autocast, optim: str = "adamw"):
     """One training step as train.py runs it: autocast opened around the (compiled) loss module."""
     loss_module.train()
-    optimizer = build_optimizer(loss_module, OptimConfig(lr=1e-4, min_lr=1e-5), "cpu")
+    optimizers = build_optimizers(loss_module, OptimConfig(name=optim, lr=1e-4, min_lr=1e-5), "cpu")
     call = torch.compile(loss_module) if compiled else loss_module
 
     def step(inputs: torch.Tensor, targets: torch.Tensor) -> None:
         with autocast():
             loss = call(inputs, targets)
         loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        for optimizer in optimizers:
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
 
     return step
 
@@ -102,12 +106,20 @@ def build_variants(cfg: ModelConfig, args, autocast) -> dict:
         modules["hf_llama"] = HFLoss(cfg)
         ours, theirs = (sum(p.numel() for p in m.parameters()) for m in modules.values())
         assert ours == theirs, f"HF config differs: {ours:,} vs {theirs:,} parameters"  # else it means nothing
+    optims = [o.strip() for o in args.optim.split(",")]
+    unknown = [o for o in optims if o not in ("adamw", "muon")]
+    if unknown:
+        raise SystemExit(f"error: --optim {args.optim}: unknown {', '.join(unknown)}; choose from adamw, muon")
     variants = {}
     for mode in ("eager", "compiled") if args.compile else ("eager",):
-        for name, module in modules.items():
-            # Each variant trains its own copy: a shared copy would see the other's updates.
-            copy = module if mode == "eager" else _clone(module)
-            variants[f"{name} {mode}"] = make_step(copy, mode == "compiled", autocast)
+        for optim in optims:
+            for name, module in modules.items():
+                if optim == "muon" and name != "minillama":
+                    continue
+                # Each variant trains its own copy: a shared copy would see the other's updates.
+                copy = _clone(module) if (mode, optim) != ("eager", optims[0]) else module
+                label = f"{name} {mode}" + (f" {optim}" if len(optims) > 1 else "")
+                variants[label] = make_step(copy, mode == "compiled", autocast, optim)
     return variants
 
 
@@ -153,6 +165,10 @@ def report(cfg: ModelConfig, args, precision: str, times: dict, first: dict, pea
     for mode in ("eager", "compiled"):
         if f"hf_llama {mode}" in tps and f"minillama {mode}" in tps:
             print(f"minillama / HF, {mode}: {tps[f'minillama {mode}'] / tps[f'hf_llama {mode}']:.3f}")
+    for mode in ("eager", "compiled"):
+        if f"minillama {mode} muon" in tps and f"minillama {mode} adamw" in tps:
+            print(f"minillama {mode}, step time muon / adamw: "
+                  f"{tps[f'minillama {mode} adamw'] / tps[f'minillama {mode} muon']:.3f}")
     for name in ("minillama", "hf_llama"):
         if f"{name} compiled" in tps:
             print(f"{name} compiled / eager: {tps[f'{name} compiled'] / tps[f'{name} eager']:.3f}")

@@ -99,10 +99,13 @@ class Campaign:
         if not path.is_file():
             return None
         stored = json.loads(path.read_text())
-        if stored["overrides"] != self.overrides(name) or stored["budget_s"] != self.spec.budget_s:
+        steps_from = self.spec.reference if name in self.spec.equal_steps else None
+        if stored["overrides"] != self.overrides(name) or stored["budget_s"] != self.spec.budget_s \
+                or stored.get("steps_from") != steps_from:
+            how = f"the reference's steps ({stored['steps_from']})" if stored.get("steps_from") else "its own probe"
             raise S.SpeedrunError(f"{path} was calibrated for {' '.join(stored['overrides'])} at a "
-                                  f"{stored['budget_s']:g} s budget; a recipe must not change under its name: rename "
-                                  "it or use another --dir")
+                                  f"{stored['budget_s']:g} s budget from {how}; a recipe must not change under its "
+                                  "name: rename it or use another --dir")
         return stored
 
     def result(self, name: str, seed: int):
@@ -180,6 +183,13 @@ def calibrate(c: Campaign, name: str) -> dict:
     stored = c.calibration(name)
     if stored is not None:
         return stored
+    if name in c.spec.equal_steps:  # the reference's step count (see Spec.equal_steps)
+        reference = calibrate(c, c.spec.reference)
+        stored = {**reference, "overrides": c.overrides(name), "steps_from": c.spec.reference}
+        (c.dir / name).mkdir(parents=True, exist_ok=True)
+        (c.dir / name / "calibration.json").write_text(json.dumps(stored, indent=2) + "\n")
+        print(f"==> {name}: the reference's {stored['max_steps']} steps (equal_steps)", flush=True)
+        return stored
     cfg = compose(c.overrides(name))
     t = cfg.trainer
     tokens_per_step = t.micro_batch_size * t.seq_len * t.grad_accum_steps
@@ -203,6 +213,20 @@ def calibrate(c: Campaign, name: str) -> dict:
     print(f"    step {timing.step_s:.3f} s ({timing.tokens_per_s:,.0f} tokens/s), eval {timing.eval_s:.1f} s, save "
           f"{timing.save_s:.1f} s, compile + warm-up {timing.fixed_s:.1f} s → max_steps {steps}", flush=True)
     return stored
+
+
+def check_equal_steps(c: Campaign) -> None:
+    """Before anything trains: a recipe that copies the reference's step count may change the optimizer
+    only (the model, data and trainer sections as composed must be the reference's)."""
+    theirs = compose(c.overrides(c.spec.reference))
+    for name in c.run_names:
+        if name in c.spec.equal_steps:
+            mine = compose(c.overrides(name))
+            differs = [k for k in ("model", "data", "trainer") if getattr(mine, k) != getattr(theirs, k)]
+            if differs:
+                raise S.SpeedrunError(f"equal_steps: {name} changes {', '.join(differs)}, not only the optimizer, "
+                                      "so its steps cost something else: take it out of equal_steps (it then gets "
+                                      "its own probe)")
 
 
 def measure(c: Campaign, name: str, seed: int, cal: dict) -> dict:
@@ -243,7 +267,9 @@ def cost(c: Campaign, todo: list) -> str:
     done = [r for runs in c.all_results().values() for r in runs.values()]
     start = _median([r["train_wall_s"] - r["loop_s"] for r in done]) or START_GUESS_S
     evaluation = _median([r["eval_wall_s"] for r in done]) or EVAL_GUESS_S
-    probes = [n for n in c.run_names if c.calibration(n) is None and any(name == n for name, _ in todo)]
+    probes = {c.spec.reference if n in c.spec.equal_steps else n for n in c.run_names
+              if c.calibration(n) is None and any(name == n for name, _ in todo)}
+    probes = [n for n in probes if c.calibration(n) is None]
     total = len(probes) * PROBE_GUESS_S + len(todo) * (c.spec.budget_s + start + evaluation)
     return (f"to do: {len(probes)} probe(s) (~{PROBE_GUESS_S:.0f} s each) and {len(todo)} run(s) × ({c.spec.budget_s:g} s "
             f"budget + ~{start:.0f} s start-up + ~{evaluation:.0f} s evaluation) ≈ {total / 60:.0f} min "
@@ -276,6 +302,7 @@ def main(argv=None) -> int:
         print(cost(c, todo), flush=True)
         if args.dry_run:
             return 0
+        check_equal_steps(c)
         for name in dict.fromkeys(n for n, _ in todo):
             calibrate(c, name)
         for name, seed in todo:

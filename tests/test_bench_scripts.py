@@ -43,6 +43,21 @@ def test_bench_model_reports_both_models_at_the_same_shape(capsys):
     assert "minillama / HF, eager:" in out and "128 tokens" in out  # the matmul-shape table, 2 × 64 tokens
 
 
+def test_bench_model_times_muon_beside_adamw_with_the_optimizers_train_py_builds(capsys, monkeypatch):
+    bench = load("bench_model")
+    built = []
+    real = bench.build_optimizers
+    monkeypatch.setattr(bench, "build_optimizers", lambda *a: built.append(real(*a)) or built[-1])
+    bench.main(["--shape", "tiny", "--vocab", "512", "--steps", "2", "--warmup", "1", "--batch", "2", "--threads", "1",
+                "--optim", "adamw,muon", "--no-hf"])
+    out = capsys.readouterr().out
+    assert [[type(o).__name__ for o in opts] for opts in built] == [["AdamW"], ["Muon", "AdamW"]]
+    rows = re.findall(r"^\| (minillama eager \w+) \| \d+ \|", out, re.M)
+    assert rows == ["minillama eager adamw", "minillama eager muon"]
+    ratio = float(re.search(r"step time muon / adamw: (\d+\.\d+)", out).group(1))
+    assert ratio > 0
+
+
 def test_bench_model_rejects_an_unknown_shape():
     out = forked.run_script(REPO / "scripts" / "bench_model.py", "--shape", "huge", "--no-hf")
     assert out.returncode == 1 and out.stderr.startswith("error: --shape huge: no configs/model/huge.yaml")

@@ -109,6 +109,8 @@ def test_runs_off_budget_or_slower_than_the_probe_are_flagged():
     ({"recipes": {"a": ["seed=3"]}, "reference": "a"}, "set by the speedrun"),
     ({"recipes": {"a b": []}, "reference": "a b"}, "names a directory"),
     ({"recipes": {"a": []}, "reference": "a", "probe_steps": 10}, "multiple of 4"),
+    ({"recipes": {"a": [], "b": []}, "reference": "a", "equal_steps": ["c"]}, "equal_steps: c not among"),
+    ({"recipes": {"a": [], "b": []}, "reference": "a", "equal_steps": ["a", "b"]}, "the reference 'a' calibrates"),
 ])
 def test_bad_recipes_are_refused_with_the_reason(fields, message):
     with pytest.raises(S.SpeedrunError, match=message):
@@ -159,7 +161,7 @@ def test_report_marks_a_win_that_had_more_loop_time_than_the_reference():
 
 BUDGET = 3.0
 RECIPES = {"reference": "ref", "budget_s": BUDGET, "seeds": 2, "probe_steps": 8, "tolerance": 0.5,
-           "recipes": {"ref": [], "fast_lr": ["optim.lr=1e-2"]}}
+           "recipes": {"ref": [], "fast_lr": ["optim.lr=1e-2"]}, "equal_steps": ["fast_lr"]}
 TINY = ["debug=tiny", "trainer.num_threads=1", "trainer.peak_tflops=1", "trainer.precision=fp32"]
 
 
@@ -207,7 +209,11 @@ def results(runs_dir):
 @pytest.mark.serial
 def test_seeds_of_a_recipe_run_the_calibrated_steps_and_fill_the_budget(finished):
     root, cache, out = finished
-    assert todo(out, probes=2, runs=4) < out.index("==> ref: probe")  # the cost comes first
+    assert todo(out, probes=1, runs=4) < out.index("==> ref: probe")  # the cost comes first
+    # fast_lr changes only the optimizer (equal_steps): the reference's steps, no probe of its own
+    ref, fast = (json.loads((root / "runs" / r / "calibration.json").read_text()) for r in ("ref", "fast_lr"))
+    assert (fast["max_steps"], fast["steps_from"], fast["timing"]) == (ref["max_steps"], "ref", ref["timing"])
+    assert not (root / "runs" / "fast_lr" / "probe").exists() and "==> fast_lr: probe" not in out
     for recipe in ("ref", "fast_lr"):
         cal = json.loads((root / "runs" / recipe / "calibration.json").read_text())
         assert cal["predicted_loop_s"] <= BUDGET
@@ -230,8 +236,8 @@ def test_every_probe_and_run_compiles_in_a_fresh_inductor_cache_and_logs(finishe
     """The same (cold) compile in the probe and the runs, so the calibration's fixed cost is what every
     run pays (one shared cache let later runs skip it and land under budget)."""
     root, _, _ = finished
-    first = CACHES[:6]  # the fixture's 2 probes and 4 runs
-    assert len(first) == 6 and len(set(first)) == 6 and not any(os.path.exists(c) for c in first)
+    first = CACHES[:5]  # the fixture's probe and 4 runs
+    assert len(first) == 5 and len(set(first)) == 5 and not any(os.path.exists(c) for c in first)
     for log in [*(root / "runs").glob("*/probe.log"), *(root / "runs").glob("*/seed*/train.log")]:
         assert "bits/byte" in log.read_text() or "bpb" in log.read_text(), log
 
@@ -285,6 +291,23 @@ def test_a_recipe_changed_under_its_name_is_refused(finished, tmp_path):
     (tmp_path / "copy" / "recipes.yaml").write_text(yaml.safe_dump(changed))
     with pytest.raises(S.SpeedrunError, match="must not change under its name"):
         speedrun(tmp_path / "copy", cache, "--seeds", "3")
+
+
+def test_a_recipe_taken_out_of_equal_steps_is_refused(finished, tmp_path):
+    """Its runs trained the reference's steps; with its own probe it would be another recipe."""
+    root, cache, _ = finished
+    shutil.copytree(root, tmp_path / "copy")
+    (tmp_path / "copy" / "recipes.yaml").write_text(yaml.safe_dump({**RECIPES, "equal_steps": []}))
+    with pytest.raises(S.SpeedrunError, match=r"from the reference's steps \(ref\).*must not change under its name"):
+        speedrun(tmp_path / "copy", cache, "--seeds", "3")
+
+
+def test_an_equal_steps_recipe_that_changes_the_step_is_refused_before_anything_trains(tmp_path):
+    spec = {**RECIPES, "recipes": {"ref": [], "wide": ["model.n_layers=1"]}, "equal_steps": ["wide"]}
+    (tmp_path / "recipes.yaml").write_text(yaml.safe_dump(spec))
+    with pytest.raises(S.SpeedrunError, match="equal_steps: wide changes model, not only the optimizer"):
+        main(["--recipes", str(tmp_path / "recipes.yaml"), "--dir", str(tmp_path / "runs"), *TINY])
+    assert not list((tmp_path / "runs").glob("*/probe"))
 
 
 def test_bad_input_is_one_error_line(tmp_path):
