@@ -29,12 +29,11 @@ class Spec:
     tolerance: float = 0.03  # a run's loop time may miss the budget by this fraction before it is flagged
     probe_steps: int = 40  # the timing run's length (a multiple of 4: logs, an eval and a save inside)
     train_overrides: List[str] = field(default_factory=list)  # applied to every run, before the recipe's
-    # Recipes that change nothing a step computes but the optimizer's arithmetic (lr, warmup, schedule,
-    # the optimizer itself): they train the reference's calibrated step count, not their own probe's.
-    # A machine whose speed drifts between runs (this one: ±15 % within half an hour) makes separate
-    # probes give such recipes different step counts for the same work; their per-step cost is then
-    # measured side by side in one process (scripts/bench_model.py --optim) instead.
-    equal_steps: List[str] = field(default_factory=list)
+    # Recipes that change only the optimizer: calibrated from the reference's probe, its step time × the
+    # factor (1.0: lr, warmup, schedule; Muon's Newton–Schulz costs more), measured side by side in one
+    # process (scripts/bench_model.py --optim). This machine's speed drifts ±15 % between runs, so a
+    # probe of their own gave the same work 206-250 steps.
+    step_cost: Dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self):
         self.recipes = {str(k): [str(o) for o in (v or [])] for k, v in (self.recipes or {}).items()}
@@ -50,11 +49,13 @@ class Spec:
                          f"{name}: {key} is set by the speedrun (calibrated max_steps, seeds, run directories)")
         _require(self.reference in self.recipes, f"reference {self.reference!r} is not among the recipes "
                                                  f"({', '.join(self.recipes)})")
-        self.equal_steps = [str(n) for n in self.equal_steps or []]
-        unknown = [n for n in self.equal_steps if n not in self.recipes]
-        _require(not unknown, f"equal_steps: {', '.join(unknown)} not among the recipes ({', '.join(self.recipes)})")
-        _require(self.reference not in self.equal_steps,
-                 f"equal_steps: the reference {self.reference!r} calibrates the steps the others copy; leave it out")
+        self.step_cost = {str(k): float(v) for k, v in (self.step_cost or {}).items()}
+        unknown = [n for n in self.step_cost if n not in self.recipes]
+        _require(not unknown, f"step_cost: {', '.join(unknown)} not among the recipes ({', '.join(self.recipes)})")
+        _require(self.reference not in self.step_cost,
+                 f"step_cost: the reference {self.reference!r} calibrates the steps the others scale; leave it out")
+        bad = [f"{n}: {f}" for n, f in self.step_cost.items() if not f > 0]
+        _require(not bad, f"step_cost: {', '.join(bad)} must be > 0 (the recipe's step time / the reference's)")
         _require(self.budget_s > 0, f"budget_s={self.budget_s} must be > 0 seconds")
         _require(self.seeds >= 1, f"seeds={self.seeds} must be >= 1")
         _require(0 < self.tolerance < 1, f"tolerance={self.tolerance} must be a fraction in (0, 1), e.g. 0.03")
@@ -132,6 +133,12 @@ def timing_from_probe(rows: Sequence[dict], loop_s: float, probe_steps: int, tok
     return Timing(step_s=step_s, eval_s=eval_s, save_s=save_s, fixed_s=max(fixed_s, 0.0),
                   compile_s=by_step[4 * q].get("compile_s", 0.0), tokens_per_s=tokens_per_step / step_s,
                   probe_loop_s=loop_s)
+
+
+def scaled(t: Timing, step_cost: float) -> Timing:
+    """The reference's timing for a recipe whose steps cost step_cost times as much (compile, evals and
+    checkpoints unchanged: it changes the optimizer only)."""
+    return Timing(**{**asdict(t), "step_s": t.step_s * step_cost, "tokens_per_s": t.tokens_per_s / step_cost})
 
 
 def n_evals(steps: int, eval_interval: int) -> int:

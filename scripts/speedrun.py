@@ -99,10 +99,10 @@ class Campaign:
         if not path.is_file():
             return None
         stored = json.loads(path.read_text())
-        steps_from = self.spec.reference if name in self.spec.equal_steps else None
         if stored["overrides"] != self.overrides(name) or stored["budget_s"] != self.spec.budget_s \
-                or stored.get("steps_from") != steps_from:
-            how = f"the reference's steps ({stored['steps_from']})" if stored.get("steps_from") else "its own probe"
+                or stored.get("step_cost") != self.spec.step_cost.get(name):
+            how = (f"the reference's probe × {stored['step_cost']:g}" if stored.get("step_cost") is not None
+                   else "its own probe")
             raise S.SpeedrunError(f"{path} was calibrated for {' '.join(stored['overrides'])} at a "
                                   f"{stored['budget_s']:g} s budget from {how}; a recipe must not change under its "
                                   "name: rename it or use another --dir")
@@ -183,12 +183,17 @@ def calibrate(c: Campaign, name: str) -> dict:
     stored = c.calibration(name)
     if stored is not None:
         return stored
-    if name in c.spec.equal_steps:  # the reference's step count (see Spec.equal_steps)
-        reference = calibrate(c, c.spec.reference)
-        stored = {**reference, "overrides": c.overrides(name), "steps_from": c.spec.reference}
+    if name in c.spec.step_cost:  # the reference's probe, its step time scaled (see Spec.step_cost)
+        reference, factor = calibrate(c, c.spec.reference), c.spec.step_cost[name]
+        timing = S.scaled(S.Timing(**reference["timing"]), factor)
+        steps = S.steps_for_budget(timing, c.spec.budget_s, reference["eval_interval"], reference["ckpt_interval"])
+        stored = {**reference, "overrides": c.overrides(name), "steps_from": c.spec.reference, "step_cost": factor,
+                  "max_steps": steps, "timing": asdict(timing),
+                  "predicted_loop_s": S.predict_loop_s(timing, steps, reference["eval_interval"],
+                                                       reference["ckpt_interval"])}
         (c.dir / name).mkdir(parents=True, exist_ok=True)
         (c.dir / name / "calibration.json").write_text(json.dumps(stored, indent=2) + "\n")
-        print(f"==> {name}: the reference's {stored['max_steps']} steps (equal_steps)", flush=True)
+        print(f"==> {name}: the reference's probe, a step × {factor:g} → max_steps {steps}", flush=True)
         return stored
     cfg = compose(c.overrides(name))
     t = cfg.trainer
@@ -215,18 +220,18 @@ def calibrate(c: Campaign, name: str) -> dict:
     return stored
 
 
-def check_equal_steps(c: Campaign) -> None:
-    """Before anything trains: a recipe that copies the reference's step count may change the optimizer
+def check_step_cost(c: Campaign) -> None:
+    """Before anything trains: a recipe calibrated from the reference's probe may change the optimizer
     only (the model, data and trainer sections as composed must be the reference's)."""
     theirs = compose(c.overrides(c.spec.reference))
     for name in c.run_names:
-        if name in c.spec.equal_steps:
+        if name in c.spec.step_cost:
             mine = compose(c.overrides(name))
             differs = [k for k in ("model", "data", "trainer") if getattr(mine, k) != getattr(theirs, k)]
             if differs:
-                raise S.SpeedrunError(f"equal_steps: {name} changes {', '.join(differs)}, not only the optimizer, "
-                                      "so its steps cost something else: take it out of equal_steps (it then gets "
-                                      "its own probe)")
+                raise S.SpeedrunError(f"step_cost: {name} changes {', '.join(differs)}, not only the optimizer, "
+                                      "so the reference's probe does not time it: take it out of step_cost (it then "
+                                      "gets its own probe)")
 
 
 def measure(c: Campaign, name: str, seed: int, cal: dict) -> dict:
@@ -242,9 +247,9 @@ def measure(c: Campaign, name: str, seed: int, cal: dict) -> dict:
     if code != 0:
         raise S.SpeedrunError(f"{name} seed {seed}: train.py failed (exit {code}); see {out / 'train.log'}")
     state, rows = final_state(run_dir, steps), read_metrics(run_dir / "metrics.jsonl")
-    start = time.time()
     with cpu_lock(c.args.lock), open(out / "eval.log", "w") as log, contextlib.redirect_stdout(log), \
             contextlib.redirect_stderr(log):
+        start = time.time()  # not before the lock: waiting for another job is not evaluating
         if evaluate([str(run_dir / "checkpoints" / f"step_{steps:07d}"), "--json", str(out / "eval.json")]) != 0:
             raise S.SpeedrunError(f"{name} seed {seed}: evaluation failed; see {out / 'eval.log'}")
     scored = json.loads((out / "eval.json").read_text())
@@ -267,7 +272,7 @@ def cost(c: Campaign, todo: list) -> str:
     done = [r for runs in c.all_results().values() for r in runs.values()]
     start = _median([r["train_wall_s"] - r["loop_s"] for r in done]) or START_GUESS_S
     evaluation = _median([r["eval_wall_s"] for r in done]) or EVAL_GUESS_S
-    probes = {c.spec.reference if n in c.spec.equal_steps else n for n in c.run_names
+    probes = {c.spec.reference if n in c.spec.step_cost else n for n in c.run_names
               if c.calibration(n) is None and any(name == n for name, _ in todo)}
     probes = [n for n in probes if c.calibration(n) is None]
     total = len(probes) * PROBE_GUESS_S + len(todo) * (c.spec.budget_s + start + evaluation)
@@ -302,7 +307,7 @@ def main(argv=None) -> int:
         print(cost(c, todo), flush=True)
         if args.dry_run:
             return 0
-        check_equal_steps(c)
+        check_step_cost(c)
         for name in dict.fromkeys(n for n, _ in todo):
             calibrate(c, name)
         for name, seed in todo:

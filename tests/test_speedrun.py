@@ -91,6 +91,17 @@ def test_steps_for_budget_is_the_most_that_fit(budget):
     assert S.predict_loop_s(t, n, 50, 75) <= budget < S.predict_loop_s(t, n + 1, 50, 75)
 
 
+def test_a_costlier_step_gets_fewer_steps_from_the_same_probe():
+    """step_cost scales the step time alone: compile, evals and checkpoints stay the reference's."""
+    rows, loop_s = hand_timed_probe()
+    t = S.timing_from_probe(rows, loop_s, 40, TOKENS, best_step=40)
+    costly = S.scaled(t, 1.25)
+    assert (costly.step_s, costly.tokens_per_s) == pytest.approx((1.25 * t.step_s, t.tokens_per_s / 1.25))
+    assert (costly.fixed_s, costly.eval_s, costly.save_s) == (t.fixed_s, t.eval_s, t.save_s)
+    mine, theirs = S.steps_for_budget(costly, 300.0, 200, 400), S.steps_for_budget(t, 300.0, 200, 400)
+    assert mine < theirs and S.predict_loop_s(costly, mine, 200, 400) <= 300.0 < S.predict_loop_s(costly, mine + 1, 200, 400)
+
+
 def test_a_budget_shorter_than_compiling_is_an_error():
     t = S.Timing(step_s=0.5, eval_s=3, save_s=1, fixed_s=40, compile_s=38, tokens_per_s=1, probe_loop_s=60)
     with pytest.raises(S.SpeedrunError, match="raise --budget"):
@@ -109,8 +120,9 @@ def test_runs_off_budget_or_slower_than_the_probe_are_flagged():
     ({"recipes": {"a": ["seed=3"]}, "reference": "a"}, "set by the speedrun"),
     ({"recipes": {"a b": []}, "reference": "a b"}, "names a directory"),
     ({"recipes": {"a": []}, "reference": "a", "probe_steps": 10}, "multiple of 4"),
-    ({"recipes": {"a": [], "b": []}, "reference": "a", "equal_steps": ["c"]}, "equal_steps: c not among"),
-    ({"recipes": {"a": [], "b": []}, "reference": "a", "equal_steps": ["a", "b"]}, "the reference 'a' calibrates"),
+    ({"recipes": {"a": [], "b": []}, "reference": "a", "step_cost": {"c": 1}}, "step_cost: c not among"),
+    ({"recipes": {"a": [], "b": []}, "reference": "a", "step_cost": {"a": 1}}, "the reference 'a' calibrates"),
+    ({"recipes": {"a": [], "b": []}, "reference": "a", "step_cost": {"b": 0}}, "b: 0.0 must be > 0"),
 ])
 def test_bad_recipes_are_refused_with_the_reason(fields, message):
     with pytest.raises(S.SpeedrunError, match=message):
@@ -161,7 +173,7 @@ def test_report_marks_a_win_that_had_more_loop_time_than_the_reference():
 
 BUDGET = 3.0
 RECIPES = {"reference": "ref", "budget_s": BUDGET, "seeds": 2, "probe_steps": 8, "tolerance": 0.5,
-           "recipes": {"ref": [], "fast_lr": ["optim.lr=1e-2"]}, "equal_steps": ["fast_lr"]}
+           "recipes": {"ref": [], "fast_lr": ["optim.lr=1e-2"]}, "step_cost": {"fast_lr": 1.0}}
 TINY = ["debug=tiny", "trainer.num_threads=1", "trainer.peak_tflops=1", "trainer.precision=fp32"]
 
 
@@ -210,7 +222,7 @@ def results(runs_dir):
 def test_seeds_of_a_recipe_run_the_calibrated_steps_and_fill_the_budget(finished):
     root, cache, out = finished
     assert todo(out, probes=1, runs=4) < out.index("==> ref: probe")  # the cost comes first
-    # fast_lr changes only the optimizer (equal_steps): the reference's steps, no probe of its own
+    # fast_lr changes only the optimizer (step_cost 1): the reference's probe and steps, no probe of its own
     ref, fast = (json.loads((root / "runs" / r / "calibration.json").read_text()) for r in ("ref", "fast_lr"))
     assert (fast["max_steps"], fast["steps_from"], fast["timing"]) == (ref["max_steps"], "ref", ref["timing"])
     assert not (root / "runs" / "fast_lr" / "probe").exists() and "==> fast_lr: probe" not in out
@@ -293,19 +305,19 @@ def test_a_recipe_changed_under_its_name_is_refused(finished, tmp_path):
         speedrun(tmp_path / "copy", cache, "--seeds", "3")
 
 
-def test_a_recipe_taken_out_of_equal_steps_is_refused(finished, tmp_path):
+def test_a_recipe_taken_out_of_step_cost_is_refused(finished, tmp_path):
     """Its runs trained the reference's steps; with its own probe it would be another recipe."""
     root, cache, _ = finished
     shutil.copytree(root, tmp_path / "copy")
-    (tmp_path / "copy" / "recipes.yaml").write_text(yaml.safe_dump({**RECIPES, "equal_steps": []}))
-    with pytest.raises(S.SpeedrunError, match=r"from the reference's steps \(ref\).*must not change under its name"):
+    (tmp_path / "copy" / "recipes.yaml").write_text(yaml.safe_dump({**RECIPES, "step_cost": {}}))
+    with pytest.raises(S.SpeedrunError, match=r"from the reference's probe × 1;.*must not change under its name"):
         speedrun(tmp_path / "copy", cache, "--seeds", "3")
 
 
-def test_an_equal_steps_recipe_that_changes_the_step_is_refused_before_anything_trains(tmp_path):
-    spec = {**RECIPES, "recipes": {"ref": [], "wide": ["model.n_layers=1"]}, "equal_steps": ["wide"]}
+def test_a_step_cost_recipe_that_changes_the_model_is_refused_before_anything_trains(tmp_path):
+    spec = {**RECIPES, "recipes": {"ref": [], "wide": ["model.n_layers=1"]}, "step_cost": {"wide": 1.0}}
     (tmp_path / "recipes.yaml").write_text(yaml.safe_dump(spec))
-    with pytest.raises(S.SpeedrunError, match="equal_steps: wide changes model, not only the optimizer"):
+    with pytest.raises(S.SpeedrunError, match="step_cost: wide changes model, not only the optimizer"):
         main(["--recipes", str(tmp_path / "recipes.yaml"), "--dir", str(tmp_path / "runs"), *TINY])
     assert not list((tmp_path / "runs").glob("*/probe"))
 
