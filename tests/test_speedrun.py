@@ -352,3 +352,14 @@ def test_the_shipped_recipes_compose():
             for part in key.split("."):
                 node = getattr(node, part)
             assert same_value(node, value), (name, key, node)  # reaches the run
+
+
+def test_the_default_run_is_the_speedruns_winning_recipe():
+    """`python train.py` trains exactly the recipe docs/speedrun.md measured as the winner, while the
+    presets whose published numbers are AdamW's (the suite's smoke runs, the ablation studies) keep it."""
+    from scripts.speedrun import ALWAYS, compose
+    spec = S.load_spec(REPO / "configs" / "speedrun" / "recipes.yaml")
+    assert compose(ALWAYS) == compose([*ALWAYS, *spec.recipes["muon_wu25"]])
+    assert compose(ALWAYS) != compose([*ALWAYS, *spec.recipes["baseline"]])
+    for preset in ("debug=tiny", "experiment=ablation_protocol", "experiment=ablation_norm_mlp"):
+        assert compose([*ALWAYS, preset]) == compose([*ALWAYS, preset, "optim=adamw"]), preset
