@@ -5,7 +5,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Sequence
 
-import yaml
+from analysis.spec_file import read_spec_fields
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")  # directory- and Hydra-safe: it names cells' directories
 
@@ -120,15 +120,7 @@ def _require(ok, message: str) -> None:
 
 def load_spec_file(path) -> Spec:
     """A protocol file (configs/protocol/*.yaml): the Spec's fields as YAML."""
-    try:
-        raw = yaml.safe_load(open(path).read())
-    except (OSError, yaml.YAMLError) as e:
-        raise ProtocolError(f"cannot read protocol file {path} ({type(e).__name__}: {str(e).splitlines()[0]})")
-    if not isinstance(raw, dict):
-        raise ProtocolError(f"protocol file {path} is not a mapping of spec fields")
-    unknown = set(raw) - set(Spec.__dataclass_fields__)
-    _require(not unknown, f"protocol file {path}: unknown field(s) {', '.join(sorted(unknown))}; "
-                          f"the fields are {', '.join(Spec.__dataclass_fields__)}")
+    raw = read_spec_fields(path, Spec, ProtocolError, "protocol file")
     try:
         return Spec(**raw)
     except TypeError as e:

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-import yaml
+from analysis.spec_file import read_spec_fields
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")  # names the recipe's directory
 # Set by the speedrun itself for every run: the calibrated length, the paired seed, where it lives.
@@ -68,16 +68,7 @@ class Spec:
 
 def load_spec(path: Path, **changes) -> Spec:
     """The recipes file (configs/speedrun/recipes.yaml), with command-line changes on top."""
-    try:
-        fields = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise SpeedrunError(f"cannot read the recipes file {path} ({type(e).__name__}: {str(e).splitlines()[0]})")
-    if not isinstance(fields, dict):
-        raise SpeedrunError(f"{path} must be a mapping with a `recipes:` section")
-    unknown = sorted(set(fields) - set(Spec.__dataclass_fields__))
-    if unknown:
-        raise SpeedrunError(f"{path}: unknown key(s) {', '.join(unknown)}; known: "
-                            f"{', '.join(Spec.__dataclass_fields__)}")
+    fields = read_spec_fields(path, Spec, SpeedrunError, "the recipes file")
     fields.update({k: v for k, v in changes.items() if v is not None})
     try:
         return Spec(**fields)
