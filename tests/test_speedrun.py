@@ -102,6 +102,25 @@ def test_a_costlier_step_gets_fewer_steps_from_the_same_probe():
     assert mine < theirs and S.predict_loop_s(costly, mine, 200, 400) <= 300.0 < S.predict_loop_s(costly, mine + 1, 200, 400)
 
 
+def test_a_step_cost_recipe_is_calibrated_from_the_references_probe_scaled(tmp_path):
+    """No probe of its own: the reference's stored timing, the step time × the factor, the steps refit."""
+    import argparse
+    from dataclasses import asdict
+    from scripts.speedrun import ALWAYS, Campaign, calibrate
+    rows, loop_s = hand_timed_probe()
+    t = S.timing_from_probe(rows, loop_s, 40, TOKENS, best_step=40)
+    spec = S.Spec(recipes={"ref": [], "muon": ["optim=muon"]}, reference="ref", budget_s=300.0, step_cost={"muon": 2.0})
+    ref = {"overrides": [*ALWAYS], "budget_s": 300.0, "probe_steps": 40, "tokens_per_step": TOKENS, "eval_interval": 200,
+           "ckpt_interval": 400, "timing": asdict(t), "max_steps": S.steps_for_budget(t, 300.0, 200, 400)}
+    (tmp_path / "ref").mkdir()
+    (tmp_path / "ref" / "calibration.json").write_text(json.dumps(ref))
+    args = argparse.Namespace(only=None, dir=tmp_path, lock=None, redo_flagged=False)
+    cal = calibrate(Campaign(args, spec), "muon")
+    assert cal["max_steps"] == S.steps_for_budget(S.scaled(t, 2.0), 300.0, 200, 400) < ref["max_steps"]
+    assert (cal["step_cost"], cal["steps_from"], cal["overrides"]) == (2.0, "ref", [*ALWAYS, "optim=muon"])
+    assert not (tmp_path / "ref" / "probe").exists()  # nothing trained
+
+
 def test_a_budget_shorter_than_compiling_is_an_error():
     t = S.Timing(step_s=0.5, eval_s=3, save_s=1, fixed_s=40, compile_s=38, tokens_per_s=1, probe_loop_s=60)
     with pytest.raises(S.SpeedrunError, match="raise --budget"):
