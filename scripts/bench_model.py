@@ -2,17 +2,20 @@
 
 Usage: python scripts/bench_model.py [--shape cpu|25m|125m|tiny] [--compile] [--precision auto|bf16|fp32]
            [--steps 10] [--warmup 3] [--batch 16] [--seq 256] [--vocab 4096] [--heads N] [--threads 2]
-           [--optim adamw[,muon]] [--no-hf] [--profile] [--matmul-shapes]
+           [--optim adamw[,muon]] [--layers 6,4] [--no-hf] [--profile] [--matmul-shapes]
 One step = loss (model + fp32 cross-entropy, one module; compiled as one with --compile), backward,
 the optimizer step(s) as train.py builds them (fused AdamW; --optim muon: Muon for the block matrices +
 AdamW), zero_grad. The variants run interleaved in one process; medians are reported. Muon runs on
-minillama only (HF's model has no blocks of ours to find the matrices in).
+minillama only (HF's model has no blocks of ours to find the matrices in). --layers times our model at
+several depths side by side: the step cost of a depth change (the speedrun's layers recipes).
 """
 import argparse
 import os
+import re
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,6 +46,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--heads", type=int, default=None, help="override n_heads (n_kv_heads follows if it was equal)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--optim", default="adamw", help="comma-separated: adamw, muon (each a variant, side by side)")
+    p.add_argument("--layers", help="comma-separated depths, each a variant of our model side by side (e.g. 6,4); "
+                   "ratios are to the first, which HF's model also takes")
     p.add_argument("--no-hf", action="store_true", help="only our model (no transformers needed)")
     p.add_argument("--profile", action="store_true", help="then profile 3 steps of our fastest variant")
     p.add_argument("--matmul-shapes", action="store_true", help="then time each of the model's matmul shapes alone")
@@ -99,12 +104,29 @@ def make_step(loss_module: torch.nn.Module, compiled: bool, autocast, optim: str
     return step
 
 
-def build_variants(cfg: ModelConfig, args, autocast) -> dict:
+def depths(arg, default: int) -> list:
+    """--layers 6,4 → [6, 4]; without it, the shape's depth alone."""
+    if not arg:
+        return [default]
+    try:
+        found = [int(d) for d in arg.split(",")]
+    except ValueError:
+        found = []
+    if not found or min(found) < 1 or len(set(found)) != len(found):
+        raise SystemExit(f"error: --layers {arg}: give distinct depths >= 1, comma-separated, e.g. 6,4")
+    return found
+
+
+def build_variants(cfg: ModelConfig, args, autocast, layers=None) -> dict:
+    """Each (mode, optimizer, model) a step function; `layers`: our model at each depth (cfg's is the first)."""
     torch.manual_seed(0)
-    modules = {"minillama": CausalLMLoss(Transformer(cfg))}
+    layers = layers or [cfg.n_layers]
+    modules = {"minillama" + (f" L{d}" if len(layers) > 1 else ""): CausalLMLoss(Transformer(replace(cfg, n_layers=d)))
+               for d in layers}
     if not args.no_hf:
         modules["hf_llama"] = HFLoss(cfg)
-        ours, theirs = (sum(p.numel() for p in m.parameters()) for m in modules.values())
+        first, hf = next(iter(modules.values())), modules["hf_llama"]  # the same depth (cfg's)
+        ours, theirs = (sum(p.numel() for p in module.parameters()) for module in (first, hf))
         assert ours == theirs, f"HF config differs: {ours:,} vs {theirs:,} parameters"  # else it means nothing
     optims = [o.strip() for o in args.optim.split(",")]
     unknown = [o for o in optims if o not in ("adamw", "muon")]
@@ -114,7 +136,7 @@ def build_variants(cfg: ModelConfig, args, autocast) -> dict:
     for mode in ("eager", "compiled") if args.compile else ("eager",):
         for optim in optims:
             for name, module in modules.items():
-                if optim == "muon" and name != "minillama":
+                if optim == "muon" and not name.startswith("minillama"):
                     continue
                 # Each variant trains its own copy: a shared copy would see the other's updates.
                 copy = _clone(module) if (mode, optim) != ("eager", optims[0]) else module
@@ -163,12 +185,20 @@ def report(cfg: ModelConfig, args, precision: str, times: dict, first: dict, pea
         print(f"| {name} | {median * 1e3:.0f} | {min(ts) * 1e3:.0f}–{max(ts) * 1e3:.0f} | {tps[name]:,.0f} "
               f"| {achieved / 1e12:.3f} | {100 * achieved / peak:.1f} % | {first[name]:.1f} |")
     for mode in ("eager", "compiled"):
-        if f"hf_llama {mode}" in tps and f"minillama {mode}" in tps:
-            print(f"minillama / HF, {mode}: {tps[f'minillama {mode}'] / tps[f'hf_llama {mode}']:.3f}")
-    for mode in ("eager", "compiled"):
-        if f"minillama {mode} muon" in tps and f"minillama {mode} adamw" in tps:
-            print(f"minillama {mode}, step time muon / adamw: "
-                  f"{tps[f'minillama {mode} adamw'] / tps[f'minillama {mode} muon']:.3f}")
+        ours = f"minillama L{cfg.n_layers} {mode}" if f"minillama L{cfg.n_layers} {mode}" in tps else f"minillama {mode}"
+        if f"hf_llama {mode}" in tps and ours in tps:
+            print(f"minillama / HF, {mode}: {tps[ours] / tps[f'hf_llama {mode}']:.3f}")
+    for name in tps:
+        if name.startswith("minillama") and name.endswith(" muon") and name[:-5] + " adamw" in tps:
+            print(f"{name[:-5]}, step time muon / adamw: {tps[name[:-5] + ' adamw'] / tps[name]:.3f}")
+    groups = {}  # "compiled muon" → [(depth label, tokens/s)] in --layers order: the first is the base
+    for name in tps:
+        if re.match(r"minillama L\d+ ", name):
+            _, depth, rest = name.split(" ", 2)
+            groups.setdefault(rest, []).append((depth, tps[name]))
+    for rest, rows in groups.items():
+        for depth, tokens_per_s in rows[1:]:
+            print(f"minillama {rest}, step time {depth} / {rows[0][0]}: {rows[0][1] / tokens_per_s:.3f}")
     for name in ("minillama", "hf_llama"):
         if f"{name} compiled" in tps:
             print(f"{name} compiled / eager: {tps[f'{name} compiled'] / tps[f'{name} eager']:.3f}")
@@ -215,16 +245,18 @@ def main(argv=None) -> None:
     torch.set_num_threads(args.threads)
     device = torch.device("cpu")
     cfg = model_config(args.shape, args.vocab, args.seq, args.heads)
+    layers = depths(args.layers, cfg.n_layers)
+    cfg = replace(cfg, n_layers=layers[0])  # HF's model and the header: the first depth
     precision, why = resolve_precision(args.precision, device)
     autocast = autocast_context(precision, device)
-    variants = build_variants(cfg, args, autocast)
+    variants = build_variants(cfg, args, autocast, layers)
     gen = torch.Generator().manual_seed(0)
     data = torch.randint(0, cfg.vocab_size, (args.batch, cfg.max_seq_len + 1), generator=gen)
     inputs, targets = data[:, :-1].contiguous(), data[:, 1:].contiguous()
     hf_version = "" if args.no_hf else f", transformers {__import__('transformers').__version__}"
     print(f"torch {torch.__version__}{hf_version}, {torch.get_num_threads()} threads, {precision} ({why}), "
           f"batch {args.batch} × seq {cfg.max_seq_len}; shape {args.shape}: hidden {cfg.hidden_size}, "
-          f"{cfg.n_layers} layers, {cfg.n_heads} heads ({cfg.resolved_n_kv_heads} kv) of {cfg.head_dim}, "
+          f"{','.join(map(str, layers))} layers, {cfg.n_heads} heads ({cfg.resolved_n_kv_heads} kv) of {cfg.head_dim}, "
           f"MLP {cfg.resolved_intermediate_size}, vocab {cfg.padded_vocab_size}, "
           f"{_meta_model(cfg).param_counts()['total']:,} parameters")
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32

@@ -58,6 +58,33 @@ def test_bench_model_times_muon_beside_adamw_with_the_optimizers_train_py_builds
     assert ratio > 0
 
 
+def test_bench_model_times_each_depth_side_by_side_against_the_first(capsys, monkeypatch):
+    """--layers 2,1: our model at both depths, each with both optimizers, every ratio to the first depth
+    (the step cost the speedrun's layers recipes need, measured where drift hits both alike)."""
+    bench = load("bench_model")
+    built = []
+    real = bench.build_optimizers
+    monkeypatch.setattr(bench, "build_optimizers", lambda module, *a: built.append(len(module.model.layers)) or real(module, *a))
+    bench.main(["--shape", "tiny", "--vocab", "512", "--steps", "2", "--warmup", "1", "--batch", "2", "--threads", "1",
+                "--optim", "adamw,muon", "--no-hf", "--layers", "2,1"])
+    out = capsys.readouterr().out
+    assert built == [2, 1, 2, 1]  # adamw at depths 2 and 1, then muon at both
+    assert re.findall(r"^\| (minillama L\d eager \w+) \| \d+ \|", out, re.M) == [
+        "minillama L2 eager adamw", "minillama L1 eager adamw", "minillama L2 eager muon", "minillama L1 eager muon"]
+    tps = {m.group(1): float(m.group(2).replace(",", "")) for m in re.finditer(r"^\| (minillama L\d eager \w+) \| \d+ \| [\d–]+ \| ([\d,]+) \|", out, re.M)}
+    for optim in ("adamw", "muon"):  # the printed ratio is the table's: step time at depth 1 / at depth 2
+        ratio = float(re.search(rf"minillama eager {optim}, step time L1 / L2: (\d+\.\d+)", out).group(1))
+        assert ratio == pytest.approx(tps[f"minillama L2 eager {optim}"] / tps[f"minillama L1 eager {optim}"], rel=0.02)
+    for depth in ("L2", "L1"):
+        assert re.search(rf"minillama {depth} eager, step time muon / adamw: \d+\.\d+", out)
+    assert "2,1 layers" in out
+
+
+def test_bench_model_rejects_bad_depths():
+    out = forked.run_script(REPO / "scripts" / "bench_model.py", "--layers", "6,0", "--no-hf")
+    assert out.returncode == 1 and out.stderr.startswith("error: --layers 6,0: give distinct depths >= 1")
+
+
 def test_bench_model_rejects_an_unknown_shape():
     out = forked.run_script(REPO / "scripts" / "bench_model.py", "--shape", "huge", "--no-hf")
     assert out.returncode == 1 and out.stderr.startswith("error: --shape huge: no configs/model/huge.yaml")
