@@ -128,7 +128,8 @@ def timing_from_probe(rows: Sequence[dict], loop_s: float, probe_steps: int, tok
 
 def scaled(t: Timing, step_cost: float) -> Timing:
     """The reference's timing for a recipe whose steps cost step_cost times as much (compile, evals and
-    checkpoints unchanged: it changes the optimizer only)."""
+    checkpoints unchanged: it changes the optimizer or the depth, and a shallower model's are cheaper,
+    so its step count errs low)."""
     return Timing(**{**asdict(t), "step_s": t.step_s * step_cost, "tokens_per_s": t.tokens_per_s / step_cost})
 
 

@@ -169,11 +169,17 @@ def time_variants(variants: dict, inputs, targets, args) -> tuple:
     return times, first
 
 
+def variant_flops(cfg: ModelConfig, name: str) -> float:
+    """FLOPs per token of a variant: one at another depth (--layers, "minillama L4 …") does other work."""
+    depth = re.match(r"minillama L(\d+) ", name)
+    return _meta_model(replace(cfg, n_layers=int(depth.group(1))) if depth else cfg).flops_per_token(cfg.max_seq_len)
+
+
 def report(cfg: ModelConfig, args, precision: str, times: dict, first: dict, peak: float) -> None:
     tokens = args.batch * cfg.max_seq_len
-    flops = _meta_model(cfg).flops_per_token(cfg.max_seq_len)  # same matmuls in HF's model
-    print(f"\nflops_per_token({cfg.max_seq_len}) = {flops / 1e6:.2f} MFLOP (6·N_matmul + causal attention); "
-          f"peak = best {precision} matmul, {peak / 1e12:.3f} TFLOP/s")
+    flops = variant_flops(cfg, "minillama")  # same matmuls in HF's model
+    print(f"\nflops_per_token({cfg.max_seq_len}) = {flops / 1e6:.2f} MFLOP at {cfg.n_layers} layers (6·N_matmul + "
+          f"causal attention); peak = best {precision} matmul, {peak / 1e12:.3f} TFLOP/s")
     print(f"| variant | ms/step (median of {args.steps}) | min–max ms | tokens/s | TFLOP/s | % of {precision} "
           f"matmul peak | first step s |")
     print("|---|---:|---:|---:|---:|---:|---:|")
@@ -181,7 +187,7 @@ def report(cfg: ModelConfig, args, precision: str, times: dict, first: dict, pea
     for name, ts in times.items():
         median = statistics.median(ts)
         tps[name] = tokens / median
-        achieved = tps[name] * flops
+        achieved = tps[name] * variant_flops(cfg, name)
         print(f"| {name} | {median * 1e3:.0f} | {min(ts) * 1e3:.0f}–{max(ts) * 1e3:.0f} | {tps[name]:,.0f} "
               f"| {achieved / 1e12:.3f} | {100 * achieved / peak:.1f} % | {first[name]:.1f} |")
     for mode in ("eager", "compiled"):

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -221,16 +221,19 @@ def calibrate(c: Campaign, name: str) -> dict:
 
 
 def check_step_cost(c: Campaign) -> None:
-    """Before anything trains: a recipe calibrated from the reference's probe may change the optimizer
-    only (the model, data and trainer sections as composed must be the reference's)."""
+    """Before anything trains: a recipe calibrated from the reference's probe may change only what
+    scripts/bench_model.py times side by side, the optimizer (--optim) and the depth (--layers): its
+    data, trainer and every other model field must be the reference's as composed."""
     theirs = compose(c.overrides(c.spec.reference))
     for name in c.run_names:
         if name in c.spec.step_cost:
             mine = compose(c.overrides(name))
-            differs = [k for k in ("model", "data", "trainer") if getattr(mine, k) != getattr(theirs, k)]
+            differs = [k for k in ("data", "trainer") if getattr(mine, k) != getattr(theirs, k)]
+            if replace(mine.model, n_layers=theirs.model.n_layers) != theirs.model:
+                differs.insert(0, "model")
             if differs:
-                raise S.SpeedrunError(f"step_cost: {name} changes {', '.join(differs)}, not only the optimizer, "
-                                      "so the reference's probe does not time it: take it out of step_cost (it then "
+                raise S.SpeedrunError(f"step_cost: {name} changes {', '.join(differs)}, not only the optimizer or the "
+                                      "depth, so no side-by-side factor times it: take it out of step_cost (it then "
                                       "gets its own probe)")
 
 

@@ -71,7 +71,11 @@ def test_bench_model_times_each_depth_side_by_side_against_the_first(capsys, mon
     assert built == [2, 1, 2, 1]  # adamw at depths 2 and 1, then muon at both
     assert re.findall(r"^\| (minillama L\d eager \w+) \| \d+ \|", out, re.M) == [
         "minillama L2 eager adamw", "minillama L1 eager adamw", "minillama L2 eager muon", "minillama L1 eager muon"]
-    tps = {m.group(1): float(m.group(2).replace(",", "")) for m in re.finditer(r"^\| (minillama L\d eager \w+) \| \d+ \| [\d–]+ \| ([\d,]+) \|", out, re.M)}
+    tps = {m.group(1): float(m.group(2).replace(",", "")) for m in
+           re.finditer(r"^\| (minillama L\d eager \w+) \| \d+ \| [\d–]+ \| ([\d,]+) \|", out, re.M)}
+    tiny = bench.model_config("tiny", 512, None, None)  # each depth's TFLOP/s from its own FLOPs per token
+    assert bench.variant_flops(tiny, "minillama L1 eager muon") == bench._meta_model(
+        bench.replace(tiny, n_layers=1)).flops_per_token(64) < bench.variant_flops(tiny, "minillama eager")
     for optim in ("adamw", "muon"):  # the printed ratio is the table's: step time at depth 1 / at depth 2
         ratio = float(re.search(rf"minillama eager {optim}, step time L1 / L2: (\d+\.\d+)", out).group(1))
         assert ratio == pytest.approx(tps[f"minillama L2 eager {optim}"] / tps[f"minillama L1 eager {optim}"], rel=0.02)

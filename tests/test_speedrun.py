@@ -333,12 +333,23 @@ def test_a_recipe_taken_out_of_step_cost_is_refused(finished, tmp_path):
         speedrun(tmp_path / "copy", cache, "--seeds", "3")
 
 
-def test_a_step_cost_recipe_that_changes_the_model_is_refused_before_anything_trains(tmp_path):
-    spec = {**RECIPES, "recipes": {"ref": [], "wide": ["model.n_layers=1"]}, "step_cost": {"wide": 1.0}}
+@pytest.mark.parametrize("change, section", [("model.hidden_size=32", "model"), ("trainer.micro_batch_size=2", "trainer"),
+                                             ("data.val_fraction=0.2", "data")])
+def test_a_step_cost_recipe_that_changes_more_than_optimizer_or_depth_is_refused_before_anything_trains(
+        tmp_path, change, section):
+    spec = {**RECIPES, "recipes": {"ref": [], "other": [change], "deep": ["model.n_layers=1"]},
+            "step_cost": {"other": 1.0, "deep": 0.6}}
     (tmp_path / "recipes.yaml").write_text(yaml.safe_dump(spec))
-    with pytest.raises(S.SpeedrunError, match="step_cost: wide changes model, not only the optimizer"):
+    with pytest.raises(S.SpeedrunError, match=f"step_cost: other changes {section}, not only the optimizer or the depth"):
         main(["--recipes", str(tmp_path / "recipes.yaml"), "--dir", str(tmp_path / "runs"), *TINY])
     assert not list((tmp_path / "runs").glob("*/probe"))
+
+
+def test_a_depth_change_may_take_a_side_by_side_step_cost(tmp_path):
+    """bench_model.py --layers measures a depth's step cost in one process: such a recipe is accepted."""
+    from scripts.speedrun import Campaign, check_step_cost, parse_args
+    spec = S.Spec(recipes={"ref": [], "deep": ["model.n_layers=1"]}, reference="ref", step_cost={"deep": 0.6})
+    check_step_cost(Campaign(parse_args(["--dir", str(tmp_path), *TINY]), spec))  # no error
 
 
 def test_bad_input_is_one_error_line(tmp_path):
@@ -383,7 +394,8 @@ def test_the_default_run_is_the_speedruns_winning_recipe():
         cfg = compose([*ALWAYS, *overrides])
         return cfg.model, cfg.data, cfg.optim, cfg.trainer, cfg.seed
     spec = S.load_spec(REPO / "configs" / "speedrun" / "recipes.yaml")
-    assert trained() == trained(*spec.recipes["muon_wu25"]) == trained(*spec.recipes[spec.reference])
-    assert trained() != trained(*spec.recipes["baseline"])
+    assert trained() == trained(*spec.recipes["muon_wu25_lr6e-3"]) == trained(*spec.recipes[spec.reference])
+    for earlier in ("baseline", "muon_wu25"):  # the defaults before the first and the second campaign
+        assert trained() != trained(*spec.recipes[earlier])
     for preset in ("debug=tiny", "experiment=ablation_protocol", "experiment=ablation_norm_mlp"):
         assert trained(preset) == trained(preset, "optim=adamw"), preset
