@@ -118,7 +118,7 @@ def test_new_run_never_overwrites_an_existing_run(tmp_path, cache_dir):
 @pytest.mark.parametrize("override, message", [
     ("optim.lr=0", "optim.lr=0.0 must be > 0"),
     ("optim.lr=-1e-3", "optim.lr=-0.001 must be > 0"),
-    ("optim.min_lr=0.01", "optim.min_lr=0.01 must be between 0 and optim.lr=0.003"),
+    ("optim.min_lr=0.01", "optim.min_lr=0.01 must be between 0 and optim.lr=0.006"),  # Muon's default lr
     ("optim.warmup_steps=-1", "optim.warmup_steps=-1 must be >= 0"),
     ("optim.grad_clip=-1", "optim.grad_clip=-1.0 must be >= 0"),
     ("trainer.stop_at_step=0", "trainer.stop_at_step=0 must be > 0, or null"),
