@@ -1,5 +1,6 @@
 """scripts/model_summary.py: the LLaMA-7B width and its reasoning, the parameter table, one-line errors."""
 import importlib.util
+import re
 import subprocess
 import sys
 from tests import forked
@@ -38,7 +39,10 @@ def test_command_line_explains_the_llama_width():
 def test_default_config_summary(capsys):
     assert summary.main(["model=cpu"]) == 0
     out = capsys.readouterr().out
-    assert "5,868,800" in out and "682.67" in out and "int(8d/3) = 682" in out and "→ 704" in out
+    # 4 layers × (attention 4·256² + MLP 3·256·704 + 2 norms of 256) + embedding 4096·256 (tied) + final norm
+    total = 4 * (4 * 256 ** 2 + 3 * 256 * 704 + 2 * 256) + 4096 * 256 + 256
+    assert total == 4_262_144 and re.search(rf"\n  total +{total:,} ", out)
+    assert "682.67" in out and "int(8d/3) = 682" in out and "→ 704" in out
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in (REPO / "configs" / "model").glob("*.yaml")))
@@ -61,7 +65,8 @@ def test_per_layer_norm_parameters_are_honest(capsys, norm, per_layer):
     assert row.split()[-1] == f"{per_layer:,}", row
     assert summary.main(["model=cpu", "norm=none", "qk_norm=true"]) == 0  # QK-norm: 2 · head_dim per layer
     row = next(line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("norm "))
-    assert row.split()[1:] == ["768", "0.0%", "128"], row
+    layers = summary.load_model_config(["model=cpu"])[0].n_layers
+    assert row.split()[1:] == [f"{layers * 2 * 64:,}", "0.0%", "128"], row
 
 
 def test_padded_vocabulary_and_width_come_from_the_model(capsys, monkeypatch):
