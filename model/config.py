@@ -101,6 +101,11 @@ class ModelConfig:
         """
         return find_multiple(self.vocab_size, self.vocab_multiple)
 
+    @property
+    def depth(self) -> str:
+        """"1 layer" or "N layers": how the run header and the summaries print the shape."""
+        return f"{self.n_layers} layer{'s' * (self.n_layers != 1)}"
+
     def derived_intermediate_size(self) -> int:
         """The MLP width this config gets when intermediate_size is not set explicitly."""
         if MLPS[self.mlp].gated:

@@ -191,7 +191,7 @@ def report(args, cfg) -> None:
     parts = per_device(mem, parallel, world)
     tokens = t.micro_batch_size * t.seq_len * t.grad_accum_steps * world
     logits = t.micro_batch_size * t.seq_len * cfg.model.padded_vocab_size * 4
-    print(f"model: {cfg.model.hidden_size} hidden × {cfg.model.n_layers} layer{'s' * (cfg.model.n_layers != 1)}, {cfg.model.n_heads} heads "
+    print(f"model: {cfg.model.hidden_size} hidden × {cfg.model.depth}, {cfg.model.n_heads} heads "
           f"({cfg.model.resolved_n_kv_heads} kv), vocab {cfg.model.padded_vocab_size}: {counts['total']:,} parameters "
           f"(embedding {counts['embedding']:,}, attention {counts['attention']:,}, mlp {counts['mlp']:,})")
     print(f"step: {t.micro_batch_size} × {t.seq_len} tokens × {t.grad_accum_steps} accumulation × {world} "

@@ -78,7 +78,7 @@ def config_fields(cfg: ModelConfig) -> dict:
 def print_param_table(model: Transformer) -> None:
     counts, cfg = model.param_counts(), model.cfg
     total = counts["total"]
-    print(f"\nParameters by module type ({cfg.n_layers} layer{'s' * (cfg.n_layers != 1)})")
+    print(f"\nParameters by module type ({cfg.depth})")
     print(f"  {'module':<12}{'params':>15}{'share':>9}  per layer")
     final_norm = sum(p.numel() for p in model.norm.parameters())  # 0 with norm=none, 2·d with layernorm
     per_layer = {"attention": counts["attention"], "mlp": counts["mlp"], "norm": counts["norm"] - final_norm}

@@ -46,6 +46,11 @@ def test_replace_keeps_what_was_explicit():
     assert (back_to_auto.resolved_n_kv_heads, back_to_auto.resolved_intermediate_size) == (8, 704)
 
 
+@pytest.mark.parametrize("n_layers, depth", [(1, "1 layer"), (2, "2 layers"), (32, "32 layers")])
+def test_depth_reads_as_english(n_layers, depth):
+    assert ModelConfig(vocab_size=64, hidden_size=32, n_layers=n_layers, n_heads=4).depth == depth
+
+
 @pytest.mark.parametrize("vocab_size, multiple, padded", [
     (4096, 64, 4096), (512, 64, 512),  # today's vocabularies are unchanged by the default
     (50257, 64, 50304),                # GPT-2's, as nanoGPT pads it

@@ -395,7 +395,8 @@ def test_the_default_run_is_the_speedruns_winning_recipe():
         return cfg.model, cfg.data, cfg.optim, cfg.trainer, cfg.seed
     spec = S.load_spec(REPO / "configs" / "speedrun" / "recipes.yaml")
     assert trained() == trained(*spec.recipes["muon_wu25_lr6e-3_layers1"]) == trained(*spec.recipes[spec.reference])
-    for earlier in ("baseline", "muon_wu25", "muon_wu25_lr6e-3", "muon_wu25_lr6e-3_layers4", "muon_wu25_lr6e-3_layers3"):  # earlier defaults
+    earlier_defaults = ("baseline", "muon_wu25", "muon_wu25_lr6e-3", "muon_wu25_lr6e-3_layers4", "muon_wu25_lr6e-3_layers3")
+    for earlier in earlier_defaults:
         assert trained() != trained(*spec.recipes[earlier])
     for preset in ("debug=tiny", "experiment=ablation_protocol", "experiment=ablation_norm_mlp"):
         assert trained(preset) == trained(preset, "optim=adamw"), preset

@@ -35,7 +35,7 @@ def test_tiny_run_learns_and_writes_outputs(tmp_path, cache_dir):
     assert json.loads((ckpt / "state.json").read_text())["step"] == 40
     # The summary tells the user where things are and how to generate.
     assert "bits per byte" in proc.stdout and "scripts/generate.py" in proc.stdout
-    assert "intermediate_size 176" in proc.stdout  # tiny: int(8·64/3) = 170, rounded up to 16s
+    assert "intermediate_size 176, 2 layers," in proc.stdout  # tiny: int(8·64/3) = 170, rounded up to 16s
     # Epochs are logged, and passing trainer.epoch_warning warns exactly once.
     epochs = [r["epochs"] for r in train_rows]
     assert epochs == sorted(epochs) and epochs[-1] == pytest.approx(40 * 4 * 64 / rows_train_tokens(proc))
