@@ -7,6 +7,7 @@ The one-process reference runs in this process (training/loop.py, no ~6 s interp
 FSDP2 runs that check what the ranks compute start each rank as torchrun does (its environment) but
 forked from the preloaded server (train_helpers.run_ranks); what torchrun itself does — SIGTERM to one
 rank, a hung rank — goes through `torchrun`."""
+import contextlib
 import json
 import math
 import os
@@ -211,7 +212,7 @@ def test_accumulation_all_reduces_once_per_optimizer_step(one_rank_group):
     for step, accum in enumerate([1, 4, 2, 1]):
         launched.clear()
         loss, _ = train_step(ddp, _Batches(model.cfg.vocab_size), step, accum, 1.0, [optimizer], record,
-                             torch.device("cpu"))
+                             torch.device("cpu"), contextlib.nullcontext)
         assert math.isfinite(loss.item())
         per_step.append(len(launched))
     assert per_step[0] > 0 and per_step == [per_step[0]] * 4, per_step

@@ -1,9 +1,11 @@
 """training/step.py: a non-finite step never reaches weights or optimizer state; the record counts streaks."""
+import contextlib
 import copy
 
 import pytest
 import torch
 
+from tests.dtype_recorder import ATTENTION, MATMULS, SOFTMAX_LOSS
 from training.step import NonFiniteRecord, commit, global_grad_norm, supports_device_skip, train_step
 
 
@@ -73,9 +75,10 @@ def test_train_step_accumulates_micro_batches_like_one_big_batch_and_clips():
     opt_small = torch.optim.SGD(small.parameters(), lr=0.1)
     opt_big = torch.optim.SGD(big.parameters(), lr=0.1)
     rec = NonFiniteRecord.on(torch.device("cpu"))
-    loss, norm = train_step(loss_fn(small), _Batches(xs, ys), 0, 2, 0.0, [opt_small], rec, torch.device("cpu"))
+    cpu, fp32 = torch.device("cpu"), contextlib.nullcontext
+    loss, norm = train_step(loss_fn(small), _Batches(xs, ys), 0, 2, 0.0, [opt_small], rec, cpu, fp32)
     big_loss, big_norm = train_step(loss_fn(big), _Batches(xs.reshape(1, 6, 4), ys.reshape(1, 6, 1)), 0, 1, 0.0,
-                                    [opt_big], rec, torch.device("cpu"))
+                                    [opt_big], rec, cpu, fp32)
     assert loss.item() == pytest.approx(big_loss.item(), rel=1e-6)
     assert norm.item() == pytest.approx(big_norm.item(), rel=1e-6)
     for a, b in zip(small.parameters(), big.parameters()):
@@ -84,6 +87,52 @@ def test_train_step_accumulates_micro_batches_like_one_big_batch_and_clips():
     clipped = tiny_regression()
     opt = torch.optim.SGD(clipped.parameters(), lr=1.0)
     start = [p.detach().clone() for p in clipped.parameters()]
-    _, raw_norm = train_step(loss_fn(clipped), _Batches(xs, ys), 0, 2, 1e-3, [opt], rec, torch.device("cpu"))
+    _, raw_norm = train_step(loss_fn(clipped), _Batches(xs, ys), 0, 2, 1e-3, [opt], rec, cpu, fp32)
     moved = torch.cat([(p.detach() - s).flatten() for p, s in zip(clipped.parameters(), start)]).norm()
     assert raw_norm.item() > 1e-2 and moved.item() == pytest.approx(1e-3, rel=1e-4)
+
+
+# ---- precision: the step computes in the run's precision (trainer.precision) -------------------------
+
+def _tiny_lm_step(precision: str):
+    """One train_step of a tiny Transformer + CausalLMLoss with fused AdamW, every aten op recorded."""
+    from model import Transformer
+    from tests.dtype_recorder import OpDtypes
+    from tests.model_helpers import tiny_model_config
+    from training.loss import CausalLMLoss
+    from training.precision import autocast_context
+
+    cpu = torch.device("cpu")
+    torch.manual_seed(0)
+    model = Transformer(tiny_model_config())
+    loss_module = CausalLMLoss(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    ids = torch.randint(0, model.cfg.vocab_size, (2, 2, 13), generator=torch.Generator().manual_seed(0))
+    batches = _Batches(ids[:, :, :-1], ids[:, :, 1:])
+    with OpDtypes() as ops:
+        loss, grad_norm = train_step(loss_module, batches, 0, 2, 1.0, [opt], NonFiniteRecord.on(cpu), cpu,
+                                     autocast_context(precision, cpu))
+    return model, opt, loss, grad_norm, ops
+
+
+def test_a_bf16_step_runs_every_matmul_in_bf16_the_loss_in_fp32_and_keeps_fp32_masters():
+    model, opt, loss, grad_norm, ops = _tiny_lm_step("bf16")
+    matmuls = ops.dtypes_of(MATMULS)
+    # 2 micro-batches × 2 layers × (4 attention + 3 SwiGLU projections… fused: 2) + head, forward and backward
+    assert len(matmuls) > 2 * 2 * 6 * 2
+    assert all(set(d) == {torch.bfloat16} for d in matmuls), sorted(set(matmuls))
+    assert all(set(d) == {torch.bfloat16} for d in ops.dtypes_of(ATTENTION))
+    # The log-softmax of the cross-entropy reads fp32 logits (rare tokens' probabilities survive).
+    softmax = ops.dtypes_of(SOFTMAX_LOSS)
+    assert softmax and all(set(d) == {torch.float32} for d in softmax)
+    assert loss.dtype == grad_norm.dtype == torch.float32
+    # Master weights and AdamW's moments stay fp32: small updates are not rounded away.
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert all(v.dtype == torch.float32 for s in opt.state.values() for k, v in s.items() if k != "step")
+
+
+def test_an_fp32_step_runs_every_matmul_in_fp32():
+    _, _, loss, _, ops = _tiny_lm_step("fp32")
+    matmuls = ops.dtypes_of(MATMULS)
+    assert matmuls and all(set(d) == {torch.float32} for d in matmuls)
+    assert loss.dtype == torch.float32

@@ -157,3 +157,18 @@ def test_a_failed_start_fails_before_data_and_leaves_no_run_directory(tmp_path, 
     later = run_train(tmp_path, "data=local", "data.path=/nonexistent/*.txt", cache_dir=cache_dir, check=False)
     assert later.returncode == 1 and "matches no files" in later.stderr.strip().splitlines()[-1]
     assert run_dirs(tmp_path) == [] and not any((tmp_path / "outputs").glob("*/*")), "a failed start left a run dir"
+
+
+def test_trainer_precision_bf16_trains_in_bf16_end_to_end(tmp_path, cache_dir):
+    """`python train.py trainer.precision=bf16` computes in bf16: its loss curve is not the fp32 run's
+    (a loop that forgot autocast gives the fp32 curve to the bit) yet stays close to it. Measured over
+    these 20 steps on AMX and on emulated AVX2 / AVX512-BF16: the curves differ by 1e-3 to 3e-3 nats."""
+    curves = {}
+    for precision in ("fp32", "bf16"):
+        proc = run_train(tmp_path / precision, f"trainer.precision={precision}", "trainer.log_interval=1",
+                         cache_dir=cache_dir)
+        assert f"cpu, {precision} (trainer.precision)" in proc.stdout  # the header says what it runs
+        (run,) = run_dirs(tmp_path / precision)
+        curves[precision] = [r["loss"] for r in read_metrics(run) if r["kind"] == "train"]
+    gap = max(abs(a - b) for a, b in zip(*curves.values()))
+    assert len(curves["bf16"]) == 20 and 2e-4 < gap < 2e-2, gap

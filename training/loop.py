@@ -163,7 +163,7 @@ def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
                 break
             lr = apply_schedule(optimizers, counters.step, cfg.optim, cfg.trainer.max_steps)
             loss, grad_norm = train_step(compute_loss, batches, counters.step, cfg.trainer.grad_accum_steps,
-                                         cfg.optim.grad_clip, optimizers, record, info.device)
+                                         cfg.optim.grad_clip, optimizers, record, info.device, autocast)
             counters.step += 1
             counters.tokens_seen += tokens_per_step
             counters.pending.append(loss)

@@ -41,15 +41,20 @@ class NonFiniteRecord:
 
 
 def train_step(loss_module, batches, step: int, accum: int, grad_clip: float, optimizers: list,
-               record: NonFiniteRecord, device: torch.device) -> tuple:
-    """grad_accum micro-batches, then clip and step unless non-finite; returns (mean loss, grad norm) on device."""
+               record: NonFiniteRecord, device: torch.device, autocast) -> tuple:
+    """grad_accum micro-batches, then clip and step unless non-finite; returns (mean loss, grad norm) on device.
+
+    `autocast` is the run's precision (training/precision.py): under bf16 the forward's matmuls run in
+    bf16 while the loss module computes its cross-entropy in fp32; the backward runs outside it, in the
+    dtypes the forward chose, and the gradients land on the fp32 master weights."""
     total = torch.zeros((), device=device)
     for micro in range(accum):
         x, y = (t.to(device, non_blocking=True) for t in batches.get(step, micro))
         # DDP all-reduces gradients only on the last micro-step instead of `accum` times.
         skip_sync = hasattr(loss_module, "no_sync") and micro < accum - 1
         with loss_module.no_sync() if skip_sync else contextlib.nullcontext():
-            loss = loss_module(x, y) / accum  # fp32 cross-entropy, mean over this micro-batch
+            with autocast():
+                loss = loss_module(x, y) / accum  # fp32 cross-entropy, mean over this micro-batch
             loss.backward()
         total += loss.detach()
     params = [p for opt in optimizers for group in opt.param_groups for p in group["params"]]
