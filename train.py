@@ -18,15 +18,15 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from data import prepare
-from training import distributed as D
+from training.runtime import distributed as D
 from training import report
-from training import run_dir as R
+from training.runtime import run_dir as R
 from training.checkpoint import resolve_checkpoint
-from training.checkpoint_cleanup import clean_partial_checkpoints
-from training.checkpoint_consistency import check_checkpoint_consistency, check_resume_fits
+from training.checkpoint.cleanup import clean_partial_checkpoints
+from training.checkpoint.consistency import check_checkpoint_consistency, check_resume_fits
 from training.config import TrainConfig
 from training.loop import RunSpec, train
-from training.signals import StoppedNow, exit_status, signal_name
+from training.runtime.signals import StoppedNow, exit_status, signal_name
 
 TOP_LEVEL_KEYS = ("seed", "run_name", "outputs_dir")
 

@@ -7,7 +7,7 @@ from typing import Dict, List, Sequence
 
 import yaml
 
-from training.run_logger import MetricsError, read_metrics
+from training.metrics import MetricsError, read_metrics
 
 # Keys that differ between runs without changing what is trained or measured: never part of a
 # variant's name (seed is the repeat; a trailing dot means the whole section).

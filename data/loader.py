@@ -56,7 +56,7 @@ def eval_windows(tokens: np.ndarray, seq_len: int, num_windows: int, rank: int =
     The set is `num_windows` windows spread evenly over the split, chosen among the
     non-overlapping tiling (window i starts at i * seq_len, so consecutive ones share one token
     and every target is scored at most once). Even the whole tiling misses the split's first
-    token and its ragged tail: `training.scoring.full_split_windows` (trainer.eval_windows=all)
+    token and its ragged tail: `training.evaluation.full_split_windows` (trainer.eval_windows=all)
     scores every token exactly once. The count is capped by what fits and then rounded DOWN
     to a multiple of world_size, so every rank runs the same number of forward passes; rank r
     takes windows r, r + world_size, ... and the ranks together cover the set exactly.

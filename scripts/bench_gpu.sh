@@ -17,7 +17,7 @@ import sys
 import torch
 if not torch.cuda.is_available():
     sys.exit("error: bench_gpu.sh needs a CUDA GPU (torch.cuda.is_available() is False)")
-from training.mfu import measure_matmul_flops
+from training.runtime.mfu import measure_matmul_flops
 peak = measure_matmul_flops(torch.device("cuda"), torch.bfloat16, n=8192, repeats=20)
 print(f"{peak / 1e12:.1f}")
 PYEOF
@@ -31,7 +31,7 @@ echo "bench_gpu: measured bf16 matmul peak (8192³, best of 20): $PEAK TFLOP/s"
 "$PY" - "$OUT" "$PEAK" <<'PYEOF'
 import glob, json, statistics, sys
 import torch
-from training.mfu import gpu_peak
+from training.runtime.mfu import gpu_peak
 out, measured_peak = sys.argv[1], float(sys.argv[2]) * 1e12
 (metrics,) = glob.glob(f"{out}/*/*_bench_gpu/metrics.jsonl")
 rows = [json.loads(line) for line in open(metrics) if '"train"' in line]

@@ -21,7 +21,7 @@ import torch  # noqa: E402
 
 from model import ModelConfig, Transformer  # noqa: E402
 from training.loss import CHUNK_ELEMENTS, CausalLMLoss  # noqa: E402
-from training.memory import current_memory_bytes, peak_memory_bytes, reset_peak_memory  # noqa: E402
+from training.runtime.memory import current_memory_bytes, peak_memory_bytes, reset_peak_memory  # noqa: E402
 
 VARIANTS = {"one-shot": None, "chunked": 0}  # CausalLMLoss(chunk_above=...)
 

@@ -28,7 +28,7 @@ from omegaconf import OmegaConf  # noqa: E402
 from model import ModelConfig, Transformer  # noqa: E402
 from training.config import OptimConfig  # noqa: E402
 from training.loss import CausalLMLoss  # noqa: E402
-from training.mfu import measure_matmul_flops  # noqa: E402
+from training.runtime.mfu import measure_matmul_flops  # noqa: E402
 from training.optim import build_optimizers  # noqa: E402
 from training.precision import autocast_context, resolve_precision  # noqa: E402
 

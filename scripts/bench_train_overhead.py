@@ -23,7 +23,7 @@ from omegaconf import OmegaConf  # noqa: E402
 from data import prepare  # noqa: E402
 from estimate import compose_config  # noqa: E402
 from model import Transformer  # noqa: E402
-from training import distributed as D  # noqa: E402
+from training.runtime import distributed as D  # noqa: E402
 from training.compile import CompiledLoss, resolve_compile  # noqa: E402
 from training.loop import RunSpec, train  # noqa: E402
 from training.loss import CausalLMLoss  # noqa: E402

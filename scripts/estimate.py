@@ -26,8 +26,8 @@ from omegaconf.errors import OmegaConfBaseException  # noqa: E402
 from model import Transformer  # noqa: E402
 from model.flops import training_flops_per_token  # noqa: E402
 from training.loss import CausalLMLoss  # noqa: E402
-from training.memory import StepMemory, current_memory_bytes, simulate_step_memory  # noqa: E402
-from training.mfu import gpu_peak, peak_flops  # noqa: E402
+from training.runtime.memory import StepMemory, current_memory_bytes, simulate_step_memory  # noqa: E402
+from training.runtime.mfu import gpu_peak, peak_flops  # noqa: E402
 from training.optim import build_optimizers  # noqa: E402
 from training.precision import autocast_context, resolve_precision  # noqa: E402
 

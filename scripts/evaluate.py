@@ -31,10 +31,10 @@ from data.cache import read_meta  # noqa: E402
 from data.token_files import DocumentEncoder  # noqa: E402
 from data.tokenizer import file_hash, read_special_tokens  # noqa: E402
 from training.checkpoint import load_model  # noqa: E402
-from training.device import pick_device  # noqa: E402
+from training.runtime.device import pick_device  # noqa: E402
 from training.loss import CausalLMLoss  # noqa: E402
 from training.precision import autocast_context, resolve_precision  # noqa: E402
-from training.scoring import Score, score_tokens  # noqa: E402
+from training.evaluation import Score, score_tokens  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -16,7 +16,7 @@ import torch  # noqa: E402
 from data.tokenizer import read_special_tokens  # noqa: E402
 from model.generate import check_sampling_args, generate  # noqa: E402
 from training.checkpoint import load_model  # noqa: E402
-from training.device import pick_device  # noqa: E402
+from training.runtime.device import pick_device  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 

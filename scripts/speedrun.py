@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 
 from analysis import speedrun as S  # noqa: E402
 from analysis.speedrun_report import report  # noqa: E402
-from training.run_logger import read_metrics  # noqa: E402
+from training.metrics import read_metrics  # noqa: E402
 
 DEFAULT_RECIPES = REPO / "configs" / "speedrun" / "recipes.yaml"
 ALWAYS = ["logger=none"]  # measured runs: no wandb process competing for the 2 cores

@@ -9,7 +9,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from model import ModelConfig, Transformer  # noqa: E402
-from training import distributed as D  # noqa: E402
+from training.runtime import distributed as D  # noqa: E402
 from training.compile import CompiledLoss  # noqa: E402
 from training.loss import CausalLMLoss  # noqa: E402
 

@@ -26,7 +26,7 @@ from pathlib import Path
 def install(spec: dict) -> None:
     import data.preparation as preparation
     import training.loop as loop
-    import training.saving as saving
+    import training.checkpoint.checkpointer as saving
 
     if "slow_prepare" in spec:
         real_build = preparation._build
@@ -47,7 +47,7 @@ def install(spec: dict) -> None:
     if "teardown_log" in spec:
         import torch.distributed as dist
 
-        import training.distributed as distributed
+        import training.runtime.distributed as distributed
         real_teardown = distributed.teardown
 
         def logged_teardown():
@@ -107,7 +107,7 @@ def install(spec: dict) -> None:
 
 def _write_then_hang(marker: str) -> None:
     """Let the real writer start the .tmp directory, then stop inside it until killed."""
-    import training.checkpoint as checkpoint
+    import training.checkpoint.save as checkpoint
     real_write = checkpoint.save_file
 
     def write_and_hang(tensors, filename, *args, **kwargs):

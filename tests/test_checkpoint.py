@@ -7,13 +7,13 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-import training.checkpoint
+import training.checkpoint.save
 from model import ModelConfig, Transformer
-from training.checkpoint import (CheckpointError, NonFiniteCheckpoint, _prune, last_good_checkpoint, list_checkpoints,
-                                 load_model, load_training_state, read_weights, resolve_checkpoint, restore_rng,
-                                 rng_states_of_this_process, save_checkpoint)
-from training.checkpoint_cleanup import clean_partial_checkpoints
-from training.state_dicts import full_optimizer_state, load_full_state
+from training.checkpoint import (CheckpointError, NonFiniteCheckpoint, last_good_checkpoint, list_checkpoints, load_model,
+                                 load_training_state, read_weights, resolve_checkpoint, restore_rng, save_checkpoint)
+from training.checkpoint.save import _prune, rng_states_of_this_process
+from training.checkpoint.cleanup import clean_partial_checkpoints
+from training.checkpoint.state_dicts import full_optimizer_state, load_full_state
 
 CFG = dict(vocab_size=300, hidden_size=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=16)
 
@@ -104,8 +104,8 @@ def test_an_interrupted_save_never_touches_a_complete_checkpoint(tmp_path, token
         for p in model.parameters():
             p.add_(1.0)  # the new save would write other weights
     step = 1 if resave else 2
-    real = {"model.safetensors": training.checkpoint.save_file, "optimizer.pt": training.checkpoint._torch_save,
-            "rng.pt": training.checkpoint._torch_save}[after]
+    real = {"model.safetensors": training.checkpoint.save.save_file, "optimizer.pt": training.checkpoint.save._torch_save,
+            "rng.pt": training.checkpoint.save._torch_save}[after]
 
     def write_then_die(obj, target, *args, **kwargs):
         real(obj, target, *args, **kwargs)
@@ -113,7 +113,7 @@ def test_an_interrupted_save_never_touches_a_complete_checkpoint(tmp_path, token
             raise Interrupted
 
     name = "save_file" if after == "model.safetensors" else "_torch_save"
-    monkeypatch.setattr(training.checkpoint, name, write_then_die)
+    monkeypatch.setattr(training.checkpoint.save, name, write_then_die)
     with pytest.raises(Interrupted):
         save(root, step, model, path)
     monkeypatch.undo()

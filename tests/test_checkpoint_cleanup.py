@@ -3,10 +3,10 @@ import os
 
 import pytest
 
-import training.checkpoint
+import training.checkpoint.save
 from model import ModelConfig, Transformer
 from training.checkpoint import list_checkpoints, load_training_state, resolve_checkpoint, save_checkpoint
-from training.checkpoint_cleanup import clean_partial_checkpoints, move_aside_later_checkpoints
+from training.checkpoint.cleanup import clean_partial_checkpoints, move_aside_later_checkpoints
 
 CFG = dict(vocab_size=300, hidden_size=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=16)
 
@@ -50,7 +50,7 @@ def test_a_resave_killed_between_its_renames_is_recovered(tmp_path, saver, monke
             raise KeyboardInterrupt
         real_replace(src, dst)
 
-    monkeypatch.setattr(training.checkpoint.os, "replace", killed_on_second_rename)
+    monkeypatch.setattr(training.checkpoint.save.os, "replace", killed_on_second_rename)
     with pytest.raises(KeyboardInterrupt):
         saver(root, 2, version="second")
     monkeypatch.undo()

@@ -8,7 +8,7 @@ import yaml
 from model import ModelConfig, Transformer
 from training.checkpoint import CheckpointError, load_model, save_checkpoint
 from tests.test_checkpoint import CFG, tokenizer_file  # noqa: F401 (a fixture: the same tiny BPE tokenizer)
-from training.checkpoint_consistency import check_checkpoint_consistency, check_resume_fits
+from training.checkpoint.consistency import check_checkpoint_consistency, check_resume_fits
 
 
 @pytest.fixture

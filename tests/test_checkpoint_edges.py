@@ -1,4 +1,4 @@
-"""training/checkpoint.py at its edges (the main paths are in test_checkpoint.py): the files as other
+"""training/checkpoint/ at its edges (the main paths are in test_checkpoint.py): the files as other
 tools read them, every refusal's whole message, re-saving a step, a checkpoint written on a GPU, and
 the generator states of a CUDA machine (CUDA's RNG calls replaced by recorders)."""
 import io
@@ -11,12 +11,16 @@ import pytest
 import torch
 from safetensors import safe_open
 
-import training.checkpoint as C
+import training.checkpoint.format as F
+import training.checkpoint.load as L
+import training.checkpoint.save as S
 from model import ModelConfig, Transformer
 from tests.test_checkpoint import CFG, model_and_tokenizer, save, tokenizer_file  # noqa: F401 (fixture)
+from training.checkpoint.format import TIED_KEY, first_line
 from training.checkpoint import (CheckpointError, CheckpointWriteError, last_good_checkpoint, list_checkpoints,
                                  load_model, load_model_config, load_training_state, read_weights, resolve_checkpoint,
-                                 restore_rng, rng_states_of_this_process, save_checkpoint)
+                                 restore_rng, save_checkpoint)
+from training.checkpoint.save import rng_states_of_this_process
 
 
 @pytest.fixture
@@ -46,7 +50,7 @@ def test_three_checkpoints_are_kept_by_default(tmp_path, model_and_path):
 
 def test_a_tied_state_dict_without_the_head_saves_the_same(tmp_path, model_and_path):
     model, path = model_and_path
-    weights = {k: v for k, v in model.state_dict().items() if k != C.TIED_KEY}
+    weights = {k: v for k, v in model.state_dict().items() if k != TIED_KEY}
     ckpt = save_checkpoint(tmp_path, 1, weights, model.cfg, path, {"step": 1})
     assert set(read_weights(model, ckpt)) == set(model.state_dict())
 
@@ -92,7 +96,7 @@ def test_a_failed_rename_puts_the_old_copy_back_and_names_the_checkpoint(tmp_pat
         if str(src).endswith(".tmp"):
             raise PermissionError(13, "Permission denied", str(dst))
         real_replace(src, dst)
-    monkeypatch.setattr(C.os, "replace", refuse_publishing)
+    monkeypatch.setattr(S.os, "replace", refuse_publishing)
     with torch.no_grad():
         model.norm.weight.fill_(3.0)
     with pytest.raises(CheckpointWriteError) as raised:
@@ -110,7 +114,7 @@ def test_a_leftover_that_cannot_be_deleted_does_not_fail_the_save(tmp_path, mode
     model, path = model_and_path
     for step in (1, 2):
         save(tmp_path, step, model, path, keep_last=1)
-    monkeypatch.setattr(C.shutil.os, "rmdir", lambda *a, **k: (_ for _ in ()).throw(PermissionError(13, "denied")))
+    monkeypatch.setattr(S.shutil.os, "rmdir", lambda *a, **k: (_ for _ in ()).throw(PermissionError(13, "denied")))
     assert save(tmp_path, 3, model, path, keep_last=1).name == "step_0000003"
     assert save(tmp_path, 3, model, path, keep_last=1).name == "step_0000003"  # a re-save: the .old stays behind
 
@@ -124,7 +128,7 @@ def test_the_finite_flag_is_trusted_and_old_checkpoints_are_read(tmp_path, model
     (new / "state.json").write_text(json.dumps({**state, "weights_finite": False}))
     assert last_good_checkpoint(tmp_path) == old
     (new / "state.json").write_text(json.dumps({**state, "weights_finite": True}))
-    monkeypatch.setattr(C, "safe_open", lambda *a, **k: pytest.fail("a flagged checkpoint's weights were read"))
+    monkeypatch.setattr(F, "safe_open", lambda *a, **k: pytest.fail("a flagged checkpoint's weights were read"))
     assert last_good_checkpoint(tmp_path) == new
     (new / "state.json").write_text("{")  # unreadable: never a checkpoint to fall back on
     monkeypatch.undo()
@@ -229,18 +233,18 @@ def test_refused_and_damaged_files_have_one_whole_line(tmp_path, model_and_path,
     assert str(raised.value) == (f"{ckpt}/state.json is unreadable (Expecting property name enclosed in double "
                                  "quotes: line 1 column 12 (char 11)); resume from an older checkpoint")
     # A refused pickle whose message names no global: the same advice, without a name in parentheses.
-    monkeypatch.setattr(C.torch, "load", lambda *a, **k: (_ for _ in ()).throw(pickle.UnpicklingError("bad opcode")))
+    monkeypatch.setattr(L.torch, "load", lambda *a, **k: (_ for _ in ()).throw(pickle.UnpicklingError("bad opcode")))
     with pytest.raises(CheckpointError) as raised:
-        C._safe_torch_load(ckpt / "rng.pt")
+        L._safe_torch_load(ckpt / "rng.pt")
     assert str(raised.value) == (f"{ckpt / 'rng.pt'} holds Python objects that minillama never writes, so it was "
                                  "refused unread: the file was tampered with or comes from elsewhere; do not use "
                                  "this checkpoint, resume from another one")
 
 
 def test_first_line_of_an_error_is_never_empty_nor_long():
-    assert C._first_line(RuntimeError("")) == "RuntimeError"
-    assert C._first_line(RuntimeError("  first\nsecond")) == "first"
-    assert C._first_line(RuntimeError("x" * 500)) == "x" * 200
+    assert first_line(RuntimeError("")) == "RuntimeError"
+    assert first_line(RuntimeError("  first\nsecond")) == "first"
+    assert first_line(RuntimeError("x" * 500)) == "x" * 200
 
 
 class FakeCuda:

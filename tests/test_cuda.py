@@ -85,7 +85,7 @@ def test_compile_is_on_by_default_and_matches_eager_in_bf16():
 
 
 def test_peak_is_looked_up_or_measured_and_the_table_is_plausible():
-    from training.mfu import gpu_peak, measure_matmul_flops, peak_flops
+    from training.runtime.mfu import gpu_peak, measure_matmul_flops, peak_flops
     name = torch.cuda.get_device_name(CUDA)
     flops, source = peak_flops(CUDA, "bf16")
     measured = measure_matmul_flops(CUDA, torch.bfloat16, n=8192, repeats=10)

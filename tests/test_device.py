@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from training.device import pick_device
+from training.runtime.device import pick_device
 
 
 def test_auto_and_cpu():

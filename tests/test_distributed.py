@@ -26,7 +26,7 @@ from data import TrainBatches, prepare
 from model import Transformer
 from tests.train_helpers import (REPO, compose_train_config, launch, read_metrics, run_dirs, run_ranks,
                                  run_train, running, tiny_args, torchrun_worker, train_in_process, wait_for_step)
-from training import distributed as D
+from training.runtime import distributed as D
 from training.checkpoint import load_model
 from training.loss import CausalLMLoss
 from training.step import NonFiniteRecord, train_step

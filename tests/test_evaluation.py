@@ -9,11 +9,11 @@ import torch
 import torch.nn.functional as F
 
 from model import ModelConfig, Transformer
-from training.distributed import DistInfo
+from training.runtime.distributed import DistInfo
 from training.evaluation import evaluate
 from training.loss import CausalLMLoss
 from training.precision import autocast_context
-from training.scoring import full_split_windows
+from training.evaluation import full_split_windows
 
 FP32 = autocast_context("fp32", torch.device("cpu"))
 

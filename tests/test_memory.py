@@ -4,7 +4,7 @@ import sys
 import pytest
 import torch
 
-from training import memory
+from training.runtime import memory
 
 CPU = torch.device("cpu")
 MB = 2 ** 20

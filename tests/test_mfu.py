@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from training import mfu
+from training.runtime import mfu
 
 
 @pytest.mark.parametrize("name, label", [

@@ -8,9 +8,9 @@ from torch.optim._muon import _zeropower_via_newtonschulz
 
 from model import ModelConfig, Transformer
 from tests.train_helpers import read_metrics, run_dirs, run_ranks, run_train
-from training import distributed as D
+from training.checkpoint.state_dicts import full_model_state, full_optimizer_state, load_full_state
 from training.config import OptimConfig
-from training.muon import Muon, newton_schulz
+from training.optim.muon import Muon, newton_schulz
 from training.optim import apply_schedule, build_optimizers, hidden_matrices
 
 COEFFS = (3.4445, -4.775, 2.0315)
@@ -103,11 +103,11 @@ def test_resume_through_the_checkpoint_state_dicts_is_bitwise(tmp_path, schedule
     part = tiny_model()
     opts = build_optimizers(part, cfg, "cpu")
     _train(part, opts, cfg, range(3))
-    torch.save(D.full_optimizer_state(part, opts), tmp_path / "optimizer.pt")  # as the checkpoint does
-    model_state = {k: v.clone() for k, v in D.full_model_state(part).items()}
+    torch.save(full_optimizer_state(part, opts), tmp_path / "optimizer.pt")  # as the checkpoint does
+    model_state = {k: v.clone() for k, v in full_model_state(part).items()}
     resumed = tiny_model(seed=1)  # other weights, fresh optimizers: everything must come from the files
     opts = build_optimizers(resumed, cfg, "cpu")
-    D.load_full_state(resumed, opts, model_state, torch.load(tmp_path / "optimizer.pt", weights_only=True))
+    load_full_state(resumed, opts, model_state, torch.load(tmp_path / "optimizer.pt", weights_only=True))
     assert opts[0].state and opts[1].state  # momentum buffers and Adam moments both came back
     _train(resumed, opts, cfg, range(3, 8))
     for (name, a), b in zip(straight.named_parameters(), resumed.parameters()):

@@ -3,7 +3,7 @@ import multiprocessing as mp
 
 import pytest
 
-from training.run_dir import CLAIM_FILE, RunDirBusy, claim_existing, claim_new, discard_if_unused
+from training.runtime.run_dir import CLAIM_FILE, RunDirBusy, claim_existing, claim_new, discard_if_unused
 
 
 def _claim_in_child(path, queue):

@@ -17,11 +17,11 @@ import pytest
 import torch
 from safetensors import SafetensorError
 
-import training.checkpoint
-import training.write_errors
+import training.checkpoint.save
+import training.checkpoint.write_errors
 from model import ModelConfig, Transformer
 from training.checkpoint import CheckpointWriteError, read_weights, save_checkpoint
-from training.write_errors import write_error_cause
+from training.checkpoint.write_errors import write_error_cause
 
 REPO = Path(__file__).resolve().parents[1]
 CHILD = REPO / "tests" / "write_faults.py"
@@ -50,11 +50,11 @@ def test_each_cause_gets_its_own_fix(error, cause, fix):
 
 def test_file_too_large_tells_a_ulimit_from_the_file_system(monkeypatch):
     error = SafetensorError("Error while serializing: I/O error: File too large (os error 27)")
-    monkeypatch.setattr(training.write_errors.resource, "getrlimit", lambda which: (65536, -1))
+    monkeypatch.setattr(training.checkpoint.write_errors.resource, "getrlimit", lambda which: (65536, -1))
     assert write_error_cause(error, Path("/r/m")) == ("the file-size limit (ulimit -f: 65,536 bytes) was reached "
                                                       "while writing /r/m; raise it (`ulimit -f unlimited`, or the "
                                                       "job scheduler's file-size limit)")
-    monkeypatch.setattr(training.write_errors.resource, "getrlimit", lambda which: (-1, -1))
+    monkeypatch.setattr(training.checkpoint.write_errors.resource, "getrlimit", lambda which: (-1, -1))
     assert write_error_cause(error, Path("/r/m")).startswith("file too large for the file system while writing")
 
 
@@ -63,7 +63,7 @@ def test_torch_message_without_errno_is_read_from_the_disk(monkeypatch, tmp_path
     class Full:
         f_bavail = f_bfree = 3
         f_frsize = 4096
-    monkeypatch.setattr(training.write_errors.os, "statvfs", lambda path: Full)
+    monkeypatch.setattr(training.checkpoint.write_errors.os, "statvfs", lambda path: Full)
     assert write_error_cause(RuntimeError(TORCH_DISK_FULL), tmp_path / "x.pt").startswith("no space left on device")
 
 
@@ -117,7 +117,7 @@ def write_text_read_only(self, *args, **kwargs):
 
 @pytest.mark.parametrize("target, fake, file, cause", [
     ("torch.save", torch_save_on_a_full_disk, "step_0000002.tmp/optimizer.pt", "no space left on device"),
-    ("training.checkpoint.save_file", safetensors_too_large, "step_0000002.tmp/model.safetensors",
+    ("training.checkpoint.save.save_file", safetensors_too_large, "step_0000002.tmp/model.safetensors",
      "file too large for the file system"),
     ("pathlib.Path.mkdir", mkdir_denied, "step_0000002.tmp", "permission denied"),
     ("pathlib.Path.write_text", write_text_read_only, "step_0000002.tmp/model_config.json", "read-only file system"),
@@ -125,7 +125,7 @@ def write_text_read_only(self, *args, **kwargs):
 def test_a_failed_save_is_one_line_and_loses_nothing(run, monkeypatch, target, fake, file, cause):
     root, model, save = run
     previous = save(1)
-    monkeypatch.setattr(training.write_errors.resource, "getrlimit", lambda which: (-1, -1))
+    monkeypatch.setattr(training.checkpoint.write_errors.resource, "getrlimit", lambda which: (-1, -1))
     monkeypatch.setattr(target, fake)
     with pytest.raises(CheckpointWriteError) as failed:
         save(2)

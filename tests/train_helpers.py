@@ -166,7 +166,7 @@ def train_in_process(run_dir: Path, *overrides: str, cache_dir: Path):
     import torch
 
     from data import prepare
-    from training.distributed import DistInfo
+    from training.runtime.distributed import DistInfo
     from training.loop import RunSpec, train
 
     cfg, config_yaml = compose_train_config(["debug=tiny", f"data.cache_dir={cache_dir}", "trainer.num_threads=1",

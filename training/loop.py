@@ -18,21 +18,19 @@ import torch
 from data import TrainBatches, eval_windows
 from data.tokenizer import read_special_tokens
 from model import Transformer
-from training import distributed as D
+from training.runtime import distributed as D
 from training import report
-from training.checkpoint import load_training_state, read_weights, restore_rng
-from training.checkpoint_cleanup import move_aside_later_checkpoints
+from training.checkpoint import Checkpointer, load_training_state, move_aside_later_checkpoints, read_weights, restore_rng
+from training.checkpoint.state_dicts import load_full_state
 from training.config import TrainConfig
-from training.evaluation import evaluate, sample_text
+from training.evaluation import evaluate, full_split_windows, sample_text
 from training.loss import CausalLMLoss
-from training.memory import peak_memory_bytes
-from training.mfu import peak_flops
+from training.runtime.memory import peak_memory_bytes
+from training.runtime.mfu import peak_flops
 from training.optim import apply_schedule, build_optimizers
 from training.precision import autocast_context, resolve_precision
-from training.run_logger import RunLogger
-from training.saving import Saver
-from training.scoring import full_split_windows
-from training.signals import StopFlag, signal_name
+from training.logger import RunLogger
+from training.runtime.signals import StopFlag, signal_name
 from training.step import NonFiniteRecord, train_step
 
 
@@ -141,7 +139,7 @@ def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
     say(report.header(run, cfg, raw_model, data, info, tokens_per_step, parts, peak, peak_source, counters.step))
     log = RunLogger(run.run_dir, cfg.logger, cfg.run_name, report.config_dict(run.config_yaml), info.is_main,
                     resume_step=counters.step if run.resume_ckpt else None)
-    saver = Saver(run, info, raw_model, parts.loss_module, optimizers, data.tokenizer_path)
+    saver = Checkpointer(run, info, raw_model, parts.loss_module, optimizers, data.tokenizer_path)
     record = NonFiniteRecord.on(info.device)
     flops_per_token = raw_model.flops_per_token(cfg.trainer.seq_len)
     end = min(cfg.trainer.max_steps, cfg.trainer.stop_at_step or cfg.trainer.max_steps)
@@ -211,7 +209,7 @@ def restore(run: RunSpec, info, raw_model, optimizers, counters: Counters, say) 
     """Model, optimizer, RNG and counters from the checkpoint being resumed."""
     cfg = run.cfg
     state, optim_state, rng = load_training_state(run.resume_ckpt)
-    D.load_full_state(raw_model, optimizers, read_weights(raw_model, run.resume_ckpt), optim_state)
+    load_full_state(raw_model, optimizers, read_weights(raw_model, run.resume_ckpt), optim_state)
     if not restore_rng(rng, info.rank, info.world_size):  # last: nothing after this may draw from it
         say("warning: the checkpoint holds no RNG state for this world size: dropout draws restart from the seed")
     counters.step, counters.tokens_seen = state["step"], state["tokens_seen"]

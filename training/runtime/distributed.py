@@ -1,4 +1,4 @@
-"""torch.distributed glue: torchrun's environment, device choice, DDP/FSDP2 wrapping, full state dicts.
+"""torch.distributed glue: torchrun's environment, device choice, DDP/FSDP2 wrapping, agreed decisions.
 
 Everything the training loop needs to not care whether it runs on 1 process or N.
 """
@@ -9,9 +9,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from training.device import pick_device
-# The state-dict helpers live in training/state_dicts.py; re-exported here, where callers look for them.
-from training.state_dicts import full_model_state, full_optimizer_state, load_full_state  # noqa: F401
+from training.runtime.device import pick_device
 
 
 @dataclass

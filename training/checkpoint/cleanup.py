@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import List
 
-from training.checkpoint import CheckpointError, checkpoint_name, checkpoint_step, list_checkpoints
+from training.checkpoint.format import CheckpointError, checkpoint_name, checkpoint_step, list_checkpoints
 
 ABANDONED_PREFIX = "abandoned-"
 

@@ -11,15 +11,13 @@ from typing import Optional
 
 import torch
 
-from training import distributed as D
-from training.checkpoint import last_good_checkpoint, rng_states_of_this_process, save_checkpoint
+from training.checkpoint.format import NonFiniteCheckpoint, last_good_checkpoint
+from training.checkpoint.save import rng_states_of_this_process, save_checkpoint
+from training.checkpoint.state_dicts import full_model_state, full_optimizer_state
+from training.runtime import distributed as D
 
 
-class CheckpointRefused(ValueError):
-    """The weights are not finite: nothing was written."""
-
-
-class Saver:
+class Checkpointer:
     def __init__(self, run, info: D.DistInfo, raw_model: torch.nn.Module, loss_module: torch.nn.Module,
                  optimizers: list, tokenizer_path: Path):
         self.run, self.info, self.raw_model, self.optimizers = run, info, raw_model, optimizers
@@ -50,11 +48,11 @@ class Saver:
         (bad,) = D.agree_max([int(not weights_finite(self.raw_model))], info)
         if bad:
             last = self.last_good()
-            raise CheckpointRefused(f"the weights at step {counters.step} are not finite; no checkpoint written. "
+            raise NonFiniteCheckpoint(f"the weights at step {counters.step} are not finite; no checkpoint written. "
                                     + (f"The last good checkpoint is {last}" if last else "There is no earlier checkpoint")
-                                    + " — lower optim.lr, raise optim.warmup_steps or check the data")
-        model_state = D.full_model_state(self.raw_model)  # collectives under FSDP: every rank calls these
-        optim_state = D.full_optimizer_state(self.raw_model, self.optimizers)
+                                      + " — lower optim.lr, raise optim.warmup_steps or check the data", last)
+        model_state = full_model_state(self.raw_model)  # collectives under FSDP: every rank calls these
+        optim_state = full_optimizer_state(self.raw_model, self.optimizers)
         # Every rank's generators (dropout differs per rank), so each resumes exactly where it was.
         ranks = D.gather_objects(rng_states_of_this_process(), info)
         rng_state = {**ranks[0], "ranks": ranks}

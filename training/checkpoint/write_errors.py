@@ -12,6 +12,8 @@ import resource
 from pathlib import Path
 from typing import Optional
 
+from training.checkpoint.format import first_line
+
 # Below this much free space, a failed write on that disk is taken to be "disk full".
 NEARLY_FULL_BYTES = 1 << 20
 TORCH_WRITE_FAILURES = ("unexpected pos", "file write failed", "PytorchStreamWriter failed")
@@ -76,7 +78,7 @@ def write_error_cause(error: BaseException, path: Path, folder: Optional[Path] =
     elif code is not None:
         cause, fix = os.strerror(code).lower(), "fix the disk or write the run elsewhere (hydra.run.dir=…)"
     else:
-        cause = f"write failed ({_first_line(error)})"
+        cause = f"write failed ({first_line(error)})"
         fix = "check the disk, or write the run elsewhere (hydra.run.dir=…)"
     return f"{cause} while writing {path}; {fix}"
 
@@ -107,7 +109,3 @@ def _guess_errno(path: Path) -> Optional[int]:
         return errno.EFBIG
     return None
 
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__

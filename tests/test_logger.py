@@ -5,8 +5,9 @@ import json
 import pytest
 
 from training.config import LoggerConfig
-from training.run_logger import MetricsError, RunLogger, read_metrics, wandb_mode, wandb_values
-from training.write_errors import WriteError
+from training.logger import RunLogger, wandb_mode, wandb_values
+from training.metrics import MetricsError, read_metrics
+from training.checkpoint.write_errors import WriteError
 
 
 @pytest.fixture
@@ -105,7 +106,7 @@ def test_a_full_disk_while_logging_is_one_line(tmp_path):
         def close(self):
             pass
 
-    log.file = FullDisk()
+    log.metrics.file = FullDisk()
     with pytest.raises(WriteError, match=rf"^cannot write metrics: no space left on device while writing "
                        rf"{tmp_path}/metrics.jsonl; free space on the disk holding {tmp_path}"):
         log.log({"kind": "train", "step": 1})

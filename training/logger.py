@@ -1,18 +1,13 @@
-"""Where metrics go: metrics.jsonl in the run directory (always) and wandb (online, offline or off)."""
-import json
+"""Where metrics go: metrics.jsonl in the run directory (always, training/metrics.py) and wandb (online,
+offline or off)."""
 import netrc
 import os
 import sys
-import time
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Optional
 
 from training.config import LoggerConfig
-from training.write_errors import WriteError, write_error_cause
-
-
-class MetricsError(ValueError):
-    """metrics.jsonl is corrupt before its last line (a cut-off last line is only a warning)."""
+from training.metrics import MetricsFile
 
 
 def wandb_mode(requested: str) -> tuple:
@@ -51,13 +46,7 @@ class RunLogger:
         self.wandb = None
         if not enabled:
             return
-        self.path = Path(run_dir) / "metrics.jsonl"
-        try:
-            if resume_step is not None:
-                self._truncate_after(resume_step)  # rows past the checkpoint will be logged again
-            self.file = open(self.path, "a", buffering=1)
-        except OSError as e:
-            raise WriteError(f"cannot write metrics: {write_error_cause(e, self.path)}") from e
+        self.metrics = MetricsFile(run_dir, resume_step)
         mode, warning = wandb_mode(cfg.wandb)
         if warning:
             print(warning, file=sys.stderr)
@@ -67,52 +56,19 @@ class RunLogger:
                                     config=config, dir=str(run_dir), mode=mode, resume="allow",
                                     id=_wandb_id(run_dir), settings=wandb.Settings(init_timeout=60, silent=True))
 
-    def _truncate_after(self, step: int) -> None:
-        if not self.path.exists():
-            return
-        rows = [row for row in read_metrics(self.path) if row.get("step", 0) <= step]
-        # Rewritten under a temp name and renamed: a kill now cannot lose the rows it keeps.
-        temp = self.path.with_name(self.path.name + ".tmp")
-        temp.write_text("".join(json.dumps(row) + "\n" for row in rows))
-        os.replace(temp, self.path)
-
     def log(self, row: dict) -> None:
         if not self.enabled:
             return
-        row = {"time": time.time(), **row}
-        try:
-            self.file.write(json.dumps(row) + "\n")
-        except OSError as e:  # full disk, quota, …: one line, not a traceback from inside the loop
-            raise WriteError(f"cannot write metrics: {write_error_cause(e, self.path)}") from e
+        row = self.metrics.append(row)
         if self.wandb is not None:
             self.wandb.log(wandb_values(row), step=row["step"])
 
     def close(self) -> None:
         if not self.enabled:
             return
-        self.file.close()
+        self.metrics.close()
         if self.wandb is not None:
             self.wandb.finish()
-
-
-def read_metrics(path: Path, warn: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> List[dict]:
-    """The rows of a metrics.jsonl. A kill -9 can cut the last line mid-JSON: that line is dropped with
-    a warning (its step is logged again on resume). A broken line before the last is corruption: an error."""
-    lines = [(n, line) for n, line in enumerate(Path(path).read_text(errors="replace").splitlines(), 1) if line.strip()]
-    rows = []
-    for i, (n, line) in enumerate(lines):
-        try:
-            row = json.loads(line)
-        except ValueError:
-            row = None
-        if isinstance(row, dict):
-            rows.append(row)
-        elif i == len(lines) - 1:
-            warn(f"warning: {path}: dropped its cut-off last line {n} (the run was killed while writing it)")
-        else:
-            raise MetricsError(f"{path} line {n} is not a JSON object ({line[:40]!r}) but more rows follow it; "
-                               "the file is corrupt: fix or delete that line, then resume")
-    return rows
 
 
 def wandb_values(row: dict) -> dict:

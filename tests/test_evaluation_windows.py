@@ -8,7 +8,7 @@ import torch
 
 from tests.model_helpers import one_thread, random_transformer, tiny_model_config
 from training.loss import IGNORE_INDEX, CausalLMLoss
-from training.scoring import Score, full_split_windows, gather, score_tokens, scoring_stream, window_plan
+from training.evaluation import Score, full_split_windows, gather, score_tokens, scoring_stream, window_plan
 
 EOS = 1
 

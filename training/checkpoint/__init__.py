@@ -1,0 +1,17 @@
+"""Checkpoints: one directory per saved step (format.py lists its files), written atomically (save.py),
+read back with every file checked (load.py, consistency.py), tidied at start (cleanup.py), and taken by
+the training loop through the Checkpointer (checkpointer.py), which decides when to save."""
+from training.checkpoint.checkpointer import Checkpointer
+from training.checkpoint.cleanup import clean_partial_checkpoints, move_aside_later_checkpoints
+from training.checkpoint.consistency import check_checkpoint_consistency, check_resume_fits
+from training.checkpoint.format import (BEST, TIED_KEY, CheckpointError, CheckpointWriteError, NonFiniteCheckpoint,
+                                        checkpoint_name, checkpoint_step, last_good_checkpoint, list_checkpoints,
+                                        load_model_config, resolve_checkpoint)
+from training.checkpoint.load import load_model, load_training_state, load_weights, read_weights, restore_rng
+from training.checkpoint.save import save_checkpoint
+
+__all__ = ["BEST", "Checkpointer", "CheckpointError", "CheckpointWriteError", "NonFiniteCheckpoint", "TIED_KEY",
+           "check_checkpoint_consistency", "check_resume_fits", "checkpoint_name", "checkpoint_step",
+           "clean_partial_checkpoints", "last_good_checkpoint", "list_checkpoints", "load_model", "load_model_config",
+           "load_training_state", "load_weights", "move_aside_later_checkpoints", "read_weights", "resolve_checkpoint",
+           "restore_rng", "save_checkpoint"]

@@ -1,0 +1,136 @@
+"""The checkpoint directory's format: its files, names and errors, and finding checkpoints on disk.
+
+Layout of `<run_dir>/checkpoints/step_0000100/`:
+  model.safetensors   unwrapped weights (no `_orig_mod.`/`module.` prefixes; tied head stored once)
+  model_config.json   the ModelConfig fields — enough to rebuild the model
+  tokenizer.json      the tokenizer the model was trained with (special_tokens.json beside it, if any)
+  config.yaml         the full resolved training config
+  optimizer.pt        optimizer state (tensors and plain values: loads with weights_only=True)
+  rng.pt              torch RNG states, as tensors
+  state.json          the run's counters (training/run_state.py), written last: it marks the directory complete
+Nothing here is unpickled as arbitrary objects: safetensors, JSON and `torch.load(weights_only=True)`.
+"""
+import json
+import re
+from pathlib import Path
+from typing import List, Optional
+
+import torch
+from safetensors import SafetensorError, safe_open
+
+from model import ModelConfig
+
+REQUIRED_FILES = ("model.safetensors", "model_config.json", "tokenizer.json", "state.json")
+WEIGHTS, MODEL_CONFIG, TOKENIZER, CONFIG, OPTIMIZER, RNG, STATE = (
+    "model.safetensors", "model_config.json", "tokenizer.json", "config.yaml", "optimizer.pt", "rng.pt", "state.json")
+TIED_KEY = "lm_head.weight"
+STEP_DIR = re.compile(r"step_(\d+)")
+BEST = "best"  # checkpoints/best/step_N: the lowest validation bpb so far
+
+
+class CheckpointError(ValueError):
+    """A checkpoint path that is missing, incomplete, corrupt or does not fit the model."""
+
+
+class CheckpointWriteError(CheckpointError):
+    """Writing a checkpoint failed (disk full, file-size limit, permissions): nothing was kept or pruned."""
+
+
+class NonFiniteCheckpoint(CheckpointError):
+    """The weights or optimizer state hold NaN/inf: nothing was written. `last_good` is the newest
+    checkpoint a run can go back to."""
+
+    def __init__(self, message: str, last_good: Optional[Path]):
+        super().__init__(message)
+        self.last_good = last_good
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step_{step:07d}"
+
+
+def checkpoint_step(path: Path) -> Optional[int]:
+    """N for a `step_N` directory name, None for anything else (`.tmp`, `.old`, `best`, …)."""
+    match = STEP_DIR.fullmatch(Path(path).name)
+    return int(match.group(1)) if match else None
+
+
+def list_checkpoints(ckpt_root: Path) -> list:
+    """Complete checkpoints under ckpt_root, oldest first (half-written `.tmp` dirs are ignored)."""
+    if not Path(ckpt_root).is_dir():
+        return []
+    found = [p for p in Path(ckpt_root).iterdir()
+             if p.is_dir() and checkpoint_step(p) is not None and (p / STATE).exists()]
+    return sorted(found, key=checkpoint_step)  # by number: step_10000000 comes after step_9999999
+
+
+def last_good_checkpoint(ckpt_root: Path) -> Optional[Path]:
+    """The newest complete checkpoint whose weights are finite, or None."""
+    for ckpt in reversed(list_checkpoints(ckpt_root)):
+        if _weights_finite(ckpt):
+            return ckpt
+    return None
+
+
+def _weights_finite(ckpt: Path) -> bool:
+    try:
+        flag = json.loads((ckpt / STATE).read_text()).get("weights_finite")
+        if flag is not None:
+            return bool(flag)
+        with safe_open(str(ckpt / WEIGHTS), framework="pt") as f:  # written before the flag existed
+            return all(not nonfinite_tensors(f.get_tensor(k)) for k in f.keys())
+    except (OSError, ValueError, SafetensorError):  # unreadable: not a checkpoint to fall back on
+        return False
+
+
+def nonfinite_tensors(tree, prefix: str = "") -> List[str]:
+    """Names of the floating-point tensors in a (nested) state dict that hold NaN or inf."""
+    if isinstance(tree, torch.Tensor):
+        return [prefix] if tree.is_floating_point() and not bool(torch.isfinite(tree).all()) else []
+    if isinstance(tree, dict):
+        items = tree.items()
+    elif isinstance(tree, (list, tuple)):
+        items = enumerate(tree)
+    else:
+        return []
+    return [name for key, value in items
+            for name in nonfinite_tensors(value, f"{prefix}.{key}" if prefix else str(key))]
+
+
+def resolve_checkpoint(path: str, outputs_dir: str = "outputs") -> Path:
+    """A checkpoint dir, a run dir (→ its newest checkpoint) or `latest` (→ newest in outputs_dir)."""
+    if path == "latest":
+        candidates = [c for run in Path(outputs_dir).glob("**/checkpoints") for c in list_checkpoints(run)]
+        if not candidates:
+            raise CheckpointError(f"'latest' found no checkpoint under {outputs_dir}/; "
+                                  "train first or pass a checkpoint directory")
+        return max(candidates, key=lambda p: (p / STATE).stat().st_mtime)
+    p = Path(path)
+    if not p.exists():
+        raise CheckpointError(f"{path} does not exist; pass a checkpoint directory, a run directory or 'latest'")
+    if (p / "checkpoints").is_dir():
+        ckpts = list_checkpoints(p / "checkpoints")
+        if not ckpts:
+            raise CheckpointError(f"run directory {path} has no complete checkpoint")
+        return ckpts[-1]
+    if list_checkpoints(p):  # a directory of step_* checkpoints
+        return list_checkpoints(p)[-1]
+    missing = [f for f in REQUIRED_FILES if not (p / f).exists()]
+    if missing:
+        raise CheckpointError(f"{path} is not a minillama checkpoint (missing {', '.join(missing)}); "
+                              "pass a directory like outputs/<run>/checkpoints/step_0001000")
+    return p
+
+
+def load_model_config(ckpt: Path) -> ModelConfig:
+    try:
+        fields = json.loads((Path(ckpt) / MODEL_CONFIG).read_text())
+        return ModelConfig.from_dict(fields)
+    except (OSError, json.JSONDecodeError, TypeError, ValueError) as e:
+        raise CheckpointError(f"{ckpt}/{MODEL_CONFIG} is unreadable or invalid ({e}); the checkpoint is damaged")
+
+
+def first_line(error: BaseException) -> str:
+    """An exception's first line of text (its type name if it has none), at most 200 characters."""
+    text = str(error).strip()
+    return (text.splitlines()[0] if text else type(error).__name__)[:200]

@@ -1,0 +1,99 @@
+"""Loading a checkpoint directory: weights for a model (every key and shape checked), a model for
+inference, and the training state (counters, optimizer, RNG) for a resume — nothing unpickled as objects."""
+import json
+import pickle
+import re
+from pathlib import Path
+from typing import Dict, Optional, Tuple
+
+import torch
+from safetensors.torch import load_file
+
+from model import Transformer
+from training.checkpoint.consistency import check_checkpoint_consistency
+from training.checkpoint.format import (OPTIMIZER, RNG, STATE, TIED_KEY, TOKENIZER, WEIGHTS, CheckpointError,
+                                        first_line, resolve_checkpoint)
+
+
+def read_weights(model: Transformer, ckpt: Path) -> Dict[str, torch.Tensor]:
+    """model.safetensors as a full state dict for the (unwrapped) `model`, every key and shape checked."""
+    try:
+        weights = load_file(str(Path(ckpt) / WEIGHTS))
+    except Exception as e:  # safetensors raises its own error types for truncated/corrupt files
+        raise CheckpointError(f"{ckpt}/model.safetensors is corrupt or unreadable ({e}); use another checkpoint")
+    expected = model.state_dict()
+    if model.cfg.tie_embeddings:
+        expected.pop(TIED_KEY)  # stored once, as the embedding
+    missing, unexpected = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(f"{ckpt}/model.safetensors does not match the model config "
+                              f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+    for k, v in weights.items():
+        if v.shape != expected[k].shape:
+            raise CheckpointError(f"{ckpt}: weight {k} has shape {tuple(v.shape)}, "
+                                  f"model config expects {tuple(expected[k].shape)}")
+    if TIED_KEY not in weights and TIED_KEY in model.state_dict():
+        weights[TIED_KEY] = weights["embed_tokens.weight"]  # the tied head is the embedding
+    return weights
+
+
+def load_weights(model: Transformer, ckpt: Path) -> None:
+    """Load model.safetensors into an unwrapped model."""
+    model.load_state_dict(read_weights(model, ckpt))
+
+
+def load_model(path: str, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+               ) -> Tuple[Transformer, "object", Path]:
+    """Rebuild a Transformer + tokenizer from a checkpoint (dir, run dir or `latest`), for inference."""
+    from tokenizers import Tokenizer  # imported here so checkpoint saving does not need it
+
+    ckpt = resolve_checkpoint(path)
+    cfg = check_checkpoint_consistency(ckpt)
+    tokenizer = Tokenizer.from_file(str(ckpt / TOKENIZER))  # readable: checked above
+    model = Transformer(cfg)
+    load_weights(model, ckpt)
+    return model.to(device=device, dtype=dtype).eval(), tokenizer, ckpt
+
+
+def load_training_state(ckpt: Path) -> Tuple[dict, Optional[dict], dict]:
+    """(state.json, optimizer state or None, rng states) — all without unpickling objects."""
+    ckpt = Path(ckpt)
+    try:
+        state = json.loads((ckpt / STATE).read_text())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{ckpt}/state.json is unreadable ({first_line(e)}); resume from an older checkpoint")
+    opt_path = ckpt / OPTIMIZER
+    opt = _safe_torch_load(opt_path) if opt_path.exists() else None
+    return state, opt, _safe_torch_load(ckpt / RNG)
+
+
+def _safe_torch_load(path: Path):
+    """torch.load(weights_only=True) with one-line errors. A refused pickle gets its own message:
+    torch's suggests loading the file with the unsafe loader, the one thing not to do with it."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        found = re.search(r"GLOBAL ([\w.]+)", str(e))
+        what = f" ({found.group(1)})" if found else ""
+        raise CheckpointError(f"{path} holds Python objects{what} that minillama never writes, so it was refused "
+                              "unread: the file was tampered with or comes from elsewhere; do not use this "
+                              "checkpoint, resume from another one") from None
+    except FileNotFoundError:
+        raise CheckpointError(f"{path} is missing; the checkpoint is incomplete, resume from another one") from None
+    except Exception as e:  # torch raises RuntimeError/EOFError/… for truncated or corrupt archives
+        raise CheckpointError(f"{path} is truncated or corrupt ({first_line(e).split('. ')[0]}); "
+                              "resume from an older checkpoint") from None
+
+
+def restore_rng(rng: dict, rank: int = 0, world_size: int = 1) -> bool:
+    """Restore this rank's generators; False when the checkpoint has no state for it (written by
+    another world size, or before per-rank states were saved): the caller's seeding then stands."""
+    ranks = rng.get("ranks")
+    if ranks is not None and len(ranks) == world_size:
+        rng = ranks[rank]
+    elif rank != 0 or (ranks is not None and world_size != len(ranks)):
+        return False
+    torch.set_rng_state(rng["torch"])
+    if "cuda" in rng and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
+    return True

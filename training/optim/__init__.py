@@ -1,0 +1,37 @@
+"""The optimizers — AdamW, or Muon for the blocks' matrices with AdamW for the rest — and the
+learning-rate schedule that drives them (schedule.py)."""
+import torch
+
+from training.config import OptimConfig
+from training.optim.adamw import build_adamw, hidden_matrices, param_groups
+from training.optim.muon import Muon
+from training.optim.schedule import apply_schedule, lr_at, muon_peak_lr, wsd_decay_start
+
+__all__ = ["Muon", "apply_schedule", "build_adamw", "build_optimizer", "build_optimizers", "hidden_matrices",
+           "lr_at", "param_groups", "wsd_decay_start"]
+
+
+def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, device_type: str) -> torch.optim.AdamW:
+    """AdamW over every parameter (optim.name=adamw)."""
+    return build_adamw(param_groups(model, cfg.weight_decay), cfg, device_type)
+
+
+def build_optimizers(model: torch.nn.Module, cfg: OptimConfig, device_type: str) -> list:
+    """Every optimizer the run steps: [AdamW], or [Muon, AdamW] for optim.name=muon.
+    Checkpointing passes the whole list to torch.distributed.checkpoint's state-dict API."""
+    if cfg.name == "adamw":
+        return [build_optimizer(model, cfg, device_type)]
+    matrices = hidden_matrices(model)
+    if not matrices:
+        raise ValueError("optim.name=muon found no matrices inside transformer blocks; use optim=adamw")
+    ns_dtype = cfg.muon_ns_dtype
+    if ns_dtype == "auto":  # bf16 Newton–Schulz is torch's choice on GPUs, ~100× slow on AVX2-only CPUs
+        ns_dtype = "bf16" if device_type == "cuda" else "fp32"
+    # match_rms_adamw scales each matrix's lr by 0.2·sqrt(max(rows, cols)), so the update has the
+    # RMS AdamW's would (Moonshot, "Muon is Scalable for LLM Training"): one optim.lr and one
+    # optim.weight_decay mean the same for both optimizers, and the one schedule drives both.
+    muon = Muon(matrices, ns_dtype=torch.bfloat16 if ns_dtype == "bf16" else torch.float32,
+                lr=muon_peak_lr(cfg), weight_decay=cfg.weight_decay, momentum=cfg.muon_momentum, nesterov=True,
+                ns_steps=cfg.muon_ns_steps, adjust_lr_fn="match_rms_adamw")
+    rest = param_groups(model, cfg.weight_decay, exclude=frozenset(id(p) for p in matrices))
+    return [muon, build_adamw(rest, cfg, device_type)]
