@@ -132,11 +132,10 @@ def run(dict_cfg: DictConfig, info: D.DistInfo) -> float:
         if spec.multirun:  # Hydra's launcher would start the next job as soon as this one returns
             say(f"{signal_name(outcome.signum)}: sweep stopped; the jobs after this one were not started")
         sys.exit(exit_status(outcome.signum))
-    if outcome.step < cfg.trainer.max_steps:
-        say(f"stopped at trainer.stop_at_step={outcome.step}; continue with: python train.py resume={run_dir}")
+    if outcome.state.step < cfg.trainer.max_steps:
+        say(f"stopped at trainer.stop_at_step={outcome.state.step}; continue with: python train.py resume={run_dir}")
     elif outcome.last_eval is not None:
-        say(report.summary(outcome.last_eval, outcome.step, outcome.tokens_run, outcome.wall_s, outcome.checkpoint,
-                           run_dir, outcome.best_step, outcome.best_bpb, outcome.skipped_steps))
+        say(report.summary(outcome, run_dir, info.device))
     return outcome.last_eval["val_loss"] if outcome.last_eval else float("nan")
 
 

@@ -25,8 +25,9 @@ from pathlib import Path
 
 def install(spec: dict) -> None:
     import data.preparation as preparation
-    import training.loop as loop
     import training.checkpoint.checkpointer as saving
+    import training.step as step_module
+    import training.validator as validator
 
     if "slow_prepare" in spec:
         real_build = preparation._build
@@ -58,34 +59,38 @@ def install(spec: dict) -> None:
         distributed.teardown = logged_teardown
 
     if "nan_steps" in spec:
-        bad, real_step = set(spec["nan_steps"]), loop.train_step
+        bad, real_call = set(spec["nan_steps"]), step_module.TrainStep.__call__
 
-        def poisoned_step(loss_module, batches, step, *args, **kwargs):
-            if step + 1 in bad:
-                real_module = loss_module
-                loss_module = lambda x, y: real_module(x, y) * float("nan")  # noqa: E731
-            return real_step(loss_module, batches, step, *args, **kwargs)
-        loop.train_step = poisoned_step
+        def poisoned_step(self, step):
+            if step + 1 not in bad:
+                return real_call(self, step)
+            real_module = self.loss_module
+            self.loss_module = lambda x, y: real_module(x, y) * float("nan")
+            try:
+                return real_call(self, step)
+            finally:
+                self.loss_module = real_module
+        step_module.TrainStep.__call__ = poisoned_step
 
     if "val_bpb" in spec:
-        scripted, real_evaluate = list(spec["val_bpb"]), loop.evaluate
+        scripted, real_evaluate = list(spec["val_bpb"]), validator.evaluate
 
         def scripted_evaluate(*args, **kwargs):
             result = real_evaluate(*args, **kwargs)
             return {**result, "val_bpb": scripted.pop(0)}
-        loop.evaluate = scripted_evaluate
+        validator.evaluate = scripted_evaluate
 
     if "signal_at_step" in spec:
         at, signum, *only_rank = spec["signal_at_step"]
-        real_train_step = loop.train_step
+        real_step_call = step_module.TrainStep.__call__
         here = not only_rank or os.environ.get("RANK", "0") == str(only_rank[0])
 
-        def signalling_step(loss_module, batches, step, *args, **kwargs):
-            out = real_train_step(loss_module, batches, step, *args, **kwargs)
+        def signalling_step(self, step):
+            out = real_step_call(self, step)
             if here and step + 1 == at:
                 os.kill(os.getpid(), signum)
             return out
-        loop.train_step = signalling_step
+        step_module.TrainStep.__call__ = signalling_step
 
     if {"save_log", "signal_in_save", "hang_in_save"} & spec.keys():
         real_save = saving.save_checkpoint

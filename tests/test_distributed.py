@@ -29,7 +29,7 @@ from tests.train_helpers import (REPO, compose_train_config, launch, read_metric
 from training.runtime import distributed as D
 from training.checkpoint import load_model
 from training.loss import CausalLMLoss
-from training.step import NonFiniteRecord, train_step
+from training.step import TrainStep
 
 pytestmark = [pytest.mark.distributed, pytest.mark.serial]
 
@@ -207,12 +207,12 @@ def test_accumulation_all_reduces_once_per_optimizer_step(one_rank_group):
     ddp = D.wrap_model(CausalLMLoss(model), model.layers, "ddp", one_rank_group, "fp32")
     ddp.register_comm_hook(None, counting_hook)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
-    record = NonFiniteRecord.on(torch.device("cpu"))
     per_step = []
     for step, accum in enumerate([1, 4, 2, 1]):
         launched.clear()
-        loss, _ = train_step(ddp, _Batches(model.cfg.vocab_size), step, accum, 1.0, [optimizer], record,
-                             torch.device("cpu"), contextlib.nullcontext)
+        train_step = TrainStep(ddp, _Batches(model.cfg.vocab_size), [optimizer], contextlib.nullcontext, accum, 1.0,
+                               torch.device("cpu"))
+        loss = train_step(step).loss
         assert math.isfinite(loss.item())
         per_step.append(len(launched))
     assert per_step[0] > 0 and per_step == [per_step[0]] * 4, per_step

@@ -1,7 +1,6 @@
-"""Evaluation in the loop: the loss is the plain mean cross-entropy over the scored targets; bits
-per byte follows it; with eval_windows=all it is every token of the split, once."""
+"""Evaluation in the loop (training/evaluation.py `evaluate`): the loss is the plain mean cross-entropy over the
+scored targets; bits per byte follows it; with eval_windows=all it is every token of the split, once."""
 import math
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -23,15 +22,11 @@ def tiny():
     return Transformer(ModelConfig(vocab_size=50, hidden_size=32, n_layers=2, n_heads=4, max_seq_len=16))
 
 
-def config(batch):
-    return SimpleNamespace(trainer=SimpleNamespace(micro_batch_size=batch, activation_rms=True))
-
-
 def test_tiles_loss_perplexity_and_bits_per_byte_match_a_direct_computation():
     model = tiny()
     windows = torch.randint(0, 50, (5, 17))  # 5 windows: the last micro-batch is a partial one
     meta = {"val_tokens": 1000, "val_bytes": 3500}
-    out = evaluate(CausalLMLoss(model), model, windows, config(2), FP32, meta, DistInfo())
+    out = evaluate(CausalLMLoss(model), windows, 2, FP32, meta, DistInfo())
     with torch.no_grad():
         logits = model(windows[:, :-1])
     expected = F.cross_entropy(logits.flatten(0, 1), windows[:, 1:].reshape(-1)).item()
@@ -39,7 +34,6 @@ def test_tiles_loss_perplexity_and_bits_per_byte_match_a_direct_computation():
     assert out["val_ppl"] == pytest.approx(math.exp(expected), rel=1e-6)
     # nats/token → bits/token (÷ ln 2) → bits/byte (× tokens/byte)
     assert out["val_bpb"] == pytest.approx(expected / math.log(2) * 1000 / 3500, rel=1e-6)
-    assert len(out["act_rms"]["residual"]) == 2
     assert model.training  # evaluate puts the model back into training mode
 
 
@@ -48,7 +42,7 @@ def test_all_windows_score_every_token_and_bpb_is_total_bits_over_bytes():
     tokens = np.random.default_rng(0).integers(0, 50, size=70)  # 5 windows of 16, the last ragged
     meta = {"val_tokens": 70, "val_bytes": 250}
     windows = full_split_windows(tokens, 16, eos)
-    out = evaluate(CausalLMLoss(model), model, windows, config(2), FP32, meta, DistInfo())
+    out = evaluate(CausalLMLoss(model), windows, 2, FP32, meta, DistInfo())
     stream = torch.tensor([eos, *tokens.tolist()])
     with torch.no_grad():  # the same tiling by hand: inputs stream[16k : 16k+16], targets one later
         nats = sum(F.cross_entropy(model(stream[s:min(s + 16, 70)][None])[0], stream[s + 1:s + 17],
@@ -63,7 +57,7 @@ def test_padding_rows_of_a_rank_share_score_nothing():
     tokens = np.random.default_rng(1).integers(0, 50, size=40)  # 3 windows of 16
     share = full_split_windows(tokens, 16, eos, rank=1, world_size=2)
     assert len(share) == 2
-    out = evaluate(CausalLMLoss(model), model, share, config(1), FP32, {"val_tokens": 1, "val_bytes": 1}, DistInfo())
+    out = evaluate(CausalLMLoss(model), share, 1, FP32, {"val_tokens": 1, "val_bytes": 1}, DistInfo())
     with torch.no_grad():
         expected = F.cross_entropy(model(share.inputs[:1])[0], share.targets[0]).item()
     assert out["val_loss"] == pytest.approx(expected, rel=1e-6) and math.isfinite(out["val_loss"])

@@ -1,13 +1,26 @@
-"""metrics.jsonl and wandb: offline without a key, never a login prompt, resume truncates rows."""
+"""training/logger.py (and the metrics.jsonl it writes): offline without a key, never a login prompt,
+resume truncates rows, rank 0 alone writes."""
 import errno
 import json
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from training.config import LoggerConfig
-from training.logger import RunLogger, wandb_mode, wandb_values
-from training.metrics import MetricsError, read_metrics
 from training.checkpoint.write_errors import WriteError
+from training.config import LoggerConfig, TrainerConfig
+from training.logger import Logger, wandb_mode, wandb_values
+from training.metrics import MetricsError, read_metrics
+from training.runtime.distributed import DistInfo
+
+
+def RunLogger(run_dir: Path, cfg: LoggerConfig, run_name: str, config: dict, enabled: bool, resume_step=None):
+    """The loop's Logger for a run in run_dir, on rank 0 (enabled) or rank 1, resuming at resume_step."""
+    run = SimpleNamespace(run_dir=run_dir, resume_ckpt=resume_step is not None and run_dir,
+                          cfg=SimpleNamespace(trainer=TrainerConfig(), logger=cfg, run_name=run_name))
+    data = SimpleNamespace(meta={"train_tokens": 1000})
+    return Logger(run, DistInfo(rank=0 if enabled else 1), None, data, tokens_per_step=16, flops_per_token=1.0,
+                  peak=1.0, start_step=resume_step or 0, end=100, config=config)
 
 
 @pytest.fixture

@@ -81,8 +81,3 @@ def test_measured_cpu_peak_is_plausible_and_leaves_the_rng_alone():
     assert torch.equal(torch.rand(3), expected)
     assert 1e9 < flops < 1e14  # between a slow core and more than any CPU's fp32 peak
 
-
-def test_tf32_is_enabled_only_on_cuda(exact_fp32):
-    assert not mfu.enable_tf32(torch.device("cpu")) and not torch.backends.cuda.matmul.allow_tf32
-    assert mfu.enable_tf32(torch.device("cuda", 0))
-    assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32

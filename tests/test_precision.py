@@ -42,3 +42,11 @@ def test_autocast_runs_matmuls_in_bf16_only_when_asked():
         assert (x @ w).dtype == torch.bfloat16
     with P.autocast_context("fp32", torch.device("cpu"))():
         assert (x @ w).dtype == torch.float32
+
+
+def test_tf32_is_enabled_only_on_cuda(exact_fp32):
+    assert not P.enable_tf32(torch.device("cpu")) and not torch.backends.cuda.matmul.allow_tf32
+    assert P.enable_tf32(torch.device("cuda", 0))
+    assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    assert not P.enable_tf32(torch.device("cuda", 0), enabled=False)  # trainer.tf32=false: exact fp32
+    assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32

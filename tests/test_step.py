@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tests.dtype_recorder import ATTENTION, MATMULS, SOFTMAX_LOSS
-from training.step import NonFiniteRecord, commit, global_grad_norm, supports_device_skip, train_step
+from training.step import NonFiniteGuard, TrainStep, commit, global_grad_norm, supports_device_skip
 
 
 def tiny_regression():
@@ -38,7 +38,7 @@ def test_a_nonfinite_step_leaves_weights_and_optimizer_state_untouched(fused):
 
 
 def test_record_counts_streaks_across_reads_and_resets_the_interval():
-    rec = NonFiniteRecord.on(torch.device("cpu"))
+    rec = NonFiniteGuard(torch.device("cpu"))
     pattern = [True, False, False, True, False]  # steps 1..5: finite?
     for step, ok in enumerate(pattern[:3], start=1):
         rec.update(torch.tensor(ok), step)
@@ -58,6 +58,12 @@ def test_global_grad_norm_is_the_norm_of_all_gradients_in_float64():
     assert global_grad_norm(params).item() == pytest.approx(expected.item(), rel=1e-6)
 
 
+def first_step(step: TrainStep) -> tuple:
+    """(mean loss, grad norm) of optimizer step 0."""
+    result = step(0)
+    return result.loss, result.grad_norm
+
+
 class _Batches:
     def __init__(self, xs, ys):
         self.xs, self.ys = xs, ys
@@ -74,11 +80,10 @@ def test_train_step_accumulates_micro_batches_like_one_big_batch_and_clips():
     small, big = tiny_regression(), tiny_regression()
     opt_small = torch.optim.SGD(small.parameters(), lr=0.1)
     opt_big = torch.optim.SGD(big.parameters(), lr=0.1)
-    rec = NonFiniteRecord.on(torch.device("cpu"))
     cpu, fp32 = torch.device("cpu"), contextlib.nullcontext
-    loss, norm = train_step(loss_fn(small), _Batches(xs, ys), 0, 2, 0.0, [opt_small], rec, cpu, fp32)
-    big_loss, big_norm = train_step(loss_fn(big), _Batches(xs.reshape(1, 6, 4), ys.reshape(1, 6, 1)), 0, 1, 0.0,
-                                    [opt_big], rec, cpu, fp32)
+    loss, norm = first_step(TrainStep(loss_fn(small), _Batches(xs, ys), [opt_small], fp32, 2, 0.0, cpu))
+    big_loss, big_norm = first_step(TrainStep(loss_fn(big), _Batches(xs.reshape(1, 6, 4), ys.reshape(1, 6, 1)), [opt_big],
+                                           fp32, 1, 0.0, cpu))
     assert loss.item() == pytest.approx(big_loss.item(), rel=1e-6)
     assert norm.item() == pytest.approx(big_norm.item(), rel=1e-6)
     for a, b in zip(small.parameters(), big.parameters()):
@@ -87,7 +92,7 @@ def test_train_step_accumulates_micro_batches_like_one_big_batch_and_clips():
     clipped = tiny_regression()
     opt = torch.optim.SGD(clipped.parameters(), lr=1.0)
     start = [p.detach().clone() for p in clipped.parameters()]
-    _, raw_norm = train_step(loss_fn(clipped), _Batches(xs, ys), 0, 2, 1e-3, [opt], rec, cpu, fp32)
+    _, raw_norm = first_step(TrainStep(loss_fn(clipped), _Batches(xs, ys), [opt], fp32, 2, 1e-3, cpu))
     moved = torch.cat([(p.detach() - s).flatten() for p, s in zip(clipped.parameters(), start)]).norm()
     assert raw_norm.item() > 1e-2 and moved.item() == pytest.approx(1e-3, rel=1e-4)
 
@@ -95,7 +100,7 @@ def test_train_step_accumulates_micro_batches_like_one_big_batch_and_clips():
 # ---- precision: the step computes in the run's precision (trainer.precision) -------------------------
 
 def _tiny_lm_step(precision: str):
-    """One train_step of a tiny Transformer + CausalLMLoss with fused AdamW, every aten op recorded."""
+    """One TrainStep of a tiny Transformer + CausalLMLoss with fused AdamW, every aten op recorded."""
     from model import Transformer
     from tests.dtype_recorder import OpDtypes
     from tests.model_helpers import tiny_model_config
@@ -110,8 +115,8 @@ def _tiny_lm_step(precision: str):
     ids = torch.randint(0, model.cfg.vocab_size, (2, 2, 13), generator=torch.Generator().manual_seed(0))
     batches = _Batches(ids[:, :, :-1], ids[:, :, 1:])
     with OpDtypes() as ops:
-        loss, grad_norm = train_step(loss_module, batches, 0, 2, 1.0, [opt], NonFiniteRecord.on(cpu), cpu,
-                                     autocast_context(precision, cpu))
+        loss, grad_norm = first_step(TrainStep(loss_module, batches, [opt], autocast_context(precision, cpu), 2, 1.0,
+                                            cpu))
     return model, opt, loss, grad_norm, ops
 
 

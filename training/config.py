@@ -54,6 +54,7 @@ ADAMW_IMPLS = ("auto", "fused", "foreach", "plain")
 class TrainerConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
     precision: str = "auto"  # auto (bf16 where its matmuls are fast, else fp32) | bf16 (autocast) | fp32
+    tf32: bool = True  # CUDA: fp32 matmuls on TF32 tensor cores (fp32 range, 10-bit mantissa); false = exact fp32
     compile: str = "auto"  # auto (CUDA, or CPU with a working inductor toolchain) | true | false
     max_steps: int = 1000  # the schedule's length (warmup + cosine over these steps)
     # Stop early at this step with a checkpoint, as if interrupted (e.g. to fit a job time limit);

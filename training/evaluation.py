@@ -19,14 +19,13 @@ tokens, at T/S times the compute (the Hugging Face perplexity recipe).
 """
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Optional, Tuple
+from typing import Callable, Iterator, Optional, Tuple
 
 import numpy as np
 import torch
 
 from training.loss import IGNORE_INDEX
 from training.runtime import distributed as D
-from training.activation_stats import activation_rms
 
 
 @dataclass
@@ -190,41 +189,21 @@ def score_tokens(loss_module, tokens: np.ndarray, eos_id: int, context: int, str
 
 
 @torch.no_grad()
-def evaluate(compute_loss, raw_model, windows, cfg, autocast, meta, info, eager_loss=None) -> dict:
-    """Validation in the loop: loss over the windows of all ranks; perplexity; bits per byte.
+def evaluate(compute_loss, windows, batch_size: int, autocast: Callable, meta: dict, info) -> dict:
+    """Validation loss over the windows of all ranks; perplexity; bits per byte.
 
     `compute_loss(input_ids, targets)` is the training loss module (compiled, DDP/FSDP-wrapped), so
     evaluation runs the very graph training runs. `windows` are this rank's share: a `Windows`
     (`full_split_windows` for trainer.eval_windows=all, every token once) or (N, seq_len + 1) token
-    tiles (data/loader.py `eval_windows`). `meta` holds the validation split's token and UTF-8 byte
-    counts. `raw_model` is the unwrapped model, for the activation-RMS hooks; they run through
-    `eager_loss` (the uncompiled loss module: hooks inside a compiled graph would force a recompile).
+    tiles (data/loader.py `eval_windows`). `meta` holds the validation split's token and UTF-8 byte counts.
     """
     if isinstance(windows, torch.Tensor):
         windows = Windows.from_tiles(windows)
     compute_loss.eval()
-    batch = cfg.trainer.micro_batch_size
-    nats, tokens = score(compute_loss, windows, batch, info.device, autocast)
+    nats, tokens = score(compute_loss, windows, batch_size, info.device, autocast)
     nats, tokens = (D.all_reduce_mean(t, info).item() for t in (nats, tokens))  # note: a CPU-GPU sync point
+    compute_loss.train()
     # A sample of the split is charged the split's bytes per token; with eval_windows=all the windows
     # score exactly val_tokens tokens, so this is Σ nats / ln 2 / val_bytes.
     result = Score(nats, tokens, tokens * meta["val_bytes"] / meta["val_tokens"])
-    out = {"val_loss": result.loss, "val_ppl": math.exp(min(result.loss, 50.0)), "val_bpb": result.bits_per_byte}
-    if cfg.trainer.activation_rms:  # every rank runs it: under FSDP the forward has collectives
-        first = next(windows.batches(batch))
-        inputs, targets = first.inputs.to(info.device), first.targets.to(info.device)
-        with autocast():
-            out["act_rms"] = activation_rms(raw_model, inputs, lambda: (eager_loss or compute_loss)(inputs, targets))
-    compute_loss.train()
-    return out
-
-
-def sample_text(raw_model, tokenizer, cfg, autocast, eos_token: str) -> str:
-    """A short sample from trainer.sample_prompt; its own seeded generator leaves training RNG untouched."""
-    from model.generate import generate
-    raw_model.eval()
-    with autocast():
-        text = generate(raw_model, tokenizer, [cfg.trainer.sample_prompt], max_new_tokens=cfg.trainer.sample_tokens,
-                        temperature=0.8, top_k=50, seed=cfg.seed, eos_token=eos_token)[0]
-    raw_model.train()
-    return "---- sample ----\n" + cfg.trainer.sample_prompt + text + "\n----------------"
+    return {"val_loss": result.loss, "val_ppl": math.exp(min(result.loss, 50.0)), "val_bpb": result.bits_per_byte}

@@ -1,27 +1,175 @@
-"""Where metrics go: metrics.jsonl in the run directory (always, training/metrics.py) and wandb (online,
-offline or off)."""
+"""What a run reports while it trains: the progress bar, the training and validation rows of
+metrics.jsonl (training/metrics.py) and wandb (online, offline or off), and the throughput clock.
+Rank 0 writes and prints; every rank takes part in averaging the losses."""
+import contextlib
+import math
 import netrc
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
+import torch
+from tqdm import tqdm
+
 from training.config import LoggerConfig
 from training.metrics import MetricsFile
+from training.runtime import distributed as D
+from training.runtime.memory import peak_memory_bytes
+
+
+class Throughput:
+    """Training tokens per second between two logs: wall time minus the evaluations and checkpoints
+    inside the interval (`paused`) and minus compiling (the compiled loss reports its seconds)."""
+
+    def __init__(self, compute_loss):
+        self.compute_loss = compute_loss
+        self.steps, self.excluded, self.since = 0, 0.0, time.time()
+        self.compile_seen = self.compile_s()
+
+    def compile_s(self) -> float:
+        return getattr(self.compute_loss, "compile_seconds", 0.0)
+
+    @contextlib.contextmanager
+    def paused(self):
+        start = time.time()
+        try:
+            yield
+        finally:
+            self.excluded += time.time() - start
+
+    def lap(self) -> tuple:
+        """(steps, training seconds) since the last lap; starts the next interval."""
+        now, compile_s = time.time(), self.compile_s()
+        seconds = now - self.since - self.excluded - (compile_s - self.compile_seen)
+        out = (self.steps, max(seconds, 1e-9))
+        self.steps, self.excluded, self.since, self.compile_seen = 0, 0.0, now, compile_s
+        return out
+
+
+class Logger:
+    """Logs every `trainer.log_interval` steps and at `end`; evaluation rows when the validator has them."""
+
+    def __init__(self, run, info: D.DistInfo, compute_loss, data, tokens_per_step: int, flops_per_token: float,
+                 peak: float, start_step: int, end: int, config: dict):
+        cfg = run.cfg
+        self.info, self.data, self.end = info, data, end
+        self.interval, self.epoch_warning = cfg.trainer.log_interval, cfg.trainer.epoch_warning
+        self.tokens_per_step, self.flops_per_token, self.peak = tokens_per_step, flops_per_token, peak
+        self.clock = Throughput(compute_loss)
+        self.pending = []  # each step's loss, on the device, until the next log reads them (one sync)
+        self.skipped, self.first_skipped = 0, -1  # non-finite steps since the last log
+        self.epoch_warned = False
+        self.compile_reported = 0.0
+        self.progress = tqdm(total=cfg.trainer.max_steps, initial=start_step, disable=not info.is_main, desc="train",
+                             unit="step", dynamic_ncols=True, file=sys.stdout, mininterval=1.0)
+        self.metrics, self.wandb = None, None
+        if info.is_main:
+            self.metrics = MetricsFile(run.run_dir, start_step if run.resume_ckpt else None)
+            self.wandb = open_wandb(run.run_dir, cfg.logger, cfg.run_name, config)
+
+    def should_log(self, step: int) -> bool:
+        return step % self.interval == 0 or step == self.end
+
+    def step_done(self, loss: torch.Tensor) -> None:
+        self.pending.append(loss)
+        self.clock.steps += 1
+        self.progress.update(1)
+
+    def note_skipped(self, record: dict) -> None:
+        """The non-finite guard's record since its last check (training/step.py)."""
+        self.skipped += record["skipped"]
+        if self.first_skipped < 0:
+            self.first_skipped = record["first_bad"]
+
+    def log_train(self, state, grad_norm: torch.Tensor, lr: float) -> None:
+        """One row: the mean loss over ranks and steps since the last log, throughput, epochs, memory."""
+        losses = D.all_reduce_mean(torch.stack(self.pending), self.info).tolist()  # note: a CPU-GPU sync point
+        self.pending = []
+        finite = [loss for loss in losses if math.isfinite(loss)]
+        loss = sum(finite) / len(finite) if finite else math.nan
+        steps, seconds = self.clock.lap()
+        tps = steps * self.tokens_per_step / seconds
+        epochs = state.tokens_seen / (self.data.meta["train_tokens"] or 1)
+        compile_s = self.clock.compile_s()
+        self.log({"kind": "train", "step": state.step, "loss": loss,
+                  "lr": lr, "grad_norm": grad_norm.item(), "tokens": state.tokens_seen, "epochs": epochs,
+                  "elapsed_s": state.elapsed_s(), "tokens_per_s": tps,
+                  "mfu": tps * self.flops_per_token / (self.peak * self.info.world_size),
+                  "skipped_steps": self.skipped, "peak_memory_gb": peak_memory_bytes(self.info.device) / 2 ** 30,
+                  "compile_s": compile_s})
+        if compile_s - self.compile_reported > 0.5:
+            self.write(f"compile: {compile_s:.0f} s so far (step {state.step}); compiled graphs are reused")
+        self.compile_reported = compile_s
+        if self.skipped:
+            self.write(f"step {state.step}: skipped {self.skipped} non-finite step(s) (first at step "
+                       f"{self.first_skipped}); {state.skipped_steps} in total")
+        self.skipped, self.first_skipped = 0, -1
+        if epochs > self.epoch_warning and not self.epoch_warned:
+            self.epoch_warned = True
+            self.write(f"warning: {epochs:.1f} epochs over the {self.data.meta['train_tokens']:,}-token training "
+                       "split: later steps repeat data, so expect the validation loss to rise (checkpoints/best keeps "
+                       "the lowest); more data helps more than more steps")
+        self.progress.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.1e}", tok_s=f"{tps:,.0f}",
+                                  ep=f"{epochs:.2f}")
+
+    def log_eval(self, step: int, tokens: int, ev: dict) -> None:
+        row = {"kind": "eval", "step": step, "tokens": tokens, **{k: v for k, v in ev.items() if k != "act_rms"}}
+        for name, values in ev.get("act_rms", {}).items():
+            row[f"rms_{name}"] = values  # one value per layer
+        self.log(row)
+        self.write(f"step {step}: val loss {ev['val_loss']:.4f} | bpb {ev['val_bpb']:.4f}")
+
+    def log(self, row: dict) -> None:
+        if self.metrics is None:
+            return
+        row = self.metrics.append(row)
+        if self.wandb is not None:
+            self.wandb.log(wandb_values(row), step=row["step"])
+
+    def write(self, text: str) -> None:
+        """A line above the progress bar, on rank 0."""
+        if self.info.is_main:
+            self.progress.write(text)
+
+    def close(self) -> None:
+        self.progress.close()
+        if self.metrics is not None:
+            self.metrics.close()
+        if self.wandb is not None:
+            self.wandb.finish()
+
+
+def open_wandb(run_dir: Path, cfg: LoggerConfig, run_name: str, config: dict):
+    """A wandb run, or None for logger.wandb=disabled. Never prompts for a key (wandb_mode)."""
+    mode, warning = wandb_mode(cfg.wandb)
+    if warning:
+        print(warning, file=sys.stderr)
+    if mode == "disabled":
+        return None
+    import wandb
+    return wandb.init(project=cfg.project, name=run_name, group=cfg.group, tags=list(cfg.tags), config=config,
+                      dir=str(run_dir), mode=mode, resume="allow", id=_wandb_id(run_dir),
+                      settings=wandb.Settings(init_timeout=60, silent=True))
 
 
 def wandb_mode(requested: str) -> tuple:
-    """(mode, warning or None). `auto` goes online only when an API key is configured, so a
-    fresh machine never blocks on wandb's login prompt or on a network it cannot reach."""
+    """(mode, warning or None). Online only with an API key configured: without one wandb would ask
+    for it on a terminal (or wait for a network it cannot reach). `auto` goes online only with a key;
+    WANDB_MODE in the environment counts as a request, as wandb itself reads it."""
     if requested not in ("auto", "online", "offline", "disabled"):
         raise ValueError(f"logger.wandb={requested!r} is unknown; choose auto, online, offline or disabled")
+    env = os.environ.get("WANDB_MODE")
+    if requested == "auto" and env in ("offline", "disabled", "online"):
+        requested, source = env, "WANDB_MODE=online"
+    else:
+        source = "logger.wandb=online"
+    if requested == "online" and not _has_wandb_key():
+        raise ValueError(f"{source} but no API key is configured; run `wandb login` or set WANDB_API_KEY, or use "
+                         "logger.wandb=offline")
     if requested != "auto":
-        if requested == "online" and not _has_wandb_key():
-            raise ValueError("logger.wandb=online but no API key is configured; run `wandb login` or set "
-                             "WANDB_API_KEY, or use logger.wandb=offline")
         return requested, None
-    if os.environ.get("WANDB_MODE") in ("offline", "disabled", "online"):
-        return os.environ["WANDB_MODE"], None
     if _has_wandb_key():
         return "online", None
     return "offline", ("wandb: no API key configured, logging offline to the run directory "
@@ -35,40 +183,6 @@ def _has_wandb_key() -> bool:
         return netrc.netrc().authenticators("api.wandb.ai") is not None
     except (FileNotFoundError, netrc.NetrcParseError, OSError):
         return False
-
-
-class RunLogger:
-    """Rank 0 writes; other ranks get a logger whose methods do nothing."""
-
-    def __init__(self, run_dir: Path, cfg: LoggerConfig, run_name: str, config: dict, enabled: bool,
-                 resume_step: Optional[int] = None):
-        self.enabled = enabled
-        self.wandb = None
-        if not enabled:
-            return
-        self.metrics = MetricsFile(run_dir, resume_step)
-        mode, warning = wandb_mode(cfg.wandb)
-        if warning:
-            print(warning, file=sys.stderr)
-        if mode != "disabled":
-            import wandb
-            self.wandb = wandb.init(project=cfg.project, name=run_name, group=cfg.group, tags=list(cfg.tags),
-                                    config=config, dir=str(run_dir), mode=mode, resume="allow",
-                                    id=_wandb_id(run_dir), settings=wandb.Settings(init_timeout=60, silent=True))
-
-    def log(self, row: dict) -> None:
-        if not self.enabled:
-            return
-        row = self.metrics.append(row)
-        if self.wandb is not None:
-            self.wandb.log(wandb_values(row), step=row["step"])
-
-    def close(self) -> None:
-        if not self.enabled:
-            return
-        self.metrics.close()
-        if self.wandb is not None:
-            self.wandb.finish()
 
 
 def wandb_values(row: dict) -> dict:

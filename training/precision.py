@@ -1,4 +1,5 @@
-"""Mixed precision: bf16 autocast over fp32 master weights, or plain fp32 — and `auto`, which measures."""
+"""Mixed precision: bf16 autocast over fp32 master weights, or plain fp32 — and `auto`, which measures;
+and TF32 for the fp32 matmuls of a CUDA device."""
 import contextlib
 import time
 
@@ -58,3 +59,16 @@ def autocast_context(precision: str, device: torch.device):
     if device.type == "mps":
         raise ValueError("trainer.precision=bf16 autocast is not supported on mps here; use trainer.precision=fp32")
     return lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+
+
+def enable_tf32(device: torch.device, enabled: bool = True) -> bool:
+    """Let fp32 matmuls and convolutions use TF32 tensor cores on CUDA (fp32 range, 10-bit mantissa
+    inputs, fp32 accumulation): ~8× an fp32 run's matmul speed on A100/H100 at no measurable cost to
+    training (trainer.tf32; the MFU peak of an fp32 run assumes it). Returns whether TF32 is now on;
+    no effect off CUDA. Uses torch's legacy switches, as everything else here does (torch refuses a
+    mix of the legacy and the new fp32_precision API)."""
+    if device.type != "cuda":
+        return False
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    torch.backends.cudnn.allow_tf32 = enabled
+    return enabled

@@ -1,26 +1,16 @@
-"""What the user sees: the run header, progress bar, metric rows, the non-finite stop, and the final summary."""
-import sys
-from typing import Optional
-
+"""What the user reads at the start and the end of a run: the header (what will train, where, how) and
+the summary (what it reached, how fast, where the files are)."""
 import yaml
-from tqdm import tqdm
 
-
-class NonFiniteLoss(ValueError):
-    """Training hit non-finite losses or gradients (the updates were skipped; nothing non-finite was saved)."""
-
-
-def progress_bar(enabled: bool, start: int, total: int):
-    return tqdm(total=total, initial=start, disable=not enabled, desc="train", unit="step",
-                dynamic_ncols=True, file=sys.stdout, mininterval=1.0)
+from training.runtime.memory import memory_kind, peak_memory_bytes
 
 
 def config_dict(config_yaml: str) -> dict:
     return yaml.safe_load(config_yaml)
 
 
-def header(run, cfg, raw_model, data, info, tokens_per_step, parts, peak, peak_source, start_step) -> str:
-    counts = raw_model.param_counts()
+def header(run, cfg, parts, data, info, tokens_per_step, peak, peak_source, start_step) -> str:
+    counts = parts.raw_model.param_counts()
     m = cfg.model
     return "\n".join([
         f"run dir: {run.run_dir}" + (f" (resuming {run.resume_ckpt})" if run.resume_ckpt else ""),
@@ -36,49 +26,25 @@ def header(run, cfg, raw_model, data, info, tokens_per_step, parts, peak, peak_s
     ])
 
 
-def check_nonfinite(record: dict, tolerated: int, last_good, step: int) -> None:
-    """Stop when the skipped-step record says so: any at all with tolerated=0, else `tolerated` in a row."""
-    if not record["skipped"] and record["max_streak"] < max(tolerated, 1):
-        return
-    where = f"the last good checkpoint is {last_good}" if last_good else "no checkpoint was written yet"
-    advice = "lower optim.lr, raise optim.warmup_steps or check the data"
-    if tolerated == 0:
-        raise NonFiniteLoss(f"non-finite loss or gradient at step {record['first_bad']} (update skipped, weights "
-                            f"unchanged); {where} — {advice}, or set trainer.skip_nonfinite_steps=N to skip such steps")
-    if record["max_streak"] >= tolerated:
-        raise NonFiniteLoss(f"{record['max_streak']} non-finite steps in a row (trainer.skip_nonfinite_steps="
-                            f"{tolerated}) by step {step}; "
-                            f"{where} — {advice}")
-
-
-def epoch_warning(epochs: float, train_tokens: int) -> str:
-    return (f"warning: {epochs:.1f} epochs over the {train_tokens:,}-token training split: later steps repeat "
-            "data, so expect the validation loss to rise (checkpoints/best keeps the lowest); more data "
-            "helps more than more steps")
-
-
-def eval_row(step: int, tokens: int, ev: dict) -> dict:
-    row = {"kind": "eval", "step": step, "tokens": tokens,
-           **{k: v for k, v in ev.items() if k != "act_rms"}}
-    for name, values in ev.get("act_rms", {}).items():
-        row[f"rms_{name}"] = values  # one value per layer
-    return row
-
-
-def summary(ev: dict, step: int, tokens: int, wall_s: float, ckpt_path, run_dir, best_step: Optional[int] = None,
-            best_bpb: Optional[float] = None, skipped: int = 0) -> str:
+def summary(outcome, run_dir, device) -> str:
+    """The end of a finished run: steps, tokens and time; final (and best) validation; peak memory; files."""
+    state, ev, ckpt = outcome.state, outcome.last_eval, outcome.checkpoint
+    wall_s = outcome.wall_s
     lines = [
         "",
-        f"done: {step} steps, {tokens:,} tokens in {wall_s / 60:.1f} min ({tokens / max(wall_s, 1e-9):,.0f} tokens/s)",
+        f"done: {state.step} steps, {outcome.tokens_run:,} tokens in {wall_s / 60:.1f} min "
+        f"({outcome.tokens_run / max(wall_s, 1e-9):,.0f} tokens/s)",
         f"final val loss {ev['val_loss']:.4f} | perplexity {ev['val_ppl']:.2f} | bits per byte {ev['val_bpb']:.4f}",
     ]
-    if best_step is not None and best_step != step:
-        lines.append(f"best val bits per byte {best_bpb:.4f} at step {best_step}: {run_dir}/checkpoints/best")
-    if skipped:
-        lines.append(f"skipped {skipped} non-finite step(s) (trainer.skip_nonfinite_steps)")
+    if state.best_step is not None and state.best_step != state.step:
+        lines.append(f"best val bits per byte {state.best_val_bpb:.4f} at step {state.best_step}: "
+                     f"{run_dir}/checkpoints/best")
+    if state.skipped_steps:
+        lines.append(f"skipped {state.skipped_steps} non-finite step(s) (trainer.skip_nonfinite_steps)")
     lines += [
-        f"checkpoint: {ckpt_path}",
+        f"peak memory {peak_memory_bytes(device) / 2 ** 30:.2f} GiB ({memory_kind(device)})",
+        f"checkpoint: {ckpt}",
         f"metrics:    {run_dir}/metrics.jsonl",
-        f"generate:   python scripts/generate.py {ckpt_path} --prompt 'ROMEO:' --max-new-tokens 200",
+        f"generate:   python scripts/generate.py {ckpt} --prompt 'ROMEO:' --max-new-tokens 200",
     ]
     return "\n".join(lines)

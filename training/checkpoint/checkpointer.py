@@ -1,55 +1,58 @@
-"""Saving the run: every rank takes part (FSDP gathers shards), rank 0 writes, all ranks learn the outcome.
+"""The loop's checkpointer: decides when to save, and saves with every rank taking part (FSDP gathers
+shards), rank 0 writing, and all ranks learning the outcome.
 
 Refuses non-finite weights (a NaN checkpoint is worse than none: resume would start from it), and
 turns a failed write on rank 0 into the same error on every rank, so no rank walks on into the
 next step's collectives while another has stopped.
 """
-import math
-import time
 from pathlib import Path
 from typing import Optional
 
 import torch
 
-from training.checkpoint.format import NonFiniteCheckpoint, last_good_checkpoint
+from training.checkpoint.format import BEST, NonFiniteCheckpoint, last_good_checkpoint
 from training.checkpoint.save import rng_states_of_this_process, save_checkpoint
 from training.checkpoint.state_dicts import full_model_state, full_optimizer_state
 from training.runtime import distributed as D
 
 
 class Checkpointer:
-    def __init__(self, run, info: D.DistInfo, raw_model: torch.nn.Module, loss_module: torch.nn.Module,
-                 optimizers: list, tokenizer_path: Path):
+    """checkpoints/step_N every `interval` steps and at `end`; checkpoints/best on request."""
+
+    def __init__(self, run, info: D.DistInfo, raw_model: torch.nn.Module, optimizers: list, tokenizer_path: Path,
+                 end: int):
         self.run, self.info, self.raw_model, self.optimizers = run, info, raw_model, optimizers
-        self.loss_module = loss_module  # the uncompiled, wrapped module (evaluation's hooks run through it)
-        self.tokenizer_path = tokenizer_path
+        self.tokenizer_path, self.end = tokenizer_path, end
+        self.interval, self.keep_last = run.cfg.trainer.ckpt_interval, run.cfg.trainer.keep_last
         self.ckpt_root = run.run_dir / "checkpoints"
         self.saved_step: Optional[int] = None  # the step of the last step_* checkpoint this run wrote
         self.last_path: Optional[Path] = None
-        self.started = time.time()  # this process's training clock (state.json adds earlier runs' time)
 
-    def save(self, counters) -> Path:
-        """checkpoints/step_N: weights, optimizer, RNG and counters, written atomically."""
-        self.last_path = self._write(counters, self.ckpt_root, self.run.cfg.trainer.keep_last)
-        self.saved_step = counters.step
+    def should_save(self, step: int) -> bool:
+        return step % self.interval == 0 or step == self.end
+
+    def save(self, state) -> Path:
+        """checkpoints/step_N: weights, optimizer, RNG and the RunState, written atomically."""
+        self.last_path = self._write(state, self.ckpt_root, self.keep_last)
+        self.saved_step = state.step
         return self.last_path
 
-    def save_best(self, counters) -> Path:
+    def save_best(self, state) -> Path:
         """checkpoints/best/step_N: the lowest validation bpb so far. The new one is renamed into place
         before the old one is pruned, so a best checkpoint exists at every moment."""
-        return self._write(counters, self.ckpt_root / "best", keep_last=1)
+        return self._write(state, self.ckpt_root / BEST, keep_last=1)
 
     def last_good(self) -> Optional[Path]:
         """The newest complete step checkpoint whose weights are finite."""
         return last_good_checkpoint(self.ckpt_root)
 
-    def _write(self, counters, root: Path, keep_last: int) -> Path:
-        cfg, info = self.run.cfg, self.info
+    def _write(self, state, root: Path, keep_last: int) -> Path:
+        info = self.info
         (bad,) = D.agree_max([int(not weights_finite(self.raw_model))], info)
         if bad:
             last = self.last_good()
-            raise NonFiniteCheckpoint(f"the weights at step {counters.step} are not finite; no checkpoint written. "
-                                    + (f"The last good checkpoint is {last}" if last else "There is no earlier checkpoint")
+            raise NonFiniteCheckpoint(f"the weights at step {state.step} are not finite; no checkpoint written. "
+                                      + (f"The last good checkpoint is {last}" if last else "There is no earlier checkpoint")
                                       + " — lower optim.lr, raise optim.warmup_steps or check the data", last)
         model_state = full_model_state(self.raw_model)  # collectives under FSDP: every rank calls these
         optim_state = full_optimizer_state(self.raw_model, self.optimizers)
@@ -58,15 +61,9 @@ class Checkpointer:
         rng_state = {**ranks[0], "ranks": ranks}
         path, error = None, None
         if info.is_main:
-            state = {"step": counters.step, "tokens_seen": counters.tokens_seen,
-                     "elapsed_s": counters.elapsed_before + time.time() - self.started,
-                     "data_position": {"seed": cfg.seed, "next_step": counters.step}, "world_size": info.world_size,
-                     "skipped_steps": counters.skipped_steps,
-                     "best_val_bpb": counters.best_bpb if math.isfinite(counters.best_bpb) else None,
-                     "best_step": counters.best_step}
             try:
-                path = save_checkpoint(root, counters.step, model_state, cfg.model, self.tokenizer_path,
-                                       state, self.run.config_yaml, optim_state, keep_last, rng_state)
+                path = save_checkpoint(root, state.step, model_state, self.run.cfg.model, self.tokenizer_path,
+                                       state.to_json(), self.run.config_yaml, optim_state, keep_last, rng_state)
             except ValueError as e:  # a write failure (disk full, permissions, …): one line, nothing lost
                 error = e
         (failed,) = D.agree_max([int(error is not None)], info)

@@ -19,10 +19,11 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from model import ModelConfig
+from training.run_state import STATE_FILE as STATE, read_state
 
-REQUIRED_FILES = ("model.safetensors", "model_config.json", "tokenizer.json", "state.json")
-WEIGHTS, MODEL_CONFIG, TOKENIZER, CONFIG, OPTIMIZER, RNG, STATE = (
-    "model.safetensors", "model_config.json", "tokenizer.json", "config.yaml", "optimizer.pt", "rng.pt", "state.json")
+WEIGHTS, MODEL_CONFIG, TOKENIZER, CONFIG, OPTIMIZER, RNG = (
+    "model.safetensors", "model_config.json", "tokenizer.json", "config.yaml", "optimizer.pt", "rng.pt")
+REQUIRED_FILES = (WEIGHTS, MODEL_CONFIG, TOKENIZER, STATE)
 TIED_KEY = "lm_head.weight"
 STEP_DIR = re.compile(r"step_(\d+)")
 BEST = "best"  # checkpoints/best/step_N: the lowest validation bpb so far
@@ -74,7 +75,7 @@ def last_good_checkpoint(ckpt_root: Path) -> Optional[Path]:
 
 def _weights_finite(ckpt: Path) -> bool:
     try:
-        flag = json.loads((ckpt / STATE).read_text()).get("weights_finite")
+        flag = read_state(ckpt).get("weights_finite")
         if flag is not None:
             return bool(flag)
         with safe_open(str(ckpt / WEIGHTS), framework="pt") as f:  # written before the flag existed

@@ -1,6 +1,5 @@
 """Loading a checkpoint directory: weights for a model (every key and shape checked), a model for
 inference, and the training state (counters, optimizer, RNG) for a resume — nothing unpickled as objects."""
-import json
 import pickle
 import re
 from pathlib import Path
@@ -11,7 +10,8 @@ from safetensors.torch import load_file
 
 from model import Transformer
 from training.checkpoint.consistency import check_checkpoint_consistency
-from training.checkpoint.format import (OPTIMIZER, RNG, STATE, TIED_KEY, TOKENIZER, WEIGHTS, CheckpointError,
+from training.run_state import read_state
+from training.checkpoint.format import (OPTIMIZER, RNG, TIED_KEY, TOKENIZER, WEIGHTS, CheckpointError,
                                         first_line, resolve_checkpoint)
 
 
@@ -59,7 +59,7 @@ def load_training_state(ckpt: Path) -> Tuple[dict, Optional[dict], dict]:
     """(state.json, optimizer state or None, rng states) — all without unpickling objects."""
     ckpt = Path(ckpt)
     try:
-        state = json.loads((ckpt / STATE).read_text())
+        state = read_state(ckpt)
     except (OSError, ValueError) as e:
         raise CheckpointError(f"{ckpt}/state.json is unreadable ({first_line(e)}); resume from an older checkpoint")
     opt_path = ckpt / OPTIMIZER

@@ -21,10 +21,11 @@ from training.checkpoint.format import (CONFIG, MODEL_CONFIG, OPTIMIZER, RNG, ST
                                         CheckpointError, CheckpointWriteError, NonFiniteCheckpoint, checkpoint_name,
                                         last_good_checkpoint, list_checkpoints, nonfinite_tensors)
 from training.checkpoint.write_errors import ErrnoRecordingFile, is_write_failure, write_error_cause
+from training.run_state import write_state
 
 
 def save_checkpoint(ckpt_root: Path, step: int, model_state: Dict[str, torch.Tensor], model_cfg: ModelConfig,
-                    tokenizer_path: Path, state: dict, config_yaml: str = "",
+                    tokenizer_path: Path, state: dict, config_yaml: str = "",  # state: RunState.to_json()
                     optimizer_state: Optional[dict] = None, keep_last: int = 3,
                     rng_state: Optional[dict] = None) -> Path:
     """Write everything to `step_N.tmp`, then rename: a crash mid-save never damages older checkpoints.
@@ -54,7 +55,7 @@ def save_checkpoint(ckpt_root: Path, step: int, model_state: Dict[str, torch.Ten
         *([(OPTIMIZER, lambda p: _torch_save(optimizer_state, p))] if optimizer_state is not None else []),
         (RNG, lambda p: _torch_save(rng_state or rng_states_of_this_process(), p)),
         # Last, since list_checkpoints takes a directory with state.json as complete.
-        (STATE, lambda p: p.write_text(json.dumps({**state, "weights_finite": True}, indent=2))),
+        (STATE, lambda p: write_state(p, state)),
     ]
     target = tmp
     try:

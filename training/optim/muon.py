@@ -1,4 +1,5 @@
-"""torch.optim.Muon with the Newton–Schulz iteration in a chosen dtype (fp32 where bf16 matmuls are slow).
+"""torch.optim.Muon with the Newton–Schulz iteration in a chosen dtype (fp32 where bf16 matmuls are slow),
+and a device-side skip of non-finite steps (`found_inf`, as fused AdamW has).
 
 torch's Muon always orthogonalises in bf16: right on a GPU, but on a CPU without AMX/AVX512-BF16
 a bf16 matmul is ~100× slower than fp32 (training/precision.py), which made one Muon step of the
@@ -22,18 +23,34 @@ class Muon(torch.optim.Muon):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        # Set by the training step (training/step.py), as GradScaler sets it for fused Adam: 1 = this
+        # step's gradients are not finite, leave weights and momentum as they are — decided on the device.
+        skip = getattr(self, "found_inf", None)
         for group in self.param_groups:
             params, grads, momentum_buffers = [], [], []
             self._init_group(group, params, grads, momentum_buffers)
             lr, momentum = group["lr"], group["momentum"]
             for param, grad, buf in zip(params, grads, momentum_buffers):
-                buf.lerp_(grad, 1 - momentum)
-                update = grad.lerp(buf, momentum) if group["nesterov"] else buf
+                # Out of place when a skip is possible, then selected: the same kernels as in place, so
+                # a committed step is bitwise the in-place one.
+                new_buf = buf.lerp_(grad, 1 - momentum) if skip is None else buf.lerp(grad, 1 - momentum)
+                update = grad.lerp(new_buf, momentum) if group["nesterov"] else new_buf
                 update = newton_schulz(update, group["ns_coefficients"], group["ns_steps"], group["eps"],
                                        self.ns_dtype)
-                param.mul_(1 - lr * group["weight_decay"])  # decoupled, with the unscaled lr (as AdamW)
-                param.add_(update, alpha=-_adjust_lr(lr, group["adjust_lr_fn"], param.shape))
+                new = param.mul_(1 - lr * group["weight_decay"]) if skip is None else param.mul(
+                    1 - lr * group["weight_decay"])  # decoupled, with the unscaled lr (as AdamW)
+                new.add_(update, alpha=-_adjust_lr(lr, group["adjust_lr_fn"], param.shape))
+                if skip is not None:
+                    _keep_or_take(skip.bool(), buf, new_buf)
+                    _keep_or_take(skip.bool(), param, new)
         return loss
+
+
+def _keep_or_take(keep: torch.Tensor, old: torch.Tensor, new: torch.Tensor) -> None:
+    """old ← new unless `keep` (a 0-d bool on the device), in place. Under FSDP2 both are sharded
+    DTensors: select on the local shards, which share their storage."""
+    local = lambda t: t.to_local() if hasattr(t, "to_local") else t  # noqa: E731
+    local(old).copy_(torch.where(keep, local(old), local(new)))
 
 
 def newton_schulz(grad: torch.Tensor, coefficients: tuple, steps: int, eps: float, dtype: torch.dtype) -> torch.Tensor:

@@ -9,7 +9,7 @@ import torch
 class GpuPeak(NamedTuple):
     label: str
     bf16: float  # dense bf16 tensor-core FLOP/s (data sheets quote 2× "with sparsity": not used here)
-    tf32: float  # dense TF32 FLOP/s: what fp32 matmuls get once TF32 is on (enable_tf32)
+    tf32: float  # dense TF32 FLOP/s: what fp32 matmuls get once TF32 is on (training/precision.py)
 
 
 # Exact models only, matched against the whole name torch reports (lower case, "-"/"_" as spaces,
@@ -61,17 +61,6 @@ def peak_flops(device: torch.device, precision: str, override_tflops: Optional[f
     # A GPU needs big operands to reach its peak; 2048³ is already CPU-sized.
     flops = measure_matmul_flops(device, dtype, n=8192 if device.type == "cuda" else 2048)
     return flops, f"measured {str(dtype).replace('torch.', '')} matmul on {_device_label(device)}"
-
-
-def enable_tf32(device: torch.device) -> bool:
-    """Let fp32 matmuls and convolutions use TF32 tensor cores on CUDA (fp32 range, 10-bit mantissa
-    inputs, fp32 accumulation): ~8× an fp32 run's matmul speed on A100/H100 at no measurable cost to
-    training. Call before building the model. The fp32 peak above assumes it. No effect off CUDA."""
-    if device.type != "cuda":
-        return False
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
-    return True
 
 
 def measure_matmul_flops(device: torch.device, dtype: torch.dtype, n: int = 2048, repeats: int = 8,

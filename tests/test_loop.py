@@ -1,0 +1,133 @@
+"""training/loop.py on the path a user runs: each promise README makes about a training run, checked
+inside a real run of the loop (in this process, `debug=tiny`), so a refactor that keeps a helper but
+stops calling it fails here. docs/testing.md's promise map points at these tests."""
+import math
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import training.build
+import training.compile
+from tests.train_helpers import read_metrics, train_in_process
+from training.loss import CausalLMLoss
+
+pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (conftest.py)
+
+SHORT = ["trainer.max_steps=4", "trainer.eval_interval=4", "trainer.ckpt_interval=4", "trainer.log_interval=1"]
+
+
+@pytest.fixture
+def forward_calls(monkeypatch):
+    """(training?, autocast on?, autocast dtype) of every CausalLMLoss forward the loop makes."""
+    calls, real = [], CausalLMLoss.forward
+
+    def recording(self, input_ids, targets):
+        calls.append((self.training, torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")))
+        return real(self, input_ids, targets)
+    monkeypatch.setattr(CausalLMLoss, "forward", recording)
+    return calls
+
+
+@pytest.mark.parametrize("precision, autocast_on", [("bf16", True), ("fp32", False)])
+def test_training_and_evaluation_forwards_run_under_the_runs_precision(tmp_path, tiny_data_cache, forward_calls,
+                                                                       precision, autocast_on):
+    train_in_process(tmp_path / "run", *SHORT, f"trainer.precision={precision}", "trainer.activation_rms=false",
+                     cache_dir=tiny_data_cache)
+    training, evaluating = [c for c in forward_calls if c[0]], [c for c in forward_calls if not c[0]]
+    assert len(training) == 4 and evaluating  # one micro-batch per step, then the eval batches
+    for _, enabled, dtype in training + evaluating:
+        assert enabled is autocast_on and (not enabled or dtype == torch.bfloat16)
+
+
+def test_a_bf16_run_keeps_fp32_master_weights_and_optimizer_state(tmp_path, tiny_data_cache):
+    train_in_process(tmp_path / "run", *SHORT, "trainer.precision=bf16", cache_dir=tiny_data_cache)
+    ckpt = tmp_path / "run" / "checkpoints" / "step_0000004"
+    assert {v.dtype for v in load_file(ckpt / "model.safetensors").values()} == {torch.float32}
+    optimizer = torch.load(ckpt / "optimizer.pt", weights_only=True)
+    moments = [v for state in optimizer["state"].values() for k, v in state.items() if k.startswith("exp_avg")]
+    assert moments and {m.dtype for m in moments} == {torch.float32}
+
+
+@pytest.mark.parametrize("tf32", [True, False])
+def test_the_run_sets_tf32_for_its_device(tmp_path, tiny_data_cache, monkeypatch, tf32):
+    """TF32 itself needs a CUDA device (test_precision.py flips the switches on a faked one); here the
+    loop must ask for it, with the run's device and trainer.tf32."""
+    asked, real = [], training.build.enable_tf32
+    monkeypatch.setattr(training.build, "enable_tf32", lambda device, enabled: asked.append((device, enabled))
+                        or real(device, enabled))
+    train_in_process(tmp_path / "run", *SHORT, f"trainer.tf32={str(tf32).lower()}", cache_dir=tiny_data_cache)
+    assert asked == [(torch.device("cpu"), tf32)]
+
+
+@pytest.fixture
+def counting_compile(monkeypatch):
+    """trainer.compile=true with a backend that counts calls of the compiled graphs and takes 1.5 s to
+    'compile': dynamo traces for real, without inductor's minute of C++ builds."""
+    import time
+    counts = {"graph_calls": 0, "compiles": 0}
+
+    def backend(gm, example_inputs):
+        counts["compiles"] += 1
+        time.sleep(1.5)
+
+        def run(*args):
+            counts["graph_calls"] += 1
+            return gm.forward(*args)
+        return run
+    real_init = training.compile.CompiledLoss.__init__
+    monkeypatch.setattr(training.compile.CompiledLoss, "__init__",
+                        lambda self, module, warn=None, **kw: real_init(self, module, warn, backend=backend))
+    return counts
+
+
+def test_a_compiled_run_trains_through_the_compiled_graph(tmp_path, tiny_data_cache, counting_compile):
+    train_in_process(tmp_path / "run", *SHORT, "trainer.compile=true", "trainer.activation_rms=false",
+                     cache_dir=tiny_data_cache)
+    assert counting_compile["compiles"] >= 2  # training and evaluation graphs
+    # Every training step and the eval batches went through a compiled graph.
+    assert counting_compile["graph_calls"] >= 4 + 2
+
+
+def test_tokens_per_second_exclude_compile_time(tmp_path, tiny_data_cache, counting_compile):
+    train_in_process(tmp_path / "run", "trainer.max_steps=4", "trainer.log_interval=2", "trainer.eval_interval=4",
+                     "trainer.ckpt_interval=4", "trainer.compile=true", cache_dir=tiny_data_cache)
+    first = next(r for r in read_metrics(tmp_path / "run") if r["kind"] == "train")
+    tokens = 2 * 4 * 64  # two steps of micro batch 4 × seq 64
+    assert first["compile_s"] >= 1.5
+    assert first["tokens_per_s"] > 5 * tokens / first["compile_s"]  # compile time counted would cap it there
+
+
+def test_gradient_clipping_is_applied_by_the_loop(tmp_path, tiny_data_cache):
+    """optim.grad_clip reaches the step: with a clip of 1e-12 AdamW's update (m/√v, where eps dominates
+    gradients that small) nearly vanishes, while the logged grad norm stays the unclipped one."""
+    moved = {}
+    for clip in (1.0, 1e-12):
+        run = tmp_path / f"clip{clip}"
+        outcome = train_in_process(run, *SHORT, f"optim.grad_clip={clip}", "model.dropout=0.0",
+                                   cache_dir=tiny_data_cache)
+        assert outcome.state.step == 4
+        final = load_file(run / "checkpoints" / "step_0000004" / "model.safetensors")
+        torch.manual_seed(0)
+        moved[clip] = max((final[k] - v).abs().max().item() for k, v in _initial_weights(run).items())
+        norms = [r["grad_norm"] for r in read_metrics(run) if r["kind"] == "train"]
+        assert min(norms) > 1e-3  # logged before clipping
+    assert moved[1e-12] < moved[1.0] / 100
+
+
+def _initial_weights(run) -> dict:
+    """The run's weights at step 0: its model rebuilt from the same seed."""
+    from model import ModelConfig, Transformer
+    from training.checkpoint import load_model_config
+    cfg: ModelConfig = load_model_config(run / "checkpoints" / "step_0000004")
+    torch.manual_seed(0)
+    state = Transformer(cfg).state_dict()
+    state.pop("lm_head.weight", None)
+    return state
+
+
+def test_the_summary_reads_the_runs_state(tmp_path, tiny_data_cache):
+    outcome = train_in_process(tmp_path / "run", *SHORT, cache_dir=tiny_data_cache)
+    assert outcome.state.step == 4 and outcome.tokens_run == 4 * 4 * 64
+    assert outcome.state.best_step == 4 and math.isfinite(outcome.state.best_val_bpb)
+    assert outcome.last_eval["val_bpb"] == outcome.state.best_val_bpb

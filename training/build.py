@@ -1,0 +1,91 @@
+"""What a run trains with, before its first step: the model, the loss module (wrapped for DDP/FSDP2,
+maybe compiled), the optimizers, the precision; the data it reads; and, for a resume, the checkpoint's
+weights, optimizer state, RNG and RunState."""
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from data import TrainBatches, eval_windows
+from model import Transformer
+from training.checkpoint import load_training_state, move_aside_later_checkpoints, read_weights, restore_rng
+from training.checkpoint.state_dicts import load_full_state
+from training.config import TrainConfig
+from training.evaluation import full_split_windows
+from training.loss import CausalLMLoss
+from training.optim import build_optimizers
+from training.precision import autocast_context, enable_tf32, resolve_precision
+from training.run_state import RunState
+from training.runtime import distributed as D
+
+
+@dataclass
+class Parts:
+    """The model, the loss module and its optimizers, plus the precision and compile decisions and why."""
+    raw_model: torch.nn.Module  # the bare Transformer: checkpoints, hooks, samples
+    loss_module: torch.nn.Module  # CausalLMLoss, wrapped for DDP/FSDP2
+    compute_loss: object  # loss_module, or its compiled version: what steps and evals call
+    optimizers: list
+    autocast: object  # a zero-argument factory of the run's autocast context
+    precision: str  # bf16 | fp32
+    parallel: str  # none | ddp | fsdp
+    notes: tuple  # (precision why, compile note) for the header
+
+
+def build(cfg: TrainConfig, info: D.DistInfo, say) -> Parts:
+    """Model, loss and optimizers; the same initial weights on every rank (seeded before the build)."""
+    if cfg.trainer.num_threads:
+        torch.set_num_threads(cfg.trainer.num_threads)
+    precision, precision_why = resolve_precision(cfg.trainer.precision, info.device)
+    if enable_tf32(info.device, cfg.trainer.tf32) and precision == "fp32":
+        precision_why += "; matmuls on TF32 tensor cores (trainer.tf32)"
+    torch.manual_seed(cfg.seed)
+    raw_model = Transformer(cfg.model).to(info.device)
+    parallel = D.resolve_parallel(cfg.trainer.parallel, info.world_size)
+    loss_module = D.wrap_model(CausalLMLoss(raw_model), raw_model.layers, parallel, info, precision)
+    optimizers = build_optimizers(loss_module, cfg.optim, info.device.type)
+    compute_loss, compile_note = loss_module, "off: trainer.compile=false"
+    if cfg.trainer.compile != "false":  # imported only when used: torch._dynamo costs seconds to import
+        from training.compile import CompiledLoss, resolve_compile
+        compiled, why = resolve_compile(cfg.trainer.compile, info.device)
+        # Model + loss compiled as one graph, used by training and evaluation alike; falls back to eager.
+        compute_loss = CompiledLoss(loss_module, warn=say) if compiled else loss_module
+        compile_note = why if compiled else f"off: {why}"
+    # Dropout differs per rank (each rank sees other rows); batches never touch this generator.
+    torch.manual_seed(int(np.random.SeedSequence([cfg.seed, info.rank]).generate_state(1)[0]))
+    return Parts(raw_model, loss_module, compute_loss, optimizers, autocast_context(precision, info.device),
+                 precision, parallel, (precision_why, compile_note))
+
+
+def data_views(cfg: TrainConfig, data, info: D.DistInfo) -> tuple:
+    """(training batches, this rank's validation windows)."""
+    seq_len = cfg.trainer.seq_len
+    batches = TrainBatches(data.train_tokens(), seq_len, cfg.trainer.micro_batch_size, cfg.seed,
+                           info.rank, info.world_size)
+    if cfg.trainer.num_eval_windows is None:  # every token of the split, each scored once
+        windows = full_split_windows(data.val_tokens(), seq_len, data.meta["eos_id"], rank=info.rank,
+                                     world_size=info.world_size)
+    else:
+        windows = eval_windows(data.val_tokens(), seq_len, cfg.trainer.num_eval_windows, info.rank, info.world_size)
+    return batches, windows
+
+
+def restore(run, info: D.DistInfo, parts: Parts, say) -> RunState:
+    """The RunState of the checkpoint being resumed, its weights, optimizer state and RNG loaded."""
+    state_json, optim_state, rng = load_training_state(run.resume_ckpt)
+    load_full_state(parts.raw_model, parts.optimizers, read_weights(parts.raw_model, run.resume_ckpt), optim_state)
+    if not restore_rng(rng, info.rank, info.world_size):  # last: nothing after this may draw from it
+        say("warning: the checkpoint holds no RNG state for this world size: dropout draws restart from the seed")
+    state = RunState.from_json(state_json)
+    if state.step >= run.cfg.trainer.max_steps:
+        raise ValueError(f"{run.resume_ckpt} is already at step {state.step} = trainer.max_steps; pass a larger "
+                         "trainer.max_steps to train further (the schedule then stretches to it)")
+    if info.is_main:  # the branch this resume abandons must not be picked by a later resume or keep_last
+        moved = move_aside_later_checkpoints(run.run_dir / "checkpoints", state.step)
+        if moved:
+            say(f"resume: moved {len(moved)} later checkpoint(s) of the abandoned branch to {moved[0].parent}")
+    if state.world_size != info.world_size:
+        say(f"warning: resuming a {state.world_size}-process run on {info.world_size}: each step's global "
+            f"batch changes with the world size; adjust trainer.micro_batch_size to keep tokens per step")
+    state.seed, state.world_size = run.cfg.seed, info.world_size  # what this process trains with
+    return state

@@ -1,0 +1,65 @@
+"""RunState: where a run stands — step, tokens, training time, skipped steps, the best validation so far —
+and state.json, the checkpoint file that carries it into a resume. This module alone writes and reads
+state.json (a checkpoint's last file: list_checkpoints takes a directory holding it as complete)."""
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+STATE_FILE = "state.json"
+
+
+@dataclass
+class RunState:
+    step: int = 0  # optimizer steps done
+    tokens_seen: int = 0
+    elapsed_before: float = 0.0  # training seconds of the processes this run resumes
+    skipped_steps: int = 0  # non-finite steps whose update was skipped, over the whole run
+    best_val_bpb: float = math.inf
+    best_step: Optional[int] = None
+    seed: int = 0  # with `step`, where the data order continues (data/loader.py draws batch n from it)
+    world_size: int = 1
+    started: float = field(default_factory=time.time)  # this process's training clock
+
+    def advance(self, tokens: int) -> None:
+        self.step += 1
+        self.tokens_seen += tokens
+
+    def elapsed_s(self) -> float:
+        """Training seconds over the whole run: earlier processes', then this one's."""
+        return self.elapsed_before + time.time() - self.started
+
+    def improves_best(self, val_bpb: float) -> bool:
+        """Record `val_bpb` at this step if it is the lowest so far; whether it was."""
+        if not (math.isfinite(val_bpb) and val_bpb < self.best_val_bpb):
+            return False
+        self.best_val_bpb, self.best_step = val_bpb, self.step
+        return True
+
+    def to_json(self) -> dict:
+        """state.json's fields (the writer adds weights_finite: it refuses non-finite weights)."""
+        return {"step": self.step, "tokens_seen": self.tokens_seen, "elapsed_s": self.elapsed_s(),
+                "data_position": {"seed": self.seed, "next_step": self.step}, "world_size": self.world_size,
+                "skipped_steps": self.skipped_steps,
+                "best_val_bpb": self.best_val_bpb if math.isfinite(self.best_val_bpb) else None,
+                "best_step": self.best_step}
+
+    @classmethod
+    def from_json(cls, fields: dict) -> "RunState":
+        """A resumed run's state (fields added later default, so older checkpoints load)."""
+        return cls(step=fields["step"], tokens_seen=fields["tokens_seen"], elapsed_before=fields["elapsed_s"],
+                   skipped_steps=fields.get("skipped_steps", 0), best_val_bpb=fields.get("best_val_bpb") or math.inf,
+                   best_step=fields.get("best_step"), seed=fields.get("data_position", {}).get("seed", 0),
+                   world_size=fields.get("world_size", 1))
+
+
+def write_state(path: Path, fields: dict) -> None:
+    """state.json, two-space indented (one field per line for `cat`). Only finite weights are ever saved."""
+    Path(path).write_text(json.dumps({**fields, "weights_finite": True}, indent=2))
+
+
+def read_state(ckpt: Path) -> dict:
+    """A checkpoint's state.json fields. Raises OSError / ValueError for a missing or unreadable file."""
+    return json.loads((Path(ckpt) / STATE_FILE).read_text())
