@@ -148,6 +148,54 @@ def test_sigterm_to_one_rank_stops_both_at_one_step_and_the_resume_is_exact(tmp_
     assert all(torch.equal(wf[k], wp[k]) for k in wf)
 
 
+def test_only_rank_zero_writes_the_metrics(ddp_run):
+    """Both ranks run the logger (the loss is all-reduced), one writes: each step has exactly one row."""
+    rows = read_metrics(ddp_run)
+    assert [r["step"] for r in rows if r["kind"] == "train"] == list(range(1, 13))
+    assert [r["step"] for r in rows if r["kind"] == "eval"] == [6, 12]
+
+
+def test_each_rank_draws_its_own_dropout_and_resumes_its_own_stream(tmp_path, tiny_data_cache):
+    """Under torchrun each rank seeds dropout from (seed, rank): their masks differ (the same masks on
+    every rank would correlate the replicas' noise), and a resume restores every rank's own generator —
+    a 2-rank run with dropout, stopped at step 3 and resumed, equals the uninterrupted one bitwise."""
+    dropout = ["trainer.precision=fp32", "model.dropout=0.1", "trainer.max_steps=6", "trainer.log_interval=1",
+               "trainer.eval_interval=6", "trainer.ckpt_interval=3", "trainer.micro_batch_size=2"]
+    run_ranks(tmp_path / "straight", 2, *dropout, cache_dir=tiny_data_cache)
+    (straight,) = run_dirs(tmp_path / "straight")
+    rng = torch.load(straight / "checkpoints" / "step_0000003" / "rng.pt", weights_only=True)
+    assert len(rng["ranks"]) == 2 and not torch.equal(rng["ranks"][0]["torch"], rng["ranks"][1]["torch"])
+    run_ranks(tmp_path / "resumed", 2, *dropout, "trainer.stop_at_step=3", cache_dir=tiny_data_cache)
+    (part,) = run_dirs(tmp_path / "resumed")
+    run_ranks(tmp_path / "resumed", 2, f"resume={part}", cache_dir=tiny_data_cache)
+    assert {s: r["loss"] for s, r in train_rows(part).items()} == {s: r["loss"] for s, r in train_rows(straight).items()}
+    wa, wb = weights(straight, 6), weights(part, 6)
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_fsdp_on_cuda_computes_and_gathers_in_bf16_and_reduces_in_fp32(monkeypatch):
+    """The FSDP2 mixed-precision policy (a loose tolerance would pass without it): with bf16 on a CUDA
+    device every block and the root are sharded with bf16 params and fp32 gradient reduction; fp32 runs
+    and CPU runs (where gloo reduces and autocast alone sets the compute dtype) get no policy."""
+    import torch.distributed.fsdp as fsdp
+    from model_helpers import tiny_model_config
+
+    calls = []
+    monkeypatch.setattr(fsdp, "fully_shard", lambda module, **kwargs: calls.append((module, kwargs)))
+    model = Transformer(tiny_model_config())
+    cuda = D.DistInfo(device=torch.device("cuda", 0))
+    root = CausalLMLoss(model)
+    D.wrap_model(root, model.layers, "fsdp", cuda, "bf16")
+    assert [m for m, _ in calls] == [*model.layers, root]
+    for _, kwargs in calls:
+        policy = kwargs["mp_policy"]
+        assert (policy.param_dtype, policy.reduce_dtype) == (torch.bfloat16, torch.float32)
+    for device, precision in ((torch.device("cuda", 0), "fp32"), (torch.device("cpu"), "bf16")):
+        calls.clear()
+        D.wrap_model(CausalLMLoss(model), model.layers, "fsdp", D.DistInfo(device=device), precision)
+        assert calls and all("mp_policy" not in kwargs for _, kwargs in calls)
+
+
 def test_fsdp_checkpoint_resumes_on_a_different_world_size(tmp_path, reference, tiny_data_cache):
     """FSDP2 on 2 ranks to step 6 equals one process; its checkpoint (full weights, optimizer state keyed
     by name) resumed in ONE process with micro batch 4 — the same global batch — continues the very same

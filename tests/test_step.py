@@ -37,6 +37,60 @@ def test_a_nonfinite_step_leaves_weights_and_optimizer_state_untouched(fused):
     assert int(next(iter(opt.state_dict()["state"].values()))["step"]) == 2
 
 
+def test_muon_skips_a_nonfinite_step_on_the_device_and_commits_a_finite_one_bitwise():
+    """With `found_inf` (what commit() sets) Muon takes no host decision: 1 leaves weights and momentum as
+    they were; 0 gives exactly the in-place update a Muon without the flag makes."""
+    from training.optim.muon import Muon
+
+    def muon_for(model):
+        return Muon([model[0].weight, model[2].weight], ns_dtype=torch.float32, lr=0.05, weight_decay=0.1,
+                    adjust_lr_fn="match_rms_adamw")
+    flagged, plain = tiny_regression(), tiny_regression()
+    opt_flagged, opt_plain = muon_for(flagged), muon_for(plain)
+    assert supports_device_skip(opt_flagged)
+    x = torch.randn(3, 4)
+    for model, opt in ((flagged, opt_flagged), (plain, opt_plain)):
+        model(x).sum().backward()
+    commit([opt_flagged], torch.tensor(True))  # through found_inf = 0
+    opt_plain.step()  # no flag: the in-place path
+    for a, b in zip(flagged.parameters(), plain.parameters()):
+        assert torch.equal(a, b)
+    before_w = copy.deepcopy(flagged.state_dict())
+    before_buf = [opt_flagged.state[p]["momentum_buffer"].clone() for p in (flagged[0].weight, flagged[2].weight)]
+    for p in flagged.parameters():
+        p.grad = torch.full_like(p, float("inf"))
+    commit([opt_flagged], torch.tensor(False))
+    for k, v in flagged.state_dict().items():
+        assert torch.equal(v, before_w[k]), k
+    after_buf = [opt_flagged.state[p]["momentum_buffer"] for p in (flagged[0].weight, flagged[2].weight)]
+    assert all(torch.equal(a, b) for a, b in zip(after_buf, before_buf))
+
+
+def test_the_step_commits_nothing_when_the_loss_is_finite_but_a_gradient_is_not():
+    """The guard's gradient half (issue: a finite loss with one inf gradient must not reach the weights)."""
+    model = tiny_regression()
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1, fused=True)
+
+    class InfGradient(torch.autograd.Function):  # finite forward, an inf gradient in backward
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * float("inf")
+
+    def loss_fn(x, y):
+        return (InfGradient.apply(model(x)) - y).pow(2).mean()
+    before = copy.deepcopy(model.state_dict())
+    step = TrainStep(loss_fn, _Batches(torch.randn(1, 3, 4), torch.randn(1, 3, 1)), [opt], contextlib.nullcontext, 1,
+                     1.0, torch.device("cpu"))
+    result = step(0)
+    assert torch.isfinite(result.loss) and not torch.isfinite(result.grad_norm)
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    assert step.guard.read() == {"skipped": 1, "streak": 1, "max_streak": 1, "first_bad": 1}
+
+
 def test_record_counts_streaks_across_reads_and_resets_the_interval():
     rec = NonFiniteGuard(torch.device("cpu"))
     pattern = [True, False, False, True, False]  # steps 1..5: finite?

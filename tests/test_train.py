@@ -172,3 +172,58 @@ def test_trainer_precision_bf16_trains_in_bf16_end_to_end(tmp_path, cache_dir):
         curves[precision] = [r["loss"] for r in read_metrics(run) if r["kind"] == "train"]
     gap = max(abs(a - b) for a, b in zip(*curves.values()))
     assert len(curves["bf16"]) == 20 and 2e-4 < gap < 2e-2, gap
+
+
+def test_the_summary_gives_the_peak_memory(tmp_path, cache_dir):
+    proc = run_train(tmp_path, "trainer.max_steps=4", "trainer.eval_interval=4", cache_dir=cache_dir)
+    line = next(l for l in proc.stdout.splitlines() if l.startswith("peak memory "))
+    gib = float(line.split()[2])
+    assert 0.05 < gib < 16 and line.endswith("GiB (process max RSS)")  # a CPU process: torch alone is ~0.3 GiB
+
+
+def test_a_resume_removes_half_written_checkpoints_and_refuses_a_contradicting_one(tmp_path, cache_dir):
+    """train.py's start, as wired: a `.tmp` a kill left mid-save is removed (and said), and a checkpoint
+    whose files disagree is refused in one line before anything trains from it."""
+    run_train(tmp_path, "trainer.max_steps=8", "trainer.stop_at_step=4", "trainer.ckpt_interval=4", cache_dir=cache_dir)
+    (run,) = run_dirs(tmp_path)
+    stray = run / "checkpoints" / "step_0000006.tmp"
+    stray.mkdir()
+    (stray / "model.safetensors").write_bytes(b"half")
+    proc = run_train(tmp_path, f"resume={run}", cache_dir=cache_dir)
+    assert f"removed a half-written checkpoint: {stray}" in proc.stderr and not stray.exists()
+    ckpt = run / "checkpoints" / "step_0000008"
+    fields = json.loads((ckpt / "model_config.json").read_text())
+    (ckpt / "model_config.json").write_text(json.dumps({**fields, "hidden_size": 128}))
+    refused = run_train(tmp_path, f"resume={run}", "trainer.max_steps=12", cache_dir=cache_dir, check=False)
+    assert refused.returncode == 1
+    assert refused.stderr.strip().splitlines()[-1].startswith(f"error: checkpoint {ckpt} contradicts itself: ")
+
+
+@pytest.mark.parametrize("env_mode, outcome", [(None, "offline"), ("online", "error")])
+def test_wandb_without_a_key_never_prompts_on_a_terminal(tmp_path, cache_dir, env_mode, outcome):
+    """On a terminal (stdin a tty), with no API key: logger.wandb=auto logs offline, and WANDB_MODE=online
+    in the environment is one `error:` line before anything starts — never wandb's login prompt."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    from tests.train_helpers import tiny_args
+    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "WANDB_MODE")}
+    env.update(HOME=str(tmp_path), NETRC=str(tmp_path / "no-netrc"), HYDRA_FULL_ERROR="0", OMP_NUM_THREADS="1",
+               WANDB_DIR=str(tmp_path), **({"WANDB_MODE": env_mode} if env_mode else {}))
+    _, terminal = pty.openpty()
+    args = tiny_args(tmp_path, ["logger=wandb", "trainer.max_steps=2", "trainer.eval_interval=2"], cache_dir)
+    proc = subprocess.run([sys.executable, str(REPO / "train.py"), *args], stdin=terminal, capture_output=True,
+                          text=True, timeout=240, env=env, cwd=REPO)
+    if outcome == "offline":
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "wandb: no API key configured, logging offline" in proc.stderr
+        (run,) = run_dirs(tmp_path)
+        assert list((run / "wandb").glob("offline-run-*"))
+    else:
+        assert proc.returncode == 1
+        assert proc.stderr.strip().splitlines()[-1] == (
+            "error: WANDB_MODE=online but no API key is configured; run `wandb login` or set WANDB_API_KEY, "
+            "or use logger.wandb=offline")
+        assert run_dirs(tmp_path) == [], "a failed start left a run dir"
