@@ -153,15 +153,18 @@ def test_bad_checkpoints_raise_clear_errors(tmp_path, tokenizer_file):
         resolve_checkpoint(str(path.parent))  # a directory, but no checkpoint
     cfg = json.loads((ckpt / "model_config.json").read_text())
     (ckpt / "model_config.json").write_text(json.dumps({**cfg, "vocab_size": vocab - 1}))
-    with pytest.raises(CheckpointError, match=f"tokenizer.json has token ids up to {vocab - 1}"):
+    with pytest.raises(CheckpointError, match=r"is damaged: model_config.json has \d+ bytes, the manifest says"):
         load_model(str(ckpt))
+    # Unverified (--no-verify), the checks of the files against each other still refuse it.
+    with pytest.raises(CheckpointError, match=f"tokenizer.json has token ids up to {vocab - 1}"):
+        load_model(str(ckpt), verify=False)
     (ckpt / "model_config.json").write_text(json.dumps({**cfg, "hidden_size": 64}))
     with pytest.raises(CheckpointError, match="shape"):
-        load_model(str(ckpt))
+        load_model(str(ckpt), verify=False)
     (ckpt / "model_config.json").write_text(json.dumps(cfg))
     (ckpt / "model.safetensors").write_bytes(b"\x00" * 10)
     with pytest.raises(CheckpointError, match="corrupt"):
-        load_model(str(ckpt))
+        load_model(str(ckpt), verify=False)
 
 
 def model_and_tokenizer(tokenizer_file):
@@ -256,9 +259,14 @@ def test_damaged_training_state_files_name_the_file(tmp_path, tokenizer_file):
                        r"reading zip archive: failed finding central directory\); resume from an older checkpoint$"):
         load_training_state(ckpt)
     (ckpt / "rng.pt").unlink()
-    (ckpt / "optimizer.pt").unlink()  # optional: a checkpoint without an optimizer (e.g. an import)
+    (ckpt / "optimizer.pt").unlink()
     with pytest.raises(CheckpointError, match=r"rng.pt is missing; the checkpoint is incomplete"):
         load_training_state(ckpt)
+    # The optimizer state is not optional: a resume without it would restart the moments silently.
+    intact = save(tmp_path, 2, model, path)
+    (intact / "optimizer.pt").unlink()
+    with pytest.raises(CheckpointError, match=r"optimizer.pt is missing; the checkpoint is incomplete"):
+        load_training_state(intact)
     (ckpt / "state.json").write_text('{"step": 1,')
     with pytest.raises(CheckpointError, match=r"state.json is unreadable"):
         load_training_state(ckpt)

@@ -20,7 +20,7 @@ def saver(tmp_path):
 
     def save(root, step, **state):
         return save_checkpoint(root, step, model.state_dict(), model.cfg, tokenizer, {"step": step, **state},
-                               keep_last=0)
+                               optimizer_state={"state": {}, "param_groups": []}, keep_last=0)
     return save
 
 

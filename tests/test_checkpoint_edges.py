@@ -16,7 +16,9 @@ import training.checkpoint.load as L
 import training.checkpoint.save as S
 from model import ModelConfig, Transformer
 from tests.test_checkpoint import CFG, model_and_tokenizer, save, tokenizer_file  # noqa: F401 (fixture)
-from training.checkpoint.format import TIED_KEY, first_line
+from training.checkpoint.errors import first_line
+from training.checkpoint.format import TIED_KEY
+from training.checkpoint.manifest import write_manifest
 from training.checkpoint import (CheckpointError, CheckpointWriteError, last_good_checkpoint, list_checkpoints,
                                  load_model, load_model_config, load_training_state, read_weights, resolve_checkpoint,
                                  restore_rng, save_checkpoint)
@@ -123,11 +125,14 @@ def test_the_finite_flag_is_trusted_and_old_checkpoints_are_read(tmp_path, model
     model, path = model_and_path
     old, new = save(tmp_path, 1, model, path), save(tmp_path, 2, model, path)
     state = json.loads((old / "state.json").read_text())
-    del state["weights_finite"]  # written before the flag existed: finite weights, found by reading them
+    del state["weights_finite"]  # written before the flag (and manifests) existed: finite weights, found by reading
     (old / "state.json").write_text(json.dumps(state))
+    (old / "manifest.json").unlink()
     (new / "state.json").write_text(json.dumps({**state, "weights_finite": False}))
+    write_manifest(new)  # as the writer would have hashed it
     assert last_good_checkpoint(tmp_path) == old
     (new / "state.json").write_text(json.dumps({**state, "weights_finite": True}))
+    write_manifest(new)
     monkeypatch.setattr(F, "safe_open", lambda *a, **k: pytest.fail("a flagged checkpoint's weights were read"))
     assert last_good_checkpoint(tmp_path) == new
     (new / "state.json").write_text("{")  # unreadable: never a checkpoint to fall back on

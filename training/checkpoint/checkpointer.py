@@ -10,7 +10,8 @@ from typing import Optional
 
 import torch
 
-from training.checkpoint.format import BEST, NonFiniteCheckpoint, last_good_checkpoint
+from training.checkpoint.errors import NonFiniteCheckpoint
+from training.checkpoint.format import BEST, last_good_checkpoint
 from training.checkpoint.save import rng_states_of_this_process, save_checkpoint
 from training.checkpoint.state_dicts import full_model_state, full_optimizer_state
 from training.runtime import distributed as D

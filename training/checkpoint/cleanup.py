@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 from typing import List
 
-from training.checkpoint.format import CheckpointError, checkpoint_name, checkpoint_step, list_checkpoints
+from training.checkpoint.errors import CheckpointError
+from training.checkpoint.format import checkpoint_name, checkpoint_step, list_checkpoints
 
 ABANDONED_PREFIX = "abandoned-"
 

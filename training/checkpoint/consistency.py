@@ -14,7 +14,8 @@ import yaml
 from safetensors import SafetensorError, safe_open
 
 from model import ModelConfig, Transformer
-from training.checkpoint.format import TIED_KEY, CheckpointError, load_model_config
+from training.checkpoint.errors import CheckpointError
+from training.checkpoint.format import TIED_KEY, load_model_config
 
 # Model fields a resumed run may change: they shape no weight and change no learned function.
 RESUMABLE_CHANGES = ("dropout", "init_std", "max_seq_len")

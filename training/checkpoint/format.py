@@ -19,6 +19,8 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from model import ModelConfig
+from training.checkpoint.errors import CheckpointError
+from training.checkpoint.manifest import damage
 from training.run_state import STATE_FILE as STATE, read_state
 
 WEIGHTS, MODEL_CONFIG, TOKENIZER, CONFIG, OPTIMIZER, RNG = (
@@ -27,23 +29,6 @@ REQUIRED_FILES = (WEIGHTS, MODEL_CONFIG, TOKENIZER, STATE)
 TIED_KEY = "lm_head.weight"
 STEP_DIR = re.compile(r"step_(\d+)")
 BEST = "best"  # checkpoints/best/step_N: the lowest validation bpb so far
-
-
-class CheckpointError(ValueError):
-    """A checkpoint path that is missing, incomplete, corrupt or does not fit the model."""
-
-
-class CheckpointWriteError(CheckpointError):
-    """Writing a checkpoint failed (disk full, file-size limit, permissions): nothing was kept or pruned."""
-
-
-class NonFiniteCheckpoint(CheckpointError):
-    """The weights or optimizer state hold NaN/inf: nothing was written. `last_good` is the newest
-    checkpoint a run can go back to."""
-
-    def __init__(self, message: str, last_good: Optional[Path]):
-        super().__init__(message)
-        self.last_good = last_good
 
 
 def checkpoint_name(step: int) -> str:
@@ -66,10 +51,14 @@ def list_checkpoints(ckpt_root: Path) -> list:
 
 
 def last_good_checkpoint(ckpt_root: Path) -> Optional[Path]:
-    """The newest complete checkpoint whose weights are finite, or None."""
+    """The newest complete checkpoint whose weights are finite and whose files match their manifest
+    (hashing it: about a second per GB), or None."""
     for ckpt in reversed(list_checkpoints(ckpt_root)):
-        if _weights_finite(ckpt):
-            return ckpt
+        try:
+            if _weights_finite(ckpt) and damage(ckpt) is None:
+                return ckpt
+        except CheckpointError:  # an unreadable manifest: not a checkpoint to fall back on
+            continue
     return None
 
 
@@ -129,9 +118,3 @@ def load_model_config(ckpt: Path) -> ModelConfig:
         return ModelConfig.from_dict(fields)
     except (OSError, json.JSONDecodeError, TypeError, ValueError) as e:
         raise CheckpointError(f"{ckpt}/{MODEL_CONFIG} is unreadable or invalid ({e}); the checkpoint is damaged")
-
-
-def first_line(error: BaseException) -> str:
-    """An exception's first line of text (its type name if it has none), at most 200 characters."""
-    text = str(error).strip()
-    return (text.splitlines()[0] if text else type(error).__name__)[:200]

@@ -2,6 +2,7 @@
 inference, and the training state (counters, optimizer, RNG) for a resume — nothing unpickled as objects."""
 import pickle
 import re
+import sys
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
@@ -9,10 +10,12 @@ import torch
 from safetensors.torch import load_file
 
 from model import Transformer
+from training.checkpoint.manifest import verify as verify_files
 from training.checkpoint.consistency import check_checkpoint_consistency
 from training.run_state import read_state
-from training.checkpoint.format import (OPTIMIZER, RNG, TIED_KEY, TOKENIZER, WEIGHTS, CheckpointError,
-                                        first_line, resolve_checkpoint)
+from training.checkpoint.errors import CheckpointError, first_line
+from training.checkpoint.format import (OPTIMIZER, RNG, TIED_KEY, TOKENIZER, WEIGHTS, nonfinite_tensors,
+                                        resolve_checkpoint)
 
 
 def read_weights(model: Transformer, ckpt: Path) -> Dict[str, torch.Tensor]:
@@ -32,6 +35,10 @@ def read_weights(model: Transformer, ckpt: Path) -> Dict[str, torch.Tensor]:
         if v.shape != expected[k].shape:
             raise CheckpointError(f"{ckpt}: weight {k} has shape {tuple(v.shape)}, "
                                   f"model config expects {tuple(expected[k].shape)}")
+    bad = nonfinite_tensors(weights)
+    if bad:  # never saved so: the file was damaged or written elsewhere; training or sampling from it is garbage
+        raise CheckpointError(f"{ckpt}/model.safetensors holds NaN or inf in {bad[0]} ({len(bad)} of {len(weights)} "
+                              "tensors); use another checkpoint (an earlier step, or checkpoints/best)")
     if TIED_KEY not in weights and TIED_KEY in model.state_dict():
         weights[TIED_KEY] = weights["embed_tokens.weight"]  # the tied head is the embedding
     return weights
@@ -42,12 +49,15 @@ def load_weights(model: Transformer, ckpt: Path) -> None:
     model.load_state_dict(read_weights(model, ckpt))
 
 
-def load_model(path: str, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
-               ) -> Tuple[Transformer, "object", Path]:
-    """Rebuild a Transformer + tokenizer from a checkpoint (dir, run dir or `latest`), for inference."""
+def load_model(path: str, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
+               verify: bool = True) -> Tuple[Transformer, "object", Path]:
+    """Rebuild a Transformer + tokenizer from a checkpoint (dir, run dir or `latest`), for inference: its
+    files verified against manifest.json (unless `verify` is off), then checked against each other."""
     from tokenizers import Tokenizer  # imported here so checkpoint saving does not need it
 
     ckpt = resolve_checkpoint(path)
+    if verify:
+        verify_files(ckpt, warn=lambda message: print(message, file=sys.stderr))
     cfg = check_checkpoint_consistency(ckpt)
     tokenizer = Tokenizer.from_file(str(ckpt / TOKENIZER))  # readable: checked above
     model = Transformer(cfg)
@@ -56,15 +66,15 @@ def load_model(path: str, device: str | torch.device = "cpu", dtype: torch.dtype
 
 
 def load_training_state(ckpt: Path) -> Tuple[dict, Optional[dict], dict]:
-    """(state.json, optimizer state or None, rng states) — all without unpickling objects."""
+    """(state.json, optimizer state, rng states) — all without unpickling objects; each one required."""
     ckpt = Path(ckpt)
     try:
         state = read_state(ckpt)
     except (OSError, ValueError) as e:
         raise CheckpointError(f"{ckpt}/state.json is unreadable ({first_line(e)}); resume from an older checkpoint")
-    opt_path = ckpt / OPTIMIZER
-    opt = _safe_torch_load(opt_path) if opt_path.exists() else None
-    return state, opt, _safe_torch_load(ckpt / RNG)
+    rng = _safe_torch_load(ckpt / RNG)
+    # A resume without its optimizer state would restart AdamW's moments and Muon's momentum silently.
+    return state, _safe_torch_load(ckpt / OPTIMIZER), rng
 
 
 def _safe_torch_load(path: Path):

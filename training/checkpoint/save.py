@@ -17,9 +17,10 @@ from safetensors.torch import save_file
 
 from data.tokenizer import SPECIAL_TOKENS_FILE
 from model import ModelConfig
+from training.checkpoint.errors import CheckpointError, CheckpointWriteError, NonFiniteCheckpoint
 from training.checkpoint.format import (CONFIG, MODEL_CONFIG, OPTIMIZER, RNG, STATE, TIED_KEY, TOKENIZER, WEIGHTS,
-                                        CheckpointError, CheckpointWriteError, NonFiniteCheckpoint, checkpoint_name,
-                                        last_good_checkpoint, list_checkpoints, nonfinite_tensors)
+                                        checkpoint_name, last_good_checkpoint, list_checkpoints, nonfinite_tensors)
+from training.checkpoint.manifest import MANIFEST, write_manifest
 from training.checkpoint.write_errors import ErrnoRecordingFile, is_write_failure, write_error_cause
 from training.run_state import write_state
 
@@ -28,7 +29,8 @@ def save_checkpoint(ckpt_root: Path, step: int, model_state: Dict[str, torch.Ten
                     tokenizer_path: Path, state: dict, config_yaml: str = "",  # state: RunState.to_json()
                     optimizer_state: Optional[dict] = None, keep_last: int = 3,
                     rng_state: Optional[dict] = None) -> Path:
-    """Write everything to `step_N.tmp`, then rename: a crash mid-save never damages older checkpoints.
+    """Write everything to `step_N.tmp`, manifest.json last, then rename: a crash mid-save never damages
+    older checkpoints, and a checkpoint is complete once its name has no `.tmp`.
 
     `rng_state`: every rank's generator states (`gather_rng_states`); by default this process's.
 
@@ -54,8 +56,9 @@ def save_checkpoint(ckpt_root: Path, step: int, model_state: Dict[str, torch.Ten
         (CONFIG, lambda p: p.write_text(config_yaml)),
         *([(OPTIMIZER, lambda p: _torch_save(optimizer_state, p))] if optimizer_state is not None else []),
         (RNG, lambda p: _torch_save(rng_state or rng_states_of_this_process(), p)),
-        # Last, since list_checkpoints takes a directory with state.json as complete.
         (STATE, lambda p: write_state(p, state)),
+        # Last: the size and SHA-256 of every file above, checked whenever the checkpoint is loaded.
+        (MANIFEST, lambda p: write_manifest(p.parent)),
     ]
     target = tmp
     try:

@@ -12,7 +12,7 @@ import resource
 from pathlib import Path
 from typing import Optional
 
-from training.checkpoint.format import first_line
+from training.checkpoint.errors import first_line
 
 # Below this much free space, a failed write on that disk is taken to be "disk full".
 NEARLY_FULL_BYTES = 1 << 20

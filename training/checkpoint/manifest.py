@@ -1,0 +1,77 @@
+"""manifest.json: every file of a checkpoint with its size and SHA-256, written last at save time and checked
+at every load, so bit rot, a truncated copy or an edited file is refused in one line naming the file.
+
+safetensors and torch.save keep no checksum: 64 flipped bytes inside a tensor load fine and train,
+evaluate and generate on, wrong. SHA-256 runs at ~1.3 GB/s on one core here (BENCHMARKS.md, checkpoint
+verification): about a second per GB, the cost of reading the checkpoint once more. Checkpoints written
+before manifests existed load with a warning that they cannot be verified.
+"""
+import hashlib
+import json
+from pathlib import Path
+from typing import Callable, Optional
+
+from training.checkpoint.errors import CheckpointError
+
+MANIFEST = "manifest.json"
+FORMAT = "minillama-checkpoint/1"
+CHUNK = 1 << 24  # 16 MiB reads: the hash, not the syscalls, sets the pace
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_manifest(ckpt: Path) -> None:
+    """manifest.json for every file in `ckpt` (the checkpoint's last file: it vouches for all the others)."""
+    files = sorted(p for p in Path(ckpt).iterdir() if p.is_file() and p.name != MANIFEST)
+    entries = {p.name: {"bytes": p.stat().st_size, "sha256": file_sha256(p)} for p in files}
+    (Path(ckpt) / MANIFEST).write_text(json.dumps({"format": FORMAT, "files": entries}, indent=2) + "\n")
+
+
+def read_manifest(ckpt: Path) -> Optional[dict]:
+    """{file name: {"bytes", "sha256"}}, or None for a checkpoint written before manifests."""
+    path = Path(ckpt) / MANIFEST
+    if not path.exists():
+        return None
+    try:
+        manifest = json.loads(path.read_text())
+        files = manifest["files"]
+        if manifest.get("format") != FORMAT or not isinstance(files, dict):
+            raise ValueError("not a minillama manifest")
+        return files
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{path} is unreadable ({e}); the checkpoint is damaged: use another one, or "
+                              "--no-verify / verify_checkpoint=false to load it unchecked") from None
+
+
+def damage(ckpt: Path) -> Optional[str]:
+    """What is wrong with `ckpt`'s files against its manifest (the first problem), or None if they match.
+    A checkpoint without a manifest (written before them) has nothing to check against: None."""
+    files = read_manifest(ckpt)
+    if files is None:
+        return None
+    for name, entry in files.items():
+        path = Path(ckpt) / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != entry["bytes"]:
+            return f"{name} has {path.stat().st_size:,} bytes, the manifest says {entry['bytes']:,} (truncated, corrupt or replaced)"
+        if file_sha256(path) != entry["sha256"]:
+            return f"{name} does not match its SHA-256 in the manifest (bit rot, or the file was edited)"
+    return None
+
+
+def verify(ckpt: Path, warn: Callable[[str], None] = lambda message: None) -> None:
+    """Raise CheckpointError naming the damaged file; warn once for a checkpoint that has no manifest."""
+    if read_manifest(ckpt) is None:
+        warn(f"warning: {ckpt} has no {MANIFEST} (written by an older minillama): its files cannot be verified")
+        return
+    problem = damage(ckpt)
+    if problem is not None:
+        raise CheckpointError(f"checkpoint {ckpt} is damaged: {problem}; use another checkpoint (an earlier step, "
+                              "or checkpoints/best), or --no-verify / verify_checkpoint=false to load it anyway")
