@@ -14,6 +14,7 @@ code under test is the real one — nothing in minillama knows about them:
   {"compile_backend": "aot_eager"} torch.compile (trainer.compile=true) uses this backend: dynamo and AOT
                                  autograd as in a real compile, without inductor's minute of C++ builds
   {"teardown_log": "FILE"}       append "<rank> <group up before> <group up after>" to FILE at each process-group teardown
+  {"metrics_disk_full_after": 3} metrics.jsonl's disk fills after 3 rows: every later write and the close fail (ENOSPC)
 """
 import json
 import os
@@ -57,6 +58,24 @@ def install(spec: dict) -> None:
             with open(spec["teardown_log"], "a") as f:
                 f.write(f"{os.environ.get('RANK', '0')} {before} {dist.is_initialized()}\n")
         distributed.teardown = logged_teardown
+
+    if "metrics_disk_full_after" in spec:
+        import errno
+
+        import training.metrics as metrics
+        real_append, budget = metrics.MetricsFile.append, {"rows": spec["metrics_disk_full_after"]}
+
+        class FullDisk:
+            def write(self, text):
+                raise OSError(errno.ENOSPC, "No space left on device")
+            close = flush = lambda self: FullDisk.write(self, "")
+
+        def append_until_full(self, row):
+            if budget["rows"] == 0:
+                self.file = FullDisk()
+            budget["rows"] -= 1
+            return real_append(self, row)
+        metrics.MetricsFile.append = append_until_full
 
     if "nan_steps" in spec:
         bad, real_call = set(spec["nan_steps"]), step_module.TrainStep.__call__

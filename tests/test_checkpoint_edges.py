@@ -150,7 +150,11 @@ def test_resolve_refuses_with_the_whole_message(tmp_path, model_and_path, monkey
     }
     (tmp_path / "tokenizer.json").write_text("{}")
     (tmp_path / "run" / "checkpoints").mkdir(parents=True)
-    messages[str(tmp_path / "run")] = f"run directory {tmp_path / 'run'} has no complete checkpoint"
+    (tmp_path / "killed").mkdir()  # killed before its first checkpoint: no checkpoints/ folder yet
+    (tmp_path / "killed" / "config.yaml").write_text("seed: 0\n")
+    for run in ("run", "killed"):
+        messages[str(tmp_path / run)] = (f"run directory {tmp_path / run} has no complete checkpoint (it stopped "
+                                         "before its first checkpoint was written): start the run again")
     for given, message in messages.items():
         with pytest.raises(CheckpointError) as raised:
             resolve_checkpoint(given)

@@ -193,6 +193,17 @@ def test_skip_nonfinite_steps_skips_the_update_and_stops_at_n_in_a_row(tmp_path,
     assert proc.returncode == 1 and "3 non-finite steps in a row" in proc.stderr.splitlines()[-1]
 
 
+def test_a_disk_that_fills_while_logging_is_one_line_error_not_a_chained_traceback(tmp_path, cache_dir):
+    proc = run_faulty(tmp_path, {"metrics_disk_full_after": 3}, "trainer.log_interval=1", cache_dir=cache_dir,
+                      check=False)
+    assert proc.returncode == 1
+    (run,) = run_dirs(tmp_path)
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: cannot write metrics: no space left on device while writing {run / 'metrics.jsonl'}; free space on "
+        f"the disk holding {run} (or lower trainer.keep_last)")
+    assert "Traceback" not in proc.stderr
+
+
 def test_sigterm_during_a_periodic_save_saves_once_and_exits_143(tmp_path, cache_dir):
     log = tmp_path / "saves"
     proc = run_faulty(tmp_path, {"signal_in_save": int(signal.SIGTERM), "save_log": str(log)}, *EXACT,

@@ -227,3 +227,24 @@ def test_wandb_without_a_key_never_prompts_on_a_terminal(tmp_path, cache_dir, en
             "error: WANDB_MODE=online but no API key is configured; run `wandb login` or set WANDB_API_KEY, "
             "or use logger.wandb=offline")
         assert run_dirs(tmp_path) == [], "a failed start left a run dir"
+
+
+def test_a_resume_keeps_the_runs_bookkeeping(tmp_path, cache_dir):
+    """Everything state.json carries besides weights, losses and RNG survives a resume: the best bpb and its
+    step (a worse eval after the resume must not replace checkpoints/best), the skipped non-finite steps and
+    the training time."""
+    first = run_faulty(tmp_path, {"val_bpb": [3.0, 2.5], "nan_steps": [3]}, "trainer.max_steps=6",
+                       "trainer.stop_at_step=4", "trainer.eval_interval=2", "trainer.ckpt_interval=2",
+                       "trainer.skip_nonfinite_steps=2", cache_dir=cache_dir)
+    assert "skipped 1 non-finite step(s)" in first.stdout
+    (run,) = run_dirs(tmp_path)
+    at_stop = json.loads((run / "checkpoints" / "step_0000004" / "state.json").read_text())
+    assert (at_stop["best_val_bpb"], at_stop["best_step"], at_stop["skipped_steps"]) == (2.5, 4, 1)
+    resumed = run_faulty(tmp_path, {"val_bpb": [2.8]}, f"resume={run}", "trainer.eval_interval=6",
+                         cache_dir=cache_dir)
+    final = json.loads((run / "checkpoints" / "step_0000006" / "state.json").read_text())
+    assert (final["best_val_bpb"], final["best_step"], final["skipped_steps"]) == (2.5, 4, 1)
+    assert [p.name for p in (run / "checkpoints" / "best").iterdir()] == ["step_0000004"]
+    assert final["elapsed_s"] > at_stop["elapsed_s"]
+    assert f"best val bits per byte 2.5000 at step 4: {run}/checkpoints/best" in resumed.stdout
+    assert "skipped 1 non-finite step(s)" in resumed.stdout  # the summary counts the whole run

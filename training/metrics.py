@@ -21,6 +21,7 @@ class MetricsFile:
 
     def __init__(self, run_dir: Path, resume_step=None):
         self.path = Path(run_dir) / FILE_NAME
+        self.failed = False  # a write was refused: said once, in one line
         try:
             if resume_step is not None:
                 self._truncate_after(resume_step)  # rows past the checkpoint will be logged again
@@ -34,11 +35,18 @@ class MetricsFile:
         try:
             self.file.write(json.dumps(row) + "\n")
         except OSError as e:  # full disk, quota, …: one line, not a traceback from inside the loop
+            self.failed = True
             raise WriteError(f"cannot write metrics: {write_error_cause(e, self.path)}") from e
         return row
 
     def close(self) -> None:
-        self.file.close()
+        """Close the file. After a refused write, closing flushes the same unwritten line into the same full
+        disk: that second failure is the first one again, and must not bury its one-line error."""
+        try:
+            self.file.close()
+        except OSError as e:
+            if not self.failed:
+                raise WriteError(f"cannot write metrics: {write_error_cause(e, self.path)}") from e
 
     def _truncate_after(self, step: int) -> None:
         if not self.path.exists():

@@ -98,10 +98,11 @@ def resolve_checkpoint(path: str, outputs_dir: str = "outputs") -> Path:
     p = Path(path)
     if not p.exists():
         raise CheckpointError(f"{path} does not exist; pass a checkpoint directory, a run directory or 'latest'")
-    if (p / "checkpoints").is_dir():
+    if (p / "checkpoints").is_dir() or _is_run_dir(p):
         ckpts = list_checkpoints(p / "checkpoints")
         if not ckpts:
-            raise CheckpointError(f"run directory {path} has no complete checkpoint")
+            raise CheckpointError(f"run directory {path} has no complete checkpoint (it stopped before its first "
+                                  "checkpoint was written): start the run again")
         return ckpts[-1]
     if list_checkpoints(p):  # a directory of step_* checkpoints
         return list_checkpoints(p)[-1]
@@ -110,6 +111,11 @@ def resolve_checkpoint(path: str, outputs_dir: str = "outputs") -> Path:
         raise CheckpointError(f"{path} is not a minillama checkpoint (missing {', '.join(missing)}); "
                               "pass a directory like outputs/<run>/checkpoints/step_0001000")
     return p
+
+
+def _is_run_dir(path: Path) -> bool:
+    """A run directory that has not written a checkpoint yet: train.py writes config.yaml first."""
+    return (path / "config.yaml").is_file() and not (path / MODEL_CONFIG).exists()
 
 
 def load_model_config(ckpt: Path) -> ModelConfig:
