@@ -1,5 +1,10 @@
 """prepare(): documents -> tokenizer -> train.bin / val.bin + meta.json, cached per (source, tokenizer)."""
+import contextlib
+import errno
+import fcntl
+import os
 import shutil
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -36,11 +41,15 @@ class PreparedData:
 
 
 def prepare(cfg: DataConfig, *, seq_len: Optional[int] = None, model_vocab_size: Optional[int] = None,
-            log: Callable[[str], None] = print) -> PreparedData:
+            log: Callable[[str], None] = print, warn: Optional[Callable[[str], None]] = None) -> PreparedData:
     """Build the token cache for `cfg`, or find it; then check it fits `seq_len` and the model's vocab.
 
-    A second call with the same settings reads only meta.json (it doesn't even import `datasets`).
+    A second call with the same settings reads only meta.json (it doesn't even import `datasets`), and
+    needs no write access. A build takes a lock on data.cache_dir: one builder at a time (ranks, runs).
+    `log` gets progress lines (stdout), `warn` what is not progress (stderr); both default to printing
+    unless `log` is given, then `warn` follows it (a quiet rank passes a no-op).
     """
+    warn = warn or (log if log is not print else (lambda message: print(message, file=sys.stderr)))
     check_config(cfg)
     tokenizer_identity, expected_vocab = _tokenizer_identity(cfg)
     if model_vocab_size is not None:  # fail before an expensive build, not after
@@ -49,9 +58,12 @@ def prepare(cfg: DataConfig, *, seq_len: Optional[int] = None, model_vocab_size:
                 "budgets": [cfg.token_budget, cfg.val_token_budget]}
     cache_root = Path(cfg.cache_dir).resolve()
     directory = cache_root / f"{cfg.source}-{cache_key(identity)}"
-    meta = read_meta(directory)
+    meta = read_meta(directory)  # a hit needs no write access: a shared, read-only cache serves every run
     if meta is None:
-        meta = _build(cfg, directory, cache_root, log)
+        with _build_lock(cache_root, warn):
+            meta = read_meta(directory)  # built while this process waited for the lock?
+            if meta is None:
+                meta = _build(cfg, directory, cache_root, log)
     else:
         log(f"data: using cache {directory}")
         if meta.get("val_rule"):
@@ -93,7 +105,52 @@ def _check_vocab(max_id: int, model_vocab: int, cfg: DataConfig) -> None:
                     f"set model.vocab_size>={max_id + 1} (it follows data.vocab_size unless set)")
 
 
+@contextlib.contextmanager
+def _build_lock(cache_root: Path, warn):
+    """One builder per cache folder at a time — the ranks of a torchrun job, concurrent runs: the others
+    wait and then find the cache built. Taken on a miss only."""
+    try:
+        cache_root.mkdir(parents=True, exist_ok=True)
+        lock = open(cache_root / ".prepare.lock", "w")
+    except OSError as e:
+        raise DataError(f"data.cache_dir {cache_root} holds no cache for these settings and cannot be written to "
+                        f"({_cause(e)}); point data.cache_dir at a writable directory, or prepare the cache there "
+                        "first") from None
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            warn(f"data: waiting for another process preparing data in {cache_root}")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            # Leave nothing behind. A process that opened this file before the unlink still gets its
+            # lock and a newcomer a new one: at worst two builders, whose publish() keeps one cache.
+            with contextlib.suppress(OSError):
+                os.unlink(cache_root / ".prepare.lock")
+
+
+WRITE_REFUSED = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def _cause(error: OSError) -> str:
+    return os.strerror(error.errno).lower() if error.errno else str(error).splitlines()[0]
+
+
 def _build(cfg: DataConfig, directory: Path, cache_root: Path, log) -> Dict[str, Any]:
+    """_make_cache, with a write the disk refuses (full, quota, file-size limit, read-only) as one line."""
+    try:
+        return _make_cache(cfg, directory, cache_root, log)
+    except OSError as e:
+        if e.errno not in WRITE_REFUSED:
+            raise
+        where = f" while writing {e.filename}" if e.filename else ""
+        raise DataError(f"cannot prepare the data in {cache_root}: {_cause(e)}{where}; nothing was kept (a half-built "
+                        "cache is deleted); free space there, or point data.cache_dir at another disk") from None
+
+
+def _make_cache(cfg: DataConfig, directory: Path, cache_root: Path, log) -> Dict[str, Any]:
     start = time.perf_counter()
     log(f"data: preparing {cfg.source} into {directory}")
     with publish(directory) as work:
@@ -108,7 +165,8 @@ def _build(cfg: DataConfig, directory: Path, cache_root: Path, log) -> Dict[str,
         for name, split, budget in (("train", splits.train, cfg.token_budget), ("val", splits.val, cfg.val_token_budget)):
             stats[name] = write_split(split, encoder, work / f"{name}.bin", dtype, budget, cfg.num_proc, name, scratch)
             if stats[name].documents == 0:
-                raise DataError(f"the {name} split of {cfg.path or cfg.source} has no text after dropping empty documents; "
+                raise DataError(f"the {name} split of {cfg.path or cfg.source} has no text after dropping empty documents "
+                                f"(all {stats[name].dropped:,} are empty or have no '{splits.text_column}' field); "
                                 "check data.text_column and the files")
         shutil.rmtree(scratch, ignore_errors=True)
         meta = {
@@ -116,12 +174,17 @@ def _build(cfg: DataConfig, directory: Path, cache_root: Path, log) -> Dict[str,
             "tokenizer_hash": file_hash(work / TOKENIZER_FILE), "tokenizer_trained": cfg.tokenizer_path is None,
             "vocab_size": vocab_size, "dtype": dtype, **ids,
             "val_rule": splits.val_rule, "val_files": splits.val_files,
-            **{f"{name}_{field}": getattr(s, field) for name, s in stats.items() for field in ("tokens", "bytes", "documents")},
+            **{f"{name}_{field}": getattr(s, field) for name, s in stats.items()
+               for field in ("tokens", "bytes", "documents", "dropped")},
             "prepare_seconds": round(time.perf_counter() - start, 3),
         }
         write_json(work / META_FILE, meta)  # last: a directory with meta.json is complete
     log(f"data: {meta['train_tokens']:,} train / {meta['val_tokens']:,} val tokens, "
         f"{meta['train_bytes'] / max(meta['train_tokens'], 1):.2f} bytes/token, {meta['prepare_seconds']:.1f}s")
+    dropped = meta["train_dropped"] + meta["val_dropped"]
+    if dropped:
+        log(f"data: dropped {dropped:,} of {dropped + meta['train_documents'] + meta['val_documents']:,} documents "
+            f"with no text (empty, whitespace only, or no '{splits.text_column}' field: data.text_column)")
     log(f"data: validation: {meta['val_rule']}")
     return meta
 

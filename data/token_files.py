@@ -16,25 +16,29 @@ class SplitStats:
     tokens: int = 0
     bytes: int = 0  # UTF-8 bytes of the documents behind the tokens: the denominator of bits-per-byte
     documents: int = 0
+    dropped: int = 0  # documents without text: empty, whitespace only, or missing the text field
 
 
 class DocumentEncoder:
     """The batched map function: texts -> token ids + EOS, and each text's UTF-8 byte count.
 
-    Empty and whitespace-only documents are dropped here, in the same pass. A class rather than
-    a closure so `datasets` can pickle it into `num_proc` workers.
+    A document without text (empty, whitespace only, or None: a jsonl row without the field) gives an
+    empty row, which the writer counts and drops. A class rather than a closure so `datasets` can
+    pickle it into `num_proc` workers.
     """
 
     def __init__(self, tokenizer: Tokenizer, text_column: str, eos_id: int):
         self.tokenizer, self.text_column, self.eos_id = tokenizer, text_column, eos_id
 
     def __call__(self, batch: Dict[str, list]) -> Dict[str, list]:
-        texts = [t for t in batch[self.text_column] if t and not t.isspace()]
-        encodings = self.tokenizer.encode_batch(texts)
-        return {
-            "ids": [encoding.ids + [self.eos_id] for encoding in encodings],
-            "num_bytes": [len(text.encode("utf-8")) for text in texts],
-        }
+        rows = batch[self.text_column]
+        kept = [i for i, t in enumerate(rows) if t and not t.isspace()]
+        encodings = iter(self.tokenizer.encode_batch([rows[i] for i in kept]))
+        ids, num_bytes, keep = [], [], set(kept)
+        for i, text in enumerate(rows):
+            ids.append(next(encodings).ids + [self.eos_id] if i in keep else [])
+            num_bytes.append(len(text.encode("utf-8")) if i in keep else 0)
+        return {"ids": ids, "num_bytes": num_bytes}
 
 
 def write_split(dataset, encoder: DocumentEncoder, out: Path, dtype: str, budget: Optional[int],
@@ -53,6 +57,9 @@ def write_split(dataset, encoder: DocumentEncoder, out: Path, dtype: str, budget
     progress = tqdm(total=budget, unit="tok", unit_scale=True, desc=f"Writing {name}", disable=not streaming)
     with open(out, "wb") as file:
         for table in tokenized.with_format("arrow").iter(batch_size=BATCH_SIZE):
+            empty = pc.equal(pc.list_value_length(table.column("ids")), 0)
+            stats.dropped += int(pc.sum(empty).as_py() or 0)
+            table = table.filter(pc.invert(empty))
             ids, lengths = table.column("ids"), pc.list_value_length(table.column("ids")).to_numpy()
             num_bytes = table.column("num_bytes").to_numpy()
             kept = len(lengths)
@@ -75,8 +82,7 @@ def _tokenize(dataset, encoder: DocumentEncoder, num_proc: int, name: str, work_
     import datasets
 
     features = datasets.Features({"ids": datasets.List(datasets.Value(dtype)), "num_bytes": datasets.Value("int64")})
-    # Only the text column goes in, so every input column can be removed: a batched map may
-    # then return fewer rows than it got (the dropped empty documents).
+    # Only the text column goes in, so every input column can be removed.
     dataset = dataset.select_columns([encoder.text_column])
     common = dict(batched=True, batch_size=BATCH_SIZE, remove_columns=[encoder.text_column], features=features)
     if isinstance(dataset, datasets.IterableDataset):
