@@ -109,6 +109,10 @@ def resolve_local(cfg: DataConfig):
         files, kind = _files_under(root), "saved" if saved else "folder"
         if not files:
             raise DataError(f"folder '{root}' holds no files; point data.path at your data files")
+        if not saved and not any(_builder_of(f) for f in _data_files(files)):
+            found = ", ".join(f.name for f in files[:3]) + (", …" if len(files) > 3 else "")
+            raise DataError(f"folder '{root}' holds no text data ({found}); supported files are "
+                            f"{', '.join(BUILDERS)} (optionally compressed)")
     else:
         files = [Path(f) for pattern in patterns for f in _expand(pattern)]
         kind = _builder_for(files)

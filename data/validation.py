@@ -79,8 +79,11 @@ def hold_out_documents(train, cfg: DataConfig, where: str) -> Tuple[object, obje
                 train.filter(partial(keep, want=True), with_indices=True, batched=True),
                 f"about {cfg.val_fraction:.0%} of the streamed documents, chosen by a hash of data.seed")
     if len(train) < 2:
-        raise DataError(f"{where} has {len(train)} document(s), too few to hold out validation; "
-                        "add documents, use data.sample_by=paragraph, or give a validation split")
+        finer = {"document": "use data.sample_by=paragraph (or line)", "paragraph": "use data.sample_by=line"}
+        ways = [finer[cfg.sample_by]] if cfg.sample_by in finer else []
+        raise DataError(f"{where} has {len(train)} document(s), too few to hold out validation (data.sample_by="
+                        f"{cfg.sample_by}); {', '.join(ways + ['add documents or files'])}, or give a validation split "
+                        "(data.val_split)")
     parts = train.train_test_split(test_size=cfg.val_fraction, seed=cfg.seed)
     rule = f"{len(parts['test']):,} of {len(train):,} documents ({cfg.val_fraction:.0%}), chosen by data.seed"
     return parts["train"], parts["test"], rule

@@ -49,13 +49,41 @@ def test_text_column_that_is_not_text(tmp_path, documents):
 def test_no_text_after_cleaning(tmp_path):
     path = tmp_path / "blank.jsonl"
     path.write_text("".join(json.dumps({"text": t}) + "\n" for t in ["", "  ", "\n\n", "\t"] * 10))
-    fails(local(tmp_path, str(path)), r"no text after dropping empty documents")
+    fails(local(tmp_path, str(path)), r"no text after dropping empty documents \(all \d+ are empty or have no 'text' field\)")
+
+
+def test_rows_without_the_text_field_are_counted_and_reported(tmp_path, documents):
+    """A jsonl row without data.text_column used to vanish silently: the summary counts what was dropped."""
+    path = tmp_path / "mixed.jsonl"
+    rows = [{"text": d} for d in documents[:60]] + [{"body": "wrong field"}] * 7 + [{"text": "  "}] * 3
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    said = []
+    data = prepare(local(tmp_path, str(path)), log=said.append)
+    assert data.meta["train_dropped"] + data.meta["val_dropped"] == 10
+    assert data.meta["train_documents"] + data.meta["val_documents"] == 60
+    assert any(line.startswith("data: dropped 10 of 70 documents with no text (empty, whitespace only, or no 'text' "
+                               "field: data.text_column)") for line in said), said
 
 
 def test_too_few_documents_to_hold_out(tmp_path):
     path = tmp_path / "one.txt"
     path.write_text("a single paragraph")
     fails(local(tmp_path, str(path)), r"1 document\(s\), too few to hold out validation")
+
+
+def test_one_long_line_and_a_folder_without_text_get_advice_that_applies(tmp_path):
+    """A file with no blank line is one paragraph (the default split): the advice names the next finer
+    split, not the setting already in use; a folder of images and binaries holds no text at all."""
+    line = tmp_path / "line.txt"
+    line.write_text("word " * 20000)  # one line, no paragraphs
+    fails(local(tmp_path, str(line)), r"1 document\(s\), too few to hold out validation \(data.sample_by=paragraph\); "
+                                      r"use data.sample_by=line, add documents or files, or give a validation split")
+    folder = tmp_path / "binaries"
+    folder.mkdir()
+    (folder / "cover.png").write_bytes(b"\x89PNG" + bytes(100))
+    (folder / "weights.bin").write_bytes(bytes(100))
+    fails(local(tmp_path, str(folder)), r"folder '.*binaries' holds no text data \(cover.png, weights.bin\); "
+                                        r"supported files are .txt")
 
 
 def test_vocab_too_small_for_the_special_tokens(tmp_path):
