@@ -80,6 +80,11 @@ def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
                     checkpointer.save(state)
         if signum is not None and checkpointer.saved_step != state.step:  # not twice if it just saved
             checkpointer.save(state)
+    except RuntimeError as e:
+        if D.peer_lost(e, info):  # a rank died: say so, not gloo's "Connection reset by peer" traceback
+            raise D.PeerLost(f"rank {info.rank} lost contact with the other ranks ({str(e).strip()[:200]}): another process "
+                             f"of this torchrun job died or was killed; {_last_checkpoint(checkpointer)}") from None
+        raise
     finally:
         log.close()
         stop.restore()
@@ -88,6 +93,11 @@ def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
             f"resume with: python train.py resume={run.run_dir}")
     return Outcome(state, last_eval, signum, checkpointer.last_path, state.tokens_seen - tokens_before,
                    time.time() - t0)
+
+
+def _last_checkpoint(checkpointer: Checkpointer) -> str:
+    last = checkpointer.last_good()
+    return f"the last checkpoint, {last}, is intact: resume from it" if last else "no checkpoint was written yet"
 
 
 def agreed_signal(stop: StopFlag, info: D.DistInfo) -> Optional[int]:

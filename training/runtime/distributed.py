@@ -51,6 +51,18 @@ def join(info: DistInfo, timeout_s: int) -> None:
     info.cpu_group = dist.new_group(backend="gloo", timeout=timeout) if info.device.type == "cuda" else None
 
 
+class PeerLost(ValueError):
+    """Another rank of the job died mid-run: this one cannot go on (one line, not gloo's traceback)."""
+
+
+PEER_GONE = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "Socket closed")
+
+
+def peer_lost(error: BaseException, info: DistInfo) -> bool:
+    """Whether `error`, raised inside a collective, means another rank is gone (its socket closed)."""
+    return info.world_size > 1 and any(text in str(error) for text in PEER_GONE)
+
+
 def teardown() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
@@ -68,11 +80,6 @@ def agree_max(values: list, info: DistInfo) -> list:
     flags = torch.tensor(values, dtype=torch.int64)
     dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=info.cpu_group)
     return flags.tolist()
-
-
-def barrier(info: DistInfo) -> None:
-    if info.world_size > 1:
-        dist.barrier()
 
 
 def broadcast_object(obj, info: DistInfo):

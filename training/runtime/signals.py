@@ -23,10 +23,6 @@ class StopFlag:
         self.signum: Optional[int] = None
         self._previous = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
 
-    @property
-    def signal(self) -> Optional[str]:
-        return signal.Signals(self.signum).name if self.signum else None
-
     def _handle(self, signum, frame):
         if self.signum is not None:  # a second Ctrl-C means "now", not "after the checkpoint"
             raise StoppedNow(signum)
