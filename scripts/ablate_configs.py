@@ -1,39 +1,25 @@
 """The protocol's cells as train.py configs, through Hydra's compose API: every (size, variant) is
 composed and its model built (on the meta device) before anything trains — a typo fails in seconds,
 not an hour in — giving the parameter counts and each size's workload for the cost estimate."""
-from pathlib import Path
 from typing import Dict, List, Tuple
 
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
-from omegaconf import OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from analysis.cost import Budget
+from cli.config import compose_train_config
 from analysis.protocol import ProtocolError, Spec
 from model import Transformer
-from train import register_configs
 from training.config import TrainConfig
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 UNKNOWN_EVAL_WINDOWS = 256  # trainer.eval_windows=all: the split's size is only known once data is prepared
 
 
 def compose_config(overrides: List[str]) -> TrainConfig:
     """The typed config train.py would run with these command-line overrides."""
-    register_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        cfg = compose("train", overrides=overrides, return_hydra_config=True)
-        HydraConfig.instance().set_config(cfg)  # so ${hydra:runtime.choices.*} resolves
-        with open_dict(cfg):
-            del cfg["hydra"]
-        plain = OmegaConf.to_container(cfg, resolve=True)
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), plain))
+    return compose_train_config(overrides)[0]
 
 
 def validate(spec: Spec) -> Tuple[Dict[str, Dict[str, dict]], Dict[str, Budget]]:

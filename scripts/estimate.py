@@ -17,12 +17,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
-from hydra.core.hydra_config import HydraConfig  # noqa: E402
-from hydra.errors import HydraException  # noqa: E402
-from omegaconf import OmegaConf, open_dict  # noqa: E402
-from omegaconf.errors import OmegaConfBaseException  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
 
+from cli.config import compose_run_config as compose_config  # noqa: E402
 from model import Transformer  # noqa: E402
 from model.flops import training_flops_per_token  # noqa: E402
 from training.loss import CausalLMLoss  # noqa: E402
@@ -59,18 +56,6 @@ def parse_args(argv) -> tuple:
     if args.mfu_from and not (Path(args.mfu_from) / "metrics.jsonl").is_file():
         raise ValueError(f"--mfu-from {args.mfu_from}: no metrics.jsonl there; pass a run directory")
     return args, overrides
-
-
-def compose_config(overrides: list):
-    """The typed TrainConfig train.py would run with these overrides (same composition and checks)."""
-    import train as train_module  # registers the schema; importing runs no training
-    train_module.register_configs()
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        dict_cfg = compose("train", overrides=overrides, return_hydra_config=True)
-        HydraConfig.instance().set_config(dict_cfg)  # resolves ${hydra:...} in run_name
-        with open_dict(dict_cfg):
-            del dict_cfg["hydra"]  # as @hydra.main hands it to train.py
-        return train_module.resolve_config(dict_cfg)[0]
 
 
 def loss_builder(cfg, chunk_above):
@@ -285,7 +270,7 @@ def main(argv=None) -> int:
         report(args, cfg)
         if args.measure:
             compare_with_measurement(compose_config([*overrides, "trainer.precision=fp32", "trainer.device=cpu"]))
-    except (HydraException, OmegaConfBaseException, ValueError) as e:
+    except ValueError as e:
         print(f"error: {str(e).strip().splitlines()[0]}", file=sys.stderr)
         return 1
     return 0

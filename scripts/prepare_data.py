@@ -11,25 +11,17 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from hydra import compose, initialize_config_dir  # noqa: E402
-from hydra.errors import HydraException  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
-from omegaconf.errors import OmegaConfBaseException  # noqa: E402
-
-from data import DataConfig, DataError, prepare  # noqa: E402
+from cli.config import compose_train_config  # noqa: E402
+from data import prepare  # noqa: E402
 
 
 def load_config(overrides):
     """(DataConfig with an absolute cache_dir, trainer.seq_len, model.vocab_size) from the composed config."""
-    from train import register_configs  # the typed schema train.yaml builds on
-
-    register_configs()
-    with initialize_config_dir(config_dir=os.path.join(REPO, "configs"), version_base="1.3"):
-        cfg = compose("train", overrides=overrides)
-    data = DataConfig(**OmegaConf.to_container(cfg.data, resolve=True))
+    cfg, _ = compose_train_config(overrides)
+    data = cfg.data
     # Relative paths mean "from where the command runs", exactly as in train.py.
     data.cache_dir = os.path.abspath(data.cache_dir)
-    return data, int(cfg.trainer.seq_len), int(cfg.model.vocab_size)
+    return data, cfg.trainer.seq_len, cfg.model.vocab_size
 
 
 def report(data, seconds: float) -> str:
@@ -61,7 +53,7 @@ def main(argv) -> int:
         start = time.perf_counter()
         data = prepare(data_cfg, seq_len=seq_len, model_vocab_size=model_vocab_size)
         print(report(data, time.perf_counter() - start))
-    except (DataError, HydraException, OmegaConfBaseException) as error:
+    except ValueError as error:
         print(f"error: {str(error).splitlines()[0]}", file=sys.stderr)
         return 1
     return 0
