@@ -11,11 +11,11 @@ import torch
 import yaml
 from matplotlib import image
 
-from analysis.protocol import load_spec_file
+from analysis.ablation.configs import validate
+from analysis.ablation.protocol import load_spec_file
+from cli.ablate import DEFAULT_PROTOCOL
 from cli.config import compose
 from model import Transformer
-from scripts.ablate import DEFAULT_PROTOCOL
-from scripts.ablate_configs import validate
 from tests import forked
 from tests.test_configs import compose_typed
 from tests.train_helpers import REPO, interrupt_once_training, launch, read_metrics
@@ -146,7 +146,7 @@ def test_protocol_preset_is_the_documented_cpu_budget():
 def validated(path):
     """(spec, models, budgets) of a protocol file; composing every cell takes seconds, so once."""
     spec = load_spec_file(path)
-    return (spec, *validate(spec))  # raises, naming the cell, if one does not compose or build
+    return (spec, *validate(spec, compose_typed))  # raises, naming the cell, if one does not compose or build
 
 
 @pytest.mark.parametrize("protocol", sorted(p.name for p in DEFAULT_PROTOCOL.parent.glob("*.yaml")))
