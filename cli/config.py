@@ -28,7 +28,7 @@ TOP_LEVEL_KEYS = ("seed", "run_name", "outputs_dir")
 
 
 class ConfigError(ValueError):
-    pass
+    """A config that does not compose, or whose values do not fit together: one line naming the value."""
 
 
 def register_configs() -> None:

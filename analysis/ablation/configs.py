@@ -1,10 +1,6 @@
-"""The protocol's cells as train.py configs. Before anything trains, every (size, variant) is composed
-and its model built (on the meta device) — a typo fails in seconds, not an hour in — giving the
-parameter counts and each size's workload for the cost estimate. Each cell then becomes a generated
-Hydra config option (`+cell=<name>`, a file under the protocol's configs/cell/), and a stage ONE
-`python train.py -m` multirun over those options: one interpreter for all its jobs, and any Hydra
-launcher (submitit/Slurm) runs it unchanged. Hydra itself stays in cli/: composing a config and
-reading an override are functions the caller passes in (cli.config)."""
+"""The protocol's cells as train.py configs: each composed and built (meta device) before anything
+trains, so a typo fails in seconds, then written as a generated Hydra option (`+cell=<name>`) that ONE
+`python train.py -m` multirun per stage runs. Composing and parsing overrides are passed in (cli.config)."""
 import copy
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple

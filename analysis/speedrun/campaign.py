@@ -1,8 +1,6 @@
-"""Running the speedrun: per recipe a probe run calibrates trainer.max_steps to the budget (or the
-reference's probe, its step time scaled), then every seed trains those steps and its final checkpoint
-is scored on the whole validation split. Resumable: a finished run is kept, one cut off midway is
-moved to <dir>/discarded/ and redone. Composing a config and scoring a checkpoint are the caller's
-(cli/speedrun.py): this package stays free of Hydra and of the data pipeline."""
+"""Running the speedrun: a probe calibrates each recipe's trainer.max_steps to the budget, every seed
+trains those steps, its final checkpoint is scored on the whole validation split; a cut-off run is moved
+aside and redone. Composing a config and scoring a checkpoint are passed in (cli/speedrun.py)."""
 import contextlib
 import json
 import os
