@@ -10,68 +10,24 @@ import sys
 from pathlib import Path
 
 import hydra
-from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import CompactHydraException
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf import DictConfig
 
+from cli.config import register_configs, resolve_config
 from data import prepare
 from training.runtime import distributed as D
 from training import report
 from training.runtime import run_dir as R
-from training.checkpoint import resolve_checkpoint
 from training.checkpoint.cleanup import clean_partial_checkpoints
-from training.checkpoint.consistency import check_checkpoint_consistency, check_resume_fits
+from training.checkpoint.consistency import check_resume_fits
 from training.config import TrainConfig
 from training.loop import RunSpec, train
 from training.runtime.signals import StoppedNow, exit_status, signal_name
 
-TOP_LEVEL_KEYS = ("seed", "run_name", "outputs_dir")
-
-
-class ConfigError(ValueError):
-    pass
-
-
 class JobFailed(CompactHydraException):
     """A multirun job's one-line error: Hydra records it, runs the other jobs, then reports it."""
-
-
-def register_configs() -> None:
-    """Typed schema under the YAML: a typo'd key or a wrong type fails at composition."""
-    ConfigStore.instance().store(name="train_schema", node=TrainConfig)
-
-
-def resolve_config(dict_cfg: DictConfig) -> tuple:
-    """(typed config, its YAML, checkpoint to resume or None). A resume takes the checkpoint's saved
-    config; command-line key overrides (e.g. trainer.max_steps=…) still apply on top."""
-    resume_ckpt = None
-    if dict_cfg.resume:
-        resume_ckpt = resolve_checkpoint(dict_cfg.resume, dict_cfg.outputs_dir)
-        check_checkpoint_consistency(resume_ckpt)  # its files must agree before anything trusts them
-        overrides = [o.lstrip("+") for o in HydraConfig.get().overrides.task if not o.startswith("resume=")]
-        groups = [o for o in overrides if "." not in o.split("=")[0] and o.split("=")[0] not in TOP_LEVEL_KEYS]
-        if groups:  # the checkpoint's config already holds the composed groups
-            print(f"resume: config groups come from the checkpoint; ignoring {' '.join(groups)}", file=sys.stderr)
-        overrides = [o for o in overrides if o not in groups]
-        saved = OmegaConf.load(resume_ckpt / "config.yaml")
-        saved.trainer.stop_at_step = None  # an early stop applies to the run that stopped, not the resume
-        dict_cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), saved, OmegaConf.from_dotlist(overrides))
-    try:
-        plain = OmegaConf.to_container(dict_cfg, resolve=True)
-        plain.pop("hydra", None)
-        plain["resume"] = None
-        cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), plain))
-    except OmegaConfBaseException as e:
-        raise ConfigError(str(e).splitlines()[0])
-    if cfg.trainer.seq_len > cfg.model.max_seq_len:
-        raise ConfigError(f"trainer.seq_len={cfg.trainer.seq_len} exceeds model.max_seq_len={cfg.model.max_seq_len}; "
-                          "lower the first or raise the second")
-    if resume_ckpt is not None:
-        check_resume_fits(resume_ckpt, cfg.model)  # model.* overrides may not change the architecture
-    return cfg, OmegaConf.to_yaml(plain), resume_ckpt
 
 
 def prepare_data(cfg: TrainConfig, info: D.DistInfo):

@@ -5,11 +5,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import matplotlib
 
-matplotlib.use("Agg")  # files only: works on a headless machine and in tests
-import matplotlib.pyplot as plt  # noqa: E402
-
-from analysis.reference import Versus  # noqa: E402
-from analysis.stats import CI, TTest  # noqa: E402
+from analysis.plots import figure, save
+from analysis.reference import Versus
+from analysis.stats import CI, TTest
 
 MARKERS = "osD^vP*X"
 
@@ -18,7 +16,7 @@ def plot_forest(groups: Dict[str, Sequence[Versus]], path: Path, unit: str = "bp
     """One row per variant: its paired Δ vs the reference with the 95 % CI, one marker per group
     (model size); a dashed line at 0 (no difference). Left of it = the variant is better."""
     labels = list(dict.fromkeys(p.variant.label for pairs in groups.values() for p in pairs))
-    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.55 * len(labels) * max(1, len(groups)) ** 0.5))
+    fig, ax = figure(figsize=(8, 1.2 + 0.55 * len(labels) * max(1, len(groups)) ** 0.5))
     offsets = _offsets(len(groups))
     for (name, pairs), offset, marker in zip(groups.items(), offsets, MARKERS):
         ys, xs, errors, colours = [], [], [[], []], []
@@ -43,16 +41,16 @@ def plot_forest(groups: Dict[str, Sequence[Versus]], path: Path, unit: str = "bp
     ax.grid(axis="x", alpha=0.3)
     if len(groups) > 1:
         ax.legend(title="size", loc="best")
-    _save(fig, path)
+    save(fig, path)
 
 
 def plot_delta_vs_size(sizes: Sequence[Tuple[str, int]], deltas: Dict[str, List[Optional[TTest]]], path: Path,
                        reference: str, unit: str = "bpb") -> None:
     """Δ (with its CI) of each variant against the reference at each size; x = the reference's
     parameter count (log scale), labelled with the size's name."""
-    fig, ax = plt.subplots(figsize=(8, 4.8))
+    fig, ax = figure(figsize=(8, 4.8))
     params = [n for _, n in sizes]
-    cmap = plt.get_cmap("tab10")
+    cmap = matplotlib.colormaps["tab10"]
     plotted = 0
     for i, (label, tests) in enumerate(sorted(deltas.items())):
         points = [(x, t) for x, t in zip(params, tests) if t is not None]
@@ -76,15 +74,9 @@ def plot_delta_vs_size(sizes: Sequence[Tuple[str, int]], deltas: Dict[str, List[
         ax.legend(fontsize=8)
     else:
         ax.text(0.5, 0.5, "no variant has two paired seeds at any size yet", ha="center", transform=ax.transAxes)
-    _save(fig, path)
+    save(fig, path)
 
 
 def _offsets(n: int) -> List[float]:
     """Vertical offsets that keep n markers of one row apart (0 for a single group)."""
     return [0.0] if n <= 1 else [(i - (n - 1) / 2) * 0.5 / n for i in range(n)]
-
-
-def _save(fig, path: Path) -> None:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)

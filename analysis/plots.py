@@ -4,17 +4,15 @@ from pathlib import Path
 from typing import Callable, Dict, Optional, Sequence
 
 import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")  # files only: works on a headless machine and in tests
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from analysis.runs import Variant  # noqa: E402
+from analysis.runs import Variant
 
 
 def colours(variants: Sequence[Variant]) -> Dict[str, tuple]:
     """One colour per variant, by sorted label, so a variant keeps its colour in every figure."""
-    cmap = plt.get_cmap("tab10")
+    cmap = matplotlib.colormaps["tab10"]
     return {label: cmap(i % 10) for i, label in enumerate(sorted(v.label for v in variants))}
 
 
@@ -40,7 +38,7 @@ def _token_unit(end: float) -> tuple:
 
 def plot_val_curves(variants: Sequence[Variant], path: Path) -> None:
     """Left: whole run. Right: the second half zoomed, where variants separate."""
-    fig, (full, zoom) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, (full, zoom) = figure(1, 2, figsize=(12, 4.5))
     palette = colours(variants)
     curves = {v.label: _aligned(v, "val_loss") for v in variants}
     end = max(tokens[-1] for tokens, _ in curves.values())
@@ -60,7 +58,7 @@ def plot_val_curves(variants: Sequence[Variant], path: Path) -> None:
         ax.set_ylabel("val loss (nats/token)")
         ax.grid(alpha=0.3)
     full.legend()
-    _save(fig, path)
+    save(fig, path)
 
 
 def has_activation_rms(variants: Sequence[Variant]) -> bool:
@@ -69,7 +67,7 @@ def has_activation_rms(variants: Sequence[Variant]) -> bool:
 
 def plot_activation_rms(variants: Sequence[Variant], path: Path) -> None:
     """Left: residual RMS after each block at the final eval. Right: the last block's over training."""
-    fig, (layers, time) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, (layers, time) = figure(1, 2, figsize=(12, 4.5))
     palette = colours(variants)
     curves = {v.label: _aligned(v, "rms_residual", pick=lambda per_layer: per_layer[-1]) for v in variants}
     scale, unit = _token_unit(max(tokens[-1] for tokens, _ in curves.values()))
@@ -91,16 +89,16 @@ def plot_activation_rms(variants: Sequence[Variant], path: Path) -> None:
             ax.set_yscale("log")
     layers.xaxis.get_major_locator().set_params(integer=True)
     layers.legend()
-    _save(fig, path)
+    save(fig, path)
 
 
 def plot_lr_sweep(sweeps: Dict[str, Dict[str, Dict[float, Optional[float]]]], chosen: Dict[str, Dict[str, float]],
                   path: Path) -> None:
     """One panel per size: final val bpb against LR (log) per variant; a diverged LR (None) is an ×
     on the panel's top edge, the chosen LR a ring."""
-    fig, axes = plt.subplots(1, len(sweeps), figsize=(6 * len(sweeps), 4.5), squeeze=False)
+    fig, axes = figure(1, len(sweeps), figsize=(6 * len(sweeps), 4.5), squeeze=False)
     labels = sorted({v for per_size in sweeps.values() for v in per_size})
-    cmap = plt.get_cmap("tab10")
+    cmap = matplotlib.colormaps["tab10"]
     palette = {label: cmap(i % 10) for i, label in enumerate(labels)}
     for ax, (size, per_variant) in zip(axes[0], sweeps.items()):
         finite = [b for results in per_variant.values() for b in results.values() if b is not None]
@@ -121,10 +119,16 @@ def plot_lr_sweep(sweeps: Dict[str, Dict[str, Dict[float, Optional[float]]]], ch
         ax.set_title(f"{size}: LR sweep (ring = chosen, × = diverged)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    _save(fig, path)
+    save(fig, path)
 
 
-def _save(fig, path: Path) -> None:
+def figure(rows: int = 1, cols: int = 1, **kwargs) -> tuple:
+    """(figure, its axes) drawn off-screen: a Figure of its own, no pyplot state and no GUI backend,
+    so it works on a headless machine and in tests, and nothing stays open after save()."""
+    fig = Figure(figsize=kwargs.pop("figsize", None))
+    return fig, fig.subplots(rows, cols, **kwargs)
+
+
+def save(fig: Figure, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)

@@ -1,31 +1,11 @@
 """Export a checkpoint as a Hugging Face LlamaForCausalLM directory (model, config, tokenizer).
 
 Usage: python scripts/export_hf.py CHECKPOINT|RUN_DIR|latest OUT_DIR [--force]
-Then:  AutoModelForCausalLM.from_pretrained(OUT_DIR), AutoTokenizer.from_pretrained(OUT_DIR)
+Every option: --help. The program itself is cli/export_hf.py; this file is its door.
 """
-import argparse
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from interop.hf_export import export_checkpoint  # noqa: E402
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("checkpoint", help="a checkpoint dir, a run dir (its newest checkpoint) or 'latest'")
-    p.add_argument("out_dir", help="the Hugging Face model directory to write")
-    p.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists and is not empty")
-    args = p.parse_args(argv)
-    out = export_checkpoint(args.checkpoint, args.out_dir, force=args.force)
-    print(f"exported to {out}: load it with transformers.AutoModelForCausalLM.from_pretrained({str(out)!r})")
-    return 0
-
+import _bootstrap  # noqa: F401  (the repository root on sys.path)
+from cli.entry import run
+from cli.export_hf import main
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except (ValueError, OSError, ImportError) as e:  # CheckpointError / ConversionError are ValueErrors
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+    run(main, also=(ImportError,))

@@ -1,114 +1,12 @@
 """Generate text from a checkpoint: prompts from the command line, files or stdin, streamed to the terminal.
 
-Usage: python scripts/generate.py CHECKPOINT|RUN_DIR|latest [--prompt TEXT ...] [--prompt-file F ...] [-]
-       [--max-new-tokens 200] [--temperature 0.8] [--top-k 50] [--top-p 0.95] [--num-samples 1] [--seed 0]
-       [--device auto|cpu|cuda|mps] [--dtype fp32|bf16] [--no-stop-at-eos]
+Usage: python scripts/generate.py CHECKPOINT|RUN_DIR|latest --prompt TEXT [--max-new-tokens N] [--temperature T] …
+e.g.   python scripts/generate.py latest --prompt 'ROMEO:' --max-new-tokens 200 --seed 0
+Every option: --help. The program itself is cli/generate.py; this file is its door.
 """
-import argparse
-import os
-import sys
-import time
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import torch  # noqa: E402
-
-from data.tokenizer import read_special_tokens  # noqa: E402
-from model.generate import check_sampling_args, generate  # noqa: E402
-from training.checkpoint import load_model  # noqa: E402
-from training.runtime.device import pick_device  # noqa: E402
-
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-
-
-def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("checkpoint", help="a checkpoint dir, a run dir (its newest checkpoint) or 'latest' (newest "
-                                      "under ./outputs)")
-    p.add_argument("stdin", nargs="?", choices=["-"], help="'-': read a prompt from stdin")
-    p.add_argument("--prompt", action="append", default=[], help="a prompt (repeat for a batch)")
-    p.add_argument("--prompt-file", action="append", default=[], help="a file whose text is one prompt (repeatable)")
-    p.add_argument("--lines", action="store_true", help="each non-empty line of files/stdin is its own prompt")
-    p.add_argument("--max-new-tokens", type=int, default=200)
-    p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (argmax)")
-    p.add_argument("--top-k", type=int, default=50, help="sample among the k most likely tokens; 0 = off")
-    p.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling mass; 1 = off")
-    p.add_argument("--num-samples", type=int, default=1, help="samples per prompt")
-    p.add_argument("--seed", type=int, default=None, help="makes sampling reproducible")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
-    p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
-    p.add_argument("--no-stop-at-eos", dest="stop_at_eos", action="store_false",
-                   help="keep generating past the end-of-document token")
-    p.add_argument("--no-kv-cache", dest="use_cache", action="store_false",
-                   help="recompute the whole sequence each step (slow; for checking the cache)")
-    return p.parse_args(argv)
-
-
-def read_prompts(args: argparse.Namespace) -> list:
-    texts = []
-    for path in args.prompt_file:
-        with open(path, encoding="utf-8") as f:
-            texts.append(f.read())
-    if args.stdin == "-":
-        texts.append(sys.stdin.read())
-    if args.lines:
-        found = [line for text in texts for line in text.splitlines() if line.strip()]
-    else:  # one trailing newline is the file's end, not part of the prompt
-        found = [t[:-1] if t.endswith("\n") else t for t in texts]
-    prompts = args.prompt + found
-    if not prompts:
-        raise ValueError("no prompt given; use --prompt TEXT, --prompt-file FILE or '-' for stdin "
-                         "(--prompt '' starts a new document)")
-    return prompts
-
-
-def warn_if_sliding(model, tokenizer, prompts: list, max_new_tokens: int) -> None:
-    """Say so when the context will slide (model/generate.py `_Context`), rather than do it silently."""
-    longest, context = max(len(tokenizer.encode(p).ids) for p in prompts), model.cfg.max_seq_len
-    if longest + max_new_tokens > context:
-        print(f"note: a {longest}-token prompt + {max_new_tokens} new tokens exceed the model's context of "
-              f"{context}; once it is full, generation continues from the last {context // 2} tokens",
-              file=sys.stderr)
-
-
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    # Checked as given (--top-p 2 is an error, not "off"); then 0 / 1 switch them off.
-    check_sampling_args(args.max_new_tokens, args.temperature, args.top_k or None, args.top_p, args.num_samples)
-    top_k, top_p = args.top_k or None, args.top_p if args.top_p < 1 else None
-    device = pick_device(args.device, option="--device")
-    prompts = read_prompts(args)
-    model, tokenizer, ckpt = load_model(args.checkpoint, device=device, dtype=DTYPES[args.dtype])
-    print(f"checkpoint: {ckpt} ({device}, {args.dtype})", file=sys.stderr)
-    warn_if_sliding(model, tokenizer, prompts, args.max_new_tokens)
-    rows = [p for p in prompts for _ in range(args.num_samples)]
-    streaming = len(rows) == 1  # one sequence streams live; a batch prints each text when it is done
-    if streaming:
-        print(rows[0], end="", flush=True)
-    new_ids = []  # every generated id of every row, for the tokens/s line
-    started = time.perf_counter()
-    texts = generate(model, tokenizer, prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                     top_k=top_k, top_p=top_p, num_samples=args.num_samples, seed=args.seed,
-                     stop_at_eos=args.stop_at_eos, eos_token=read_special_tokens(ckpt)["eos"],
-                     use_cache=args.use_cache, on_token=lambda row, token_id: new_ids.append(token_id),
-                     on_text=(lambda row, piece: print(piece, end="", flush=True)) if streaming else None)
-    elapsed = time.perf_counter() - started
-    if streaming:
-        print()
-    else:
-        for i, (prompt, text) in enumerate(zip(rows, texts)):
-            print(f"==== prompt {i // args.num_samples + 1}, sample {i % args.num_samples + 1} ====")
-            print(prompt + text)
-    print(f"{len(new_ids)} new tokens in {elapsed:.2f} s ({len(new_ids) / max(elapsed, 1e-9):.1f} tokens/s)",
-          file=sys.stderr)
-    return 0
-
+import _bootstrap  # noqa: F401  (the repository root on sys.path)
+from cli.entry import run
+from cli.generate import main
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except (ValueError, OSError) as e:  # CheckpointError and ConversionError are ValueErrors
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        sys.exit(130)
+    run(main)

@@ -1,30 +1,11 @@
 """Import a Hugging Face Llama model directory (safetensors + tokenizer.json) as a minillama checkpoint.
 
 Usage: python scripts/import_hf.py HF_DIR RUN_DIR
-Writes RUN_DIR/checkpoints/step_0000000, which scripts/generate.py RUN_DIR and fine-tuning can use.
+Every option: --help. The program itself is cli/import_hf.py; this file is its door.
 """
-import argparse
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from interop.hf_import import import_checkpoint  # noqa: E402
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("hf_dir", help="a directory with config.json, model.safetensors (or shards) and tokenizer.json")
-    p.add_argument("run_dir", help="where to write the checkpoint (RUN_DIR/checkpoints/step_0000000)")
-    args = p.parse_args(argv)
-    ckpt = import_checkpoint(args.hf_dir, args.run_dir)
-    print(f"imported to {ckpt}: try python scripts/generate.py {args.run_dir} --prompt 'Hello'")
-    return 0
-
+import _bootstrap  # noqa: F401  (the repository root on sys.path)
+from cli.entry import run
+from cli.import_hf import main
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except (ValueError, OSError) as e:  # ConversionError is a ValueError
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+    run(main)

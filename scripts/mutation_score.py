@@ -1,106 +1,11 @@
 """Mutation score per target of scripts/mutation.sh, from mutmut's results in mutants/.
 
-    python scripts/mutation_score.py [--survivors] [--dir mutants] [--doc docs/testing.md]
-
-score = killed / (tested − equivalent), where "equivalent" are the surviving mutants docs/testing.md
-lists as behaving exactly like the original (each with its reason), and a timeout counts as killed
-(the mutant made a test hang: the suite noticed). Exit 1 if a target is below 90 %, or if a mutant
-listed as equivalent no longer exists or is now killed (the list must stay true).
+Usage: python scripts/mutation_score.py [--survivors] [--dir mutants] [--doc docs/testing.md]
+Every option: --help. The program itself is cli/mutation_score.py; this file is its door.
 """
-import argparse
-import json
-import re
-import sys
-from collections import defaultdict
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
-TARGETS = ("model", "training/checkpoint.py", "training/optim.py", "data/loader.py", "analysis/stats.py")
-REQUIRED = 0.90
-# mutmut's exit codes (mutmut/stats.py): 1 and 3 failed a test; 24/36/-24/152/255 a CPU-time limit.
-KILLED, TIMEOUT, SURVIVED = {1, 3}, {24, 36, -24, 152, 255}, {0}
-EQUIVALENT_SECTION = "## Surviving mutants judged equivalent"
-
-
-def target_of(path: str) -> str:
-    return next(t for t in TARGETS if path == t or path.startswith(t + "/"))
-
-
-def load_results(mutants: Path) -> dict:
-    """{mutant name: exit code or None} for every mutant of every target file."""
-    results = {}
-    for meta in sorted(mutants.rglob("*.py.meta")):
-        source = meta.relative_to(mutants).as_posix()[:-len(".meta")]
-        if not any(source == t or source.startswith(t + "/") for t in TARGETS):
-            continue
-        results.update(json.loads(meta.read_text())["exit_code_by_key"])
-    return results
-
-
-def equivalent_mutants(doc: Path) -> set:
-    """The `mutant names` in the table under docs/testing.md's equivalent-mutants heading."""
-    text = doc.read_text(encoding="utf-8")
-    if EQUIVALENT_SECTION not in text:
-        return set()
-    section = text.split(EQUIVALENT_SECTION, 1)[1].split("\n## ", 1)[0]
-    return set(re.findall(r"^\| `([^`]+)`", section, flags=re.MULTILINE))
-
-
-def source_of(name: str) -> str:
-    """model.norm.xǁRMSNormǁforward__mutmut_3 → model/norm.py"""
-    module = re.split(r"\.x[_ǁ]", name, maxsplit=1)[0]
-    return module.replace(".", "/") + ".py"
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--survivors", action="store_true", help="list the surviving mutants not judged equivalent")
-    parser.add_argument("--dir", type=Path, default=REPO / "mutants", help="mutmut's working directory")
-    parser.add_argument("--doc", type=Path, default=REPO / "docs" / "testing.md", help="the equivalent-mutant table")
-    args = parser.parse_args(argv)
-    results = load_results(args.dir)
-    if not results:
-        print(f"error: no mutation results in {args.dir}; run scripts/mutation.sh first", file=sys.stderr)
-        return 1
-    equivalent = equivalent_mutants(args.doc)
-    stale = sorted(n for n in equivalent if results.get(n, "missing") not in SURVIVED)
-    counts = defaultdict(lambda: defaultdict(int))
-    survivors = []
-    for name, code in sorted(results.items()):
-        target = counts[target_of(source_of(name))]
-        target["mutants"] += 1
-        if code is None:
-            target["not run"] += 1
-        elif code in KILLED or code in TIMEOUT:
-            target["killed"] += 1
-        elif code in SURVIVED and name in equivalent:
-            target["equivalent"] += 1
-        elif code in SURVIVED:
-            target["survived"] += 1
-            survivors.append(name)
-        else:  # 33/5: no test calls the function at all — a gap like a survivor
-            target["no tests"] += 1
-            survivors.append(name)
-    print(f"{'target':24} {'mutants':>7} {'killed':>7} {'equiv.':>7} {'survived':>8} {'no test':>7} "
-          f"{'not run':>7} {'score':>7}")
-    failing = []
-    for target in TARGETS:
-        c = counts[target]
-        judged = c["killed"] + c["survived"] + c["no tests"]
-        score = c["killed"] / judged if judged else float("nan")
-        if c["not run"] or not judged or score < REQUIRED:
-            failing.append(target)
-        print(f"{target:24} {c['mutants']:7} {c['killed']:7} {c['equivalent']:7} {c['survived']:8} "
-              f"{c['no tests']:7} {c['not run']:7} {score:7.1%}")
-    if args.survivors:
-        print("\nsurviving (not judged equivalent):", *survivors, sep="\n  ")
-    if stale:
-        print(f"\nerror: docs/testing.md lists {len(stale)} equivalent mutant(s) that did not survive or no longer "
-              f"exist (update the table): {', '.join(stale)}", file=sys.stderr)
-    if failing:
-        print(f"\nbelow {REQUIRED:.0%} (or not fully run): {', '.join(failing)}", file=sys.stderr)
-    return 1 if failing or stale else 0
-
+import _bootstrap  # noqa: F401  (the repository root on sys.path)
+from cli.entry import run
+from cli.mutation_score import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run(main)

@@ -2,16 +2,13 @@
 mixed-precision policy over NCCL trains CausalLMLoss like the unwrapped module does, eager and compiled."""
 import json
 import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from model import ModelConfig, Transformer  # noqa: E402
-from training.runtime import distributed as D  # noqa: E402
-from training.compile import CompiledLoss  # noqa: E402
-from training.loss import CausalLMLoss  # noqa: E402
+from model import ModelConfig, Transformer
+from training.runtime import distributed as D
+from training.compile import CompiledLoss
+from training.loss import CausalLMLoss
 
 STEPS = 8
 

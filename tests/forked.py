@@ -22,7 +22,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 # What every run imports anyway; datasets only for cold caches, still worth it once for all runs.
-PRELOAD = ["torch", "torch._dynamo", "torch.optim", "train", "tests.fault_injection", "datasets", "tokenizers"]
+PRELOAD = ["torch", "torch._dynamo", "torch.optim", "hydra", "cli.config", "training.loop", "tests.fault_injection",
+           "datasets", "tokenizers"]
 _CONTEXT = None
 
 
@@ -55,6 +56,7 @@ def _child(script: str, args: list, env: dict, cwd: str, out_path: str, err_path
     for sig in (signal.SIGINT, signal.SIGTERM):  # as in a fresh interpreter
         signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
     sys.argv = [script, *args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))  # as `python <script>` starts: its folder first
     if faults is not None:
         from tests.fault_injection import install
         install(faults)

@@ -1,5 +1,5 @@
-"""scripts/ablate.py end to end on a tiny model: 2 variants × 3 LRs (one diverging) × 2 seeds in
-one command, a resume that re-runs nothing finished, Ctrl-C and resume, and bad input.
+"""scripts/ablate.py (cli/ablate.py) end to end on a tiny model: 2 variants × 3 LRs (one diverging) × 2
+seeds in one command, a resume that re-runs nothing finished, Ctrl-C and resume, and bad input.
 The protocol runs in-process (main()) where no signal is sent, saving an interpreter start, and as a
 process forked from the preloaded server where one is; its train.py multiruns are processes either way."""
 import contextlib
@@ -15,9 +15,10 @@ import pytest
 import yaml
 from matplotlib import image
 
-from analysis.cells import STATUS_FILE
-from analysis.manifest import MANIFEST
-from scripts.ablate import main
+from analysis.ablation.cells import STATUS_FILE
+from analysis.ablation.manifest import MANIFEST
+from cli.ablate import main
+from cli.entry import exit_status
 from tests import forked
 from tests.train_helpers import REPO, read_metrics
 
@@ -27,9 +28,9 @@ pytestmark = pytest.mark.serial  # trains: one at a time under make test's two w
 @pytest.fixture(scope="module")
 def forking():
     """In-process protocols fork their train.py multiruns from the preloaded server (tests/forked.py)."""
-    import analysis.launch
+    import analysis.jobs
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(analysis.launch.subprocess, "Popen", forked.popen_forking_train_py(subprocess.Popen))
+        patch.setattr(analysis.jobs.subprocess, "Popen", forked.popen_forking_train_py(subprocess.Popen))
         yield
 
 PROTOCOL = {"reference": "ref", "variants": {"ref": [], "gelu": ["model.mlp=gelu"]},
@@ -198,8 +199,8 @@ def test_ctrl_c_stops_with_a_checkpoint_and_a_rerun_finishes(tmp_path, cache_dir
 ])
 def test_bad_input_is_a_one_line_error_before_anything_trains(tmp_path, capsys, args, message):
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(PROTOCOL))
-    status = main(["--protocol", str(tmp_path / "p.yaml"), "--dir", str(tmp_path / "p"), "--dry-run",
-                   "--probe-steps", "0", *tiny(), *args])
+    status = exit_status(main, ["--protocol", str(tmp_path / "p.yaml"), "--dir", str(tmp_path / "p"), "--dry-run",
+                                "--probe-steps", "0", *tiny(), *args])
     out, err = capsys.readouterr()
     if message is None:  # fine: the plan and its cost are printed, and nothing trains
         assert status == 0 and "hidden_size64_n_heads4" in out
@@ -212,5 +213,5 @@ def test_bad_input_is_a_one_line_error_before_anything_trains(tmp_path, capsys, 
 
 
 def test_a_changed_setup_is_not_resumed_into_the_same_directory(finished, capsys):
-    status = main(["--dir", str(finished[0]), "--report-only", "trainer.max_steps=7"])
+    status = exit_status(main, ["--dir", str(finished[0]), "--report-only", "trainer.max_steps=7"])
     assert status == 1 and "was started with train.py overrides" in capsys.readouterr().err

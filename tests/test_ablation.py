@@ -9,26 +9,21 @@ import sys
 import pytest
 import torch
 import yaml
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from matplotlib import image
 
-from analysis.protocol import load_spec_file
+from analysis.ablation.configs import validate
+from analysis.ablation.protocol import load_spec_file
+from cli.ablate import DEFAULT_PROTOCOL
+from cli.config import compose
 from model import Transformer
-from scripts.ablate import DEFAULT_PROTOCOL
-from scripts.ablate_configs import validate
 from tests import forked
-from tests.test_configs import CONFIGS, compose_typed
+from tests.test_configs import compose_typed
 from tests.train_helpers import REPO, interrupt_once_training, launch, read_metrics
-from train import register_configs
 
 
 def sweep_grid(experiment: str) -> dict:
     """The experiment's hydra.sweeper.params as composed (an experiment may inherit them)."""
-    register_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        cfg = compose("train", overrides=[f"experiment={experiment}"], return_hydra_config=True)
+    cfg = compose([f"experiment={experiment}"], keep_hydra=True)
     return {key: str(values).split(",") for key, values in cfg.hydra.sweeper.params.items()}
 
 
@@ -151,7 +146,7 @@ def test_protocol_preset_is_the_documented_cpu_budget():
 def validated(path):
     """(spec, models, budgets) of a protocol file; composing every cell takes seconds, so once."""
     spec = load_spec_file(path)
-    return (spec, *validate(spec))  # raises, naming the cell, if one does not compose or build
+    return (spec, *validate(spec, compose_typed))  # raises, naming the cell, if one does not compose or build
 
 
 @pytest.mark.parametrize("protocol", sorted(p.name for p in DEFAULT_PROTOCOL.parent.glob("*.yaml")))

@@ -1,20 +1,44 @@
 """The import rules of docs/architecture.md, read from the source with `ast`: model/ and data/ know
-nothing of each other or of Hydra; Hydra only at the edge (train.py, scripts/); no upward imports."""
+nothing of each other or of Hydra; Hydra only at the edge (train.py, cli/, scripts/); no upward imports
+and no import cycles; nothing imports train.py or a script, and scripts are doors into cli/; one
+sys.path edit; files under ~300 lines and folders under 16 modules."""
 import ast
+import tokenize
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 HYDRA = {"hydra", "omegaconf"}
-PACKAGES = ("model", "data", "training", "interop", "analysis")
+PACKAGES = ("model", "data", "training", "interop", "analysis", "cli")
+RUN_NOT_IMPORTED = {"train", "scripts"}  # train.py and scripts/*.py are started, never imported
 NEVER = {  # package → top-level modules it must never import (the "never" column of the doc)
-    "model": {"data", "training", "interop", "analysis", "train", "scripts"} | HYDRA,
-    "data": {"model", "training", "interop", "analysis", "train", "scripts"} | HYDRA,
-    "training": {"interop", "analysis", "train", "scripts"} | HYDRA,
-    "interop": {"analysis", "train", "scripts"} | HYDRA,
-    "analysis": {"interop", "train", "scripts"} | HYDRA,
+    "model": {"data", "training", "interop", "analysis", "cli"} | RUN_NOT_IMPORTED | HYDRA,
+    "data": {"model", "training", "interop", "analysis", "cli"} | RUN_NOT_IMPORTED | HYDRA,
+    "training": {"interop", "analysis", "cli"} | RUN_NOT_IMPORTED | HYDRA,
+    "interop": {"analysis", "cli"} | RUN_NOT_IMPORTED | HYDRA,
+    "analysis": {"interop", "cli"} | RUN_NOT_IMPORTED | HYDRA,
+    "cli": RUN_NOT_IMPORTED,
 }
+EDGE = ("train.py", "cli/", "scripts/")  # where Hydra and OmegaConf may be imported
+# Who may touch sys.path: scripts/_bootstrap.py (`python scripts/x.py` puts scripts/, not the repository,
+# first on it), and the test helpers that start a script the way a fresh interpreter does — the script's
+# folder first: forked.py (a child forked from the preloaded server), fault_injection.py (it runs train.py
+# under injected faults), golden_curve.py (run as `python tests/golden_curve.py` to bless the curves).
+SYS_PATH_EDITORS = {"scripts/_bootstrap.py", "tests/forked.py", "tests/fault_injection.py", "tests/golden_curve.py"}
+MAX_MODULE_LINES, MAX_SCRIPT_LINES, MAX_MODULES_PER_FOLDER = 300, 100, 15
+
+
+def python_files(*roots: str, repo: Path = REPO) -> list:
+    """The .py files of these folders (recursively) and files, relative to repo."""
+    found = []
+    for root in roots:
+        path = repo / root
+        found += [path] if path.is_file() else sorted(p for p in path.rglob("*.py") if "__pycache__" not in p.parts)
+    return [p.relative_to(repo) for p in found]
+
+
+ALL_CODE = ("train.py", *PACKAGES, "scripts", "tests")
 
 
 def imported_modules(path: Path) -> dict:
@@ -31,6 +55,75 @@ def imported_modules(path: Path) -> dict:
         for name in names:
             found.setdefault(name.split(".")[0], node.lineno)
     return found
+
+
+def module_name(relative: Path) -> str:
+    parts = list(relative.with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(repo: Path = REPO, roots=("train.py", *PACKAGES)) -> dict:
+    """module → the project's modules it imports: `from a.b import c` is a.b.c when that is a module,
+    else a.b; `import a.b.c` the deepest of a.b.c, a.b, a that is one of the project's modules."""
+    files = {module_name(p): repo / p for p in python_files(*roots, repo=repo)}
+
+    def resolve(name: str):
+        while name and name not in files:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for module, path in files.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets |= {resolve(alias.name) for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: from the module's package, one level up per extra dot
+                    anchor = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+                    base = ".".join([*anchor, *([base] if base else [])])
+                for alias in node.names:
+                    full = f"{base}.{alias.name}" if base else alias.name
+                    targets.add(full if full in files else resolve(base))
+        graph[module] = sorted(t for t in targets if t and t != module)
+    return graph
+
+
+def import_cycles(graph: dict) -> list:
+    """Every strongly connected group of more than one module (Tarjan), each sorted: [] when acyclic."""
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(module):
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for target in graph.get(module, ()):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in on_stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            group = []
+            while not group or group[-1] != module:
+                group.append(stack.pop())
+                on_stack.discard(group[-1])
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for module in graph:
+        if module not in index:
+            visit(module)
+    return cycles
+
+
+def edits_sys_path(path: Path) -> list:
+    """Lines that touch `sys.path` (insert, append, assignment, …)."""
+    return sorted({node.lineno for node in ast.walk(ast.parse(path.read_text(), str(path)))
+                   if isinstance(node, ast.Attribute) and node.attr == "path"
+                   and isinstance(node.value, ast.Name) and node.value.id == "sys"})
 
 
 @pytest.mark.parametrize("package", PACKAGES)
@@ -54,4 +147,84 @@ def test_the_checker_sees_lazy_and_dotted_imports(tmp_path):
 def test_hydra_is_used_at_the_edge():
     # The rule above is about the libraries; the edge really is where the config system lives.
     assert "hydra" in imported_modules(REPO / "train.py")
-    assert any("omegaconf" in imported_modules(p) for p in (REPO / "scripts").glob("*.py"))
+    assert "hydra" in imported_modules(REPO / "cli" / "config.py")
+
+
+def test_hydra_and_omegaconf_only_at_the_edge():
+    """Outside the tests (which check configs), only train.py, cli/ and scripts/ import Hydra or OmegaConf."""
+    violations = [f"{path}:{line} imports {name}" for path in python_files("train.py", *PACKAGES, "scripts")
+                  if not str(path).startswith(EDGE)
+                  for name, line in imported_modules(REPO / path).items() if name in HYDRA]
+    assert not violations, "\n".join(violations)
+
+
+def test_nothing_imports_train_py_or_a_script():
+    """train.py and scripts/*.py are run, never imported: a test of a program imports cli/, the package."""
+    violations = [f"{path}:{line} imports {name}" for path in python_files(*ALL_CODE)
+                  for name, line in imported_modules(REPO / path).items() if name in RUN_NOT_IMPORTED]
+    assert not violations, "\n".join(violations)
+
+
+def test_scripts_are_doors_into_cli():
+    """Each script: its usage, `import _bootstrap`, then one program of cli/ — and nothing else."""
+    doors = [p for p in python_files("scripts") if p.name != "_bootstrap.py"]
+    assert len(doors) >= 10
+    for path in doors:
+        text = (REPO / path).read_text()
+        imports = [n for n in ast.walk(ast.parse(text)) if isinstance(n, (ast.Import, ast.ImportFrom))]
+        assert isinstance(imports[0], ast.Import) and imports[0].names[0].name == "_bootstrap", path
+        assert set(imported_modules(REPO / path)) == {"_bootstrap", "cli"}, path
+        assert len(text.splitlines()) <= MAX_SCRIPT_LINES, f"{path}: {len(text.splitlines())} lines"
+
+
+def test_sys_path_is_edited_only_by_the_bootstrap_and_the_script_runners():
+    violations = [f"{path}:{line}" for path in python_files(*ALL_CODE) if str(path) not in SYS_PATH_EDITORS
+                  for line in edits_sys_path(REPO / path)]
+    assert not violations, "sys.path edited at " + ", ".join(violations)
+
+
+def test_the_sys_path_checker_sees_an_edit(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text("import sys\nprint(sys.argv)\n\ndef f():\n    sys.path[:0] = ['x']\n")
+    assert edits_sys_path(sample) == [5]
+
+
+def test_no_import_after_code():
+    """Imports come first: no comment excuses a late one with `noqa: E402` (a script's path set-up is
+    scripts/_bootstrap.py, imported first)."""
+    marked = []
+    for path in python_files(*ALL_CODE):
+        with open(REPO / path, encoding="utf-8") as f:
+            marked += [f"{path}:{t.start[0]}" for t in tokenize.generate_tokens(f.readline)
+                       if t.type == tokenize.COMMENT and "E402" in t.string]
+    assert not marked, marked
+
+
+def test_modules_stay_under_300_lines():
+    long = {str(p): n for p in python_files("train.py", *PACKAGES, "scripts")
+            if (n := len((REPO / p).read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"split these (lines): {long}"
+
+
+def test_no_package_folder_holds_more_than_15_modules():
+    folders = {p.parent for p in python_files(*PACKAGES)}
+    crowded = {str(f): n for f in folders if (n := len(list((REPO / f).glob("*.py")))) > MAX_MODULES_PER_FOLDER}
+    assert not crowded, f"give these a subpackage (modules): {crowded}"
+
+
+def test_no_import_cycles():
+    graph = import_graph()
+    assert "cli.config" in graph and "training.checkpoint.save" in graph  # the whole project, subpackages included
+    assert not import_cycles(graph)
+
+
+def test_the_cycle_finder_sees_a_cycle_through_a_package(tmp_path):
+    """a.b imports a (the package), whose __init__ imports a.c, which imports a.b: one cycle of three."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "__init__.py").write_text("from a.c import x\n")
+    (tmp_path / "a" / "b.py").write_text("from a import x\n")
+    (tmp_path / "a" / "c.py").write_text("def f():\n    from .b import y\n")
+    (tmp_path / "a" / "d.py").write_text("from a import b\n")  # a module of the package: an edge to a.b only
+    graph = import_graph(tmp_path, roots=("a",))
+    assert graph["a.d"] == ["a.b"]
+    assert import_cycles(graph) == [["a", "a.b", "a.c"]]

@@ -1,8 +1,8 @@
-"""analysis/cells.py: a cell's state from its run directory, the LR choice over states, moving aside."""
+"""analysis/ablation/cells.py: a cell's state from its run directory, the LR choice over states, moving aside."""
 import yaml
 
-from analysis import cells as C
-from analysis.protocol import Cell, Spec
+from analysis.ablation import cells as C
+from analysis.ablation.protocol import Cell, Spec
 from tests.run_helpers import write_run
 
 CELL = Cell("small", "ref", 1e-3, 0)

@@ -1,4 +1,4 @@
-"""scripts/compare_runs.py on hand-written runs with known numbers: statistics, best cell, the
+"""cli/compare_runs.py on hand-written runs with known numbers: statistics, best cell, the
 best-vs-runner-up verdict, paired Δ against the reference."""
 from tests import forked
 from pathlib import Path
@@ -9,7 +9,8 @@ from matplotlib import image
 
 from analysis.stats import paired_t
 from model import ModelConfig, Transformer
-from scripts.compare_runs import main
+from cli.compare_runs import main
+from cli.entry import exit_status
 from tests.run_helpers import BPB_TO_LOSS, write_run, write_variant
 from tests.train_helpers import REPO
 
@@ -18,7 +19,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 def compare(root: Path, capsys, *args) -> tuple:
     """(exit status, table rows as {variant: cells}, results.md text, stderr)."""
-    status = main([str(root), *args])
+    status = exit_status(main, [str(root), *args])
     err = capsys.readouterr().err
     if status != 0:
         return status, {}, "", err

@@ -6,8 +6,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from cli.config import compose_train_config
 from model import Transformer
-from scripts.ablate_configs import compose_config
 from training.config import TrainConfig
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -18,7 +18,9 @@ def options(group: str) -> list:
     return sorted(p.stem for p in (CONFIGS / group).glob("*.yaml"))
 
 
-compose_typed = compose_config  # the typed config train.py would run with these overrides
+def compose_typed(overrides: list) -> TrainConfig:
+    """The typed config train.py would run with these overrides."""
+    return compose_train_config(overrides)[0]
 
 
 def test_every_group_has_options():

@@ -1,7 +1,7 @@
-"""analysis/cost.py: seconds per run from measured throughput, and the cost table's arithmetic."""
+"""analysis/ablation/cost.py: seconds per run from measured throughput, and the cost table's arithmetic."""
 import pytest
 
-from analysis import cost
+from analysis.ablation import cost
 from analysis.runs import Run
 
 

@@ -154,9 +154,9 @@ def test_resume_matches_an_uninterrupted_run_within_bf16_tolerance(tmp_path, gpu
 
 
 def test_fsdp2_on_one_gpu_under_torchrun_trains_like_the_plain_module():
-    worker = REPO / "tests" / "cuda_fsdp_worker.py"
+    # -m from the repository root: the worker imports the packages without editing sys.path
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1",
-                           str(worker)], capture_output=True, text=True, timeout=240, cwd=REPO)
+                           "-m", "tests.cuda_fsdp_worker"], capture_output=True, text=True, timeout=240, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     for name in ("fsdp", "fsdp_compiled"):

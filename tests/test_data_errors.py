@@ -1,13 +1,13 @@
 """Bad input: each problem is one DataError line naming the fix, and no cache is left behind."""
-import importlib.util
 import json
 import re
 
 import pytest
-from tests import forked
-from hydra.core.global_hydra import GlobalHydra
 
+from cli import prepare_data
+from cli.entry import exit_status
 from data import DataConfig, DataError, prepare
+from tests import forked
 from tests.data_helpers import QUIET, REPO, cache_entries, make_documents, write_local
 
 
@@ -152,15 +152,11 @@ def test_prepare_data_script_exits_1_with_one_line(tmp_path):
 
 
 def test_prepare_data_script_reports_counts(tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location("prepare_data", REPO / "scripts" / "prepare_data.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    GlobalHydra.instance().clear()
     corpus = write_local(tmp_path / "in", make_documents(200), "jsonl")
     args = ["data=local", f"data.path={corpus}", "data.vocab_size=320", f"data.cache_dir={tmp_path / 'cache'}"]
-    assert script.main(args) == 0
+    assert prepare_data.main(args) == 0
     first = capsys.readouterr().out
     assert re.search(r"train +[\d,]+ tokens +190 documents .* bytes/token", first) and "MB/s" in first
-    assert script.main(args) == 0 and "cache hit" in capsys.readouterr().out
-    assert script.main(args + ["trainer.seq_len=100000"]) == 1
+    assert prepare_data.main(args) == 0 and "cache hit" in capsys.readouterr().out
+    assert exit_status(prepare_data.main, args + ["trainer.seq_len=100000"]) == 1
     assert "error: the train split has" in capsys.readouterr().err

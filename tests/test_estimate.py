@@ -1,23 +1,20 @@
-"""scripts/estimate.py: parameters, FLOPs and time, the simulated memory against a real step, the verdict."""
-import importlib.util
+"""cli/estimate.py: parameters, FLOPs and time, the simulated memory against a real step, the verdict."""
 import json
 import re
-from pathlib import Path
 
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-SPEC = importlib.util.spec_from_file_location("estimate", REPO / "scripts" / "estimate.py")
-estimate = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(estimate)
+from cli import estimate
+from cli.config import compose_run_config
+from cli.entry import exit_status
 
 TINY = ["model=tiny", "data.vocab_size=512", "trainer.micro_batch_size=4", "trainer.seq_len=64",
         "trainer.precision=fp32", "trainer.device=cpu"]
 
 
 def run(capsys, *argv) -> tuple:
-    status = estimate.main(list(argv))
+    status = exit_status(estimate.main, list(argv))
     out = capsys.readouterr()
     return status, out.out, out.err
 
@@ -30,7 +27,7 @@ def test_parameters_flops_and_time_of_the_tiny_config(capsys, tmp_path):
     status, out, err = run(capsys, *TINY, f"outputs_dir={tmp_path}", "--device-memory-gb", "100", "--peak-tflops", "2",
                            "--mfu", "0.25")
     assert status == 0, err
-    cfg = estimate.compose_config(TINY)
+    cfg = compose_run_config(TINY)
     model = __import__("model").Transformer(cfg.model)
     assert f"{model.param_counts()['total']:,} parameters" in out
     tokens = 4 * 64
@@ -44,7 +41,7 @@ def test_parameters_flops_and_time_of_the_tiny_config(capsys, tmp_path):
 
 def test_a_config_that_does_not_fit_gets_a_micro_batch_that_does(capsys, tmp_path):
     big = [*TINY, "trainer.micro_batch_size=64", f"outputs_dir={tmp_path}"]
-    cfg = estimate.compose_config(big)
+    cfg = compose_run_config(big)
     mem = estimate.simulate(cfg, "fp32", "auto")
     fixed = mem.peak - mem.activations + estimate.CUDA_OVERHEAD
     memory_gb = (fixed + 0.5 * mem.activations) / estimate.HEADROOM / 1e9  # about half the activations fit
@@ -60,11 +57,11 @@ def test_a_config_that_does_not_fit_gets_a_micro_batch_that_does(capsys, tmp_pat
 
 
 def test_activations_grow_with_the_micro_batch_and_chunking_removes_logits_copies():
-    cfg = estimate.compose_config(TINY)
-    small, double = (estimate.simulate(estimate.compose_config([*TINY, f"trainer.micro_batch_size={b}"]), "fp32",
+    cfg = compose_run_config(TINY)
+    small, double = (estimate.simulate(compose_run_config([*TINY, f"trainer.micro_batch_size={b}"]), "fp32",
                                        "auto").activations for b in (4, 8))
     assert 1.8 < double / small < 2.2
-    big_vocab = estimate.compose_config([*TINY, "data.vocab_size=32768"])
+    big_vocab = compose_run_config([*TINY, "data.vocab_size=32768"])
     one_shot, chunked = (estimate.simulate(big_vocab, "fp32", c) for c in (None, 0))
     logits = 4 * 64 * 32768 * 4
     assert one_shot.peak - chunked.peak > 1.2 * logits  # log-softmax output and its gradient, mostly
@@ -74,14 +71,14 @@ def test_activations_grow_with_the_micro_batch_and_chunking_removes_logits_copie
 def test_simulated_peak_matches_a_measured_step(tmp_path):
     # The default CPU model at micro-batch 4: every live tensor of a real step, counted by MemTracker.
     overrides = ["trainer.micro_batch_size=4", "trainer.precision=fp32", "trainer.device=cpu", f"outputs_dir={tmp_path}"]
-    cfg = estimate.compose_config(overrides)
+    cfg = compose_run_config(overrides)
     mem = estimate.simulate(cfg, "fp32", "auto")
     measured = estimate.measured_peak(cfg)
     assert abs((mem.peak - mem.weights - mem.buffers) / measured - 1) < 0.05  # fake vs real tensors
 
 
 def test_mfu_comes_from_the_newest_run_of_the_same_model(capsys, tmp_path):
-    cfg = estimate.compose_config([*TINY, f"outputs_dir={tmp_path}"])
+    cfg = compose_run_config([*TINY, f"outputs_dir={tmp_path}"])
     from omegaconf import OmegaConf
     for name, model_cfg, mfu in (("old", cfg.model, 0.1), ("other_model", {"hidden_size": 1}, 0.9)):
         run_dir = tmp_path / "2026-01-01" / name

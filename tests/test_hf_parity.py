@@ -6,9 +6,11 @@ import torch
 from model import RMSNorm, SwiGLU, Transformer
 from model_helpers import one_thread, random_transformer, tiny_model_config
 
-pytest.importorskip("transformers", reason="parity tests need `transformers` (requirements-dev.txt)")
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM  # noqa: E402
-from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm  # noqa: E402
+transformers = pytest.importorskip("transformers", reason="parity tests need `transformers` (requirements-dev.txt)")
+modeling_llama = pytest.importorskip("transformers.models.llama.modeling_llama")
+LlamaConfig, LlamaForCausalLM = transformers.LlamaConfig, transformers.LlamaForCausalLM
+Qwen3Config, Qwen3ForCausalLM = transformers.Qwen3Config, transformers.Qwen3ForCausalLM
+LlamaMLP, LlamaRMSNorm = modeling_llama.LlamaMLP, modeling_llama.LlamaRMSNorm
 
 TOL = dict(rtol=0, atol=1e-4)
 

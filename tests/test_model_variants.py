@@ -1,33 +1,20 @@
 """The ablation variants (norm=none, norm=rmsnorm_bf16, qk_norm) and the derived-field YAML keys, as a
 user reaches them: composed by Hydra, trained a few steps, saved and loaded through a checkpoint."""
 import dataclasses
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from omegaconf import OmegaConf
 
+from cli.config import compose_train_config
 from model import ModelConfig, Transformer
 from model_helpers import one_thread
 from tests.tiny_checkpoint import tiny_tokenizer
 from training.checkpoint import load_model, save_checkpoint
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-
-
 def compose_model(overrides: list) -> ModelConfig:
     """configs/ + overrides → the typed ModelConfig, as train.py builds it (schema checked by Hydra)."""
-    from train import register_configs
-
-    register_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        cfg = compose("train", overrides=["model=tiny", "data.vocab_size=300", *overrides])
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig),
-                                               OmegaConf.to_container(cfg.model, resolve=True)))
+    return compose_train_config(["model=tiny", "data.vocab_size=300", *overrides])[0].model
 
 
 @pytest.mark.parametrize("overrides, check", [

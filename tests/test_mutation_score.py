@@ -1,8 +1,8 @@
-"""scripts/mutation_score.py: the score per target from mutmut's result files, equivalent mutants
+"""cli/mutation_score.py: the score per target from mutmut's result files, equivalent mutants
 excluded only while they are listed with a reason and still survive."""
 import json
 
-from scripts.mutation_score import main
+from cli.mutation_score import main
 
 DOC = """# Testing
 

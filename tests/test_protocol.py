@@ -1,10 +1,10 @@
-"""analysis/protocol.py: the spec's checks, the cells of each stage, and the LR choice."""
+"""analysis/ablation/protocol.py: the spec's checks, the cells of each stage, and the LR choice."""
 import math
 
 import pytest
 import yaml
 
-from analysis.protocol import (Cell, ProtocolError, Spec, at_grid_edge, choose_lr, load_spec_file, merge_overrides,
+from analysis.ablation.protocol import (Cell, ProtocolError, Spec, at_grid_edge, choose_lr, load_spec_file, merge_overrides,
                                parse_sizes, split_overrides,
                                stage1_cells, stage2_cells)
 

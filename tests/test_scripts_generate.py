@@ -2,21 +2,23 @@
 import io
 import json
 import os
-import runpy
 import shutil
 import sys
 
 import pytest
 import torch
 
-from tests import forked
+from cli import export_hf, generate as generate_program, import_hf
+from cli.entry import exit_status
 from data.tokenizer import SPECIAL_TOKENS
 from model.generate import generate
 from tests.tiny_checkpoint import single_thread  # noqa: F401 (autouse fixture)
+from tests import forked
 from tests.tiny_checkpoint import REPO, random_model, tiny_config, tiny_tokenizer, write_checkpoint
 
 TOKENIZER = tiny_tokenizer()
 GREEDY = ["--temperature", "0", "--max-new-tokens", "12", "--device", "cpu"]
+PROGRAMS = {"generate.py": generate_program.main, "export_hf.py": export_hf.main, "import_hf.py": import_hf.main}
 
 
 @pytest.fixture(scope="module")
@@ -32,16 +34,9 @@ def run_script(name, *args, stdin=None):
 
 
 def run_in_process(capsys, name, *args):
-    """The script's __main__ block in this process (no ~3 s interpreter + torch start): (code, out, err)."""
-    saved = sys.argv
-    sys.argv = [name, *map(str, args)]
-    try:
-        runpy.run_path(str(REPO / "scripts" / name), run_name="__main__")
-        code = 0
-    except SystemExit as e:
-        code = e.code
-    finally:
-        sys.argv = saved
+    """The program behind scripts/<name> in this process, through the scripts' exit-status wrapper (no ~3 s
+    interpreter + torch start): (code, out, err)."""
+    code = exit_status(PROGRAMS[name], [str(a) for a in args])
     out, err = capsys.readouterr()
     return code, out, err
 

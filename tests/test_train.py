@@ -4,7 +4,7 @@ import json
 import pytest
 from safetensors.torch import load_file
 
-from tests.train_helpers import REPO, read_metrics, run_dirs, run_faulty, run_train
+from tests.train_helpers import read_metrics, run_dirs, run_faulty, run_train
 
 pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (conftest.py)
 
@@ -130,21 +130,10 @@ def test_new_run_never_overwrites_an_existing_run(tmp_path, cache_dir):
 ])
 def test_bad_values_fail_at_composition_naming_the_field(override, message):
     """resolve_config (the step before any data is prepared) turns them into one ValueError each."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import open_dict
-
-    from train import register_configs, resolve_config
-    register_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        cfg = compose("train", overrides=[override], return_hydra_config=True)
-        HydraConfig.instance().set_config(cfg)  # so ${hydra:runtime.choices.*} resolves
-        with open_dict(cfg):
-            del cfg["hydra"]  # as @hydra.main hands it to main()
-        with pytest.raises(ValueError) as error:
-            resolve_config(cfg)
+    from cli.config import compose, resolve_config
+    cfg = compose([override])  # as @hydra.main hands it to main(): HydraConfig set, no hydra node
+    with pytest.raises(ValueError) as error:
+        resolve_config(cfg)
     assert message in str(error.value) and len(str(error.value).splitlines()) == 1
 
 

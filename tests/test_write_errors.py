@@ -23,8 +23,7 @@ from model import ModelConfig, Transformer
 from training.checkpoint import CheckpointWriteError, read_weights, save_checkpoint
 from training.checkpoint.write_errors import write_error_cause
 
-REPO = Path(__file__).resolve().parents[1]
-CHILD = REPO / "tests" / "write_faults.py"
+CHILD = ["-m", "tests.write_faults"]  # run from the project root (run_child), which is then on sys.path
 CFG = ModelConfig(vocab_size=300, hidden_size=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=16)
 TORCH_DISK_FULL = "[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598"
 
@@ -179,7 +178,7 @@ def check_case(result: dict, cause: str, file: str, fix: str) -> None:
 def limit_and_permission(tmp_path_factory) -> dict:
     """One child for two real faults (importing torch dominates its time): an unwritable folder, then
     ulimit -f. As root, setpriv drops the capability that lets root write anywhere."""
-    args, where = [sys.executable, str(CHILD), "readonly-dir,fsize"], tmp_path_factory.mktemp("faults")
+    args, where = [sys.executable, *CHILD, "readonly-dir,fsize"], tmp_path_factory.mktemp("faults")
     if os.geteuid() == 0:
         if shutil.which("setpriv") is None:  # root without setpriv: only the file-size limit is real
             args[-1] = "fsize"
@@ -219,7 +218,7 @@ def mount_namespace() -> list:
 
 def test_real_full_disk_and_read_only_mount(tmp_path):
     prefix = mount_namespace()
-    results = run_child(prefix + [sys.executable, str(CHILD), "tmpfs", str(tmp_path)])
+    results = run_child(prefix + [sys.executable, *CHILD, "tmpfs", str(tmp_path)])
     by_case = {r["case"]: r for r in results}
     check_case(by_case["enospc-torch"], "no space left on device", "step_0000002.tmp/optimizer.pt",
                "free space on the disk")

@@ -6,6 +6,7 @@ import sys
 import time
 from pathlib import Path
 
+from cli.config import compose_train_config
 from tests import forked
 
 REPO = Path(__file__).resolve().parents[1]
@@ -136,29 +137,6 @@ def wait_for_step(run_root: Path, step: int, proc: subprocess.Popen, timeout: fl
 
 
 # ---- train.py's loop in this process: no interpreter + torch + dynamo start (~6 s a launch) --------
-
-def compose_train_config(overrides: list) -> tuple:
-    """(TrainConfig, its YAML) for `python train.py <overrides>`: composed and typed as train.py does."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import OmegaConf, open_dict
-
-    from train import register_configs
-    from training.config import TrainConfig
-
-    register_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        cfg = compose("train", overrides=overrides, return_hydra_config=True)
-        HydraConfig.instance().set_config(cfg)  # so ${hydra:...} interpolations resolve
-        with open_dict(cfg):
-            del cfg["hydra"]
-        plain = OmegaConf.to_container(cfg, resolve=True)
-    GlobalHydra.instance().clear()
-    plain["resume"] = None
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), plain)), OmegaConf.to_yaml(plain)
-
 
 def train_in_process(run_dir: Path, *overrides: str, cache_dir: Path):
     """A fresh `python train.py debug=tiny <overrides>` run (one process, no resume) in this process,

@@ -1,6 +1,6 @@
 """Real write faults for tests/test_write_errors.py, run as a child process (limits and mounts stay in it).
 
-    python tests/write_faults.py MODE[,MODE…] DIR, each mode working in DIR/MODE:
+    python -m tests.write_faults MODE[,MODE…] DIR (from the repository root), each mode working in DIR/MODE:
     readonly-dir   a folder without write permission
     fsize          ulimit -f: optimizer.pt (torch) fails, then model.safetensors (last: the limit stays)
     tmpfs          mounts a small tmpfs (run it inside `unshare -m`): disk full in torch.save, in
@@ -15,12 +15,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
 
-import torch  # noqa: E402
-
-from model import ModelConfig, Transformer  # noqa: E402
-from training.checkpoint import CheckpointWriteError, list_checkpoints, read_weights, save_checkpoint  # noqa: E402
+from model import ModelConfig, Transformer
+from training.checkpoint import CheckpointWriteError, list_checkpoints, read_weights, save_checkpoint
 
 CFG = ModelConfig(vocab_size=300, hidden_size=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=16)
 

@@ -1,11 +1,11 @@
-"""analysis/protocol_report.py on a hand-written two-size protocol with known numbers: the LR table,
+"""analysis/ablation/report.py on a hand-written two-size protocol with known numbers: the LR table,
 each size's paired Δ, the scale check, the figures — and a protocol only half done."""
 import yaml
 from matplotlib import image
 
-from analysis import cells as C
-from analysis import protocol_report
-from analysis.protocol import Spec, stage1_cells, stage2_cells
+from analysis.ablation import cells as C
+from analysis.ablation import report as protocol_report
+from analysis.ablation.protocol import Spec, stage1_cells, stage2_cells
 from tests.run_helpers import write_run
 
 SPEC = Spec(variants={"ref": [], "gelu": ["model.mlp=gelu"], "ln": ["model.norm=layernorm"]}, reference="ref",

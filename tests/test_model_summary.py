@@ -1,5 +1,4 @@
-"""scripts/model_summary.py: the LLaMA-7B width and its reasoning, the parameter table, one-line errors."""
-import importlib.util
+"""cli/model_summary.py: the LLaMA-7B width and its reasoning, the parameter table, one-line errors."""
 import re
 import subprocess
 import sys
@@ -8,18 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from cli import model_summary as summary
+from cli.entry import exit_status
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "model_summary.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("model_summary", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-summary = load_script()
 
 
 def test_command_line_explains_the_llama_width():
@@ -90,7 +82,7 @@ def test_padded_vocabulary_and_width_come_from_the_model(capsys, monkeypatch):
     (["norm=batchnorm"], "['layernorm', 'none', 'rmsnorm', 'rmsnorm_bf16']"),
 ])
 def test_bad_value_gives_a_one_line_error_and_status_1(capsys, args, expected):
-    assert summary.main(args) == 1
+    assert exit_status(summary.main, args) == 1
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()
     assert captured.out == "" and len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0]

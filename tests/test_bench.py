@@ -1,5 +1,4 @@
-"""Benchmark scripts run end to end at tiny sizes and report what they claim (bench_model, bench_loss)."""
-import importlib.util
+"""The benchmarks (cli/bench/) run end to end at tiny sizes and report what they claim (bench_model, bench_loss)."""
 import re
 import subprocess
 import sys
@@ -7,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from cli.bench import loss as bench_loss
+from cli.bench import model as bench_model
 from tests import forked
 
 pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (conftest.py)
@@ -23,18 +24,10 @@ def forked_run(command, check=False, **kwargs) -> subprocess.CompletedProcess:
     return done
 
 
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_bench_model_reports_both_models_at_the_same_shape(capsys):
     pytest.importorskip("transformers")
-    bench = load("bench_model")
-    bench.main(["--shape", "tiny", "--vocab", "512", "--steps", "2", "--warmup", "1", "--batch", "2", "--threads", "1",
-                "--matmul-shapes"])
+    bench_model.main(["--shape", "tiny", "--vocab", "512", "--steps", "2", "--warmup", "1", "--batch", "2",
+                      "--threads", "1", "--matmul-shapes"])
     out = capsys.readouterr().out
     assert "shape tiny: hidden 64, 2 layers, 4 heads (2 kv) of 16" in out and "fp32" in out
     rows = {m.group(1): float(m.group(2).replace(",", "")) for m in
@@ -44,12 +37,11 @@ def test_bench_model_reports_both_models_at_the_same_shape(capsys):
 
 
 def test_bench_model_times_muon_beside_adamw_with_the_optimizers_train_py_builds(capsys, monkeypatch):
-    bench = load("bench_model")
     built = []
-    real = bench.build_optimizers
-    monkeypatch.setattr(bench, "build_optimizers", lambda *a: built.append(real(*a)) or built[-1])
-    bench.main(["--shape", "tiny", "--vocab", "512", "--steps", "2", "--warmup", "1", "--batch", "2", "--threads", "1",
-                "--optim", "adamw,muon", "--no-hf"])
+    real = bench_model.build_optimizers
+    monkeypatch.setattr(bench_model, "build_optimizers", lambda *a: built.append(real(*a)) or built[-1])
+    bench_model.main(["--shape", "tiny", "--vocab", "512", "--steps", "2", "--warmup", "1", "--batch", "2",
+                      "--threads", "1", "--optim", "adamw,muon", "--no-hf"])
     out = capsys.readouterr().out
     assert [[type(o).__name__ for o in opts] for opts in built] == [["AdamW"], ["Muon", "AdamW"]]
     rows = re.findall(r"^\| (minillama eager \w+) \| \d+ \|", out, re.M)
@@ -61,21 +53,20 @@ def test_bench_model_times_muon_beside_adamw_with_the_optimizers_train_py_builds
 def test_bench_model_times_each_depth_side_by_side_against_the_first(capsys, monkeypatch):
     """--layers 2,1: our model at both depths, each with both optimizers, every ratio to the first depth
     (the step cost the speedrun's layers recipes need, measured where drift hits both alike)."""
-    bench = load("bench_model")
     built = []
-    real = bench.build_optimizers
-    monkeypatch.setattr(bench, "build_optimizers", lambda module, *a: built.append(len(module.model.layers)) or real(module, *a))
-    bench.main(["--shape", "tiny", "--vocab", "512", "--steps", "2", "--warmup", "1", "--batch", "2", "--threads", "1",
-                "--optim", "adamw,muon", "--no-hf", "--layers", "2,1"])
+    real = bench_model.build_optimizers
+    monkeypatch.setattr(bench_model, "build_optimizers", lambda module, *a: built.append(len(module.model.layers)) or real(module, *a))
+    bench_model.main(["--shape", "tiny", "--vocab", "512", "--steps", "2", "--warmup", "1", "--batch", "2",
+                      "--threads", "1", "--optim", "adamw,muon", "--no-hf", "--layers", "2,1"])
     out = capsys.readouterr().out
     assert built == [2, 1, 2, 1]  # adamw at depths 2 and 1, then muon at both
     assert re.findall(r"^\| (minillama L\d eager \w+) \| \d+ \|", out, re.M) == [
         "minillama L2 eager adamw", "minillama L1 eager adamw", "minillama L2 eager muon", "minillama L1 eager muon"]
     tps = {m.group(1): float(m.group(2).replace(",", "")) for m in
            re.finditer(r"^\| (minillama L\d eager \w+) \| \d+ \| [\d–]+ \| ([\d,]+) \|", out, re.M)}
-    tiny = bench.model_config("tiny", 512, None, None)  # each depth's TFLOP/s from its own FLOPs per token
-    assert bench.variant_flops(tiny, "minillama L1 eager muon") == bench._meta_model(
-        bench.replace(tiny, n_layers=1)).flops_per_token(64) < bench.variant_flops(tiny, "minillama eager")
+    tiny = bench_model.model_config("tiny", 512, None, None)  # each depth's TFLOP/s from its own FLOPs per token
+    assert bench_model.variant_flops(tiny, "minillama L1 eager muon") == bench_model._meta_model(
+        bench_model.replace(tiny, n_layers=1)).flops_per_token(64) < bench_model.variant_flops(tiny, "minillama eager")
     for optim in ("adamw", "muon"):  # the printed ratio is the table's: step time at depth 1 / at depth 2
         ratio = float(re.search(rf"minillama eager {optim}, step time L1 / L2: (\d+\.\d+)", out).group(1))
         assert ratio == pytest.approx(tps[f"minillama L2 eager {optim}"] / tps[f"minillama L1 eager {optim}"], rel=0.02)
@@ -95,9 +86,8 @@ def test_bench_model_rejects_an_unknown_shape():
 
 
 def test_bench_loss_chunked_peak_is_lower_with_the_same_loss(capsys, monkeypatch):
-    bench = load("bench_loss")
-    monkeypatch.setattr(bench.subprocess, "run", forked_run)  # each variant still measured in a process of its own
-    bench.main(["--vocab", "8192", "--batch", "4", "--seq", "256", "--hidden", "64", "--layers", "1",
+    monkeypatch.setattr(bench_loss.subprocess, "run", forked_run)  # each variant still measured in a process of its own
+    bench_loss.main(["--vocab", "8192", "--batch", "4", "--seq", "256", "--hidden", "64", "--layers", "1",
                              "--steps", "1", "--threads", "1"])
     out = capsys.readouterr().out
     peaks = [float(v.replace(",", "")) for v in re.findall(r"\| ([\d,]+) MiB live \|", out)]  # live tensors: not RSS noise

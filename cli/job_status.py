@@ -1,13 +1,14 @@
 """Hydra callback of scripts/ablate.py: at the end of every train.py job, write job_status.yaml into
 its run directory — completed or failed, with the error — so the protocol can tell a diverged cell
-(recorded, never re-run) from a crash (retried). Registered per sweep by ablate.py:
-`+hydra.callbacks.ablate_status._target_=scripts.ablate_callback.JobStatusFile`."""
+(recorded, never re-run) from a crash (retried). Registered per sweep by the protocol
+(analysis/ablation/configs.py): `+hydra.callbacks.ablate_status._target_=cli.job_status.JobStatusFile`."""
 from pathlib import Path
 
 import yaml
 from hydra.experimental.callback import Callback
 
-from analysis.cells import STATUS_FILE
+from analysis.ablation.cells import STATUS_FILE
+from cli.entry import one_line
 
 
 class JobStatusFile(Callback):
@@ -16,7 +17,7 @@ class JobStatusFile(Callback):
         status = {"status": job_return.status.name}
         if status["status"] == "FAILED":
             error = job_return._return_value  # the exception; .return_value would re-raise it
-            status["error"] = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            status["error"] = one_line(error)
             status["error_types"] = _chain(error)
         run_dir.mkdir(parents=True, exist_ok=True)  # train.py removes the directory of a failed start
         (run_dir / STATUS_FILE).write_text(yaml.safe_dump(status, sort_keys=False))

@@ -8,7 +8,7 @@ from typing import Optional
 
 import yaml
 
-from analysis.protocol import ProtocolError, Spec
+from analysis.ablation.protocol import ProtocolError, Spec
 from analysis.runs import NOT_A_VARIANT
 
 MANIFEST = "protocol.yaml"

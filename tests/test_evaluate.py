@@ -1,6 +1,5 @@
-"""scripts/evaluate.py as a user runs it: every token scored once, equal to a float64 hand computation,
-on text files, data configs, cache directories and HF directories; bad input is one error line."""
-import importlib.util
+"""cli/evaluate.py as a user runs it: every token scored once, equal to a float64 hand computation, on
+text files, data configs, cache directories and HF directories; bad input is one error line."""
 import json
 import math
 import re
@@ -12,6 +11,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from cli import evaluate as script
 from data import DataConfig, prepare
 from tests.tiny_checkpoint import single_thread  # noqa: F401 (autouse fixture)
 from tests.tiny_checkpoint import CORPUS, REPO, random_model, tiny_config, tiny_tokenizer
@@ -20,9 +20,6 @@ from training.checkpoint import save_checkpoint
 TOKENIZER = tiny_tokenizer()
 EOS = TOKENIZER.token_to_id("<|eos|>")
 SCRIPT = REPO / "scripts" / "evaluate.py"
-_spec = importlib.util.spec_from_file_location("evaluate_script", SCRIPT)
-script = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(script)
 DOCS = ["ROMEO: But, soft! what light through yonder window breaks?\nIt is the east.",
         "JULIET: O Romeo, Romeo! wherefore art thou Romeo? — naïve café 😀"]
 

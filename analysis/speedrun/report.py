@@ -4,7 +4,7 @@ import itertools
 import math
 from typing import Dict, List
 
-from analysis.speedrun import Spec
+from analysis.speedrun.spec import Spec
 from analysis.stats import CI, compare, decimals, format_p, summarize
 
 Results = Dict[str, Dict[int, dict]]  # recipe → seed → its result.json

@@ -5,11 +5,11 @@ from typing import Dict, List, Optional
 
 from analysis import reference as ref
 from analysis import scale
-from analysis.cells import DIVERGED, FINISHED, CellState
+from analysis.ablation.cells import DIVERGED, FINISHED, CellState
+from analysis.ablation.protocol import Cell, Spec, at_grid_edge, stage1_cells, stage2_cells
 from analysis.delta_plots import plot_delta_vs_size, plot_forest
 from analysis.params import model_params
 from analysis.plots import has_activation_rms, plot_activation_rms, plot_lr_sweep, plot_val_curves
-from analysis.protocol import Cell, Spec, at_grid_edge, stage1_cells, stage2_cells
 from analysis.runs import Variant
 from analysis.stats import compare
 from analysis.table import final_bpb, markdown as results_table, summarize_variants

@@ -1,18 +1,17 @@
 """Where each protocol cell stands, read from its run directory: finished, diverged, failed,
 resumable from a checkpoint, to be restarted, or not started."""
 import math
-import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Optional
 
 import yaml
 
-from analysis.protocol import Cell, Spec, choose_lr
+from analysis.ablation.protocol import Cell, Spec, choose_lr
+from analysis.jobs import move_aside as move_run_aside
 from analysis.runs import Run, RunsError, read_run
 
-# Written into the run directory at the end of every job by scripts/ablate_callback.py (a Hydra
+# Written into the run directory at the end of every job by cli/job_status.py (a Hydra
 # callback): whether the job completed or failed, and why. A job stopped by a signal writes none.
 STATUS_FILE = "job_status.yaml"
 
@@ -59,14 +58,7 @@ def is_divergence(status: dict) -> bool:
 def move_aside(state: CellState, discarded_dir: Path) -> Path:
     """Keep a failed or checkpoint-less partial run out of the way (never delete it) before its
     cell runs again: <protocol>/discarded/<time>/<run_name>."""
-    target = discarded_dir / time.strftime("%Y-%m-%d_%H-%M-%S") / state.cell.run_name
-    n = 1
-    while target.exists():
-        target = target.with_name(f"{target.name}-{n}")
-        n += 1
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(str(state.path), str(target))
-    return target
+    return move_run_aside(state.path, discarded_dir, state.cell.run_name)
 
 
 def _read_status(path: Path) -> dict:

@@ -1,47 +1,18 @@
-"""analysis/launch.py: a cell's generated config, the multirun command, and Ctrl-C forwarding."""
+"""analysis/jobs.py: Ctrl-C forwarding to a multirun, its exit status, and the CPU lock."""
+import contextlib
+import fcntl
+import io
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 import pytest
-import yaml
 
-from analysis.launch import cell_config, run_sweep, sweep_command, write_cells
-from analysis.protocol import Cell
-
-CELL = Cell("wide", "no_norm", 3e-3, 2)
-
-
-def test_cell_config_sets_lr_schedule_seed_directory_and_wandb():
-    values = {"model": {"norm": "none", "hidden_size": 128}}
-    config = cell_config(CELL, values, 0.1, "ablate_x", "stage2")
-    assert config["model"] == {"norm": "none", "hidden_size": 128} and values == {"model": {"norm": "none",
-                                                                                            "hidden_size": 128}}
-    assert config["optim"] == {"lr": 3e-3, "min_lr": pytest.approx(3e-4)}
-    assert (config["seed"], config["run_name"]) == (2, "wide/no_norm/lr0.003_seed2")
-    assert config["logger"] == {"group": "ablate_x", "tags": ["ablate", "stage2", "variant=no_norm", "size=wide",
-                                                              "lr=0.003"]}
-    assert "resume" not in config
-    assert cell_config(CELL, values, 0.1, "g", "stage2", resume="/p/runs/x")["resume"] == "/p/runs/x"
-
-
-def test_cells_are_global_package_configs(tmp_path):
-    write_cells(tmp_path, {CELL.option: cell_config(CELL, {}, 0.1, "g", "stage1")})
-    text = (tmp_path / "cell" / f"{CELL.option}.yaml").read_text()
-    assert text.startswith("# @package _global_\n") and yaml.safe_load(text)["seed"] == 2
-
-
-def test_sweep_command_names_each_job_directory_after_its_cell(tmp_path):
-    command = sweep_command("py", tmp_path / "train.py", "ablation_protocol", ["trainer.max_steps=5"],
-                            tmp_path / "configs", tmp_path / "with space" / "runs", ["a", "b"])
-    assert command[:5] == ["py", str(tmp_path / "train.py"), "-m", "experiment=ablation_protocol",
-                           "trainer.max_steps=5"]
-    assert "hydra.sweep.subdir=${run_name}" in command and command[-1] == "+cell=a,b"
-    assert f"hydra.sweep.dir='{tmp_path / 'with space' / 'runs'}'" in command  # quoted for Hydra's grammar
-    assert f"hydra.searchpath=[file://{tmp_path / 'configs'}]" in command
-    assert any(c.endswith("=scripts.ablate_callback.JobStatusFile") for c in command)
+from analysis.jobs import cpu_lock, run_sweep
 
 
 CHILD = textwrap.dedent("""
@@ -59,7 +30,7 @@ CHILD = textwrap.dedent("""
 PARENT = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from analysis.launch import run_sweep
+    from analysis.jobs import run_sweep
     sys.exit(run_sweep([sys.executable, "-c", {child!r}], cwd=Path.cwd()))
 """)
 
@@ -94,3 +65,25 @@ def test_a_stop_request_wins_over_the_sweeps_own_exit_status(tmp_path):
     assert parent.stdout.readline().strip() == "ready"
     parent.send_signal(signal.SIGINT)
     assert parent.wait(timeout=30) == 128 + signal.SIGINT
+
+
+def test_cpu_lock_excludes_other_holders_and_waits_for_them(tmp_path):
+    lock = tmp_path / "cpu.lock"
+    with open(lock, "a") as other:
+        fcntl.flock(other, fcntl.LOCK_EX)  # someone else's job holds the machine
+        entered = threading.Event()
+
+        def job():
+            with contextlib.redirect_stdout(io.StringIO()), cpu_lock(lock):
+                entered.set()
+                time.sleep(0.2)
+
+        worker = threading.Thread(target=job)
+        worker.start()
+        assert not entered.wait(0.5)  # our run waits while the other job runs
+        fcntl.flock(other, fcntl.LOCK_UN)
+        assert entered.wait(5)
+        with pytest.raises(BlockingIOError):  # and holds the lock while it runs
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        worker.join()
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released when it is done

@@ -1,0 +1,135 @@
+"""The protocol's cells as train.py configs: each composed and built (meta device) before anything
+trains, so a typo fails in seconds, then written as a generated Hydra option (`+cell=<name>`) that ONE
+`python train.py -m` multirun per stage runs. Composing and parsing overrides are passed in (cli.config)."""
+import copy
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import yaml
+
+from analysis.ablation.cost import Budget
+from analysis.ablation.protocol import Cell, ProtocolError, Spec
+from analysis.jobs import quoted
+from model import Transformer
+
+CELL_GROUP = "cell"
+# Writes job_status.yaml into every job's run directory (analysis/ablation/cells.py reads it).
+CALLBACK = "+hydra.callbacks.ablate_status._target_=cli.job_status.JobStatusFile"
+UNKNOWN_EVAL_WINDOWS = 256  # trainer.eval_windows=all: the split's size is only known once data is prepared
+
+Compose = Callable[[List[str]], object]  # overrides → the TrainConfig train.py would run
+ParseOverrides = Callable[[List[str]], List[Tuple[str, object]]]  # overrides → (dotted key, value)
+
+
+def validate(spec: Spec, compose: Compose) -> Tuple[Dict[str, Dict[str, dict]], Dict[str, Budget]]:
+    """({size: {variant: parameter counts}}, {size: the reference's workload}); a cell that would not
+    compose or build is a ProtocolError naming it."""
+    check_overlaps(spec)
+    models, budgets = {}, {}
+    for size, size_overrides in spec.sizes.items():
+        models[size] = {}
+        for variant, variant_overrides in spec.variants.items():
+            lr = spec.lr_grid[0]
+            overrides = [*([f"experiment={spec.experiment}"] if spec.experiment else []), *spec.train_overrides,
+                         *size_overrides, *variant_overrides, f"optim.lr={lr}",
+                         f"optim.min_lr={lr * spec.min_lr_ratio}"]
+            try:
+                cfg = compose(overrides)
+                with torch.device("meta"):  # shapes only: no memory, instant
+                    counts = Transformer(cfg.model).param_counts()
+            except (ValueError, TypeError) as e:
+                raise ProtocolError(f"size {size}, variant {variant} does not compose ({' '.join(overrides)}): "
+                                    f"{str(e).strip().splitlines()[0]}")
+            models[size][variant] = {"total": counts["total"], "mlp": counts["mlp"],
+                                     "intermediate_size": cfg.model.resolved_intermediate_size}
+            if variant == spec.reference:
+                budgets[size] = budget_of(cfg)
+    return models, budgets
+
+
+def budget_of(cfg) -> Budget:
+    t = cfg.trainer
+    windows = t.num_eval_windows or UNKNOWN_EVAL_WINDOWS
+    return Budget(t.max_steps, t.micro_batch_size * t.seq_len * t.grad_accum_steps, t.eval_interval,
+                  windows * t.seq_len)
+
+
+def cell_values(spec: Spec, parse: ParseOverrides) -> Dict[Tuple[str, str], dict]:
+    """{(size, variant): nested config values} for the cells' generated configs, the overrides read by
+    `parse` (Hydra's own grammar: model.qk_norm=true → True, 1e-3 → 0.001) so they mean what they would
+    mean on the command line."""
+    parsed = {name: _values(overrides, name, parse)
+              for name, overrides in [*spec.sizes.items(), *spec.variants.items()]}
+    return {(size, variant): _merge(parsed[size], parsed[variant]) for size in spec.sizes for variant in spec.variants}
+
+
+def _values(overrides: List[str], owner: str, parse: ParseOverrides) -> dict:
+    out = {}
+    try:
+        parsed = parse(list(overrides))
+    except ValueError as e:
+        raise ProtocolError(f"{owner}: {e}")
+    for key, value in parsed:
+        node = out
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
+
+
+def _merge(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for key, value in b.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def check_overlaps(spec: Spec) -> None:
+    """A key set twice would be silently decided by precedence: the command line beats a cell's config."""
+    keys = lambda overrides: {o.split("=", 1)[0].lstrip("+") for o in overrides}
+    everywhere = keys(spec.train_overrides)
+    for kind, owners in (("variant", spec.variants), ("size", spec.sizes)):
+        for name, overrides in owners.items():
+            both = keys(overrides) & everywhere
+            if both:
+                raise ProtocolError(f"{kind} {name} sets {', '.join(sorted(both))}, which the command line also sets "
+                                    "for every run (and would win); drop one of them")
+    for size, size_overrides in spec.sizes.items():
+        for variant, variant_overrides in spec.variants.items():
+            both = keys(size_overrides) & keys(variant_overrides)
+            if both:
+                raise ProtocolError(f"size {size} and variant {variant} both set {', '.join(sorted(both))}")
+
+
+def cell_config(cell: Cell, values: dict, min_lr_ratio: float, group: str, stage: str,
+                resume: Optional[Path] = None) -> dict:
+    """The cell's config, merged after every other group: the variant's and size's values, its
+    LR (min_lr scaled along), seed, run name (= its directory) and wandb group and tags."""
+    config = copy.deepcopy(values)
+    config.setdefault("optim", {}).update(lr=cell.lr, min_lr=cell.lr * min_lr_ratio)
+    config.update(seed=cell.seed, run_name=cell.run_name)
+    config["logger"] = {**config.get("logger", {}), "group": group,
+                        "tags": ["ablate", stage, f"variant={cell.variant}", f"size={cell.size}", f"lr={cell.lr:g}"]}
+    if resume is not None:
+        config["resume"] = str(resume)
+    return config
+
+
+def write_cells(config_dir: Path, configs: Dict[str, dict]) -> None:
+    """{option: config} → config_dir/cell/<option>.yaml, each a global-package config."""
+    group = config_dir / CELL_GROUP
+    group.mkdir(parents=True, exist_ok=True)
+    for option, config in configs.items():
+        (group / f"{option}.yaml").write_text("# @package _global_\n" + yaml.safe_dump(config, sort_keys=False))
+
+
+def sweep_command(python: str, train_py: Path, experiment: Optional[str], overrides: Sequence[str],
+                  config_dir: Path, sweep_dir: Path, options: Sequence[str]) -> List[str]:
+    """`train.py -m` over the cells. Each job's directory is sweep_dir/<run_name> (not Hydra's job
+    number), so a cell keeps its directory however many cells a later resume runs."""
+    return [python, str(train_py), "-m", *([f"experiment={experiment}"] if experiment else []), *overrides,
+            f"hydra.sweep.dir={quoted(sweep_dir.resolve())}", "hydra.sweep.subdir=${run_name}",
+            f"hydra.searchpath=[{quoted('file://' + str(config_dir.resolve()))}]", CALLBACK,
+            f"+{CELL_GROUP}={','.join(options)}"]

@@ -1,0 +1,119 @@
+"""Run an ablation protocol end to end: every variant at its own best learning rate, paired seeds,
+one or more model sizes, then the report — one command, resumable.
+
+    python scripts/ablate.py                                   # configs/protocol/default.yaml
+    python scripts/ablate.py --dir multirun/ablate/<date>/<time>   # resume: the stored spec, finished cells kept
+    python scripts/ablate.py --variants rmsnorm_swiglu,gelu --lrs 1e-3,3e-3 --seeds 3 \\
+        --sizes "model.hidden_size=96,192 model.n_heads=2,4" trainer.max_steps=300 hydra/launcher=submitit_slurm
+
+Stage 1 trains each variant at each LR of the grid (one seed) at each size; stage 2 trains every
+variant at its own best stage-1 LR on every seed; stage 3 writes <dir>/report/ (results.md and the
+figures). Each stage is one `python train.py -m` multirun; trailing key=value arguments go to every
+train.py run (hydra/launcher=… and hydra.launcher.… choose the launcher). Before training it
+prints the cost, from a short timing run of each size. Rerunning with the same --dir skips
+finished and diverged cells, resumes interrupted ones from their checkpoints and retries failed
+ones. Exit status: 0 done, 1 an error (one `error:` line), 2 runs stopped at trainer.stop_at_step,
+130/143 stopped by Ctrl-C/SIGTERM (rerun to continue).
+"""
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from analysis.ablation import manifest
+from analysis.ablation.configs import cell_values, validate
+from analysis.ablation.protocol import ProtocolError, Spec, load_spec_file, merge_overrides, parse_sizes, split_overrides
+from analysis.ablation.runner import Protocol, report, run_stages
+from cli import REPO
+from cli.config import compose_train_config, override_values
+
+DEFAULT_PROTOCOL = REPO / "configs" / "protocol" / "default.yaml"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="train.py overrides for every run "
+                   "(e.g. trainer.max_steps=300 data.cache_dir=…), and hydra/launcher=… for the launcher")
+    p.add_argument("--protocol", type=Path, default=None,
+                   help=f"protocol file (default: {DEFAULT_PROTOCOL.relative_to(REPO)})")
+    p.add_argument("--dir", type=Path, default=None, help="protocol directory; an existing one is resumed "
+                   "(default: multirun/ablate/<date>/<time>)")
+    p.add_argument("--variants", default=None, help="comma-separated subset of the protocol's variants")
+    p.add_argument("--variant", action="append", default=[], metavar="'NAME KEY=VALUE …'",
+                   help="add or define a variant, one quoted argument, e.g. --variant 'relu2 model.mlp=relu2' "
+                   "(repeatable)")
+    p.add_argument("--reference", default=None, help="the variant the others are compared with")
+    p.add_argument("--lrs", default=None, help="stage-1 LR grid, comma-separated (e.g. 1e-3,3e-3,1e-2)")
+    p.add_argument("--seeds", type=int, default=None, help="stage-2 seeds 0..N-1 (default: the protocol's)")
+    p.add_argument("--stage1-seed", type=int, default=None, help="the seed of the LR sweep")
+    p.add_argument("--sizes", default=None, metavar="'KEY=V1,V2 …'",
+                   help="model sizes as sweep terms, zipped, one quoted argument, e.g. "
+                   "'model.hidden_size=96,192 model.n_heads=2,4'")
+    p.add_argument("--probe-steps", type=int, default=10, help="steps of the timing run per size before "
+                   "the cost is printed (0: no timing run; the cost is estimated once stage 1 has runs)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and its cost, then stop")
+    p.add_argument("--report-only", action="store_true", help="only write the report from what has finished")
+    return p.parse_intermixed_args(argv)  # overrides may come before, between or after the options
+
+
+def build_spec(args, stored: Spec = None, train_overrides=()) -> Spec:
+    """The protocol file's spec (or the stored one on resume), changed by the command line."""
+    base = stored if stored is not None and args.protocol is None else load_spec_file(args.protocol or DEFAULT_PROTOCOL)
+    fields = base.to_dict()
+    for definition in args.variant:
+        name, *overrides = definition.split()
+        fields["variants"][name] = overrides
+    if args.variants:
+        keep = [v.strip() for v in args.variants.split(",") if v.strip()]
+        unknown = [v for v in keep if v not in fields["variants"]]
+        if unknown:
+            raise ProtocolError(f"--variants: unknown {', '.join(unknown)}; the protocol has "
+                                f"{', '.join(fields['variants'])}")
+        fields["variants"] = {v: fields["variants"][v] for v in keep}
+    if args.reference:
+        fields["reference"] = args.reference
+    if args.lrs:
+        try:
+            fields["lr_grid"] = [float(x) for x in args.lrs.split(",")]
+        except ValueError:
+            raise ProtocolError(f"--lrs {args.lrs!r} is not a comma-separated list of numbers, e.g. 1e-3,3e-3")
+    if args.seeds is not None:
+        fields["seeds"] = list(range(args.seeds))
+    if args.stage1_seed is not None:
+        fields["stage1_seed"] = args.stage1_seed
+    if args.sizes:
+        fields["sizes"] = parse_sizes(args.sizes.split())
+    fields["train_overrides"] = merge_overrides(fields["train_overrides"], train_overrides)
+    return Spec(**fields)
+
+
+def open_protocol(args) -> Protocol:
+    """The protocol directory the command line names (a new one, or a resume with its stored spec)."""
+    train_overrides, launcher = split_overrides(args.overrides)
+    directory = (args.dir or Path("multirun/ablate") / time.strftime("%Y-%m-%d/%H-%M-%S")).resolve()
+    stored = manifest.load(directory)
+    if stored is None and directory.is_dir() and any(directory.iterdir()):
+        raise ProtocolError(f"{directory} is not empty and holds no {manifest.MANIFEST}; choose a new --dir")
+    spec = build_spec(args, manifest.spec_of(stored) if stored else None, train_overrides)
+    if stored:
+        manifest.check_continuable(manifest.spec_of(stored), spec, directory / manifest.MANIFEST)
+    if args.report_only and stored is None:
+        raise ProtocolError(f"--report-only: {directory} holds no protocol ({manifest.MANIFEST}); pass its --dir")
+    return Protocol(directory, spec, stored, launcher, command=" ".join([Path(sys.argv[0]).name] + sys.argv[1:]))
+
+
+def typed_config(overrides: list):
+    """The TrainConfig train.py would run with these overrides (a cell that does not compose: a ValueError)."""
+    return compose_train_config(overrides)[0]
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    proto = open_protocol(args)
+    models, budgets = validate(proto.spec, typed_config)
+    values = cell_values(proto.spec, override_values)
+    proto.save(models=models)
+    print(("resuming " if proto.resumed else "protocol directory: ") + str(proto.dir))
+    if args.report_only:
+        return report(proto)
+    return run_stages(proto, budgets, values, args.probe_steps, args.dry_run)

@@ -1,0 +1,139 @@
+"""Hydra config → typed config, the one place for every entry point: the schema under
+configs/train.yaml, composing it with command-line overrides into a TrainConfig (train.py's
+resolve_config, with a resume's checkpoint config merged in, or Hydra's compose API for the programs
+behind scripts/), reading overrides by Hydra's grammar, and a data config for evaluate.py --data."""
+import sys
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
+
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
+
+from cli import REPO
+from cli.entry import one_line
+from data import DataConfig
+from training.checkpoint import resolve_checkpoint
+from training.checkpoint.consistency import check_checkpoint_consistency, check_resume_fits
+from training.config import TrainConfig
+
+CONFIGS = REPO / "configs"
+TOP_LEVEL_KEYS = ("seed", "run_name", "outputs_dir")
+
+
+class ConfigError(ValueError):
+    """A config that does not compose, or whose values do not fit together: one line naming the value."""
+
+
+def register_configs() -> None:
+    """Typed schema under the YAML: a typo'd key or a wrong type fails at composition."""
+    ConfigStore.instance().store(name="train_schema", node=TrainConfig)
+
+
+def resolve_config(dict_cfg: DictConfig) -> tuple:
+    """(typed config, its YAML, checkpoint to resume or None). A resume takes the checkpoint's saved
+    config; command-line key overrides (e.g. trainer.max_steps=…) still apply on top."""
+    resume_ckpt = None
+    if dict_cfg.resume:
+        resume_ckpt = resolve_checkpoint(dict_cfg.resume, dict_cfg.outputs_dir)
+        check_checkpoint_consistency(resume_ckpt)  # its files must agree before anything trusts them
+        overrides = [o.lstrip("+") for o in HydraConfig.get().overrides.task if not o.startswith("resume=")]
+        groups = [o for o in overrides if "." not in o.split("=")[0] and o.split("=")[0] not in TOP_LEVEL_KEYS]
+        if groups:  # the checkpoint's config already holds the composed groups
+            print(f"resume: config groups come from the checkpoint; ignoring {' '.join(groups)}", file=sys.stderr)
+        overrides = [o for o in overrides if o not in groups]
+        saved = OmegaConf.load(resume_ckpt / "config.yaml")
+        saved.trainer.stop_at_step = None  # an early stop applies to the run that stopped, not the resume
+        dict_cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), saved, OmegaConf.from_dotlist(overrides))
+    cfg, config_yaml = _typed(dict_cfg)
+    if cfg.trainer.seq_len > cfg.model.max_seq_len:
+        raise ConfigError(f"trainer.seq_len={cfg.trainer.seq_len} exceeds model.max_seq_len={cfg.model.max_seq_len}; "
+                          "lower the first or raise the second")
+    if resume_ckpt is not None:
+        check_resume_fits(resume_ckpt, cfg.model)  # model.* overrides may not change the architecture
+    return cfg, config_yaml, resume_ckpt
+
+
+def _typed(dict_cfg: DictConfig) -> Tuple[TrainConfig, str]:
+    """(TrainConfig, its YAML) of a composed config, resolved; `resume` is cleared (merged already)."""
+    try:
+        plain = OmegaConf.to_container(dict_cfg, resolve=True)
+        plain.pop("hydra", None)
+        plain["resume"] = None
+        cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), plain))
+    except OmegaConfBaseException as e:
+        raise ConfigError(str(e).splitlines()[0])
+    return cfg, OmegaConf.to_yaml(plain)
+
+
+def compose(overrides: Sequence[str], keep_hydra: bool = False) -> DictConfig:
+    """configs/train.yaml with command-line overrides, through Hydra's compose API, as @hydra.main
+    hands it to train.py: HydraConfig set (so ${hydra:runtime.choices.*} resolves) and the hydra node
+    removed, unless keep_hydra (e.g. to read hydra.sweeper.params). A config that does not compose is
+    a ConfigError."""
+    register_configs()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+            cfg = hydra_compose("train", overrides=list(overrides), return_hydra_config=True)
+    except (HydraException, OmegaConfBaseException) as e:
+        raise ConfigError(one_line(e)) from None
+    HydraConfig.instance().set_config(cfg)
+    if not keep_hydra:
+        with open_dict(cfg):
+            del cfg["hydra"]
+    return cfg
+
+
+def compose_train_config(overrides: Sequence[str]) -> Tuple[TrainConfig, str]:
+    """(TrainConfig, its YAML) for `python train.py <overrides>`: composed and typed as train.py does,
+    checked by the schema and the dataclasses (resolve_config's own checks: compose_run_config)."""
+    return _typed(compose(overrides))
+
+
+def compose_run_config(overrides: Sequence[str]) -> TrainConfig:
+    """The TrainConfig train.py would run with these overrides, with every check resolve_config makes."""
+    return resolve_config(compose(overrides))[0]
+
+
+def override_values(overrides: Sequence[str]) -> List[Tuple[str, object]]:
+    """(dotted key, value) of each key=value override, parsed by Hydra's own grammar
+    (model.qk_norm=true → True, 1e-3 → 0.001), so it means what it would on the command line. One
+    that does not parse, or that sweeps several values, is a ConfigError."""
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException as e:
+        raise ConfigError(one_line(e)) from None
+    for o in parsed:
+        if o.is_sweep_override():
+            raise ConfigError(f"{o.input_line!r} sweeps several values; a variant or size sets one")
+    return [(o.key_or_group, o.value()) for o in parsed]
+
+
+def load_data_config(data: Optional[str], ckpt: Path, sets: Sequence[str]) -> DataConfig:
+    """evaluate.py's data: `--data NAME` (configs/data/NAME.yaml) or `--data FILE.yaml`, else the
+    checkpoint's config.yaml data section; `--set KEY=VALUE` on top."""
+    if data is None:
+        saved = OmegaConf.load(ckpt / "config.yaml") if (ckpt / "config.yaml").is_file() else OmegaConf.create()
+        if not OmegaConf.is_dict(saved) or "data" not in saved:
+            raise ValueError(f"{ckpt} has no training config with a data section; pass --data or --text")
+        node = saved.data
+    else:
+        is_file = data.endswith((".yaml", ".yml"))
+        path = Path(data) if is_file else CONFIGS / "data" / f"{data}.yaml"
+        if not path.is_file():
+            names = sorted(p.stem for p in (CONFIGS / "data").glob("*.yaml"))
+            raise ValueError(f"--data {data}: no such config or cache directory; use one of {', '.join(names)}, "
+                             "a YAML file or a prepared cache directory")
+        node = OmegaConf.load(path)
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(DataConfig), node, OmegaConf.from_dotlist(list(sets)))
+        return OmegaConf.to_object(merged)
+    except OmegaConfBaseException as e:
+        raise ValueError(f"data config: {str(e).splitlines()[0]}") from None

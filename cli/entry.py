@@ -1,0 +1,32 @@
+"""What every program behind scripts/ shares: its exit status from one wrapper (a user's error is one
+`error: …` line and exit status 1, Ctrl-C exit status 130) and the one-line text of an error."""
+import sys
+from typing import Callable, Optional, Sequence
+
+USER_ERRORS = (ValueError, OSError)  # DataError, CheckpointError, ConfigError, … are ValueErrors
+
+
+def one_line(error: BaseException) -> str:
+    """The first line of an error's message, or its class name when it has none."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def exit_status(main: Callable, argv: Optional[Sequence[str]] = None, also: tuple = (),
+                interrupted: Optional[str] = None) -> int:
+    """main(argv)'s exit status (None counts as 0). A user's error (USER_ERRORS, and `also`) is one
+    `error: …` line on stderr and 1; Ctrl-C is 130, after the `interrupted` line if one is given."""
+    try:
+        return main(argv) or 0
+    except (*USER_ERRORS, *also) as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        if interrupted:
+            print(interrupted, file=sys.stderr)
+        return 130
+
+
+def run(main: Callable, also: tuple = (), interrupted: Optional[str] = None) -> None:
+    """A script's whole body: `run(main)` exits with main's status on the command line's arguments."""
+    sys.exit(exit_status(main, None, also, interrupted))

@@ -1,0 +1,269 @@
+"""Know before you launch: parameters, memory, FLOPs and time per step of a training config, and whether it fits.
+
+Usage: python scripts/estimate.py [overrides as for train.py ...] [--device cpu|cuda] [--device-memory-gb G]
+           [--world-size N] [--peak-tflops T] [--mfu F | --mfu-from RUN_DIR] [--measure]
+e.g.   python scripts/estimate.py model=125m trainer=gpu data.vocab_size=32768 --device cuda --device-memory-gb 80
+Memory is simulated: one training step of the real code on fake tensors (shapes only, nothing allocated).
+--measure also runs real fp32 steps on this CPU and compares their peak live tensor memory with the estimate.
+"""
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from cli.config import compose_run_config
+from model import Transformer
+from model.flops import training_flops_per_token
+from training.loss import CausalLMLoss
+from training.runtime.memory import StepMemory, current_memory_bytes, simulate_step_memory
+from training.runtime.mfu import gpu_peak, peak_flops
+from training.optim import build_optimizers
+from training.precision import autocast_context, resolve_precision
+
+GiB, MiB = 2 ** 30, 2 ** 20
+CUDA_OVERHEAD = 1 * GiB  # CUDA context, cuBLAS workspaces, allocator slack: not tensors, still memory
+# glibc keeps freed blocks below its 32 MiB mmap threshold in the heap, and oneDNN keeps scratch
+# buffers, so a CPU process's peak RSS sits above its live tensors: +10-25 % on one 2-core machine,
+# +65 % for the default model at micro-batch 8 on another (the CI machine). Allow for the worse.
+CPU_ALLOCATOR_SLACK = 0.75  # of the activations
+HEADROOM = 0.95  # fit within 95 % of the device: allocator fragmentation needs some room
+
+
+def parse_args(argv) -> tuple:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", choices=("cpu", "cuda"), help="the target (default: trainer.device, auto = here)")
+    p.add_argument("--device-memory-gb", type=float, help="the device's memory (default: detected)")
+    p.add_argument("--world-size", type=int, default=1, help="processes (GPUs) the run will use")
+    p.add_argument("--peak-tflops", type=float, help="matmul peak (default: trainer.peak_tflops, else looked up/measured)")
+    p.add_argument("--gpu", help="take the peak from this GPU's data sheet, e.g. 'NVIDIA H100 80GB HBM3'")
+    p.add_argument("--mfu", type=float, help="model-FLOPs utilisation to assume, e.g. 0.4")
+    p.add_argument("--mfu-from", metavar="RUN_DIR", help="take the MFU measured by this run (its metrics.jsonl)")
+    p.add_argument("--measure", action="store_true", help="also measure two real steps on this CPU (fp32)")
+    args, overrides = p.parse_known_args(argv)
+    bad = [o for o in overrides if o.startswith("-") or "=" not in o]
+    if bad:
+        raise ValueError(f"unrecognised argument {bad[0]!r}: see --help; overrides look like key=value")
+    if args.world_size < 1:
+        raise ValueError(f"--world-size {args.world_size} must be >= 1")
+    if args.mfu_from and not (Path(args.mfu_from) / "metrics.jsonl").is_file():
+        raise ValueError(f"--mfu-from {args.mfu_from}: no metrics.jsonl there; pass a run directory")
+    return args, overrides
+
+
+def loss_builder(cfg, chunk_above="auto"):
+    """A builder of the step's modules: CausalLMLoss (chunk_above as it takes it: "auto" is train.py's
+    threshold, None one-shot, 0 always chunked) and the optimizers train.py builds for it."""
+    def build():
+        loss_module = CausalLMLoss(Transformer(cfg.model), chunk_above=chunk_above)
+        return loss_module, build_optimizers(loss_module, cfg.optim, "cpu")
+    return build
+
+
+def simulate(cfg, precision: str, chunk_above="auto") -> StepMemory:
+    t = cfg.trainer
+    return simulate_step_memory(loss_builder(cfg, chunk_above), (t.micro_batch_size, t.seq_len), cfg.model.vocab_size,
+                                t.grad_accum_steps, autocast_context(precision, torch.device("cpu")))
+
+
+def per_device(mem: StepMemory, parallel: str, world: int) -> dict:
+    """Bytes per device by kind. FSDP shards weights, gradients and optimizer state; DDP keeps full
+    copies plus gradient buckets of the same size (gradient_as_bucket_view is off)."""
+    parts = {"weights": mem.weights + mem.buffers, "gradients": mem.gradients, "optimizer state": mem.optimizer,
+             "activations (peak, incl. logits)": mem.activations}
+    if parallel == "fsdp" and world > 1:
+        for kind in ("weights", "gradients", "optimizer state"):
+            parts[kind] = math.ceil(parts[kind] / world)
+    if parallel == "ddp" and world > 1:
+        parts["DDP gradient buckets"] = mem.weights
+    return parts
+
+
+def device_memory(args, device: torch.device) -> tuple:
+    """(bytes, where the number comes from) or (None, why not)."""
+    if args.device_memory_gb:
+        return args.device_memory_gb * 1e9, "--device-memory-gb"
+    if device.type == "cuda" and torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(device)
+        return props.total_memory, props.name
+    if device.type == "cpu":
+        for line in Path("/proc/meminfo").read_text().splitlines() if Path("/proc/meminfo").exists() else []:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024, "available RAM now (/proc/meminfo)"
+    return None, "unknown: pass --device-memory-gb"
+
+
+def measured_mfu(args, cfg) -> tuple:
+    """(MFU, where from): given, from --mfu-from's metrics.jsonl, or from the newest run of the same model."""
+    if args.mfu:
+        return args.mfu, "--mfu"
+    runs = [Path(args.mfu_from)] if args.mfu_from else sorted(
+        (p.parent for p in Path(cfg.outputs_dir).glob("*/*/metrics.jsonl")), key=lambda p: p.stat().st_mtime,
+        reverse=True)
+    want = OmegaConf.to_container(OmegaConf.structured(cfg.model))
+    for run in runs:
+        try:
+            if not args.mfu_from and OmegaConf.to_container(OmegaConf.load(run / "config.yaml")).get("model") != want:
+                continue
+            rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        except (OSError, ValueError):
+            continue
+        values = [r["mfu"] for r in rows if r.get("kind") == "train" and r.get("mfu")]
+        if values:  # the second half: the first intervals include compilation and warm-up
+            return statistics.median(values[len(values) // 2:]), f"median of {run}/metrics.jsonl"
+    if args.mfu_from:
+        raise ValueError(f"--mfu-from {args.mfu_from}: its metrics.jsonl has no train rows with an mfu")
+    return None, "no run of this model found; pass --mfu or --mfu-from"
+
+
+def fmt(n: float) -> str:
+    return f"{n / GiB:,.2f} GiB" if n >= GiB else f"{n / MiB:,.1f} MiB"
+
+
+def target(args, cfg) -> tuple:
+    """(device, precision, why): where the run will go and what precision `auto` gives there."""
+    name = args.device or cfg.trainer.device
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device("cuda", 0) if name.startswith("cuda") else torch.device("cpu")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        if cfg.trainer.precision == "auto":
+            return device, "bf16", "assumed for a CUDA target (no GPU here to ask)"
+        return device, cfg.trainer.precision, "trainer.precision"
+    return (device, *resolve_precision(cfg.trainer.precision, device))
+
+
+def fit_verdict(parts: dict, runtime: int, slack: float, memory, micro_batch: int, accum: int) -> str:
+    """Fits or not, and the largest micro-batch that would: activations (and the allocator's slack on
+    them) grow with it, weights, gradients, optimizer state and the runtime do not."""
+    activations = parts["activations (peak, incl. logits)"] * (1 + slack)
+    fixed = sum(parts.values()) - parts["activations (peak, incl. logits)"] + runtime
+    need = fixed + activations
+    extra = f"incl. {fmt(runtime)} runtime" + (f" and {fmt(activations - parts['activations (peak, incl. logits)'])} "
+                                               "allocator cache" if slack else "")
+    if memory is None:
+        return f"needs {fmt(need)} ({extra}); device memory unknown: pass --device-memory-gb"
+    room = HEADROOM * memory - fixed
+    largest = int(room // (activations / micro_batch)) if room > 0 else 0
+    if need <= HEADROOM * memory:
+        return (f"fits: needs {fmt(need)} of {fmt(memory)} ({100 * need / memory:.0f} %, {extra}); "
+                f"the largest micro_batch_size that would fit is about {largest}")
+    if largest < 1:
+        return (f"does NOT fit: needs {fmt(need)} of {fmt(memory)}, {fmt(fixed)} before any activations; use "
+                "FSDP over more devices (--world-size with trainer.parallel=fsdp) or a smaller model")
+    return (f"does NOT fit: needs {fmt(need)} of {fmt(memory)} ({extra}); try trainer.micro_batch_size={largest} "
+            f"trainer.grad_accum_steps={math.ceil(accum * micro_batch / largest)} (about the same tokens per step)")
+
+
+def report(args, cfg) -> None:
+    device, precision, why = target(args, cfg)
+    peak = resolve_peak(args, cfg, device, precision)  # first: a bad --gpu fails before any output
+    t, world = cfg.trainer, args.world_size
+    parallel = t.parallel if t.parallel != "auto" else ("ddp" if world > 1 else "none")
+    with torch.device("meta"):  # sizes only
+        model = Transformer(cfg.model)
+    counts, flops = model.param_counts(), training_flops_per_token(model, t.seq_len)
+    loss = CausalLMLoss(model)  # the loss train.py builds: chunked above its default threshold
+    chunked = loss.chunk_tokens(t.micro_batch_size * t.seq_len, cfg.model.padded_vocab_size) is not None
+    mem = simulate(cfg, precision)
+    other = simulate(cfg, precision, None if chunked else 0)  # the other loss path, for comparison
+    parts = per_device(mem, parallel, world)
+    tokens = t.micro_batch_size * t.seq_len * t.grad_accum_steps * world
+    logits = t.micro_batch_size * t.seq_len * cfg.model.padded_vocab_size * 4
+    print(f"model: {cfg.model.hidden_size} hidden × {cfg.model.depth}, {cfg.model.n_heads} heads "
+          f"({cfg.model.resolved_n_kv_heads} kv), vocab {cfg.model.padded_vocab_size}: {counts['total']:,} parameters "
+          f"(embedding {counts['embedding']:,}, attention {counts['attention']:,}, mlp {counts['mlp']:,})")
+    print(f"step: {t.micro_batch_size} × {t.seq_len} tokens × {t.grad_accum_steps} accumulation × {world} "
+          f"processes = {tokens:,} tokens; {device.type}, {precision} ({why}), parallel={parallel}")
+    print(f"\nmemory per device at the step's peak (simulated on fake tensors; optimizer {cfg.optim.name}):")
+    for kind, n in parts.items():
+        print(f"  {kind:<34}{fmt(n):>12}")
+    saving = other.peak - mem.peak if chunked else mem.peak - other.peak
+    print(f"  logits: one fp32 copy is {fmt(logits)}; the loss is {'chunked' if chunked else 'one-shot'} "
+          f"(B·T·vocab {t.micro_batch_size * t.seq_len * cfg.model.padded_vocab_size:,} vs threshold "
+          f"{loss.chunk_above}); chunked {'saves' if saving >= 0 else 'costs'} {fmt(abs(saving))} here")
+    runtime = CUDA_OVERHEAD if device.type == "cuda" else current_memory_bytes(torch.device("cpu"))
+    slack = 0.0 if device.type == "cuda" else CPU_ALLOCATOR_SLACK
+    memory, source = device_memory(args, device)
+    print(f"  {'total (tensors)':<34}{fmt(sum(parts.values())):>12}  (device: {fmt(memory) if memory else '?'}, "
+          f"{source})")
+    print(f"verdict: {fit_verdict(parts, runtime, slack, memory, t.micro_batch_size, t.grad_accum_steps)}")
+    print_time(args, cfg, peak, flops, tokens, world)
+
+
+def resolve_peak(args, cfg, device, precision) -> tuple:
+    """(FLOP/s, source) per device: --peak-tflops or trainer.peak_tflops, --gpu's data sheet, or this device's."""
+    override = args.peak_tflops or cfg.trainer.peak_tflops
+    sheet = gpu_peak(args.gpu) if args.gpu else None
+    if args.gpu and sheet is None:
+        raise ValueError(f"--gpu {args.gpu!r} is not in training/mfu.py's table; pass --peak-tflops instead")
+    if sheet is not None and not override:
+        return (sheet.bf16 if precision == "bf16" else sheet.tf32), f"data sheet: {sheet.label}"
+    if device.type == "cuda" and not torch.cuda.is_available() and not override:
+        return None, "no GPU here to look up or measure its peak; pass --gpu NAME or --peak-tflops"
+    return peak_flops(device, precision, override)
+
+
+def print_time(args, cfg, peak: tuple, flops, tokens: int, world: int) -> None:
+    per_step = flops.total * tokens
+    print(f"\nFLOPs: {flops.total / 1e6:,.2f} M per token (weights {flops.weights / 1e6:,.2f} M + causal attention "
+          f"{flops.attention / 1e6:,.2f} M) × {tokens:,} tokens = {per_step / 1e12:,.3f} TFLOP per step")
+    if peak[0] is None:
+        print(f"time: {peak[1]}")
+        return
+    mfu, mfu_source = measured_mfu(args, cfg)
+    ideal = per_step / (peak[0] * world)
+    print(f"time per step at {peak[0] / 1e12:,.2f} TFLOP/s per device ({peak[1]}): {ideal:,.2f} s at 100 % MFU")
+    if mfu:
+        seconds = ideal / mfu
+        print(f"  at MFU {100 * mfu:.1f} % ({mfu_source}): {seconds:,.2f} s per step, "
+              f"{seconds * cfg.trainer.max_steps / 3600:,.2f} h for trainer.max_steps={cfg.trainer.max_steps}")
+    else:
+        print(f"  MFU: {mfu_source}")
+
+
+def measured_peak(cfg) -> int:
+    """The peak bytes of live tensors above the built model during one real fp32 step on this CPU:
+    gradients, optimizer state, activations and temporaries, counted by torch's MemTracker (every
+    tensor storage while it lives). Allocator- and machine-independent, unlike RSS, which on some
+    CPUs also holds oneDNN scratch buffers and glibc's cache of freed blocks."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+    t = cfg.trainer
+    torch.manual_seed(0)
+    loss_module, optimizers = loss_builder(cfg)()
+    x, y = (torch.randint(0, cfg.model.vocab_size, (t.micro_batch_size, t.seq_len)) for _ in range(2))
+
+    def step():
+        for _ in range(t.grad_accum_steps):
+            (loss_module(x, y) / t.grad_accum_steps).backward()
+        for optimizer in optimizers:
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+    step()  # the first step creates the optimizer state; the measured one is every later step
+    tracker = MemTracker()
+    tracker.track_external(loss_module, *optimizers)
+    with tracker:
+        step()
+    peak = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]
+    return peak["Total"] - sum(v for k, v in peak.items() if getattr(k, "value", None) in ("Parameter", "Buffer"))
+
+
+def compare_with_measurement(cfg) -> None:
+    mem = simulate(cfg, "fp32")
+    estimated = mem.peak - mem.weights - mem.buffers
+    measured = measured_peak(cfg)
+    print(f"\nmeasured on this CPU (fp32, one step after the first, live tensors by torch's MemTracker): "
+          f"{fmt(measured)} above the model; the estimate {fmt(estimated)} ({100 * (estimated / measured - 1):+.0f} %)")
+
+
+def main(argv=None) -> int:
+    args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
+    report(args, compose_run_config(overrides))
+    if args.measure:
+        compare_with_measurement(compose_run_config([*overrides, "trainer.precision=fp32", "trainer.device=cpu"]))
+    return 0

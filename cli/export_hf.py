@@ -1,0 +1,19 @@
+"""Export a checkpoint as a Hugging Face LlamaForCausalLM directory (model, config, tokenizer).
+
+Usage: python scripts/export_hf.py CHECKPOINT|RUN_DIR|latest OUT_DIR [--force]
+Then:  AutoModelForCausalLM.from_pretrained(OUT_DIR), AutoTokenizer.from_pretrained(OUT_DIR)
+"""
+import argparse
+
+from interop.hf_export import export_checkpoint
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("checkpoint", help="a checkpoint dir, a run dir (its newest checkpoint) or 'latest'")
+    p.add_argument("out_dir", help="the Hugging Face model directory to write")
+    p.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists and is not empty")
+    args = p.parse_args(argv)
+    out = export_checkpoint(args.checkpoint, args.out_dir, force=args.force)
+    print(f"exported to {out}: load it with transformers.AutoModelForCausalLM.from_pretrained({str(out)!r})")
+    return 0

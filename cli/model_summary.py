@@ -1,0 +1,140 @@
+"""Print a model config's parameter breakdown, training FLOPs per token, and the SwiGLU width reasoning.
+
+Usage: python scripts/model_summary.py [model=cpu|tiny|25m|125m] [hidden_size=4096 multiple_of=256 ...]
+Overrides may be written `key=value` or `model.key=value`; `vocab_size=`/`data.vocab_size=` sets the vocab.
+"""
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+import torch
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from cli import REPO
+from model import ModelConfig, Transformer, swiglu_intermediate_size
+from model.config import GATED_MLPS
+from model.flops import training_flops_per_token
+
+MODEL_CONFIGS = REPO / "configs" / "model"
+DEFAULT_VOCAB = 4096  # the data pipeline's default BPE vocab; the model yamls take it from ${data.vocab_size}
+
+
+class UsageError(ValueError):
+    """A bad command line or config value: reported on one line, exit status 1."""
+
+
+def split_args(argv: List[str]) -> Tuple[str, int, List[str]]:
+    """`model=NAME`, the vocab size and the remaining overrides as `key=value` on the model node."""
+    name, vocab, overrides = "cpu", DEFAULT_VOCAB, []
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if not sep:
+            raise UsageError(f"expected key=value, got {arg!r} (see --help)")
+        key = key.removeprefix("+").removeprefix("model.")
+        if key == "model":
+            name = value
+        elif key in ("vocab_size", "data.vocab_size"):
+            try:
+                vocab = int(value)
+            except ValueError:
+                raise UsageError(f"vocab_size={value!r} is not an integer") from None
+        else:
+            overrides.append(f"{key}={value}")
+    return name, vocab, overrides
+
+
+def load_model_config(argv: List[str]) -> Tuple[ModelConfig, Path]:
+    """configs/model/<name>.yaml + overrides → a validated ModelConfig, checked against its schema."""
+    name, vocab, overrides = split_args(argv)
+    path = MODEL_CONFIGS / f"{name}.yaml"
+    if not path.is_file():
+        choices = sorted(p.stem for p in MODEL_CONFIGS.glob("*.yaml"))
+        raise UsageError(f"model={name} not found in {MODEL_CONFIGS}; choose one of {choices}")
+    # The yamls read the vocab from the data group (`${data.vocab_size}`): provide one to resolve against.
+    root = OmegaConf.create({"data": {"vocab_size": vocab}, "model": OmegaConf.load(path)})
+    try:
+        root = OmegaConf.merge(root, OmegaConf.from_dotlist([f"model.{o}" for o in overrides]))
+        plain = OmegaConf.to_container(root, resolve=True)["model"]
+        typed = OmegaConf.merge(OmegaConf.structured(ModelConfig), plain)  # unknown keys, wrong types
+        return OmegaConf.to_object(typed), path
+    except OmegaConfBaseException as e:
+        where = f"model.{e.full_key}: " if getattr(e, "full_key", None) else ""
+        raise UsageError(where + str(e).splitlines()[0]) from None
+
+
+def config_fields(cfg: ModelConfig) -> dict:
+    """The fields as set, with the value each unset (derived) one resolves to."""
+    fields = dict(vars(cfg))
+    for name, value in (("n_kv_heads", cfg.resolved_n_kv_heads), ("intermediate_size", cfg.resolved_intermediate_size)):
+        if fields[name] is None:
+            fields[name] = f"{value} (derived)"
+    return fields
+
+
+def print_param_table(model: Transformer) -> None:
+    counts, cfg = model.param_counts(), model.cfg
+    total = counts["total"]
+    print(f"\nParameters by module type ({cfg.depth})")
+    print(f"  {'module':<12}{'params':>15}{'share':>9}  per layer")
+    final_norm = sum(p.numel() for p in model.norm.parameters())  # 0 with norm=none, 2·d with layernorm
+    per_layer = {"attention": counts["attention"], "mlp": counts["mlp"], "norm": counts["norm"] - final_norm}
+    for kind in ("embedding", "attention", "mlp", "norm", "lm_head"):
+        note = f"{per_layer[kind] // cfg.n_layers:,}" if kind in per_layer else ""
+        if kind == "lm_head" and cfg.tie_embeddings:
+            note = "tied: shares the embedding matrix"
+        print(f"  {kind:<12}{counts[kind]:>15,}{100 * counts[kind] / total:>8.1f}%  {note}")
+    print(f"  {'total':<12}{total:>15,}{100.0:>8.1f}%")
+    print(f"  non-embedding: {total - counts['embedding'] - counts['lm_head']:,}")
+    padding = cfg.padded_vocab_size - cfg.vocab_size
+    print(f"  vocabulary: {cfg.vocab_size:,} token ids → {cfg.padded_vocab_size:,} embedding rows "
+          f"(rounded up to a multiple of vocab_multiple={cfg.vocab_multiple}; {padding} padding rows)")
+    seq = cfg.max_seq_len
+    flops = training_flops_per_token(model, seq)  # model/flops.py: the same accounting as MFU
+    print(f"\nTraining FLOPs per token at seq_len {seq}: {flops.total / 1e6:,.2f} M = 6·N_matmul "
+          f"{flops.weights / 1e6:,.2f} M + causal attention {flops.attention / 1e6:,.2f} M")
+
+
+def print_mlp_width(cfg: ModelConfig) -> None:
+    d, size = cfg.hidden_size, cfg.resolved_intermediate_size
+    print(f"\nMLP width (mlp={cfg.mlp}, hidden_size d={d}, multiple_of={cfg.multiple_of})")
+    if cfg.mlp in GATED_MLPS:
+        # Every number below comes from model/mlp.py's rule; multiple_of=1 shows it before rounding.
+        truncated = swiglu_intermediate_size(d, 1)
+        print(f"  theoretical 8/3·d = {8 * d / 3:.2f}: a 4d MLP has 2 matrices (8·d² weights); a gated one has 3")
+        print("    (gate, up, down), so 3·d·I = 8·d² gives I = 8d/3")
+        print(f"  int(8d/3) = {truncated}")
+        if cfg.ffn_dim_multiplier is not None:
+            truncated = swiglu_intermediate_size(d, 1, cfg.ffn_dim_multiplier)
+            print(f"  × ffn_dim_multiplier {cfg.ffn_dim_multiplier} → {truncated} (truncated)")
+        rule = swiglu_intermediate_size(d, cfg.multiple_of, cfg.ffn_dim_multiplier)
+        print(f"  rounded UP to a multiple of {cfg.multiple_of} → {rule} (+{rule - truncated}): matmul sizes that are"
+              " multiples of\n    32/64/256 fill hardware tiles evenly; rounding up, never down, keeps at least"
+              " the intended capacity")
+        if cfg.intermediate_size is not None and size != rule:
+            print(f"  intermediate_size={size} is set explicitly and overrides the rule's {rule}")
+        mlp_params = 3 * d * size
+        print(f"  intermediate_size = {size}")
+    else:
+        print(f"  two matrices (up, down) with intermediate_size = {size}"
+              f"{' (4·d)' if size == 4 * d else ''}; the 8/3 rule applies only to gated MLPs {list(GATED_MLPS)}")
+        mlp_params = 2 * d * size
+    classic = 8 * d * d
+    print(f"  per layer: this MLP {mlp_params:,} params vs a 4d GELU MLP 2·d·4d = 8·d² = {classic:,}"
+          f" → ratio {mlp_params / classic:.3f}")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a in ("-h", "--help") for a in argv):
+        print(__doc__)
+        return 0
+    cfg, path = load_model_config(argv)  # a UsageError, or ModelConfig's own ValueError: one error line
+    with torch.device("meta"):  # shapes only: even a 7B summary is instant and allocates nothing
+        model = Transformer(cfg)
+    print(f"Model config {os.path.relpath(path, REPO)} with overrides {argv or 'none'}")
+    print("  " + ", ".join(f"{k}={v}" for k, v in config_fields(cfg).items()))
+    print_param_table(model)
+    print_mlp_width(cfg)
+    return 0
