@@ -4,7 +4,6 @@ Exit status: 0 finished (or stopped at trainer.stop_at_step), 1 an error (one `e
 128 + signal when a signal stopped it after saving a checkpoint (130 Ctrl-C, 143 SIGTERM).
 """
 import contextlib
-import fcntl
 import os
 import sys
 from pathlib import Path
@@ -17,62 +16,30 @@ from omegaconf import DictConfig
 
 from cli.config import register_configs, resolve_config
 from data import prepare
-from training.runtime import distributed as D
 from training import report
-from training.runtime import run_dir as R
-from training.checkpoint.cleanup import clean_partial_checkpoints
-from training.checkpoint.consistency import check_resume_fits
-from training.config import TrainConfig
+from training.checkpoint import check_resume_fits, clean_partial_checkpoints
+from training.logger import wandb_mode
 from training.loop import RunSpec, train
+from training.runtime import distributed as D
+from training.runtime import run_dir as R
 from training.runtime.signals import StoppedNow, exit_status, signal_name
+
 
 class JobFailed(CompactHydraException):
     """A multirun job's one-line error: Hydra records it, runs the other jobs, then reports it."""
 
 
-def prepare_data(cfg: TrainConfig, info: D.DistInfo):
-    """Every rank prepares before joining the process group, one at a time under a file lock: the
-    first builds the token cache, the others then find it. No collective timeout applies while a
-    big corpus is tokenized, and concurrent runs never tokenize the same data twice."""
-    cache_root = Path(cfg.data.cache_dir)
-    cache_root.mkdir(parents=True, exist_ok=True)
-    quiet = {} if info.is_main else {"log": lambda *a: None}
-    with open(cache_root / ".prepare.lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(f"data: waiting for another process preparing data in {cache_root}", file=sys.stderr) \
-                if info.is_main else None
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        return prepare(cfg.data, seq_len=cfg.trainer.seq_len, model_vocab_size=cfg.model.vocab_size, **quiet)
-
-
-def claim_run_dir(resume_ckpt, info: D.DistInfo):
-    """(run directory, claim). Rank 0 claims — the resumed run's directory, or Hydra's (a sibling
-    if another run owns it) — and every rank takes rank 0's choice (they may start seconds apart)."""
-    hydra_cfg = HydraConfig.get()
-    hydra_dir, claim = Path(hydra_cfg.runtime.output_dir), None
-    if info.is_main:
-        if resume_ckpt is not None:
-            claim = R.claim_existing(resume_ckpt.parent.parent)
-        else:
-            claim = R.claim_new(hydra_dir)
-            if claim.run_dir != hydra_dir:
-                print(f"run dir {hydra_dir} belongs to another run (started the same second, or named twice): "
-                      f"using {claim.run_dir}", file=sys.stderr)
-    run_dir = D.broadcast_object(claim.run_dir if claim else None, info)
-    if run_dir != hydra_dir:  # a resume, a rank that started a second later, or another run's directory (kept)
-        R.discard_if_unused(hydra_dir)  # Hydra made a directory this run does not use
-    return run_dir, claim
-
-
 def run(dict_cfg: DictConfig, info: D.DistInfo) -> float:
     cfg, config_yaml, resume_ckpt = resolve_config(dict_cfg)
-    data = prepare_data(cfg, info)
+    wandb_mode(cfg.logger.wandb)  # online without a key: one line now, never a login prompt later
+    # Every rank prepares before joining the process group, so no collective timeout runs while a big
+    # corpus is tokenized; prepare() lets one process build at a time, the others then find the cache.
+    quiet = {} if info.is_main else {"log": lambda *a: None}
+    data = prepare(cfg.data, seq_len=cfg.trainer.seq_len, model_vocab_size=cfg.model.vocab_size, **quiet)
     if resume_ckpt is not None:
         check_resume_fits(resume_ckpt, cfg.model, data.tokenizer_path)  # same data, same tokenizer
     D.join(info, cfg.trainer.dist_timeout_s)
-    run_dir, claim = claim_run_dir(resume_ckpt, info)
+    run_dir, claim = R.claim_for_run(Path(HydraConfig.get().runtime.output_dir), resume_ckpt, info)
     try:
         if info.is_main:
             for stray in clean_partial_checkpoints(run_dir / "checkpoints"):  # a kill or a double Ctrl-C mid-save
@@ -116,7 +83,7 @@ def main(dict_cfg: DictConfig) -> float:
             raise
         print(f"error: {e}", file=sys.stderr)
         with contextlib.suppress(Exception):
-            R.discard_if_unused(Path(HydraConfig.get().runtime.output_dir))  # a failed start leaves nothing
+            R.discard_if_unused(Path(HydraConfig.get().runtime.output_dir), failed_start=True)  # nothing left
         if HydraConfig.get().mode == RunMode.MULTIRUN and (info is None or info.world_size == 1):
             # One failed cell (e.g. a diverged variant) must not cancel the rest of a sweep: Hydra
             # records it, runs the remaining jobs, then names the failed job and exits 1. Not under

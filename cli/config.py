@@ -19,12 +19,14 @@ from omegaconf.errors import OmegaConfBaseException
 from cli import REPO
 from cli.entry import one_line
 from data import DataConfig
-from training.checkpoint import resolve_checkpoint
+from training.checkpoint import resolve_checkpoint, verify
 from training.checkpoint.consistency import check_checkpoint_consistency, check_resume_fits
 from training.config import TrainConfig
 
 CONFIGS = REPO / "configs"
-TOP_LEVEL_KEYS = ("seed", "run_name", "outputs_dir")
+TOP_LEVEL_KEYS = ("seed", "run_name", "outputs_dir", "verify_checkpoint")
+# What a resume may change: how the run goes on — never which model or which tokens it trains on.
+RESUMABLE_DATA_KEYS = ("cache_dir", "num_proc")
 
 
 class ConfigError(ValueError):
@@ -42,13 +44,16 @@ def resolve_config(dict_cfg: DictConfig) -> tuple:
     resume_ckpt = None
     if dict_cfg.resume:
         resume_ckpt = resolve_checkpoint(dict_cfg.resume, dict_cfg.outputs_dir)
+        if dict_cfg.get("verify_checkpoint", True):
+            verify(resume_ckpt, warn=lambda message: print(message, file=sys.stderr))  # bit rot, edits, missing files
         check_checkpoint_consistency(resume_ckpt)  # its files must agree before anything trusts them
         overrides = [o.lstrip("+") for o in HydraConfig.get().overrides.task if not o.startswith("resume=")]
         groups = [o for o in overrides if "." not in o.split("=")[0] and o.split("=")[0] not in TOP_LEVEL_KEYS]
         if groups:  # the checkpoint's config already holds the composed groups
             print(f"resume: config groups come from the checkpoint; ignoring {' '.join(groups)}", file=sys.stderr)
         overrides = [o for o in overrides if o not in groups]
-        saved = OmegaConf.load(resume_ckpt / "config.yaml")
+        _refuse_changes_a_resume_cannot_make(resume_ckpt, overrides)
+        saved = _saved_training_config(resume_ckpt)
         saved.trainer.stop_at_step = None  # an early stop applies to the run that stopped, not the resume
         dict_cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), saved, OmegaConf.from_dotlist(overrides))
     cfg, config_yaml = _typed(dict_cfg)
@@ -58,6 +63,37 @@ def resolve_config(dict_cfg: DictConfig) -> tuple:
     if resume_ckpt is not None:
         check_resume_fits(resume_ckpt, cfg.model)  # model.* overrides may not change the architecture
     return cfg, config_yaml, resume_ckpt
+
+
+def _saved_training_config(ckpt: Path) -> DictConfig:
+    """The training config a checkpoint was saved with, or a ConfigError saying why it cannot be resumed."""
+    try:
+        saved = OmegaConf.load(ckpt / "config.yaml")
+    except (OSError, OmegaConfBaseException, ValueError) as e:
+        raise ConfigError(f"{ckpt}/config.yaml is unreadable ({one_line(e)}); the checkpoint cannot be resumed "
+                          "(generate.py, evaluate.py and export_hf.py do not need it)") from None
+    missing = [k for k in ("model", "data", "optim", "trainer") if not (OmegaConf.is_dict(saved) and k in saved)]
+    if missing:
+        raise ConfigError(f"{ckpt}/config.yaml holds no training config (no {', '.join(missing)}: empty, or an imported "
+                          "checkpoint), so it cannot be resumed; generate.py, evaluate.py and export_hf.py do not "
+                          "need it")
+    return saved
+
+
+def _refuse_changes_a_resume_cannot_make(ckpt: Path, overrides: List[str]) -> None:
+    """A resume continues a run: it may change how training goes on (trainer.*, optim.* values, logger.*,
+    data.cache_dir), never the model, the tokens or the optimizer kind. Say so before anything runs,
+    instead of advice a resume would then refuse."""
+    saved_optimizer = OmegaConf.select(_saved_training_config(ckpt), "optim.name")
+    for key, value in override_values(overrides):
+        section, _, field = key.partition(".")
+        if section == "data" and field not in RESUMABLE_DATA_KEYS:
+            raise ConfigError(f"cannot resume {ckpt} with {key}={value}: a resume trains on the checkpoint's data "
+                              "and tokenizer; it may change trainer.*, optim.* values, logger.* and data.cache_dir — "
+                              "for other data, start a new run")
+        if key == "optim.name" and value != saved_optimizer:
+            raise ConfigError(f"cannot resume {ckpt} with optim.name={value}: its optimizer state is "
+                              f"{saved_optimizer}'s; resume with optim.name={saved_optimizer}, or start a new run")
 
 
 def _typed(dict_cfg: DictConfig) -> Tuple[TrainConfig, str]:

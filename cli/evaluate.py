@@ -53,18 +53,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--dtype", choices=["auto", "bf16", "fp32"], default="auto",
                    help="bf16 autocast over fp32 weights, as training evaluates; auto: bf16 where it is fast")
     p.add_argument("--json", help="also write the results to this JSON file")
+    p.add_argument("--no-verify", dest="verify", action="store_false",
+                   help="skip checking the checkpoint's files against manifest.json (SHA-256; ~1 s per GB)")
     return p.parse_args(argv)
 
 
-def load_scorer(path: str, device: torch.device, stack: contextlib.ExitStack):
+def load_scorer(path: str, device: torch.device, stack: contextlib.ExitStack, verify: bool = True):
     """(model, tokenizer, checkpoint dir, EOS id, what to call it). An HF directory is converted into
     a temporary checkpoint (the same checks as scripts/import_hf.py; deleted on exit)."""
     label = None
     if (Path(path) / "config.json").is_file() and not (Path(path) / "model_config.json").exists():
         from interop.hf_import import import_checkpoint
         label = f"{path} (Hugging Face)"
-        path = str(import_checkpoint(path, stack.enter_context(tempfile.TemporaryDirectory())))
-    model, tokenizer, ckpt = load_model(path, device=device)
+        path = str(import_checkpoint(path, stack.enter_context(tempfile.TemporaryDirectory()), verify=verify))
+    model, tokenizer, ckpt = load_model(path, device=device, verify=verify)
     eos = read_special_tokens(ckpt)["eos"]
     eos_id = tokenizer.token_to_id(eos) if eos is not None else None
     if eos_id is None:
@@ -166,7 +168,7 @@ def main(argv=None) -> int:
     device = pick_device(args.device, option="--device")
     precision, _ = resolve_precision(args.dtype, device)
     with contextlib.ExitStack() as stack:
-        model, tokenizer, ckpt, eos_id, label = load_scorer(args.checkpoint, device, stack)
+        model, tokenizer, ckpt, eos_id, label = load_scorer(args.checkpoint, device, stack, args.verify)
         context, stride = check_args(args, model.cfg.max_seq_len)
         tokens, n_bytes, eos_id, source = tokens_to_score(args, ckpt, tokenizer, eos_id)
         print(f"checkpoint: {label} ({device}, {precision})", file=sys.stderr)

@@ -13,7 +13,9 @@ def main(argv=None) -> int:
     p.add_argument("checkpoint", help="a checkpoint dir, a run dir (its newest checkpoint) or 'latest'")
     p.add_argument("out_dir", help="the Hugging Face model directory to write")
     p.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists and is not empty")
+    p.add_argument("--no-verify", dest="verify", action="store_false",
+                   help="skip checking the files against their manifest.json (SHA-256; ~1 s per GB)")
     args = p.parse_args(argv)
-    out = export_checkpoint(args.checkpoint, args.out_dir, force=args.force)
+    out = export_checkpoint(args.checkpoint, args.out_dir, force=args.force, verify=args.verify)
     print(f"exported to {out}: load it with transformers.AutoModelForCausalLM.from_pretrained({str(out)!r})")
     return 0

@@ -38,6 +38,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="keep generating past the end-of-document token")
     p.add_argument("--no-kv-cache", dest="use_cache", action="store_false",
                    help="recompute the whole sequence each step (slow; for checking the cache)")
+    p.add_argument("--no-verify", dest="verify", action="store_false",
+                   help="skip checking the checkpoint's files against manifest.json (SHA-256; ~1 s per GB)")
     return p.parse_args(argv)
 
 
@@ -75,7 +77,7 @@ def main(argv=None) -> int:
     top_k, top_p = args.top_k or None, args.top_p if args.top_p < 1 else None
     device = pick_device(args.device, option="--device")
     prompts = read_prompts(args)
-    model, tokenizer, ckpt = load_model(args.checkpoint, device=device, dtype=DTYPES[args.dtype])
+    model, tokenizer, ckpt = load_model(args.checkpoint, device=device, dtype=DTYPES[args.dtype], verify=args.verify)
     print(f"checkpoint: {ckpt} ({device}, {args.dtype})", file=sys.stderr)
     warn_if_sliding(model, tokenizer, prompts, args.max_new_tokens)
     rows = [p for p in prompts for _ in range(args.num_samples)]

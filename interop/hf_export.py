@@ -9,26 +9,29 @@ from data.tokenizer import read_special_tokens, token_ids
 from interop.hf import check_llama_compatible, llama_config, to_hf_state_dict
 from model import Transformer
 from training.checkpoint import load_model, load_model_config, resolve_checkpoint
+from training.checkpoint.manifest import write_manifest
 
 
-def export_checkpoint(checkpoint: str, out_dir: str, force: bool = False) -> Path:
+def export_checkpoint(checkpoint: str, out_dir: str, force: bool = False, verify: bool = True) -> Path:
     """Write `out_dir` so that AutoModelForCausalLM / AutoTokenizer.from_pretrained(out_dir) load it.
 
-    `checkpoint` is a checkpoint dir, a run dir or `latest`. The directory is assembled next to
-    `out_dir` and renamed into place, so a failed export never leaves a half-written model behind.
-    `force` replaces an existing non-empty `out_dir`.
+    `checkpoint` is a checkpoint dir, a run dir or `latest`, verified against its manifest unless
+    `verify` is off. The directory is assembled next to `out_dir` and renamed into place, so a failed
+    export never leaves a half-written model behind; it gets a manifest.json of its own (Hugging Face
+    ignores it), which import_hf checks. `force` replaces an existing non-empty `out_dir`.
     """
     ckpt = resolve_checkpoint(checkpoint)
     check_llama_compatible(load_model_config(ckpt))  # before reading any weights
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
         raise FileExistsError(f"{out} exists and is not empty; pass --force to replace it")
-    model, tokenizer, _ = load_model(str(ckpt))  # checks config, weights and tokenizer agree
+    model, tokenizer, _ = load_model(str(ckpt), verify=verify)  # checks files, config, weights and tokenizer
     tmp = out.with_name(f".{out.name}.export-tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
         write_hf_dir(tmp, model, tokenizer, read_special_tokens(ckpt), ckpt / "tokenizer.json")
+        write_manifest(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

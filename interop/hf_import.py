@@ -1,6 +1,7 @@
 """Import a Hugging Face Llama directory (safetensors weights + tokenizer.json) as a minillama checkpoint."""
 import json
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Dict, Optional
@@ -12,23 +13,32 @@ from tokenizers import Tokenizer
 from data.tokenizer import ROLES, SPECIAL_TOKENS_FILE, max_token_id, write_special_tokens
 from interop.hf import ConversionError, from_hf_state_dict, model_config_from_hf
 from training.checkpoint import list_checkpoints, save_checkpoint
+from training.checkpoint.format import nonfinite_tensors
+from training.checkpoint.manifest import verify as verify_files
 
 INDEX_FILE = "model.safetensors.index.json"
 
 
-def import_checkpoint(hf_dir: str, run_dir: str) -> Path:
+def import_checkpoint(hf_dir: str, run_dir: str, verify: bool = True) -> Path:
     """Convert `hf_dir` into `run_dir/checkpoints/step_0000000`; returns that checkpoint directory.
 
     Only safetensors are read: pickled `pytorch_model.bin` files can run code when loaded, and
-    nothing from the files is executed (no `trust_remote_code`).
+    nothing from the files is executed (no `trust_remote_code`). A directory minillama exported carries
+    a manifest.json, checked unless `verify` is off; NaN/inf weights are refused either way.
     """
     hf = Path(hf_dir)
+    if verify and (hf / "config.json").is_file():
+        verify_files(hf, warn=lambda message: print(message, file=sys.stderr),
+                     unverifiable="not exported by minillama: Hugging Face directories carry no checksums")
     config = _read_json(hf / "config.json", f"{hf} is not a Hugging Face model directory (no readable config.json)")
     tokenizer = _read_tokenizer(hf)
     # The embedding may have more rows than the tokenizer has ids (a padded vocabulary): the
     # tokenizer sets vocab_size, config.json the row count.
     cfg = model_config_from_hf(config, n_tokens=max_token_id(tokenizer) + 1)
     state = from_hf_state_dict(read_hf_weights(hf), cfg)
+    bad = nonfinite_tensors(state)
+    if bad:
+        raise ConversionError(f"{hf}: the weights hold NaN or inf ({bad[0]}, {len(bad)} tensor(s)); nothing imported")
     roles = _hf_special_tokens(hf, config, tokenizer)
     ckpt_root = Path(run_dir) / "checkpoints"
     if list_checkpoints(ckpt_root):  # the import (step 0) would hide behind them, or clobber one

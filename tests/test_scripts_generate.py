@@ -100,8 +100,9 @@ def _break_tokenizer_vocab(ckpt):
 
 BAD_INPUTS = {  # name → (how to break a copy of the checkpoint, extra args, what the error must say)
     "not_a_checkpoint": (lambda c: [p.unlink() for p in c.iterdir()], [], "not a minillama checkpoint"),
-    "missing_tokenizer": (lambda c: (c / "tokenizer.json").unlink(), [], "missing tokenizer.json"),
-    "vocab_mismatch": (_break_tokenizer_vocab, [], "vocab_size"),
+    "missing_tokenizer": (lambda c: (c / "tokenizer.json").unlink(), [], "is damaged: tokenizer.json is missing"),
+    "vocab_mismatch": (_break_tokenizer_vocab, ["--no-verify"], "vocab_size"),  # past the manifest: the consistency check
+    "replaced_tokenizer": (_break_tokenizer_vocab, [], "is damaged: tokenizer.json has"),  # the manifest sees it first
     "corrupt_weights": (lambda c: (c / "model.safetensors").write_bytes((c / "model.safetensors").read_bytes()[:500]),
                         [], "corrupt"),
     "unknown_device": (lambda c: None, ["--device", "tpu9"], "--device='tpu9' is not a device"),

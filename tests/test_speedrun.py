@@ -176,6 +176,7 @@ def test_a_recipe_changed_under_its_name_is_refused(finished, tmp_path):
         speedrun(tmp_path / "copy", cache, "--seeds", "3")
 
 
+@pytest.mark.serial  # `finished` trains: wherever it runs first, it must run alone
 def test_a_recipe_taken_out_of_step_cost_is_refused(finished, tmp_path):
     """Its runs trained the reference's steps; with its own probe it would be another recipe."""
     root, cache, _ = finished

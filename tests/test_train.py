@@ -4,7 +4,7 @@ import json
 import pytest
 from safetensors.torch import load_file
 
-from tests.train_helpers import read_metrics, run_dirs, run_faulty, run_train
+from tests.train_helpers import REPO, read_metrics, run_dirs, run_faulty, run_train
 
 pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (conftest.py)
 
@@ -184,7 +184,11 @@ def test_a_resume_removes_half_written_checkpoints_and_refuses_a_contradicting_o
     fields = json.loads((ckpt / "model_config.json").read_text())
     (ckpt / "model_config.json").write_text(json.dumps({**fields, "hidden_size": 128}))
     refused = run_train(tmp_path, f"resume={run}", "trainer.max_steps=12", cache_dir=cache_dir, check=False)
-    assert refused.returncode == 1
+    assert refused.returncode == 1  # the manifest sees the edited file first…
+    assert refused.stderr.strip().splitlines()[-1].startswith(f"error: checkpoint {ckpt} is damaged: model_config.json ")
+    refused = run_train(tmp_path, f"resume={run}", "trainer.max_steps=12", "verify_checkpoint=false",
+                        cache_dir=cache_dir, check=False)
+    assert refused.returncode == 1  # …and unverified, the files' consistency check refuses it
     assert refused.stderr.strip().splitlines()[-1].startswith(f"error: checkpoint {ckpt} contradicts itself: ")
 
 

@@ -133,7 +133,12 @@ class TrainConfig:
     seed: int = 0
     run_name: str = "run"
     resume: Optional[str] = None  # checkpoint dir | run dir | latest
+    verify_checkpoint: bool = True  # resume: hash every file against manifest.json first (~1 s per GB)
     outputs_dir: str = "outputs"
+
+    def __post_init__(self):
+        # numpy's SeedSequence (data order, per-rank dropout) takes non-negative integers only.
+        _require(0 <= self.seed < 2 ** 63, f"seed={self.seed} must be an integer from 0 to 2**63 - 1")
 
 
 def _require(ok: bool, message: str) -> None:

@@ -20,7 +20,7 @@ from safetensors import SafetensorError, safe_open
 
 from model import ModelConfig
 from training.checkpoint.errors import CheckpointError
-from training.checkpoint.manifest import damage
+from training.checkpoint.manifest import MANIFEST, damage
 from training.run_state import STATE_FILE as STATE, read_state
 
 WEIGHTS, MODEL_CONFIG, TOKENIZER, CONFIG, OPTIMIZER, RNG = (
@@ -107,7 +107,7 @@ def resolve_checkpoint(path: str, outputs_dir: str = "outputs") -> Path:
     if list_checkpoints(p):  # a directory of step_* checkpoints
         return list_checkpoints(p)[-1]
     missing = [f for f in REQUIRED_FILES if not (p / f).exists()]
-    if missing:
+    if missing and not (p / MANIFEST).is_file():  # with a manifest, verification names what is missing
         raise CheckpointError(f"{path} is not a minillama checkpoint (missing {', '.join(missing)}); "
                               "pass a directory like outputs/<run>/checkpoints/step_0001000")
     return p

@@ -66,10 +66,12 @@ def damage(ckpt: Path) -> Optional[str]:
     return None
 
 
-def verify(ckpt: Path, warn: Callable[[str], None] = lambda message: None) -> None:
-    """Raise CheckpointError naming the damaged file; warn once for a checkpoint that has no manifest."""
+def verify(ckpt: Path, warn: Callable[[str], None] = lambda message: None,
+           unverifiable: str = "written by an older minillama") -> None:
+    """Raise CheckpointError naming the damaged file; warn once for a directory that has no manifest
+    (`unverifiable` says why it may have none)."""
     if read_manifest(ckpt) is None:
-        warn(f"warning: {ckpt} has no {MANIFEST} (written by an older minillama): its files cannot be verified")
+        warn(f"warning: {ckpt} has no {MANIFEST} ({unverifiable}): its files cannot be verified")
         return
     problem = damage(ckpt)
     if problem is not None:

@@ -10,10 +10,14 @@ a live process is training in is refused instead of interleaving two runs.
 import fcntl
 import json
 import os
+import re
 import socket
+import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Tuple
+
+from training.runtime import distributed as D
 
 CLAIM_FILE = ".owner"
 
@@ -111,20 +115,46 @@ def _claimed_by_this_process(path: Path) -> bool:
     return owner is not None and owner["pid"] == os.getpid() and owner["host"] == socket.gethostname()
 
 
-def discard_if_unused(path: Path) -> None:
-    """Remove a run directory that holds nothing but this process's claim file and empty logs (a failed
-    start, or the directory Hydra made for a resume that continues elsewhere). Another run's claim — even
-    one being written, still empty — keeps the directory: a run started in the same second may own it and
-    not have written anything else yet."""
+def claim_for_run(hydra_dir: Path, resume_ckpt: Optional[Path], info: D.DistInfo) -> Tuple[Path, Optional[RunDirClaim]]:
+    """(run directory, claim). Rank 0 claims — the resumed run's directory, or Hydra's (a sibling if another
+    run owns it) — and every rank takes rank 0's choice (they may start seconds apart)."""
+    claim = None
+    if info.is_main:
+        if resume_ckpt is not None:
+            claim = claim_existing(resume_ckpt.parent.parent)
+        else:
+            claim = claim_new(hydra_dir)
+            if claim.run_dir != hydra_dir:
+                print(f"run dir {hydra_dir} belongs to another run (started the same second, or named twice): "
+                      f"using {claim.run_dir}", file=sys.stderr)
+    run_dir = D.broadcast_object(claim.run_dir if claim else None, info)
+    if run_dir != hydra_dir:  # a resume, a rank that started a second later, or another run's directory (kept)
+        discard_if_unused(hydra_dir)  # Hydra made a directory this run does not use
+    return run_dir, claim
+
+
+def discard_if_unused(path: Path, failed_start: bool = False) -> None:
+    """Remove a run directory that holds nothing but this process's claim file and empty logs (the directory
+    Hydra made for a resume that continues elsewhere) — or, after a failed start, also its config.yaml and
+    the logs of the failure, since no training happened — and then its date folder if that is left empty.
+    Another run's claim — even one being written, still empty — keeps the directory: a run started in the
+    same second may own it and not have written anything else yet. Checkpoints and metrics always keep it."""
     path = Path(path)
     if not path.is_dir() or ((path / CLAIM_FILE).exists() and not _claimed_by_this_process(path / CLAIM_FILE)):
         return
     entries = list(path.iterdir())
-    if any(p.is_dir() or (p.name != CLAIM_FILE and (p.suffix != ".log" or p.stat().st_size)) for p in entries):
+    disposable = (lambda p: p.suffix == ".log" or p.name == "config.yaml") if failed_start else \
+        (lambda p: p.suffix == ".log" and not p.stat().st_size)
+    if any(p.is_dir() or (p.name != CLAIM_FILE and not disposable(p)) for p in entries):
         return
     for p in entries:
         p.unlink(missing_ok=True)
     try:
         path.rmdir()
+        if DATE_FOLDER.fullmatch(path.parent.name) and not any(path.parent.iterdir()):
+            path.parent.rmdir()  # outputs/<date>/ that held only this directory
     except OSError:  # something appeared meanwhile: keep it
         pass
+
+
+DATE_FOLDER = re.compile(r"\d{4}-\d{2}-\d{2}")  # Hydra's outputs/${now:%Y-%m-%d}
