@@ -1,5 +1,6 @@
 """What every program behind scripts/ shares: its exit status from one wrapper (a user's error is one
-`error: …` line and exit status 1, Ctrl-C exit status 130) and the one-line text of an error."""
+`error: …` line and exit status 1, Ctrl-C exit status 130), the one-line text of an error, and reading
+a user's text file with an error that names it."""
 import sys
 from typing import Callable, Optional, Sequence
 
@@ -30,3 +31,14 @@ def exit_status(main: Callable, argv: Optional[Sequence[str]] = None, also: tupl
 def run(main: Callable, also: tuple = (), interrupted: Optional[str] = None) -> None:
     """A script's whole body: `run(main)` exits with main's status on the command line's arguments."""
     sys.exit(exit_status(main, None, also, interrupted))
+
+
+def read_utf8(path, flag: str) -> str:
+    """A text file's content; one line naming the file when it is not UTF-8 (or cannot be read)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{flag} {path} is not UTF-8 text ({e.reason} at byte {e.start}); convert it to UTF-8") from None
+    except OSError as e:
+        raise ValueError(f"{flag} {path}: {e.strerror.lower() if e.strerror else e}") from None

@@ -25,6 +25,7 @@ from data import PreparedData, prepare
 from data.cache import read_meta
 from data.token_files import DocumentEncoder
 from data.tokenizer import file_hash, read_special_tokens
+from cli.entry import read_utf8
 from training.checkpoint import load_model
 from training.runtime.device import pick_device
 from training.loss import CausalLMLoss
@@ -81,7 +82,7 @@ def text_documents(paths: list, sample_by: str, column: str) -> list:
     for path in map(Path, paths):
         if path.suffix not in (".txt", ".md", ".jsonl"):
             raise ValueError(f"--text {path}: only .txt, .md and .jsonl files can be scored")
-        text = path.read_text(encoding="utf-8")
+        text = read_utf8(path, "--text")
         if path.suffix == ".jsonl":
             docs += [_jsonl_text(line, column, f"{path}:{i}") for i, line in enumerate(text.splitlines(), 1)
                      if line.strip()]

@@ -12,6 +12,7 @@ import torch
 
 from data.tokenizer import read_special_tokens
 from model.generate import check_sampling_args, generate
+from cli.entry import read_utf8
 from training.checkpoint import load_model
 from training.runtime.device import pick_device
 
@@ -44,12 +45,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def read_prompts(args: argparse.Namespace) -> list:
-    texts = []
-    for path in args.prompt_file:
-        with open(path, encoding="utf-8") as f:
-            texts.append(f.read())
+    texts = [read_utf8(path, "--prompt-file") for path in args.prompt_file]
     if args.stdin == "-":
-        texts.append(sys.stdin.read())
+        try:
+            texts.append(sys.stdin.read())
+        except UnicodeDecodeError as e:
+            raise ValueError(f"stdin is not UTF-8 text ({e.reason} at byte {e.start}); pipe UTF-8 text") from None
     if args.lines:
         found = [line for text in texts for line in text.splitlines() if line.strip()]
     else:  # one trailing newline is the file's end, not part of the prompt
@@ -61,9 +62,15 @@ def read_prompts(args: argparse.Namespace) -> list:
     return prompts
 
 
-def warn_if_sliding(model, tokenizer, prompts: list, max_new_tokens: int) -> None:
-    """Say so when the context will slide (model/generate.py `_Context`), rather than do it silently."""
-    longest, context = max(len(tokenizer.encode(p).ids) for p in prompts), model.cfg.max_seq_len
+def check_prompt_lengths(model, tokenizer, prompts: list, max_new_tokens: int) -> None:
+    """Refuse a prompt the context cannot hold before anything is printed; say so when generation will
+    slide the context (model/generate.py `_Context`), rather than do it silently."""
+    lengths, context = [len(tokenizer.encode(p).ids) for p in prompts], model.cfg.max_seq_len
+    longest = max(lengths)
+    if longest >= context:
+        which = lengths.index(longest) + 1
+        raise ValueError(f"prompt {which} has {longest} tokens, but the model's context is {context} "
+                         f"(model.max_seq_len), room for a prompt of at most {context - 1}; shorten it")
     if longest + max_new_tokens > context:
         print(f"note: a {longest}-token prompt + {max_new_tokens} new tokens exceed the model's context of "
               f"{context}; once it is full, generation continues from the last {context // 2} tokens",
@@ -78,8 +85,8 @@ def main(argv=None) -> int:
     device = pick_device(args.device, option="--device")
     prompts = read_prompts(args)
     model, tokenizer, ckpt = load_model(args.checkpoint, device=device, dtype=DTYPES[args.dtype], verify=args.verify)
+    check_prompt_lengths(model, tokenizer, prompts, args.max_new_tokens)  # before anything is printed
     print(f"checkpoint: {ckpt} ({device}, {args.dtype})", file=sys.stderr)
-    warn_if_sliding(model, tokenizer, prompts, args.max_new_tokens)
     rows = [p for p in prompts for _ in range(args.num_samples)]
     streaming = len(rows) == 1  # one sequence streams live; a batch prints each text when it is done
     if streaming:

@@ -74,6 +74,22 @@ def test_lines_mode_and_samples_in_process(checkpoint, tmp_path, capsys, monkeyp
     assert out.count("==== prompt") == 4 and "prompt 2, sample 2" in out
 
 
+def test_a_prompt_longer_than_the_context_is_refused_before_anything_is_printed(checkpoint, capsys):
+    _, ckpt = checkpoint  # max_seq_len 64
+    code, out, err = run_in_process(capsys, "generate.py", ckpt, "--prompt", "ROMEO: " * 60, "--max-new-tokens", "5")
+    assert code == 1 and out == ""
+    assert err.startswith("error: prompt 1 has ") and err.count("\n") == 1, err  # no note, no echo, no checkpoint line
+    assert "but the model's context is 64 (model.max_seq_len), room for a prompt of at most 63; shorten it" in err
+
+
+def test_a_prompt_file_that_is_not_utf8_is_named(checkpoint, tmp_path, capsys):
+    _, ckpt = checkpoint
+    (tmp_path / "latin1.txt").write_bytes("ROMÉO".encode("latin-1"))
+    code, out, err = run_in_process(capsys, "generate.py", ckpt, "--prompt-file", tmp_path / "latin1.txt")
+    assert code == 1 and err.strip() == (f"error: --prompt-file {tmp_path / 'latin1.txt'} is not UTF-8 text "
+                                         "(invalid continuation byte at byte 3); convert it to UTF-8")
+
+
 def test_generating_past_the_context_says_it_slides(checkpoint, capsys):
     model, ckpt = checkpoint  # max_seq_len 64
     code, out, err = run_in_process(capsys, "generate.py", ckpt, "--prompt", "ROMEO:", "--temperature", "0",

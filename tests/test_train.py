@@ -75,6 +75,7 @@ def test_keep_last_prunes_old_checkpoints(tmp_path, cache_dir):
     ("trainer.device=tpu", "trainer.device='tpu'"),
     ("resume=/nonexistent/ckpt", "does not exist"),
     ("trainer.precision=fp8", "trainer.precision='fp8' is unknown"),
+    ("seed=-1", "seed=-1 must be an integer from 0 to 2**63 - 1"),
 ])
 def test_bad_overrides_fail_with_one_line(tmp_path, cache_dir, override, message):
     proc = run_train(tmp_path, override, cache_dir=cache_dir, check=False)
@@ -241,3 +242,90 @@ def test_a_resume_keeps_the_runs_bookkeeping(tmp_path, cache_dir):
     assert final["elapsed_s"] > at_stop["elapsed_s"]
     assert f"best val bits per byte 2.5000 at step 4: {run}/checkpoints/best" in resumed.stdout
     assert "skipped 1 non-finite step(s)" in resumed.stdout  # the summary counts the whole run
+
+
+def test_a_resume_says_what_it_cannot_change(tmp_path, cache_dir):
+    """A resume continues a run: another optimizer kind, other data or a checkpoint without a training
+    config are refused in one line before anything trains, with advice a resume can follow."""
+    run_train(tmp_path, "trainer.max_steps=8", "trainer.stop_at_step=4", "trainer.ckpt_interval=4", cache_dir=cache_dir)
+    (run,) = run_dirs(tmp_path)
+    ckpt = run / "checkpoints" / "step_0000004"
+    cases = [(["optim.name=muon"], f"cannot resume {ckpt} with optim.name=muon: its optimizer state is adamw's; "
+                                   "resume with optim.name=adamw, or start a new run"),
+             (["data.vocab_size=600"], f"cannot resume {ckpt} with data.vocab_size=600: a resume trains on the "
+                                       "checkpoint's data and tokenizer")]
+    for overrides, message in cases:
+        proc = run_train(tmp_path, f"resume={run}", *overrides, cache_dir=cache_dir, check=False)
+        assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].startswith(f"error: {message}"), proc.stderr
+    (ckpt / "config.yaml").write_text("")
+    proc = run_train(tmp_path, f"resume={run}", "verify_checkpoint=false", cache_dir=cache_dir, check=False)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == (
+        f"error: {ckpt}/config.yaml holds no training config (no model, data, optim, trainer: empty, or an imported "
+        "checkpoint), so it cannot be resumed; generate.py, evaluate.py and export_hf.py do not need it")
+    assert run_dirs(tmp_path) == [run]  # and no failed attempt left a directory
+
+
+def test_failed_starts_leave_no_directory_behind(tmp_path, cache_dir):
+    """A data error after Hydra made the run directory (its train.log holds the failure), and resume=latest
+    with nothing to resume: no run directory, and no empty date folder either."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "fine"}\n{"text": broken\n')
+    proc = run_train(tmp_path, "data=local", f"data.path={bad}", cache_dir=cache_dir, check=False)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].startswith("error: ")
+    proc = run_train(tmp_path, "resume=latest", cache_dir=cache_dir, check=False)
+    assert proc.returncode == 1 and "'latest' found no checkpoint" in proc.stderr
+    assert not (tmp_path / "outputs").exists() or not any((tmp_path / "outputs").iterdir())
+
+
+def unprivileged() -> list:
+    """A command prefix under which permission bits bind (root ignores them): setpriv drops root's
+    override capabilities; an ordinary user needs none."""
+    import os
+    import shutil
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root and `setpriv` (util-linux) is missing to drop CAP_DAC_OVERRIDE")
+    return ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner"]
+
+
+def run_unprivileged(tmp_path, *overrides):
+    import os
+    import subprocess
+    import sys
+
+    from tests.train_helpers import tiny_args
+    env = {**os.environ, "WANDB_MODE": "disabled", "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"}
+    args = [a for a in tiny_args(tmp_path, overrides) if not a.startswith(("outputs_dir=", "data.cache_dir="))]
+    return subprocess.run([*unprivileged(), sys.executable, str(REPO / "train.py"), *args, *overrides],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
+
+
+def test_a_read_only_token_cache_serves_a_hit_and_refuses_a_miss_in_one_line(tmp_path, tiny_data_cache):
+    """A shared, read-only token cache (the normal case on a cluster): a run whose cache is there trains
+    without writing to it; one that would need a new cache says so in one line."""
+    import shutil
+    shared = tmp_path / "shared"
+    shutil.copytree(tiny_data_cache, shared)
+    for path in [shared, *shared.rglob("*")]:
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    (tmp_path / "outputs").mkdir()
+    hit = run_unprivileged(tmp_path, f"outputs_dir={tmp_path / 'outputs'}", f"data.cache_dir={shared}",
+                           "trainer.max_steps=2", "trainer.eval_interval=2")
+    assert hit.returncode == 0, hit.stderr[-2000:]
+    miss = run_unprivileged(tmp_path, f"outputs_dir={tmp_path / 'outputs'}", f"data.cache_dir={shared}",
+                            "data.vocab_size=300", "trainer.max_steps=2")
+    assert miss.returncode == 1 and miss.stderr.strip().splitlines()[-1] == (
+        f"error: data.cache_dir {shared} holds no cache for these settings and cannot be written to (permission "
+        "denied); point data.cache_dir at a writable directory, or prepare the cache there first")
+
+
+def test_a_read_only_outputs_dir_is_one_line_before_anything_starts(tmp_path, cache_dir):
+    outputs = tmp_path / "outputs"
+    outputs.mkdir()
+    outputs.chmod(0o555)
+    proc = run_unprivileged(tmp_path, f"outputs_dir={outputs}", f"data.cache_dir={cache_dir}")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"error: cannot create the run directory {outputs}/") and line.endswith(
+        f": permission denied in {outputs}; set outputs_dir=… to a writable directory"), line
