@@ -160,3 +160,28 @@ def test_prepare_data_script_reports_counts(tmp_path, capsys):
     assert prepare_data.main(args) == 0 and "cache hit" in capsys.readouterr().out
     assert exit_status(prepare_data.main, args + ["trainer.seq_len=100000"]) == 1
     assert "error: the train split has" in capsys.readouterr().err
+
+
+def test_a_disk_that_fills_while_preparing_is_one_line_and_keeps_nothing(tmp_path):
+    """Shakespeare's token files do not fit a 600 KB tmpfs: one DataError line naming the cause and the
+    fix, and the small disk holds no half-built cache afterwards."""
+    import subprocess
+    import sys
+
+    from tests.test_write_errors import mount_namespace
+    from tests.train_helpers import REPO
+    prefix, disk = mount_namespace(), tmp_path / "small"
+    disk.mkdir()
+    child = ("import os, sys; from data import DataConfig, prepare; from data.errors import DataError\n"
+             f"try: prepare(DataConfig(cache_dir={str(disk)!r}), log=lambda m: None)\n"
+             "except DataError as e: print('ERROR', e)\n"
+             f"print('LEFT', sorted(os.listdir({str(disk)!r})))")
+    script = f"mount -t tmpfs -o size=600k tmpfs {disk} && {sys.executable} -c \"$0\""
+    proc = subprocess.run(prefix + ["sh", "-c", script, child], capture_output=True, text=True, timeout=300,
+                          cwd=REPO)
+    lines = proc.stdout.splitlines()
+    error = next(line for line in lines if line.startswith("ERROR "))
+    assert error.startswith(f"ERROR cannot prepare the data in {disk}: no space left on device"), proc.stdout + proc.stderr
+    assert error.endswith("; nothing was kept (a half-built cache is deleted); free space there, or point "
+                          "data.cache_dir at another disk")
+    assert lines[-1] in ("LEFT []", "LEFT ['hf_datasets']"), lines[-1]

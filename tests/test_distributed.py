@@ -11,6 +11,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -300,3 +301,27 @@ def test_a_hung_rank_fails_the_run_within_the_timeout_and_tears_down(tmp_path, t
     assert proc.returncode != 0
     assert "Timed out" in err or "timed out" in err, err[-3000:]
     assert log.read_text().split("\n")[0] == "0 True False", log.read_text()  # rank 0 destroyed its group
+
+
+def test_a_killed_rank_leaves_the_survivor_one_line_naming_the_intact_checkpoint(tmp_path, tiny_data_cache):
+    """kill -9 of rank 1 mid-run: rank 0 stops at once and says that a peer died and which checkpoint is
+    intact, in one `error:` line instead of gloo's "Connection reset by peer" traceback."""
+    args = tiny_args(tmp_path, ["trainer.max_steps=100000", "trainer.log_interval=1", "trainer.eval_interval=100000",
+                                "trainer.ckpt_interval=2"], tiny_data_cache)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(REPO / "train.py"),
+           *args]
+    env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "0"}
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        run = wait_for_step(tmp_path / "outputs", 5, proc)
+        os.kill(torchrun_worker(proc.pid, 1), signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    ours = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(ours) == 1, err[-3000:]
+    intact = sorted((run / "checkpoints").glob("step_*"))[-1]
+    assert ours[0] == (f"error: rank 0 lost contact with the other ranks (Connection reset by peer): another process "
+                       f"of this torchrun job died or was killed; the last checkpoint, {intact}, is intact: resume "
+                       "from it"), ours[0]
+    assert not re.search(r'File ".*/(training|model|data|cli)/|File ".*/train.py"', err)  # no traceback through our code

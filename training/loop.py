@@ -81,9 +81,10 @@ def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
         if signum is not None and checkpointer.saved_step != state.step:  # not twice if it just saved
             checkpointer.save(state)
     except RuntimeError as e:
-        if D.peer_lost(e, info):  # a rank died: say so, not gloo's "Connection reset by peer" traceback
-            raise D.PeerLost(f"rank {info.rank} lost contact with the other ranks ({str(e).strip()[:200]}): another process "
-                             f"of this torchrun job died or was killed; {_last_checkpoint(checkpointer)}") from None
+        gone = D.peer_lost(e, info)
+        if gone:  # a rank died: say so, not gloo's "Connection reset by peer" traceback
+            raise D.PeerLost(f"rank {info.rank} lost contact with the other ranks ({gone}): another process of this "
+                             f"torchrun job died or was killed; {_last_checkpoint(checkpointer)}") from None
         raise
     finally:
         log.close()

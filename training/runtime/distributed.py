@@ -58,9 +58,9 @@ class PeerLost(ValueError):
 PEER_GONE = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "Socket closed")
 
 
-def peer_lost(error: BaseException, info: DistInfo) -> bool:
-    """Whether `error`, raised inside a collective, means another rank is gone (its socket closed)."""
-    return info.world_size > 1 and any(text in str(error) for text in PEER_GONE)
+def peer_lost(error: BaseException, info: DistInfo):
+    """What `error`, raised inside a collective, says of another rank being gone (its socket closed), or None."""
+    return next((text for text in PEER_GONE if text in str(error)), None) if info.world_size > 1 else None
 
 
 def teardown() -> None:
