@@ -55,7 +55,7 @@ def run(dict_cfg: DictConfig, info: D.DistInfo) -> float:
         if spec.multirun:  # Hydra's launcher would start the next job as soon as this one returns
             say(f"{signal_name(outcome.signum)}: sweep stopped; the jobs after this one were not started")
         sys.exit(exit_status(outcome.signum))
-    if outcome.state.step < cfg.trainer.max_steps:
+    if outcome.state.step < outcome.state.max_steps and not outcome.state.stopped_early:
         say(f"stopped at trainer.stop_at_step={outcome.state.step}; continue with: python train.py resume={run_dir}")
     elif outcome.last_eval is not None:
         say(report.summary(outcome, run_dir, info.device))

@@ -329,3 +329,38 @@ def test_a_read_only_outputs_dir_is_one_line_before_anything_starts(tmp_path, ca
     line = proc.stderr.strip().splitlines()[-1]
     assert line.startswith(f"error: cannot create the run directory {outputs}/") and line.endswith(
         f": permission denied in {outputs}; set outputs_dir=… to a writable directory"), line
+
+
+def test_early_stopping_ends_at_the_patience_and_best_is_an_alias(tmp_path, cache_dir, monkeypatch, capsys):
+    """Scripted validation (3.0, 2.5, 2.6, 2.7 bpb every 2 steps) with patience 2: the run stops at step 8,
+    saves it, and names the best (step 4); `best` then finds that checkpoint for generate, evaluate and
+    resume — which refuses to restart a run that stopped early unless the patience is lifted."""
+    from cli import evaluate, generate
+    from cli.entry import exit_status
+    proc = run_faulty(tmp_path, {"val_bpb": [3.0, 2.5, 2.6, 2.7]}, "trainer.max_steps=20", "trainer.eval_interval=2",
+                      "trainer.ckpt_interval=20", "trainer.early_stopping=2", cache_dir=cache_dir)
+    (run,) = run_dirs(tmp_path)
+    assert "step 8: stopping early — no lower validation bpb in 2 evaluations" in proc.stdout
+    assert "stopped early at step 8 of 20: no lower validation bpb in 2 evaluations (trainer.early_stopping)" in proc.stdout
+    assert f"best val bits per byte 2.5000 at step 4: {run}/checkpoints/best" in proc.stdout
+    assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == ["step_0000008"]
+    monkeypatch.chdir(tmp_path)  # `best` and `latest` look under ./outputs
+    best = run / "checkpoints" / "best" / "step_0000004"
+    assert exit_status(generate.main, ["best", "--prompt", "a", "--max-new-tokens", "2", "--device", "cpu"]) == 0
+    shown = best.relative_to(tmp_path)  # as found under ./outputs
+    assert f"checkpoint: {shown} (cpu, fp32)" in capsys.readouterr().err
+    (tmp_path / "t.txt").write_text("ROMEO: But soft!\n")
+    assert exit_status(evaluate.main, ["best", "--text", str(tmp_path / "t.txt"), "--device", "cpu"]) == 0
+    assert f"checkpoint: {shown} (cpu" in capsys.readouterr().err
+    refused = run_train(tmp_path, f"resume={run}", cache_dir=cache_dir, check=False)
+    assert refused.returncode == 1 and "ended its run early at step 8" in refused.stderr.strip().splitlines()[-1]
+    resumed = run_train(tmp_path, "resume=best", "trainer.early_stopping=null", cache_dir=cache_dir)
+    assert f"(resuming {best})" in resumed.stdout and "done: 20 steps" in resumed.stdout
+    assert (run / "checkpoints" / "step_0000020").is_dir()
+
+
+def test_max_epochs_sets_the_steps_from_the_training_split(tmp_path, cache_dir):
+    proc = run_train(tmp_path, "trainer.max_epochs=0.002", "trainer.eval_interval=1000", cache_dir=cache_dir)
+    train_tokens = rows_train_tokens(proc)
+    steps = -(-int(0.002 * train_tokens) // (4 * 64))  # ceil(epochs × tokens ÷ (micro batch 4 × seq 64))
+    assert f"steps 0→{steps}" in proc.stdout and f"done: {steps} steps" in proc.stdout

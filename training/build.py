@@ -1,6 +1,7 @@
 """What a run trains with, before its first step: the model, the loss module (wrapped for DDP/FSDP2,
 maybe compiled), the optimizers, the precision; the data it reads; and, for a resume, the checkpoint's
 weights, optimizer state, RNG and RunState."""
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,16 +71,33 @@ def data_views(cfg: TrainConfig, data, info: D.DistInfo) -> tuple:
     return batches, windows
 
 
-def restore(run, info: D.DistInfo, parts: Parts, say) -> RunState:
+def planned_steps(cfg: TrainConfig, train_tokens: int, tokens_per_step: int) -> int:
+    """trainer.max_steps, or what trainer.max_epochs makes of it (at least one step)."""
+    if cfg.trainer.max_epochs is None:
+        return cfg.trainer.max_steps
+    return max(1, math.ceil(cfg.trainer.max_epochs * train_tokens / tokens_per_step))
+
+
+def restore(run, info: D.DistInfo, parts: Parts, say, max_steps: int) -> RunState:
     """The RunState of the checkpoint being resumed, its weights, optimizer state and RNG loaded."""
     state_json, optim_state, rng = load_training_state(run.resume_ckpt)
     load_full_state(parts.raw_model, parts.optimizers, read_weights(parts.raw_model, run.resume_ckpt), optim_state)
     if not restore_rng(rng, info.rank, info.world_size):  # last: nothing after this may draw from it
         say("warning: the checkpoint holds no RNG state for this world size: dropout draws restart from the seed")
     state = RunState.from_json(state_json)
-    if state.step >= run.cfg.trainer.max_steps:
-        raise ValueError(f"{run.resume_ckpt} is already at step {state.step} = trainer.max_steps; pass a larger "
-                         "trainer.max_steps to train further (the schedule then stretches to it)")
+    trainer = run.cfg.trainer
+    if not (state.budget_decided and trainer.time_budget):  # a budget's decided end stands; else the config's
+        state.max_steps, state.budget_minutes = max_steps, None
+    if state.stopped_early and trainer.early_stopping and state.evals_since_best >= trainer.early_stopping:
+        raise ValueError(f"{run.resume_ckpt} ended its run early at step {state.step} (no lower validation bpb in "
+                         f"{state.evals_since_best} evaluations); to train on, resume with trainer.early_stopping=null "
+                         "or a larger patience")
+    state.stop_at, state.stopped_early = trainer.stop_at_step, False
+    if state.step >= state.max_steps:
+        what = "the end its time budget decided" if state.budget_decided else "trainer.max_steps"
+        raise ValueError(f"{run.resume_ckpt} is already at step {state.step} = {what}; pass a larger "
+                         "trainer.max_steps (and trainer.time_budget=null) to train further (the schedule then "
+                         "stretches to it)")
     if info.is_main:  # the branch this resume abandons must not be picked by a later resume or keep_last
         moved = move_aside_later_checkpoints(run.run_dir / "checkpoints", state.step)
         if moved:

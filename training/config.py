@@ -56,7 +56,10 @@ class TrainerConfig:
     precision: str = "auto"  # auto (bf16 where its matmuls are fast, else fp32) | bf16 (autocast) | fp32
     tf32: bool = True  # CUDA: fp32 matmuls on TF32 tensor cores (fp32 range, 10-bit mantissa); false = exact fp32
     compile: str = "auto"  # auto (CUDA, or CPU with a working inductor toolchain) | true | false
-    max_steps: int = 1000  # the schedule's length (warmup + cosine over these steps)
+    max_steps: int = 1000  # the schedule's length (warmup + cosine over these steps), unless time_budget is set
+    # Minutes of training loop (compile, evals and checkpoints included): the run times its first steps
+    # and fixes max_steps to fit (training/budget.py); null = train max_steps.
+    time_budget: Optional[float] = None
     # Stop early at this step with a checkpoint, as if interrupted (e.g. to fit a job time limit);
     # `resume=` then continues the same schedule to max_steps.
     stop_at_step: Optional[int] = None
@@ -69,6 +72,12 @@ class TrainerConfig:
     ckpt_interval: int = 500
     keep_last: int = 3  # step checkpoints kept (the newest finite one is never pruned); 0 keeps all
     keep_best: bool = True  # also keep checkpoints/best, the lowest validation bpb so far
+    # Stop once this many evaluations in a row have not lowered the validation bpb (checkpoints/best holds
+    # the lowest; the summary names it); null = train to the end.
+    early_stopping: Optional[int] = None
+    # Train this many passes over the training split: max_steps = epochs × train tokens ÷ tokens per step
+    # (small corpora think in epochs; null = trainer.max_steps).
+    max_epochs: Optional[float] = None
     # Non-finite loss or gradient: the update is always skipped; 0 stops the run at the first one,
     # N > 0 tolerates up to N-1 in a row (counted and logged) and stops at the N-th (OLMo's spike guard).
     skip_nonfinite_steps: int = 0
@@ -88,7 +97,7 @@ class TrainerConfig:
             _require(getattr(self, key) > 0, f"trainer.{key}={getattr(self, key)} must be a positive integer")
         for key in ("keep_last", "skip_nonfinite_steps", "sample_tokens"):
             _require(getattr(self, key) >= 0, f"trainer.{key}={getattr(self, key)} must be >= 0")
-        for key in ("stop_at_step", "num_threads", "peak_tflops"):
+        for key in ("stop_at_step", "num_threads", "peak_tflops", "time_budget", "early_stopping", "max_epochs"):
             value = getattr(self, key)
             _require(value is None or value > 0, f"trainer.{key}={value} must be > 0, or null")
         _require(self.epoch_warning > 0, f"trainer.epoch_warning={self.epoch_warning} must be > 0")
@@ -99,6 +108,8 @@ class TrainerConfig:
         self.compile = str(self.compile).lower()
         _require(self.compile in ("auto", "true", "false"),
                  f"trainer.compile={self.compile!r} is unknown; choose auto, true or false")
+        _require(not (self.time_budget and self.max_epochs), "trainer.time_budget and trainer.max_epochs both set "
+                 "the run's length; keep one (the other null)")
         self.eval_windows = str(self.eval_windows).lower()
         _require(self.eval_windows == "all" or (self.eval_windows.isdigit() and int(self.eval_windows) > 0),
                  f"trainer.eval_windows={self.eval_windows!r} must be a positive number of windows or 'all'")

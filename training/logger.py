@@ -52,9 +52,9 @@ class Logger:
     """Logs every `trainer.log_interval` steps and at `end`; evaluation rows when the validator has them."""
 
     def __init__(self, run, info: D.DistInfo, compute_loss, data, tokens_per_step: int, flops_per_token: float,
-                 peak: float, start_step: int, end: int, config: dict):
+                 peak: float, state, config: dict):
         cfg = run.cfg
-        self.info, self.data, self.end = info, data, end
+        self.info, self.data, self.state = info, data, state
         self.interval, self.epoch_warning = cfg.trainer.log_interval, cfg.trainer.epoch_warning
         self.tokens_per_step, self.flops_per_token, self.peak = tokens_per_step, flops_per_token, peak
         self.clock = Throughput(compute_loss)
@@ -62,15 +62,20 @@ class Logger:
         self.skipped, self.first_skipped = 0, -1  # non-finite steps since the last log
         self.epoch_warned = False
         self.compile_reported = 0.0
-        self.progress = tqdm(total=cfg.trainer.max_steps, initial=start_step, disable=not info.is_main, desc="train",
+        self.progress = tqdm(total=state.max_steps, initial=state.step, disable=not info.is_main, desc="train",
                              unit="step", dynamic_ncols=True, file=sys.stdout, mininterval=1.0)
         self.metrics, self.wandb = None, None
         if info.is_main:
-            self.metrics = MetricsFile(run.run_dir, start_step if run.resume_ckpt else None)
+            self.metrics = MetricsFile(run.run_dir, state.step if run.resume_ckpt else None)
             self.wandb = open_wandb(run.run_dir, cfg.logger, cfg.run_name, config)
 
     def should_log(self, step: int) -> bool:
-        return step % self.interval == 0 or step == self.end
+        return step % self.interval == 0 or step == self.state.end
+
+    def set_total(self, steps: int) -> None:
+        """The progress bar's length, once a time budget has decided it."""
+        self.progress.total = steps
+        self.progress.refresh()
 
     def step_done(self, loss: torch.Tensor) -> None:
         self.pending.append(loss)

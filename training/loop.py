@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Optional
 
 from training import report
-from training.build import build, data_views, restore
+from training.budget import PROBE_STEPS, WARMUP_STEPS, TimeBudget
+from training.build import build, data_views, planned_steps, restore
 from training.checkpoint import Checkpointer
 from training.config import TrainConfig
 from training.logger import Logger
@@ -42,30 +43,38 @@ class Outcome:
 def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
     cfg, say = run.cfg, (print if info.is_main else (lambda *a, **k: None))
     parts = build(cfg, info, say)
-    state = restore(run, info, parts, say) if run.resume_ckpt else RunState(seed=cfg.seed, world_size=info.world_size)
-    tokens_before, end = state.tokens_seen, min(cfg.trainer.max_steps, cfg.trainer.stop_at_step or cfg.trainer.max_steps)
-    batches, windows = data_views(cfg, data, info)
     tokens_per_step = cfg.trainer.micro_batch_size * cfg.trainer.seq_len * cfg.trainer.grad_accum_steps * info.world_size
+    max_steps = planned_steps(cfg, data.meta["train_tokens"], tokens_per_step)
+    state = restore(run, info, parts, say, max_steps) if run.resume_ckpt else RunState(
+        seed=cfg.seed, world_size=info.world_size, max_steps=max_steps, stop_at=cfg.trainer.stop_at_step)
+    tokens_before = state.tokens_seen
+    batches, windows = data_views(cfg, data, info)
     peak, peak_source = peak_flops(info.device, parts.precision, cfg.trainer.peak_tflops)
-    say(report.header(run, cfg, parts, data, info, tokens_per_step, peak, peak_source, state.step))
+    say(report.header(run, cfg, parts, data, info, tokens_per_step, peak, peak_source, state))
     step = TrainStep(parts.compute_loss, batches, parts.optimizers, parts.autocast, cfg.trainer.grad_accum_steps,
                      cfg.optim.grad_clip, info.device, cfg.trainer.skip_nonfinite_steps)
-    checkpointer = Checkpointer(run, info, parts.raw_model, parts.optimizers, data.tokenizer_path, end)
+    checkpointer = Checkpointer(run, info, parts.raw_model, parts.optimizers, data.tokenizer_path, state)
     log = Logger(run, info, parts.compute_loss, data, tokens_per_step, parts.raw_model.flops_per_token(cfg.trainer.seq_len),
-                 peak, state.step, end, report.config_dict(run.config_yaml))
-    validator = Validator(cfg, parts, windows, data, info, log, checkpointer, end)
+                 peak, state, report.config_dict(run.config_yaml))
+    validator = Validator(cfg, parts, windows, data, info, log, checkpointer, state)
     stop, last_eval, signum, t0 = StopFlag(), None, None, time.time()
     state.started = t0
+    budget = None
+    if cfg.trainer.time_budget and not state.budget_decided:  # trainer.max_steps is the budget's now
+        budget = TimeBudget(cfg.trainer.time_budget, t0, info.device)
+        state.max_steps = max(state.max_steps, WARMUP_STEPS + PROBE_STEPS + 1)
     parts.loss_module.train()
     if parts.compute_loss is not parts.loss_module:
         say("compile: the first training step and the first eval compile model + loss (up to a minute or two "
             "on a CPU); the progress bar waits meanwhile")
     try:
-        while (signum := agreed_signal(stop, info)) is None and state.step < end:
-            lr = apply_schedule(parts.optimizers, state.step, cfg.optim, cfg.trainer.max_steps)
+        while (signum := agreed_signal(stop, info)) is None and state.step < state.end:
+            lr = apply_schedule(parts.optimizers, state.step, cfg.optim, state.max_steps)
             result = step(state.step)
             state.advance(tokens_per_step)
             log.step_done(result.loss)
+            if budget is not None:  # times the first steps, then fixes state.max_steps once
+                budget.after_step(state, validator, checkpointer, log, tokens_per_step, info)
             if log.should_log(state.step) or validator.should_validate(state.step) or checkpointer.should_save(state.step):
                 record = step.guard.check(state.step, checkpointer.last_good())  # never eval or save past a bad step
                 state.skipped_steps += record["skipped"]

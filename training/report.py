@@ -2,6 +2,7 @@
 the summary (what it reached, how fast, where the files are)."""
 import yaml
 
+from training.budget import PROBE_STEPS, WARMUP_STEPS
 from training.runtime.memory import memory_kind, peak_memory_bytes
 
 
@@ -9,7 +10,7 @@ def config_dict(config_yaml: str) -> dict:
     return yaml.safe_load(config_yaml)
 
 
-def header(run, cfg, parts, data, info, tokens_per_step, peak, peak_source, start_step) -> str:
+def header(run, cfg, parts, data, info, tokens_per_step, peak, peak_source, state) -> str:
     counts = parts.raw_model.param_counts()
     m = cfg.model
     return "\n".join([
@@ -22,8 +23,17 @@ def header(run, cfg, parts, data, info, tokens_per_step, peak, peak_source, star
         f"tokens per optimizer step: {cfg.trainer.micro_batch_size} micro batch × {cfg.trainer.seq_len} seq_len × "
         f"{cfg.trainer.grad_accum_steps} accumulation × {info.world_size} processes = {tokens_per_step:,}",
         f"{info.device}, {parts.precision} ({parts.notes[0]}), parallel={parts.parallel}, compile: {parts.notes[1]}",
-        f"MFU peak {peak / 1e12:.2f} TFLOP/s ({peak_source}), steps {start_step}→{cfg.trainer.max_steps}",
+        f"MFU peak {peak / 1e12:.2f} TFLOP/s ({peak_source}), steps {state.step}→{_end(cfg, state)}",
     ])
+
+
+def _end(cfg, state) -> str:
+    if state.budget_decided:
+        return f"{state.max_steps} (decided by its time budget of {state.budget_minutes:g} min)"
+    if cfg.trainer.time_budget:
+        return (f"? (time budget {cfg.trainer.time_budget:g} min: the steps are decided after step "
+                f"{WARMUP_STEPS + PROBE_STEPS})")
+    return str(state.max_steps)
 
 
 def summary(outcome, run_dir, device) -> str:
@@ -36,9 +46,12 @@ def summary(outcome, run_dir, device) -> str:
         f"({outcome.tokens_run / max(wall_s, 1e-9):,.0f} tokens/s)",
         f"final val loss {ev['val_loss']:.4f} | perplexity {ev['val_ppl']:.2f} | bits per byte {ev['val_bpb']:.4f}",
     ]
+    if state.stopped_early:
+        lines.append(f"stopped early at step {state.step} of {state.max_steps}: no lower validation bpb in "
+                     f"{state.evals_since_best} evaluations (trainer.early_stopping)")
     if state.best_step is not None and state.best_step != state.step:
         lines.append(f"best val bits per byte {state.best_val_bpb:.4f} at step {state.best_step}: "
-                     f"{run_dir}/checkpoints/best")
+                     f"{run_dir}/checkpoints/best (resume=best, generate.py best, evaluate.py best)")
     if state.skipped_steps:
         lines.append(f"skipped {state.skipped_steps} non-finite step(s) (trainer.skip_nonfinite_steps)")
     lines += [

@@ -21,7 +21,24 @@ class RunState:
     best_step: Optional[int] = None
     seed: int = 0  # with `step`, where the data order continues (data/loader.py draws batch n from it)
     world_size: int = 1
+    max_steps: int = 0  # where the schedule ends: trainer.max_steps, or what a time budget decided
+    stop_at: Optional[int] = None  # trainer.stop_at_step: stop early there, as if interrupted
+    budget_minutes: Optional[float] = None  # the time budget that decided max_steps (training/budget.py)
+    evals_since_best: int = 0  # evaluations in a row that did not lower best_val_bpb (trainer.early_stopping)
+    stopped_early: bool = False
     started: float = field(default_factory=time.time)  # this process's training clock
+
+    @property
+    def end(self) -> int:
+        """The step this process stops at."""
+        return min(self.max_steps, self.stop_at or self.max_steps)
+
+    @property
+    def budget_decided(self) -> bool:
+        return self.budget_minutes is not None
+
+    def plan_budget(self, minutes: float, max_steps: int) -> None:
+        self.budget_minutes, self.max_steps = minutes, max_steps
 
     def advance(self, tokens: int) -> None:
         self.step += 1
@@ -34,9 +51,14 @@ class RunState:
     def improves_best(self, val_bpb: float) -> bool:
         """Record `val_bpb` at this step if it is the lowest so far; whether it was."""
         if not (math.isfinite(val_bpb) and val_bpb < self.best_val_bpb):
+            self.evals_since_best += 1
             return False
-        self.best_val_bpb, self.best_step = val_bpb, self.step
+        self.best_val_bpb, self.best_step, self.evals_since_best = val_bpb, self.step, 0
         return True
+
+    def stop_early(self) -> None:
+        """End the run at this step (it is saved as its last checkpoint)."""
+        self.stopped_early, self.stop_at = True, self.step
 
     def to_json(self) -> dict:
         """state.json's fields (the writer adds weights_finite: it refuses non-finite weights)."""
@@ -44,15 +66,23 @@ class RunState:
                 "data_position": {"seed": self.seed, "next_step": self.step}, "world_size": self.world_size,
                 "skipped_steps": self.skipped_steps,
                 "best_val_bpb": self.best_val_bpb if math.isfinite(self.best_val_bpb) else None,
-                "best_step": self.best_step}
+                "best_step": self.best_step, "evals_since_best": self.evals_since_best,
+                **({"stopped_early": True} if self.stopped_early else {}),
+                **({"budget": {"minutes": self.budget_minutes, "max_steps": self.max_steps}}
+                   if self.budget_decided else {})}
 
     @classmethod
     def from_json(cls, fields: dict) -> "RunState":
-        """A resumed run's state (fields added later default, so older checkpoints load)."""
+        """A resumed run's state (fields added later default, so older checkpoints load). A time budget's
+        decision comes back with it: the resumed run ends where the budget said."""
+        budget = fields.get("budget") or {}
         return cls(step=fields["step"], tokens_seen=fields["tokens_seen"], elapsed_before=fields["elapsed_s"],
                    skipped_steps=fields.get("skipped_steps", 0), best_val_bpb=fields.get("best_val_bpb") or math.inf,
-                   best_step=fields.get("best_step"), seed=fields.get("data_position", {}).get("seed", 0),
-                   world_size=fields.get("world_size", 1))
+                   best_step=fields.get("best_step"), evals_since_best=fields.get("evals_since_best", 0),
+                   stopped_early=fields.get("stopped_early", False),
+                   seed=fields.get("data_position", {}).get("seed", 0),
+                   world_size=fields.get("world_size", 1), max_steps=budget.get("max_steps", 0),
+                   budget_minutes=budget.get("minutes"))
 
 
 def write_state(path: Path, fields: dict) -> None:

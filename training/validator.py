@@ -3,19 +3,37 @@ and bits per byte (training/evaluation.py), per-layer activation RMS and a short
 becomes checkpoints/best."""
 import torch
 
+import itertools
+import time
+
 from training.activation_stats import activation_rms
-from training.evaluation import Windows, evaluate
+from training.evaluation import Windows, evaluate, score
 
 
 class Validator:
-    def __init__(self, cfg, parts, windows, data, info, log, checkpointer, end: int):
+    def __init__(self, cfg, parts, windows, data, info, log, checkpointer, state):
         self.cfg, self.parts, self.data, self.info = cfg, parts, data, info
         self.windows = Windows.from_tiles(windows) if isinstance(windows, torch.Tensor) else windows
-        self.log, self.checkpointer, self.end = log, checkpointer, end
+        self.log, self.checkpointer, self.state = log, checkpointer, state
         self.interval = cfg.trainer.eval_interval
 
     def should_validate(self, step: int) -> bool:
-        return step % self.interval == 0 or step == self.end
+        return step % self.interval == 0 or step == self.state.end
+
+    def time_one(self) -> float:
+        """Seconds one validation takes (a time budget's probe): two batches timed after a first that
+        compiles the eval graph, scaled to all of them, plus the activation-RMS batch and the sample."""
+        trainer, parts = self.cfg.trainer, self.parts
+        batches = list(itertools.islice(self.windows.batches(trainer.micro_batch_size), 3))
+        n_batches = -(-len(self.windows) // trainer.micro_batch_size)
+        parts.compute_loss.eval()
+        timed = [time_call(lambda b=b: score(parts.compute_loss, b, trainer.micro_batch_size, self.info.device,
+                                              parts.autocast)[0].item()) for b in batches]
+        parts.compute_loss.train()
+        per_batch = sum(timed[1:]) / max(len(timed) - 1, 1)
+        extra = (time_call(self.activation_rms) if trainer.activation_rms else 0.0) + \
+            (time_call(self.sample) if trainer.sample_tokens > 0 and parts.parallel != "fsdp" and self.info.is_main else 0.0)
+        return n_batches * per_batch + extra
 
     def validate(self, state) -> dict:
         parts, trainer = self.parts, self.cfg.trainer
@@ -28,6 +46,11 @@ class Validator:
             self.log.write(self.sample())
         if state.improves_best(ev["val_bpb"]) and trainer.keep_best:
             self.checkpointer.save_best(state)
+        if trainer.early_stopping and state.evals_since_best >= trainer.early_stopping:
+            state.stop_early()  # the loop saves this step and ends
+            self.log.write(f"step {state.step}: stopping early — no lower validation bpb in {state.evals_since_best} "
+                           f"evaluations (trainer.early_stopping); the best, {state.best_val_bpb:.4f} at step "
+                           f"{state.best_step}, is checkpoints/best")
         return ev
 
     @torch.no_grad()
@@ -55,3 +78,9 @@ class Validator:
                             eos_token=read_special_tokens(self.data.dir)["eos"])[0]
         model.train()
         return "---- sample ----\n" + trainer.sample_prompt + text + "\n----------------"
+
+
+def time_call(call) -> float:
+    start = time.time()
+    call()
+    return time.time() - start

@@ -3,7 +3,8 @@
     python scripts/bench_train_overhead.py [--steps 60] [--threads 2] [overrides ...]
 
 Both run in this process with the run's own precision and compile decision (auto: compiled where
-inductor works); the bare step is measured before and after the loop, so drift cancels. The loop's
+inductor works); the bare step is timed for as many steps before and after the loop as the loop
+runs, so drift cancels. The loop's
 tokens/s comes from its own metrics.jsonl rows, which exclude eval, checkpoint and compile time.
 """
 import argparse
@@ -64,17 +65,17 @@ def main(argv=None) -> None:
                      f"trainer.eval_interval={args.steps}", f"trainer.ckpt_interval={args.steps}",
                      "trainer.eval_windows=4", "trainer.sample_tokens=0", f"outputs_dir={tmp}", *args.overrides]
         cfg = compose_run_config(overrides)
-        before = bare_step_tps(cfg, 15)
+        before = bare_step_tps(cfg, args.steps)
         data = prepare(cfg.data, seq_len=cfg.trainer.seq_len, model_vocab_size=cfg.model.vocab_size)
         run_dir = Path(tmp) / "run"
         run_dir.mkdir()
         train(RunSpec(cfg, run_dir, OmegaConf.to_yaml(OmegaConf.structured(cfg))), D.DistInfo(), data)
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         loop = statistics.median(r["tokens_per_s"] for r in rows if r["kind"] == "train" and r["step"] > 10)
-        after = bare_step_tps(cfg, 15)
+        after = bare_step_tps(cfg, args.steps)
     bare = (before + after) / 2
     t = cfg.trainer
     print(f"\nsettings: batch {t.micro_batch_size} × seq {t.seq_len}, hidden {cfg.model.hidden_size}, "
-          f"{cfg.model.n_layers} layers, precision={t.precision}, compile={t.compile}, {args.threads} threads")
+          f"{cfg.model.depth}, precision={t.precision}, compile={t.compile}, {args.threads} threads")
     print("| bare step (before / after) | train.py loop | overhead |\n|---|---|---|")
     print(f"| {before:,.0f} / {after:,.0f} tok/s | {loop:,.0f} tok/s | {100 * (bare / loop - 1):+.1f} % |")

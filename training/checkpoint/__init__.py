@@ -6,7 +6,7 @@ from training.checkpoint.cleanup import clean_partial_checkpoints, move_aside_la
 from training.checkpoint.consistency import check_checkpoint_consistency, check_resume_fits
 from training.checkpoint.errors import CheckpointError, CheckpointWriteError, NonFiniteCheckpoint
 from training.checkpoint.format import (BEST, TIED_KEY, checkpoint_name, checkpoint_step, last_good_checkpoint,
-                                        list_checkpoints, load_model_config, resolve_checkpoint)
+                                        list_checkpoints, load_model_config, resolve_checkpoint, run_dir_of)
 from training.checkpoint.manifest import verify
 from training.checkpoint.load import load_model, load_training_state, load_weights, read_weights, restore_rng
 from training.checkpoint.save import save_checkpoint
@@ -15,4 +15,4 @@ __all__ = ["BEST", "Checkpointer", "CheckpointError", "CheckpointWriteError", "N
            "check_checkpoint_consistency", "check_resume_fits", "checkpoint_name", "checkpoint_step",
            "clean_partial_checkpoints", "last_good_checkpoint", "list_checkpoints", "load_model", "load_model_config",
            "load_training_state", "load_weights", "move_aside_later_checkpoints", "read_weights", "resolve_checkpoint",
-           "restore_rng", "save_checkpoint", "verify"]
+           "restore_rng", "run_dir_of", "save_checkpoint", "verify"]

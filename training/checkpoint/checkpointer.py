@@ -5,6 +5,8 @@ Refuses non-finite weights (a NaN checkpoint is worse than none: resume would st
 turns a failed write on rank 0 into the same error on every rank, so no rank walks on into the
 next step's collectives while another has stopped.
 """
+import shutil
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -18,19 +20,19 @@ from training.runtime import distributed as D
 
 
 class Checkpointer:
-    """checkpoints/step_N every `interval` steps and at `end`; checkpoints/best on request."""
+    """checkpoints/step_N every `interval` steps and at the run's end; checkpoints/best on request."""
 
     def __init__(self, run, info: D.DistInfo, raw_model: torch.nn.Module, optimizers: list, tokenizer_path: Path,
-                 end: int):
+                 state):
         self.run, self.info, self.raw_model, self.optimizers = run, info, raw_model, optimizers
-        self.tokenizer_path, self.end = tokenizer_path, end
+        self.tokenizer_path, self.state = tokenizer_path, state
         self.interval, self.keep_last = run.cfg.trainer.ckpt_interval, run.cfg.trainer.keep_last
         self.ckpt_root = run.run_dir / "checkpoints"
         self.saved_step: Optional[int] = None  # the step of the last step_* checkpoint this run wrote
         self.last_path: Optional[Path] = None
 
     def should_save(self, step: int) -> bool:
-        return step % self.interval == 0 or step == self.end
+        return step % self.interval == 0 or step == self.state.end
 
     def save(self, state) -> Path:
         """checkpoints/step_N: weights, optimizer, RNG and the RunState, written atomically."""
@@ -42,6 +44,17 @@ class Checkpointer:
         """checkpoints/best/step_N: the lowest validation bpb so far. The new one is renamed into place
         before the old one is pruned, so a best checkpoint exists at every moment."""
         return self._write(state, self.ckpt_root / BEST, keep_last=1)
+
+    def time_one(self, state) -> float:
+        """Seconds one checkpoint takes, by writing one where nothing looks for it (a time budget's probe)."""
+        probe = self.ckpt_root / ".budget-probe"
+        start = time.time()
+        try:
+            self._write(state, probe, keep_last=0)
+            return time.time() - start
+        finally:
+            if self.info.is_main:
+                shutil.rmtree(probe, ignore_errors=True)
 
     def last_good(self) -> Optional[Path]:
         """The newest complete step checkpoint whose weights are finite."""

@@ -88,16 +88,20 @@ def nonfinite_tensors(tree, prefix: str = "") -> List[str]:
 
 
 def resolve_checkpoint(path: str, outputs_dir: str = "outputs") -> Path:
-    """A checkpoint dir, a run dir (→ its newest checkpoint) or `latest` (→ newest in outputs_dir)."""
-    if path == "latest":
-        candidates = [c for run in Path(outputs_dir).glob("**/checkpoints") for c in list_checkpoints(run)]
+    """A checkpoint dir, a run dir (→ its newest checkpoint), `latest` (→ the newest checkpoint under
+    outputs_dir) or `best` (→ the lowest-validation-bpb checkpoint of the newest run under outputs_dir
+    that has one: checkpoints/best/)."""
+    if path in ("latest", BEST):
+        roots = Path(outputs_dir).glob("**/checkpoints" + ("/" + BEST if path == BEST else ""))
+        candidates = [c for root in roots for c in list_checkpoints(root)]
         if not candidates:
-            raise CheckpointError(f"'latest' found no checkpoint under {outputs_dir}/; "
+            raise CheckpointError(f"'{path}' found no {'best ' if path == BEST else ''}checkpoint under {outputs_dir}/; "
                                   "train first or pass a checkpoint directory")
         return max(candidates, key=lambda p: (p / STATE).stat().st_mtime)
     p = Path(path)
     if not p.exists():
-        raise CheckpointError(f"{path} does not exist; pass a checkpoint directory, a run directory or 'latest'")
+        raise CheckpointError(f"{path} does not exist; pass a checkpoint directory, a run directory, 'latest' or "
+                              "'best'")
     if (p / "checkpoints").is_dir() or _is_run_dir(p):
         ckpts = list_checkpoints(p / "checkpoints")
         if not ckpts:
@@ -111,6 +115,11 @@ def resolve_checkpoint(path: str, outputs_dir: str = "outputs") -> Path:
         raise CheckpointError(f"{path} is not a minillama checkpoint (missing {', '.join(missing)}); "
                               "pass a directory like outputs/<run>/checkpoints/step_0001000")
     return p
+
+
+def run_dir_of(ckpt: Path) -> Path:
+    """The run directory a checkpoint belongs to: <run>/checkpoints/step_N or <run>/checkpoints/best/step_N."""
+    return next(p.parent for p in Path(ckpt).parents if p.name == "checkpoints")
 
 
 def _is_run_dir(path: Path) -> bool:

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Optional, Tuple
 
+from training.checkpoint.format import run_dir_of
 from training.runtime import distributed as D
 
 CLAIM_FILE = ".owner"
@@ -121,7 +122,7 @@ def claim_for_run(hydra_dir: Path, resume_ckpt: Optional[Path], info: D.DistInfo
     claim = None
     if info.is_main:
         if resume_ckpt is not None:
-            claim = claim_existing(resume_ckpt.parent.parent)
+            claim = claim_existing(run_dir_of(resume_ckpt))
         else:
             claim = claim_new(hydra_dir)
             if claim.run_dir != hydra_dir:
