@@ -11,7 +11,7 @@ import time
 import torch
 
 from data.tokenizer import read_special_tokens
-from model.generate import check_sampling_args, generate
+from model.generate import SAMPLING, check_sampling_args, generate
 from cli.entry import read_utf8
 from training.checkpoint import load_model
 from training.runtime.device import pick_device
@@ -28,9 +28,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--prompt-file", action="append", default=[], help="a file whose text is one prompt (repeatable)")
     p.add_argument("--lines", action="store_true", help="each non-empty line of files/stdin is its own prompt")
     p.add_argument("--max-new-tokens", type=int, default=200)
-    p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (argmax)")
-    p.add_argument("--top-k", type=int, default=50, help="sample among the k most likely tokens; 0 = off")
-    p.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling mass; 1 = off")
+    p.add_argument("--temperature", type=float, default=SAMPLING["temperature"], help="0 = greedy (argmax)")
+    p.add_argument("--top-k", type=int, default=SAMPLING["top_k"], help="sample among the k most likely tokens; 0 = off")
+    p.add_argument("--top-p", type=float, default=SAMPLING["top_p"], help="nucleus sampling mass; 1 = off")
     p.add_argument("--num-samples", type=int, default=1, help="samples per prompt")
     p.add_argument("--seed", type=int, default=None, help="makes sampling reproducible")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")

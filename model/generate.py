@@ -11,6 +11,11 @@ TokenCallback = Callable[[int, int], None]
 TextCallback = Callable[[int, str], None]
 
 
+# How minillama samples unless told otherwise: scripts/generate.py's defaults and the sample a training run
+# prints at each evaluation, so what a run shows is what the checkpoint generates.
+SAMPLING = {"temperature": 0.8, "top_k": 50, "top_p": 0.95}
+
+
 def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
     """Keep each row's k largest logits (ties with the k-th are kept too); the rest become -inf."""
     if k >= logits.shape[-1]:

@@ -85,3 +85,16 @@ def test_model_presets_have_the_sizes_their_files_state(option):
         counts = Transformer(cfg.model).param_counts()
     built = counts["total"] - counts["embedding"] - counts["lm_head"]
     assert built == pytest.approx(float(stated.group(1)) * 1e6, rel=0.06), f"{option}: {built:,} parameters"
+
+
+SHAPE = ("hidden_size", "n_layers", "n_heads", "n_kv_heads")
+
+
+@pytest.mark.parametrize("experiment", sorted(p.stem for p in (Path(__file__).parents[1] / "configs" / "experiment")
+                                               .glob("*.yaml")))
+def test_every_study_preset_pins_its_model_shape(experiment):
+    """A preset's study means the same model whatever the default is: composed on top of two different
+    model groups, it trains the same shape."""
+    shapes = [tuple(getattr(compose_train_config([f"experiment={experiment}", f"model={base}"])[0].model, k)
+                    for k in SHAPE) for base in ("cpu", "25m")]
+    assert shapes[0] == shapes[1], f"experiment={experiment} takes its model shape from the model group: {shapes}"

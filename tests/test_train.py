@@ -364,3 +364,17 @@ def test_max_epochs_sets_the_steps_from_the_training_split(tmp_path, cache_dir):
     train_tokens = rows_train_tokens(proc)
     steps = -(-int(0.002 * train_tokens) // (4 * 64))  # ceil(epochs × tokens ÷ (micro batch 4 × seq 64))
     assert f"steps 0→{steps}" in proc.stdout and f"done: {steps} steps" in proc.stdout
+
+
+def test_the_sample_a_run_prints_is_what_generate_py_makes_of_its_checkpoint(tmp_path, cache_dir, capsys):
+    """One code path for the eval-time sample and scripts/generate.py: same sampling defaults, same seed,
+    same text from the same weights."""
+    from cli import generate
+    from cli.entry import exit_status
+    proc = run_train(tmp_path, "trainer.max_steps=10", "trainer.eval_interval=10", "trainer.precision=fp32",
+                     "trainer.sample_tokens=12", "trainer.sample_prompt=ROMEO:", cache_dir=cache_dir)
+    sample = proc.stdout.split("---- sample ----\n", 1)[1].split("\n----------------", 1)[0]
+    (run,) = run_dirs(tmp_path)
+    code = exit_status(generate.main, [str(run / "checkpoints" / "step_0000010"), "--prompt", "ROMEO:", "--seed", "0",
+                                       "--max-new-tokens", "12", "--device", "cpu"])
+    assert code == 0 and capsys.readouterr().out == sample + "\n"

@@ -67,15 +67,15 @@ class Validator:
         return rms
 
     def sample(self) -> str:
-        """A short sample from trainer.sample_prompt; its own seeded generator leaves training RNG untouched."""
+        """A short sample from trainer.sample_prompt — generated as scripts/generate.py does (model/generate.py,
+        its SAMPLING defaults) — with its own seeded generator, which leaves the training RNG untouched."""
         from data.tokenizer import read_special_tokens
-        from model.generate import generate
+        from model.generate import SAMPLING, generate
         trainer, model = self.cfg.trainer, self.parts.raw_model
         model.eval()
         with self.parts.autocast():
             text = generate(model, self.data.tokenizer(), [trainer.sample_prompt], max_new_tokens=trainer.sample_tokens,
-                            temperature=0.8, top_k=50, seed=self.cfg.seed,
-                            eos_token=read_special_tokens(self.data.dir)["eos"])[0]
+                            **SAMPLING, seed=self.cfg.seed, eos_token=read_special_tokens(self.data.dir)["eos"])[0]
         model.train()
         return "---- sample ----\n" + trainer.sample_prompt + text + "\n----------------"
 

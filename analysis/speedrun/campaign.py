@@ -17,7 +17,8 @@ from analysis.speedrun.spec import SpeedrunError, Spec
 from training.checkpoint import checkpoint_name
 from training.metrics import read_metrics
 
-ALWAYS = ["logger=none"]  # measured runs: no wandb process competing for the 2 cores
+# Measured runs: no wandb process competing for the 2 cores; the speedrun sets trainer.max_steps itself.
+ALWAYS = ["logger=none", "trainer.time_budget=null"]
 START_GUESS_S, EVAL_GUESS_S, PROBE_GUESS_S = 30.0, 30.0, 150.0  # before anything was measured (2-core CPU)
 
 Compose = Callable[[list], object]  # train.py overrides → the TrainConfig it would run (a SpeedrunError if not)
