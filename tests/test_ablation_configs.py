@@ -35,4 +35,4 @@ def test_sweep_command_names_each_job_directory_after_its_cell(tmp_path):
     assert "hydra.sweep.subdir=${run_name}" in command and command[-1] == "+cell=a,b"
     assert f"hydra.sweep.dir='{tmp_path / 'with space' / 'runs'}'" in command  # quoted for Hydra's grammar
     assert f"hydra.searchpath=[file://{tmp_path / 'configs'}]" in command
-    assert any(c.endswith("=cli.job_status.JobStatusFile") for c in command)
+    assert any(c.endswith("=cli.callbacks.JobStatusFile") for c in command)

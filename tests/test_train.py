@@ -26,6 +26,7 @@ def test_tiny_run_learns_and_writes_outputs(tmp_path, cache_dir):
     assert evals[-1]["val_loss"] < evals[0]["val_loss"]
     for key in ("val_ppl", "val_bpb", "rms_residual"):
         assert key in evals[-1]
+    assert len(evals[-1]["rms_residual"]) == len(evals[-1]["rms_mlp_in"]) == 2  # one value per layer
     assert all(0 < r["mfu"] < 1 and r["tokens_per_s"] > 0 for r in train_rows)
     ckpt = run / "checkpoints" / "step_0000040"
     for name in ("model.safetensors", "model_config.json", "tokenizer.json", "config.yaml", "optimizer.pt",

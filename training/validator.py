@@ -1,12 +1,13 @@
 """The loop's validator: every trainer.eval_interval steps and at the end, the validation loss, perplexity
 and bits per byte (training/evaluation.py), per-layer activation RMS and a short sample; a new lowest bpb
-becomes checkpoints/best."""
-import torch
-
+becomes checkpoints/best; and the per-layer RMS of the residual stream, via forward hooks attached only for
+the one batch that measures it, so training steps pay nothing."""
 import itertools
 import time
+from typing import Callable, Dict, List, Optional
 
-from training.activation_stats import activation_rms
+import torch
+
 from training.evaluation import Windows, evaluate, score
 
 
@@ -84,3 +85,31 @@ def time_call(call) -> float:
     start = time.time()
     call()
     return time.time() - start
+
+
+# ---- per-layer RMS of the residual stream: what RMSNorm exists to keep stable ----------------------------
+
+def _rms(t: torch.Tensor) -> float:
+    return t.detach().float().pow(2).mean().sqrt().item()
+
+
+@torch.no_grad()
+def activation_rms(model: torch.nn.Module, input_ids: torch.Tensor,
+                   forward: Optional[Callable[[], object]] = None) -> Dict[str, List[float]]:
+    """{'residual': [after block 0, 1, …], 'attn_in': [...], 'mlp_in': [...]} for one batch.
+
+    `forward` runs the batch through whatever wraps `model` (under FSDP2 the root module must run,
+    so that it gathers the embedding and head); by default `model(input_ids)`.
+    """
+    stats: Dict[str, List[float]] = {"residual": [], "attn_in": [], "mlp_in": []}
+    hooks = []
+    for block in model.layers:
+        hooks.append(block.register_forward_hook(lambda m, i, out: stats["residual"].append(_rms(out))))
+        hooks.append(block.attn_norm.register_forward_hook(lambda m, i, out: stats["attn_in"].append(_rms(out))))
+        hooks.append(block.mlp_norm.register_forward_hook(lambda m, i, out: stats["mlp_in"].append(_rms(out))))
+    try:
+        forward() if forward is not None else model(input_ids)
+    finally:
+        for h in hooks:
+            h.remove()
+    return stats

@@ -11,7 +11,7 @@ from analysis.ablation.protocol import Cell, Spec, choose_lr
 from analysis.jobs import move_aside as move_run_aside
 from analysis.runs import Run, RunsError, read_run
 
-# Written into the run directory at the end of every job by cli/job_status.py (a Hydra
+# Written into the run directory at the end of every job by cli/callbacks.py (a Hydra
 # callback): whether the job completed or failed, and why. A job stopped by a signal writes none.
 STATUS_FILE = "job_status.yaml"
 

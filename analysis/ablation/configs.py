@@ -15,7 +15,7 @@ from model import Transformer
 
 CELL_GROUP = "cell"
 # Writes job_status.yaml into every job's run directory (analysis/ablation/cells.py reads it).
-CALLBACK = "+hydra.callbacks.ablate_status._target_=cli.job_status.JobStatusFile"
+CALLBACK = "+hydra.callbacks.ablate_status._target_=cli.callbacks.JobStatusFile"
 UNKNOWN_EVAL_WINDOWS = 256  # trainer.eval_windows=all: the split's size is only known once data is prepared
 
 Compose = Callable[[List[str]], object]  # overrides → the TrainConfig train.py would run

@@ -6,7 +6,7 @@ import torch
 
 from model import Transformer
 from tests.model_helpers import one_thread, random_transformer, tiny_model_config
-from training.activation_stats import activation_rms
+from training.validator import activation_rms
 
 
 def rms64(t: torch.Tensor) -> float:
