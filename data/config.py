@@ -2,12 +2,13 @@
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-SOURCES = ("shakespeare", "tinystories", "fineweb_edu", "local")
+SOURCES = ("shakespeare", "hub", "tinystories", "fineweb_edu", "local")
 
 
 @dataclass
 class DataConfig:
-    # Which loader builds the documents: shakespeare | tinystories | fineweb_edu | local.
+    # Which loader builds the documents: shakespeare | hub (any Hugging Face hub dataset: data.path is its
+    # id) | tinystories | fineweb_edu (two hub datasets with their ids built in) | local.
     source: str = "shakespeare"
     # Hub dataset id (hub sources) or, for `local`, a file, a glob, a directory of files laid out
     # like a hub dataset, or a directory written by `Dataset.save_to_disk`.

@@ -37,6 +37,9 @@ def check_config(cfg: DataConfig) -> None:
         raise DataError(f"unknown data source '{cfg.source}'; choose one of {', '.join(SOURCES)} (e.g. data=shakespeare)")
     if cfg.source == "local" and not (cfg.path or cfg.data_files):
         raise DataError("data=local needs files: set data.path=<file, glob or folder>, e.g. data.path='corpus/*.txt'")
+    if cfg.source == "hub" and not cfg.path:
+        raise DataError("data=hub needs the dataset: set data.path=<hub id>, e.g. data.path=roneneldan/TinyStories "
+                        "(and data.name=<config>, data.text_column=<column> if it has them)")
     if cfg.sample_by not in SAMPLE_BY:
         raise DataError(f"data.sample_by={cfg.sample_by!r} is unknown; choose one of {', '.join(SAMPLE_BY)}")
     if not 0.0 < cfg.val_fraction < 1.0:
@@ -97,6 +100,7 @@ def load_splits(cfg: DataConfig, hf_cache_dir: Path) -> Splits:
 
 
 def hub_path(cfg: DataConfig) -> str:
+    """The dataset id (or a local folder in the hub's layout) of a hub source."""
     return cfg.path or HUB_PATHS[cfg.source]
 
 

@@ -139,6 +139,21 @@ def test_hub_layout_goes_through_the_hub_loader(tmp_path, documents, monkeypatch
     assert split_documents(prepared, "val") == documents[180:]
 
 
+def test_any_hub_dataset_is_source_hub_with_its_id(tmp_path, documents, monkeypatch):
+    """A new hub corpus needs no code and no borrowed name: source=hub, path=its id (here a local folder in
+    the hub's layout), the same loader as the named ones; without a path, one line saying so."""
+    calls = []
+    real = data.hub.load_hub_dataset
+    monkeypatch.setattr(data.sources, "load_hub_dataset", lambda *a, **k: calls.append(a) or real(*a, **k))
+    path = tinystories_layout(tmp_path / "SomeStories", documents[:180], documents[180:])
+    prepared = prepare(DataConfig(source="hub", path=path, val_split="validation", vocab_size=320,
+                                  cache_dir=str(tmp_path / "cache")), **QUIET)
+    assert calls and calls[0][0] == path and prepared.meta["source"] == "hub"
+    assert split_documents(prepared, "val") == documents[180:]
+    with pytest.raises(DataError, match=r"^data=hub needs the dataset: set data.path=<hub id>"):
+        prepare(DataConfig(source="hub", cache_dir=str(tmp_path / "cache")), **QUIET)
+
+
 def fineweb(tmp_path, path, **overrides):
     settings = dict(source="fineweb_edu", path=path, name="sample-10BT", streaming=True, token_budget=3000,
                     val_token_budget=600, val_fraction=0.1, vocab_size=320, cache_dir=str(tmp_path / "cache"))
