@@ -16,7 +16,8 @@ from pathlib import Path
 
 from cli import REPO
 
-TARGETS = ("model", "training/checkpoint.py", "training/optim.py", "data/loader.py", "analysis/stats.py")
+TARGETS = ("model", "training/checkpoint", "training/optim", "data/loader.py", "analysis/stats.py",
+           "training/step.py", "training/loop.py", "training/evaluation.py", "training/loss.py")
 REQUIRED = 0.90
 # mutmut's exit codes (mutmut/stats.py): 1 and 3 failed a test; 24/36/-24/152/255 a CPU-time limit.
 KILLED, TIMEOUT, SURVIVED = {1, 3}, {24, 36, -24, 152, 255}, {0}

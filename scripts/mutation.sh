@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Mutation testing (mutmut, configured in pyproject.toml) of model/, training/checkpoint.py,
-# training/optim.py, data/loader.py and analysis/stats.py against their fast unit tests.
+# Mutation testing (mutmut, configured in pyproject.toml) of model/, training/checkpoint/, training/optim/,
+# the training step, loop, evaluation and loss, data/loader.py and analysis/stats.py against their fast tests.
 # Slow (~1 h of CPU for all mutants on 2 cores), so not part of `make test`; results accumulate in
 # mutants/, so it can run in chunks and be stopped and resumed at any time.
 #

@@ -143,8 +143,8 @@ def test_the_finite_flag_is_trusted_and_old_checkpoints_are_read(tmp_path, model
 def test_resolve_refuses_with_the_whole_message(tmp_path, model_and_path, monkeypatch):
     model, path = model_and_path
     messages = {
-        str(tmp_path / "nope"): f"{tmp_path / 'nope'} does not exist; pass a checkpoint directory, a run directory "
-                                "or 'latest'",
+        str(tmp_path / "nope"): f"{tmp_path / 'nope'} does not exist; pass a checkpoint directory, a run directory, "
+                                "'latest' or 'best'",
         str(tmp_path): f"{tmp_path} is not a minillama checkpoint (missing model.safetensors, model_config.json, "
                        "state.json); pass a directory like outputs/<run>/checkpoints/step_0001000",
     }
