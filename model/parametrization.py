@@ -19,6 +19,13 @@ def width_multiplier(cfg) -> float:
     return cfg.hidden_size / cfg.mup_base_width if cfg.parametrization == "mup" else 1.0
 
 
+def describe(cfg) -> str:
+    """'sp', or 'mup (m = 4 over base width 64)': what the run header and the model summary print."""
+    if cfg.parametrization == "sp":
+        return "sp"
+    return f"mup (m = {width_multiplier(cfg):g} over base width {cfg.mup_base_width})"
+
+
 def hidden_init_scale(cfg) -> float:
     """× init std of the matrices inside the blocks: 1/sqrt(m), so their variance stays ∝ 1/fan_in
     relative to the base width (Table 3's "hidden weights: 1/fan_in")."""
