@@ -70,4 +70,5 @@ def _lr_curves(ax, per_width: Dict[int, Dict[float, Optional[float]]]) -> None:
     ax.set_xlabel("peak learning rate (optim.lr)")
     ax.set_ylabel("final validation loss (nats/token)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if per_width:  # a panel of a parametrization the plan left out stays empty
+        ax.legend(fontsize=8)
