@@ -134,7 +134,8 @@ def print_parametrization(cfg: ModelConfig) -> None:
         print("  stays put as hidden_size grows, docs/mup.md)")
         return
     m, hd = P.width_multiplier(cfg), cfg.head_dim
-    print(f"  blocks' matrices: init std {cfg.init_std:g} × 1/sqrt(m) = {cfg.init_std * P.hidden_init_scale(cfg):.4g}; "
+    block_std = cfg.init_std * P.hidden_init_scale(cfg)
+    print(f"  blocks' matrices: init std {cfg.init_std:g} × 1/sqrt(m) = {block_std:.4g}; "
           "AdamW lr × 1/m, Muon lr × 1/sqrt(m)")
     print(f"  attention: q·k × sqrt(base head_dim {P.base_head_dim(cfg):g}) / head_dim {hd} = "
           f"{P.attention_scale(cfg):.4g} (sp: 1/sqrt({hd}) = {hd ** -0.5:.4g})")

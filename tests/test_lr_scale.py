@@ -1,7 +1,7 @@
 """μP, the optimizer's half (training/optim/lr_scale.py): every group's lr is the schedule's × its lr_scale;
 sp's groups are what they were; AdamW's hidden matrices at lr/m, Muon's at lr/sqrt(m) — the rule that keeps
 Muon's update the same spectral size at every width —, lr·weight_decay kept; old optimizer states without
-lr_scale; a resume through the checkpoint's state dicts continues bitwise under μP."""
+lr_scale, and the checkpointed state carries each group's."""
 import pytest
 import torch
 
@@ -86,6 +86,19 @@ def test_adamws_mup_first_update_is_lr_over_m_in_every_entry():
         assert update.abs().max().item() == pytest.approx(1e-2 * 32 / width, rel=1e-4)
 
 
+@pytest.mark.parametrize("name", ["adamw", "muon"])
+def test_the_checkpointed_optimizer_state_carries_each_groups_lr_scale(name):
+    """What a resume restores (a μP run resumed through train.py is bitwise: tests/test_mup_train.py)."""
+    m, cfg = model(), OptimConfig(name=name, **SCHEDULE)
+    saved = full_optimizer_state(m, build_optimizers(m, cfg, "cpu"))
+    optimizers = build_optimizers(m, cfg, "cpu")
+    for group in (g for opt in optimizers for g in opt.param_groups):
+        group["lr_scale"] = 1.0  # wrong: the saved scales must replace it
+    load_full_state(m, optimizers, full_model_state(m), saved)
+    assert sorted(g["lr_scale"] for opt in optimizers for g in opt.param_groups) == \
+        sorted([1 / 4 if name == "adamw" else 1 / 2, 1.0, 1.0])
+
+
 def test_an_optimizer_state_saved_before_lr_scale_resumes_at_scale_one():
     m = model(parametrization="sp")
     cfg = OptimConfig(**SCHEDULE)
@@ -96,34 +109,3 @@ def test_an_optimizer_state_saved_before_lr_scale_resumes_at_scale_one():
     load_full_state(m, optimizers, full_model_state(m), saved)
     assert apply_schedule(optimizers, 7, cfg, 20) == lr_at(7, cfg, 20)
     assert {g["lr"] for g in optimizers[0].param_groups} == {lr_at(7, cfg, 20)}
-
-
-def _train(m, optimizers, cfg, steps):
-    for step in steps:
-        apply_schedule(optimizers, step, cfg, 8)
-        x = torch.randint(0, 64, (4, 16), generator=torch.Generator().manual_seed(step))
-        torch.nn.functional.cross_entropy(m(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten()).backward()
-        for opt in optimizers:
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-
-
-@pytest.mark.parametrize("name", ["adamw", "muon"])
-def test_a_mup_resume_through_the_checkpoint_state_dicts_is_bitwise(tmp_path, name):
-    cfg = OptimConfig(name=name, muon_ns_dtype="fp32", **SCHEDULE)
-    straight = model()
-    optimizers = build_optimizers(straight, cfg, "cpu")
-    _train(straight, optimizers, cfg, range(8))
-    part = model()
-    optimizers = build_optimizers(part, cfg, "cpu")
-    _train(part, optimizers, cfg, range(3))
-    torch.save(full_optimizer_state(part, optimizers), tmp_path / "optimizer.pt")
-    state = {k: v.clone() for k, v in full_model_state(part).items()}
-    resumed = model(seed=1)
-    optimizers = build_optimizers(resumed, cfg, "cpu")
-    for group in (g for opt in optimizers for g in opt.param_groups):
-        group["lr_scale"] = 1.0  # a wrong scale in the fresh optimizer must be replaced by the saved one
-    load_full_state(resumed, optimizers, state, torch.load(tmp_path / "optimizer.pt", weights_only=True))
-    _train(resumed, optimizers, cfg, range(3, 8))
-    for (param, a), b in zip(straight.named_parameters(), resumed.parameters()):
-        assert torch.equal(a, b), param

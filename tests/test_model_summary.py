@@ -101,5 +101,6 @@ def test_the_parametrization_and_what_mup_scales_are_printed(capsys):
     assert summary.main(["model=cpu", "parametrization=mup", "mup_base_width=64"]) == 0  # m = 4, head_dim 64
     out = capsys.readouterr().out
     assert "Parametrization: mup (m = 4 over base width 64)" in out
-    assert "init std 0.02 × 1/sqrt(m) = 0.01;" in out and "q·k × sqrt(base head_dim 16) / head_dim 64 = 0.0625" in out
+    assert "init std 0.02 × 1/sqrt(m) = 0.01;" in out
+    assert "q·k × sqrt(base head_dim 16) / head_dim 64 = 0.0625" in out
     assert "the LM head's input × 1/m = 0.25;" in out

@@ -81,7 +81,8 @@ def test_the_report_finds_each_widths_best_lr_and_how_far_it_moved(tmp_path):
     text = markdown(spec, table)
     assert "AdamW · μP: best lr moved 2^+0 from width 32 to 64" in text
     assert "AdamW · SP: best lr moved 2^-2 from width 32 to 64" in text and "| 64 | **3.0000** | 4.0000 | × |" in text
-    two_seeds = TransferSpec(widths=(32, 64), lrs=(0.01,), seeds=(0, 1), optimizers=("adamw",), parametrizations=("sp",))
+    two_seeds = TransferSpec(widths=(32, 64), lrs=(0.01,), seeds=(0, 1), optimizers=("adamw",),
+                             parametrizations=("sp",))
     rows = {Cell("adamw", "sp", 32, 0.01, s).name: {"status": status, "val_loss": v}
             for s, status, v in ((0, FINISHED, 3.0), (1, DIVERGED, None))}
     rows.update({Cell("adamw", "sp", 64, 0.01, s).name: {"status": FINISHED, "val_loss": 3.0 + s} for s in (0, 1)})

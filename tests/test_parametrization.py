@@ -58,7 +58,8 @@ def test_at_the_base_width_mup_is_sp():
     torch.testing.assert_close(mup(ids), sp(ids), rtol=0, atol=1e-6)
 
 
-@pytest.mark.parametrize("overrides", [dict(), dict(tie_embeddings=False), dict(n_kv_heads=3, hidden_size=48, n_heads=6)])
+@pytest.mark.parametrize("overrides", [dict(), dict(tie_embeddings=False),
+                                       dict(n_kv_heads=3, hidden_size=48, n_heads=6)])
 def test_forward_matches_the_float64_reference_with_mups_scales(overrides):
     model = random_transformer(mup_config(**overrides))
     assert width_multiplier(model.cfg) != 1 and attention_scale(model.cfg) != 1 / math.sqrt(model.cfg.head_dim)

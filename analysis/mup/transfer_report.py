@@ -20,8 +20,8 @@ def mean_losses(spec: TransferSpec, results: Dict[str, dict]) -> Losses:
         for parametrization in spec.parametrizations:
             for width in spec.widths:
                 for lr in spec.lrs:
-                    rows = [results[c.name] for c in (Cell(optimizer, parametrization, width, lr, s) for s in spec.seeds)
-                            if c.name in results]
+                    names = [Cell(optimizer, parametrization, width, lr, s).name for s in spec.seeds]
+                    rows = [results[name] for name in names if name in results]
                     if rows:
                         value = None if any(r["status"] == DIVERGED for r in rows) else \
                             statistics.fmean(r["val_loss"] for r in rows)
@@ -65,10 +65,8 @@ def markdown(spec: TransferSpec, losses: Losses) -> str:
 
 
 def _cell(per_lr: Dict[float, Optional[float]], lr: float, best: Optional[float]) -> str:
-    if lr not in per_lr:
-        return ""
-    if per_lr[lr] is None:
-        return "×"
+    if per_lr.get(lr) is None:
+        return "×" if lr in per_lr else ""  # diverged, or not run yet
     return f"**{per_lr[lr]:.4f}**" if lr == best else f"{per_lr[lr]:.4f}"
 
 

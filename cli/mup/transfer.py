@@ -121,7 +121,8 @@ def print_plan(spec: TransferSpec) -> None:
           f"parametrizations × {len(spec.widths)} widths × {len(spec.lrs)} lrs × {len(spec.seeds)} seeds")
     print(f"  preset experiment={spec.experiment} {' '.join(spec.overrides)}; widths {list(spec.widths)} "
           f"({cfg.model.n_layers} layers, {cfg.model.n_heads} heads, μP base width {cfg.model.mup_base_width})")
-    print(f"  lrs {', '.join(f'{lr:.3g}' for lr in spec.lrs)}; min_lr = lr × {spec.min_lr_ratio}; seeds {list(spec.seeds)}")
+    lrs = ", ".join(f"{lr:.3g}" for lr in spec.lrs)
+    print(f"  lrs {lrs}; min_lr = lr × {spec.min_lr_ratio}; seeds {list(spec.seeds)}")
     print(f"  each run: {t.max_steps} steps × {t.max_steps and tokens // t.max_steps:,} tokens = {tokens:,} tokens, "
           f"final validation loss on {t.eval_windows} windows")
 
