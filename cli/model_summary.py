@@ -14,6 +14,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from cli import REPO
 from model import ModelConfig, Transformer, swiglu_intermediate_size
+from model import parametrization as P
 from model.config import GATED_MLPS
 from model.flops import training_flops_per_token
 
@@ -125,6 +126,22 @@ def print_mlp_width(cfg: ModelConfig) -> None:
           f" → ratio {mlp_params / classic:.3f}")
 
 
+def print_parametrization(cfg: ModelConfig) -> None:
+    """Which parametrization, and under mup what it scales (model/parametrization.py, docs/mup.md)."""
+    print(f"\nParametrization: {P.describe(cfg)}")
+    if cfg.parametrization == "sp":
+        print(f"  every matrix at init std {cfg.init_std:g}, one lr for all (model.parametrization=mup: the best lr")
+        print("  stays put as hidden_size grows, docs/mup.md)")
+        return
+    m, hd = P.width_multiplier(cfg), cfg.head_dim
+    block_std = cfg.init_std * P.hidden_init_scale(cfg)
+    print(f"  blocks' matrices: init std {cfg.init_std:g} × 1/sqrt(m) = {block_std:.4g}; "
+          "AdamW lr × 1/m, Muon lr × 1/sqrt(m)")
+    print(f"  attention: q·k × sqrt(base head_dim {P.base_head_dim(cfg):g}) / head_dim {hd} = "
+          f"{P.attention_scale(cfg):.4g} (sp: 1/sqrt({hd}) = {hd ** -0.5:.4g})")
+    print(f"  logits: the LM head's input × 1/m = {1 / m:.4g}; embedding, head and norms keep init and lr")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if any(a in ("-h", "--help") for a in argv):
@@ -137,4 +154,5 @@ def main(argv: Optional[List[str]] = None) -> int:
     print("  " + ", ".join(f"{k}={v}" for k, v in config_fields(cfg).items()))
     print_param_table(model)
     print_mlp_width(cfg)
+    print_parametrization(cfg)
     return 0

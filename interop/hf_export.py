@@ -8,6 +8,7 @@ from safetensors.torch import save_file
 from data.tokenizer import read_special_tokens, token_ids
 from interop.hf import check_llama_compatible, llama_config, to_hf_state_dict
 from model import Transformer
+from model.parametrization import as_standard
 from training.checkpoint import load_model, load_model_config, resolve_checkpoint
 from training.checkpoint.manifest import write_manifest
 
@@ -46,13 +47,17 @@ def write_hf_dir(out: Path, model: Transformer, tokenizer, roles: Dict[str, Opti
     """config.json, model.safetensors, generation_config.json, tokenizer.json + tokenizer_config.json.
 
     With a padded vocabulary, config.json's vocab_size and the embedding are the padded row count
-    and the tokenizer has fewer tokens, as in GPT-2-style HF checkpoints.
+    and the tokenizer has fewer tokens, as in GPT-2-style HF checkpoints. A mup model is written as its
+    sp equivalent (model/parametrization.py `as_standard`), so it imports back as that sp model.
     """
     from transformers import GenerationConfig, PreTrainedTokenizerFast  # interop-only dependency
 
-    cfg, ids = model.cfg, token_ids(tokenizer, roles)
+    # LlamaForCausalLM has no μP knobs: a mup model goes out as the sp model with the same logits, its
+    # attention scale folded into q_proj and its output multiplier into an untied lm_head.
+    cfg, state = as_standard(model.cfg, model.state_dict())
+    ids = token_ids(tokenizer, roles)
     llama_config(cfg, ids).save_pretrained(out)
-    save_file(to_hf_state_dict(model.state_dict(), cfg), str(out / "model.safetensors"), metadata={"format": "pt"})
+    save_file(to_hf_state_dict(state, cfg), str(out / "model.safetensors"), metadata={"format": "pt"})
     # The padding ids (no token has them) are suppressed in HF's generate() too, as in ours.
     n_tokens = min(cfg.vocab_size, tokenizer.get_vocab_size())
     padding = list(range(n_tokens, cfg.padded_vocab_size))

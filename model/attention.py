@@ -8,6 +8,7 @@ from torch import nn
 from model.config import ModelConfig
 from model.kv_cache import KVCache
 from model.norm import NoNorm, RMSNorm
+from model.parametrization import attention_scale
 from model.rope import apply_rope
 
 
@@ -28,6 +29,8 @@ class Attention(nn.Module):
         self.q_norm = norm_cls(self.head_dim, eps=cfg.norm_eps)
         self.k_norm = norm_cls(self.head_dim, eps=cfg.norm_eps)
         self.dropout = cfg.dropout
+        # None: SDPA's 1/sqrt(head_dim) (sp). mup: ∝ 1/head_dim, as q and k grow correlated with width.
+        self.scale = attention_scale(cfg)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 cache: Optional[KVCache] = None) -> torch.Tensor:
@@ -51,6 +54,7 @@ class Attention(nn.Module):
             dropout_p=self.dropout if self.training else 0.0,
             # Each group of n_heads/n_kv_heads query heads shares one k/v head.
             enable_gqa=self.n_kv_heads != self.n_heads,
+            scale=self.scale,
         )  # (B, n_heads, T, head_dim)
         return self.o_proj(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
 

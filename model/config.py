@@ -9,6 +9,7 @@ from typing import Optional
 
 from model.mlp import MLPS, swiglu_intermediate_size
 from model.norm import NORMS
+from model.parametrization import PARAMETRIZATIONS
 from model.rounding import find_multiple
 
 
@@ -34,6 +35,10 @@ class ModelConfig:
     tie_embeddings: bool = True
     dropout: float = 0.0
     init_std: float = 0.02
+    # sp: fixed init std and one lr for every matrix. mup: init, lrs, attention and logits scale with
+    # width so that the best lr stays put as hidden_size grows (model/parametrization.py, docs/mup.md).
+    parametrization: str = "sp"
+    mup_base_width: int = 256  # the hidden_size at which mup and sp are the same network
 
     @classmethod
     def from_dict(cls, fields: dict) -> "ModelConfig":
@@ -41,7 +46,8 @@ class ModelConfig:
 
         Files without `vocab_multiple` predate padded vocabularies: their embedding has exactly
         vocab_size rows, so they load with vocab_multiple=1. Their resolved n_kv_heads and
-        intermediate_size load as explicit values, which describe the same network.
+        intermediate_size load as explicit values, which describe the same network. Files without
+        `parametrization` predate μP: they load as sp, the default (mup_base_width is then unused).
         """
         return cls(**{"vocab_multiple": 1, **fields})
 
@@ -51,6 +57,12 @@ class ModelConfig:
                 raise ValueError(f"model.{name}={getattr(self, name)} must be a positive integer")
         if self.norm not in NORMS:
             raise ValueError(f"model.norm={self.norm!r} is unknown; choose one of {sorted(NORMS)}")
+        if self.parametrization not in PARAMETRIZATIONS:
+            raise ValueError(f"model.parametrization={self.parametrization!r} is unknown; choose one of "
+                             f"{list(PARAMETRIZATIONS)}")
+        if self.mup_base_width <= 0:
+            raise ValueError(f"model.mup_base_width={self.mup_base_width} must be a positive integer (the "
+                             "hidden_size at which mup equals sp, e.g. 256)")
         if self.mlp not in MLPS:
             raise ValueError(f"model.mlp={self.mlp!r} is unknown; choose one of {sorted(MLPS)}")
         if self.multiple_of <= 0:

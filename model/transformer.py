@@ -10,6 +10,7 @@ from model.config import ModelConfig
 from model.kv_cache import KVCache
 from model.mlp import MLPS
 from model.norm import NORMS
+from model.parametrization import hidden_init_scale, output_multiplier
 from model.rope import rope_tables
 
 
@@ -53,6 +54,7 @@ class Transformer(nn.Module):
         self.norm = NORMS[cfg.norm](cfg.hidden_size, eps=cfg.norm_eps)
         # With tie_embeddings the head reuses the embedding matrix (tied in init_weights).
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.padded_vocab_size, bias=False)
+        self.output_multiplier = output_multiplier(cfg)  # None (sp), or mup's 1/m on the head's input
         # Tables are derived from the config, so keep them out of the state dict (persistent=False).
         cos, sin = rope_tables(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta)
         self.register_buffer("rope_cos", cos, persistent=False)
@@ -65,8 +67,10 @@ class Transformer(nn.Module):
         Each block adds two outputs (attention, MLP) to the residual stream, so its variance grows
         with depth; shrinking the layers that write into it keeps the stream's scale independent of
         n_layers (GPT-2 / nanoGPT). Which layers those are, each block part says in its own
-        init_weights(std, out_std); norms reset to the identity. Also the entry point after a
-        meta-device build and to_empty(): it re-ties the head and recomputes the RoPE tables.
+        init_weights(std, out_std); norms reset to the identity. Under mup the blocks' matrices get
+        ×1/sqrt(m) (variance ∝ 1/fan_in); embedding and head keep init_std at every width. Also the
+        entry point after a meta-device build and to_empty(): it re-ties the head and recomputes the
+        RoPE tables.
         """
         if self.cfg.tie_embeddings:  # (re-)tie: to_empty() gives the two modules separate tensors
             self.lm_head.weight = self.embed_tokens.weight
@@ -75,12 +79,13 @@ class Transformer(nn.Module):
             self.rope_cos.copy_(cos)
             self.rope_sin.copy_(sin)
         std = self.cfg.init_std
-        out_std = std / math.sqrt(2 * self.cfg.n_layers)
         nn.init.normal_(self.embed_tokens.weight, mean=0.0, std=std)
         if not self.cfg.tie_embeddings:
             nn.init.normal_(self.lm_head.weight, mean=0.0, std=std)
+        block_std = std * hidden_init_scale(self.cfg)  # × 1.0 under sp: the very same floats
+        out_std = block_std / math.sqrt(2 * self.cfg.n_layers)
         for layer in self.layers:
-            layer.init_weights(std, out_std)
+            layer.init_weights(block_std, out_std)
         self.norm.init_weights(std, out_std)
 
     def hidden_states(self, input_ids: torch.Tensor, cache: Optional[KVCache] = None) -> torch.Tensor:
@@ -102,9 +107,14 @@ class Transformer(nn.Module):
             cache.advance(T)
         return self.norm(x)  # (B, T, D)
 
+    def lm_head_input(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden_states' output → what lm_head multiplies: itself under sp, × 1/m under mup. Every path
+        to logits goes through here (forward, hence generation; the losses in training/loss.py)."""
+        return hidden if self.output_multiplier is None else hidden * self.output_multiplier
+
     def forward(self, input_ids: torch.Tensor, cache: Optional[KVCache] = None) -> torch.Tensor:
         """input_ids (B, T) → logits (B, T, padded_vocab_size). With a cache, positions continue after it."""
-        return self.lm_head(self.hidden_states(input_ids, cache))
+        return self.lm_head(self.lm_head_input(self.hidden_states(input_ids, cache)))
 
     def new_kv_cache(self, batch_size: int, max_seq_len: Optional[int] = None,
                      dtype: Optional[torch.dtype] = None) -> KVCache:

@@ -2,7 +2,7 @@
 and the LLaMA forward pass written out in float64 from the config's numbers (the reference)."""
 import contextlib
 import math
-from typing import Iterator
+from typing import Iterator, Optional
 
 import torch
 import torch.nn.functional as F
@@ -57,9 +57,9 @@ def reference_rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Te
 
 
 def reference_attention(attn: Attention, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                        eps: float = 1e-5) -> torch.Tensor:
+                        eps: float = 1e-5, scale: Optional[float] = None) -> torch.Tensor:
     """Causal attention written out in float64: explicit scores, -inf mask, softmax, kv heads repeated.
-    `eps` is the QK-norm's (model.norm_eps)."""
+    `eps` is the QK-norm's (model.norm_eps); `scale` multiplies q·k (default 1/sqrt(head_dim))."""
     B, T, _ = x.shape
     H, KV, hd = attn.n_heads, attn.n_kv_heads, attn.head_dim
     x, cos, sin = x.double(), cos.double()[:, None, :], sin.double()[:, None, :]  # (T, 1, hd) vs (B, T, H, hd)
@@ -76,7 +76,7 @@ def reference_attention(attn: Attention, x: torch.Tensor, cos: torch.Tensor, sin
     q, k = rotate(q), rotate(k)
     # Query head h reads kv head h // (H/KV): repeat each kv head H/KV times, in order.
     k, v = k.repeat_interleave(H // KV, dim=2), v.repeat_interleave(H // KV, dim=2)
-    scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(hd)
+    scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * (1 / math.sqrt(hd) if scale is None else scale)
     future = torch.ones(T, T, dtype=torch.bool).triu(1)
     weights = scores.masked_fill(future, float("-inf")).softmax(dim=-1)
     out = torch.einsum("bhqk,bkhd->bqhd", weights, v).reshape(B, T, H * hd)
@@ -85,16 +85,21 @@ def reference_attention(attn: Attention, x: torch.Tensor, cos: torch.Tensor, sin
 
 def reference_forward(model: Transformer, ids: torch.Tensor) -> torch.Tensor:
     """LLaMA's forward pass (RMSNorm, SwiGLU) in float64: embedding, pre-norm blocks with residual
-    additions, final norm, LM head. eps and theta are read from model.cfg, nowhere else."""
+    additions, final norm, LM head. eps and theta are read from model.cfg, nowhere else. Under μP
+    (docs/mup.md) q·k is scaled by sqrt(base head_dim)/head_dim with base head_dim = mup_base_width /
+    n_heads, and the head's input by mup_base_width / hidden_size."""
     cfg = model.cfg
     assert cfg.norm == "rmsnorm" and cfg.mlp == "swiglu", "the reference is LLaMA's recipe only"
+    mup = cfg.parametrization == "mup"
+    scale = math.sqrt(cfg.mup_base_width / cfg.n_heads) / cfg.head_dim if mup else None
+    output_multiplier = cfg.mup_base_width / cfg.hidden_size if mup else 1.0
     cos, sin = reference_rope(cfg.head_dim, ids.shape[1], cfg.rope_theta)
     x = model.embed_tokens.weight.double()[ids]  # (B, T, D)
     for block in model.layers:
         h = reference_rms(x, block.attn_norm.weight, cfg.norm_eps)
-        x = x + reference_attention(block.attn, h, cos, sin, cfg.norm_eps)
+        x = x + reference_attention(block.attn, h, cos, sin, cfg.norm_eps, scale)
         h = reference_rms(x, block.mlp_norm.weight, cfg.norm_eps)
         gate, up = (h @ block.mlp.gate_up_proj.weight.double().T).chunk(2, dim=-1)
         x = x + (F.silu(gate) * up) @ block.mlp.down_proj.weight.double().T
-    x = reference_rms(x, model.norm.weight, cfg.norm_eps)
+    x = reference_rms(x, model.norm.weight, cfg.norm_eps) * output_multiplier
     return x @ model.lm_head.weight.double().T

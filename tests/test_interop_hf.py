@@ -1,5 +1,6 @@
 """Hugging Face interop: exported logits/greedy/tokens match transformers; import(export(x)) == x bitwise;
 padded vocabularies (a 300-token tokenizer, 320 embedding rows) both ways; special tokens carried forward."""
+import dataclasses
 import json
 import shutil
 
@@ -92,6 +93,26 @@ def test_import_of_export_is_bitwise_identical(exported, tmp_path):
     reloaded, tokenizer, _ = load_model(str(back))
     assert tokenizer.to_str() == TOKENIZER.to_str()
     assert json.loads((back / "state.json").read_text())["step"] == 0
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_a_mup_model_exports_with_its_scales_folded_in_and_imports_back_as_that_sp_model(tmp_path, tie):
+    cfg = tiny_config(VOCAB, init_std=0.5, parametrization="mup", mup_base_width=16, tie_embeddings=tie)  # m = 4
+    model = random_model(cfg, seed=5)
+    out = export_checkpoint(str(write_checkpoint(tmp_path / "run", model, TOKENIZER)), str(tmp_path / "hf"))
+    hf_model = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    assert hf_model.config.tie_word_embeddings is False  # the multiplier is in the head, not the embedding
+    imported, _, _ = load_model(str(import_checkpoint(str(out), str(tmp_path / "imported"))))
+    assert imported.cfg == dataclasses.replace(cfg, parametrization="sp", tie_embeddings=False)
+    ids = torch.randint(0, VOCAB, (3, cfg.max_seq_len), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ours = model(ids)
+        assert (ours - hf_model(ids).logits).abs().max() <= 1e-4 and (ours - imported(ids)).abs().max() <= 1e-4
+    prompt = TOKENIZER.encode("ROMEO: But, soft!").ids
+    greedy = generate_ids(model, [prompt], 20, temperature=0)[0]
+    assert len(set(greedy)) > 3, "degenerate random model: the comparison would prove little"
+    assert hf_model.generate(torch.tensor([prompt]), max_new_tokens=20, do_sample=False)[0, len(prompt):].tolist() \
+        == greedy == generate_ids(imported, [prompt], 20, temperature=0)[0]
 
 
 def test_hf_tokenizer_encodes_like_ours(exported):

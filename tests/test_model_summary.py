@@ -93,3 +93,14 @@ def test_bad_value_exits_1_from_the_command_line():
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr.startswith("error: model.hidden_size=256 is not divisible by model.n_heads=7")
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_the_parametrization_and_what_mup_scales_are_printed(capsys):
+    assert summary.main(["model=cpu"]) == 0
+    assert "\nParametrization: sp\n" in capsys.readouterr().out
+    assert summary.main(["model=cpu", "parametrization=mup", "mup_base_width=64"]) == 0  # m = 4, head_dim 64
+    out = capsys.readouterr().out
+    assert "Parametrization: mup (m = 4 over base width 64)" in out
+    assert "init std 0.02 × 1/sqrt(m) = 0.01;" in out
+    assert "q·k × sqrt(base head_dim 16) / head_dim 64 = 0.0625" in out
+    assert "the LM head's input × 1/m = 0.25;" in out

@@ -45,7 +45,8 @@ class CausalLMLoss(nn.Module):
         return max(1, min(n_tokens, self.chunk_elements // vocab_size))
 
     def forward(self, input_ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        hidden = self.model.hidden_states(input_ids)  # (B, T, D), final-normed
+        # (B, T, D), final-normed, × mup's output multiplier: the head's input on both paths below
+        hidden = self.model.lm_head_input(self.model.hidden_states(input_ids))
         head = self.model.lm_head
         chunk = self.chunk_tokens(targets.numel(), head.weight.shape[0])
         if chunk is None:

@@ -2,6 +2,7 @@
 the summary (what it reached, how fast, where the files are)."""
 import yaml
 
+from model.parametrization import describe
 from training.budget import PROBE_STEPS, WARMUP_STEPS
 from training.runtime.memory import memory_kind, peak_memory_bytes
 
@@ -16,8 +17,9 @@ def header(run, cfg, parts, data, info, tokens_per_step, peak, peak_source, stat
     return "\n".join([
         f"run dir: {run.run_dir}" + (f" (resuming {run.resume_ckpt})" if run.resume_ckpt else ""),
         f"model: {m.norm} + {m.mlp}, hidden_size {m.hidden_size}, intermediate_size {m.resolved_intermediate_size}, "
-        f"{m.depth}, {counts['total'] / 1e6:.2f}M parameters (embedding {counts['embedding'] / 1e6:.2f}M, "
-        f"attention {counts['attention'] / 1e6:.2f}M, mlp {counts['mlp'] / 1e6:.2f}M, norm {counts['norm'] / 1e3:.1f}K)",
+        f"{m.depth}, parametrization {describe(m)}, {counts['total'] / 1e6:.2f}M parameters "
+        f"(embedding {counts['embedding'] / 1e6:.2f}M, attention {counts['attention'] / 1e6:.2f}M, "
+        f"mlp {counts['mlp'] / 1e6:.2f}M, norm {counts['norm'] / 1e3:.1f}K)",
         f"data: {data.meta['source']}: {data.meta['train_tokens']:,} train / {data.meta['val_tokens']:,} val tokens, "
         f"vocab {data.meta['vocab_size']}, cache {data.dir}",
         f"tokens per optimizer step: {cfg.trainer.micro_batch_size} micro batch × {cfg.trainer.seq_len} seq_len × "

@@ -4,6 +4,7 @@ import torch
 
 from training.config import OptimConfig
 from training.optim.adamw import build_adamw, hidden_matrices, param_groups
+from training.optim.lr_scale import adamw_hidden_lr_scale, model_config, muon_hidden_lr_scale, scaled_group
 from training.optim.muon import Muon
 from training.optim.schedule import apply_schedule, lr_at, muon_peak_lr, wsd_decay_start
 
@@ -12,8 +13,9 @@ __all__ = ["Muon", "apply_schedule", "build_adamw", "build_optimizer", "build_op
 
 
 def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, device_type: str) -> torch.optim.AdamW:
-    """AdamW over every parameter (optim.name=adamw)."""
-    return build_adamw(param_groups(model, cfg.weight_decay), cfg, device_type)
+    """AdamW over every parameter (optim.name=adamw); under μP the blocks' matrices at lr × 1/m."""
+    hidden_lr_scale = adamw_hidden_lr_scale(model_config(model))
+    return build_adamw(param_groups(model, cfg.weight_decay, hidden_lr_scale=hidden_lr_scale), cfg, device_type)
 
 
 def build_optimizers(model: torch.nn.Module, cfg: OptimConfig, device_type: str) -> list:
@@ -30,7 +32,10 @@ def build_optimizers(model: torch.nn.Module, cfg: OptimConfig, device_type: str)
     # match_rms_adamw scales each matrix's lr by 0.2·sqrt(max(rows, cols)), so the update has the
     # RMS AdamW's would (Moonshot, "Muon is Scalable for LLM Training"): one optim.lr and one
     # optim.weight_decay mean the same for both optimizers, and the one schedule drives both.
-    muon = Muon(matrices, ns_dtype=torch.bfloat16 if ns_dtype == "bf16" else torch.float32,
+    # μP: × 1/sqrt(m), not Adam's 1/m — match_rms_adamw already grows with width (lr_scale.py).
+    scale = muon_hidden_lr_scale(model_config(model)) or 1.0
+    muon = Muon([scaled_group(matrices, cfg.weight_decay, scale)],
+                ns_dtype=torch.bfloat16 if ns_dtype == "bf16" else torch.float32,
                 lr=muon_peak_lr(cfg), weight_decay=cfg.weight_decay, momentum=cfg.muon_momentum, nesterov=True,
                 ns_steps=cfg.muon_ns_steps, adjust_lr_fn="match_rms_adamw")
     rest = param_groups(model, cfg.weight_decay, exclude=frozenset(id(p) for p in matrices))

@@ -1,25 +1,34 @@
 """AdamW's parameter groups (decay for matrices only) and its kernel choice; which matrices Muon owns."""
+from typing import Optional
+
 import torch
 
 from model.transformer import Block
 from training.config import OptimConfig
+from training.optim.lr_scale import scaled_group
 
 
-def param_groups(model: torch.nn.Module, weight_decay: float, exclude: frozenset = frozenset()) -> list:
+def param_groups(model: torch.nn.Module, weight_decay: float, exclude: frozenset = frozenset(),
+                 hidden_lr_scale: Optional[float] = None) -> list:
     """Decay only matrices of Linear layers. Norm gains, biases and embeddings get no decay:
     shrinking a norm gain toward 0 or an embedding row that is rarely seen is not regularisation.
     Parameters whose id is in `exclude` (those another optimizer owns) are left out, and so is an
     empty group (e.g. no decayed matrix beside Muon's): torch.distributed.checkpoint refuses those
-    when it saves several optimizers."""
-    decay, no_decay, seen = [], [], set(exclude)
+    when it saves several optimizers. With a `hidden_lr_scale` (μP) the blocks' matrices get a group
+    of their own with that lr_scale (training/optim/lr_scale.py); every other group has lr_scale 1."""
+    hidden_ids = {id(p) for p in hidden_matrices(model)} if hidden_lr_scale is not None else set()
+    decay, hidden, no_decay, seen = [], [], [], set(exclude)
     for module_name, module in model.named_modules():
         for name, p in module.named_parameters(recurse=False):
             if not p.requires_grad or id(p) in seen:
                 continue
             seen.add(id(p))  # a tied head is the embedding: count it once, as an embedding
             is_matrix = isinstance(module, torch.nn.Linear) and name == "weight"
-            (decay if is_matrix else no_decay).append(p)
-    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+            (hidden if id(p) in hidden_ids else decay if is_matrix else no_decay).append(p)
+    groups = [{"params": decay, "weight_decay": weight_decay, "lr_scale": 1.0},
+              {"params": no_decay, "weight_decay": 0.0, "lr_scale": 1.0}]
+    if hidden:
+        groups.insert(0, scaled_group(hidden, weight_decay, hidden_lr_scale))
     return [group for group in groups if group["params"]]
 
 

@@ -12,12 +12,14 @@ def muon_peak_lr(cfg: OptimConfig) -> float:
 
 def apply_schedule(optimizers: list, step: int, cfg: OptimConfig, max_steps: int) -> float:
     """Set every param group's learning rate for `step`; returns the (AdamW) lr to log.
-    Muon follows the same curve scaled by muon_lr / lr (1 unless optim.muon_lr is set)."""
+    Muon follows the same curve scaled by muon_lr / lr (1 unless optim.muon_lr is set), and each
+    group by its own `lr_scale` (μP's per-parameter rule, training/optim/lr_scale.py; 1 under sp, and
+    absent from optimizer states saved before it existed)."""
     lr = lr_at(step, cfg, max_steps)
     for optimizer in optimizers:
         scale = muon_peak_lr(cfg) / cfg.lr if isinstance(optimizer, torch.optim.Muon) else 1.0
         for group in optimizer.param_groups:
-            group["lr"] = lr * scale
+            group["lr"] = lr * scale * group.get("lr_scale", 1.0)
     return lr
 
 

@@ -1,0 +1,128 @@
+"""The coordinate check of μP (Tensor Programs V, §5; the mup package's coord_check): models of several
+widths train a few steps on the same batches, and each step the RMS of every layer's activations on a
+fixed probe batch is recorded, and how far they moved from init. Under μP both are flat in width; under
+SP the logits grow with it (and, with Adam, the blocks' outputs too)."""
+import math
+from dataclasses import dataclass, replace
+from typing import Dict, List, Sequence
+
+import numpy as np
+import torch
+
+from model import ModelConfig, Transformer
+from training.config import OptimConfig
+from training.loss import CausalLMLoss
+from training.optim import apply_schedule, build_optimizers
+
+LAYERS = ("embedding", "attention", "mlp", "logits")  # what each block part hands on, averaged over blocks
+
+
+@dataclass(frozen=True)
+class CoordSetup:
+    """One coordinate check: the width ladder and what every width trains with (the same batches)."""
+    widths: tuple = (64, 128, 256, 512, 1024)
+    base_width: int = 64  # mup_base_width: μP equals SP here
+    optimizer: str = "adamw"  # adamw | muon (Muon for the blocks' matrices, AdamW for the rest)
+    lr: float = 1e-2  # constant: no warmup, no decay, no clipping, no weight decay — the raw update rule
+    steps: int = 5
+    n_layers: int = 2
+    n_heads: int = 4  # fixed: head_dim grows with width (model/parametrization.py assumes so)
+    vocab_size: int = 256
+    seq_len: int = 32
+    batch_size: int = 8
+    seed: int = 0
+
+    def model_config(self, width: int, parametrization: str) -> ModelConfig:
+        return ModelConfig(vocab_size=self.vocab_size, hidden_size=width, n_layers=self.n_layers, n_heads=self.n_heads,
+                           max_seq_len=self.seq_len, parametrization=parametrization, mup_base_width=self.base_width)
+
+
+@dataclass
+class CoordResult:
+    """rms[layer] and moved[layer]: arrays (steps + 1, len(widths)); row t is after t updates."""
+    setup: CoordSetup
+    parametrization: str
+    rms: Dict[str, np.ndarray]
+    moved: Dict[str, np.ndarray]  # RMS of (activation now − activation at init), same probe batch
+
+    def slopes(self, step: int = -1, moved: bool = False) -> Dict[str, float]:
+        """{layer: slope of log RMS against log width} at `step` (default the last): 0 = flat in width."""
+        table = self.moved if moved else self.rms
+        return {layer: fitted_slope(self.setup.widths, values[step]) for layer, values in table.items()}
+
+
+def fitted_slope(widths: Sequence[int], values: Sequence[float]) -> float:
+    """Least-squares slope of log(value) on log(width): RMS ∝ width^slope."""
+    return float(np.polyfit(np.log(widths), np.log(np.asarray(values, dtype=float)), 1)[0])
+
+
+def bigram_tokens(setup: CoordSetup, n_batches: int) -> List[torch.Tensor]:
+    """Batches (batch_size, seq_len + 1) from a fixed random bigram chain (each token has 4 likely
+    successors): something learnable, the same at every width, no data files needed."""
+    g = torch.Generator().manual_seed(setup.seed)
+    successors = torch.randint(0, setup.vocab_size, (setup.vocab_size, 4), generator=g)
+    batches = []
+    for _ in range(n_batches):
+        tokens = torch.empty(setup.batch_size, setup.seq_len + 1, dtype=torch.long)
+        tokens[:, 0] = torch.randint(0, setup.vocab_size, (setup.batch_size,), generator=g)
+        for t in range(setup.seq_len):
+            choice = torch.randint(0, 4, (setup.batch_size,), generator=g)
+            tokens[:, t + 1] = successors[tokens[:, t], choice]
+        batches.append(tokens)
+    return batches
+
+
+def coord_check(setup: CoordSetup, parametrization: str) -> CoordResult:
+    """Every width of the ladder from the same seed, batches and probe; nothing is written anywhere."""
+    batches = bigram_tokens(setup, setup.steps + 1)  # the last one is the probe, never trained on
+    per_width = [_train_width(setup, width, parametrization, batches[:-1], batches[-1]) for width in setup.widths]
+
+    def table(kind: int) -> Dict[str, np.ndarray]:  # (steps + 1, widths) per layer
+        return {layer: np.array([[w[kind][t][layer] for w in per_width] for t in range(setup.steps + 1)])
+                for layer in LAYERS}
+    return CoordResult(setup, parametrization, table(0), table(1))
+
+
+def _train_width(setup: CoordSetup, width: int, parametrization: str, batches, probe) -> tuple:
+    """([{layer: RMS}], [{layer: RMS moved}]) after 0..steps updates of one width."""
+    torch.manual_seed(setup.seed)
+    model = Transformer(setup.model_config(width, parametrization))
+    loss_module = CausalLMLoss(model)
+    cfg = OptimConfig(name=setup.optimizer, lr=setup.lr, min_lr=setup.lr, warmup_steps=0, weight_decay=0.0)
+    optimizers = build_optimizers(loss_module, cfg, "cpu")
+    init = _activations(model, probe[:, :-1])
+    rms, moved = [], []
+    for step in range(setup.steps + 1):
+        acts = init if step == 0 else _activations(model, probe[:, :-1])
+        rms.append({layer: _rms(a) for layer, a in acts.items()})
+        moved.append({layer: _rms(a - init[layer]) for layer, a in acts.items()})
+        if step == setup.steps:
+            break
+        apply_schedule(optimizers, step, cfg, setup.steps)  # the lr_scale of every group, as in training
+        batch = batches[step]
+        loss_module(batch[:, :-1], batch[:, 1:]).backward()
+        for optimizer in optimizers:
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    return rms, moved
+
+
+@torch.no_grad()
+def _activations(model: Transformer, ids: torch.Tensor) -> Dict[str, torch.Tensor]:
+    """What each layer kind outputs on `ids`: block outputs stacked over blocks."""
+    found = {"attention": [], "mlp": []}
+    hooks = [block.attn.register_forward_hook(lambda m, a, out: found["attention"].append(out))
+             for block in model.layers]
+    hooks += [block.mlp.register_forward_hook(lambda m, a, out: found["mlp"].append(out)) for block in model.layers]
+    hooks.append(model.embed_tokens.register_forward_hook(lambda m, a, out: found.__setitem__("embedding", out)))
+    try:
+        logits = model(ids)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return {"embedding": found["embedding"], "attention": torch.stack(found["attention"]),
+            "mlp": torch.stack(found["mlp"]), "logits": logits}
+
+
+def _rms(t: torch.Tensor) -> float:
+    return math.sqrt(t.double().pow(2).mean().item())

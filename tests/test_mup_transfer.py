@@ -1,0 +1,110 @@
+"""The μP transfer experiment (analysis/mup/transfer.py, transfer_report.py, cli/mup/transfer.py): the default
+plan is the issue's grid and every cell composes; the runner records each run once, continues where it
+stopped, moves a cut-off run aside; the report finds each width's best lr; one tiny real run end to end."""
+import json
+import math
+
+import pytest
+
+from analysis.mup.transfer import (DIVERGED, FINISHED, STOPPED, Cell, TransferError, TransferSpec, open_experiment,
+                                   read_results, run_cells)
+from analysis.mup.transfer_report import best_lrs, markdown, mean_losses, write_report
+from cli.config import compose_train_config
+from cli.mup import transfer as program
+
+SMALL = TransferSpec(widths=(32, 64), lrs=(0.01, 0.02, 0.04), seeds=(0,), optimizers=("adamw",))
+
+
+def test_the_default_plan_is_the_issues_grid_and_every_cell_composes():
+    spec = TransferSpec()
+    assert len(spec.widths) >= 4 and (min(spec.widths), max(spec.widths)) == (64, 512) and len(spec.seeds) >= 2
+    assert len(spec.lrs) >= 5 and all(b == 2 * a for a, b in zip(spec.lrs, spec.lrs[1:]))
+    cells = spec.cells()
+    assert len(cells) == len({c.name for c in cells}) == 2 * 2 * 4 * 5 * 2
+    budgets = set()
+    for cell in {(c.optimizer, c.parametrization, c.width): c for c in cells}.values():
+        cfg, _ = compose_train_config([f"experiment={spec.experiment}", *cell.overrides(spec.min_lr_ratio)])
+        assert (cfg.optim.name, cfg.model.parametrization, cfg.model.hidden_size) == \
+            (cell.optimizer, cell.parametrization, cell.width)
+        assert (cfg.optim.lr, cfg.optim.min_lr, cfg.model.mup_base_width) == (cell.lr, cell.lr * 0.1, 64)
+        budgets.add(cfg.trainer.max_steps * cfg.trainer.micro_batch_size * cfg.trainer.seq_len)
+    assert len(budgets) == 1  # one token budget at every width
+
+
+def fake_training(losses: dict, calls: list):
+    def train_cell(cell, run_dir):
+        calls.append(cell.name)
+        run_dir.mkdir(parents=True)
+        value = losses.get((cell.parametrization, cell.width, cell.lr), 3.0)
+        if value == STOPPED:
+            return {"status": STOPPED}
+        return {"status": DIVERGED if value is None else FINISHED, "val_loss": value, "wall_s": 1.0}
+    return train_cell
+
+
+def test_the_runner_records_each_run_once_and_continues_where_it_stopped(tmp_path):
+    spec = open_experiment(tmp_path, SMALL)
+    calls = []
+    (tmp_path / "runs" / SMALL.cells()[0].name).mkdir(parents=True)  # a run cut off by a kill
+    stop_at = {("mup", 32, 0.02): STOPPED, ("sp", 64, 0.04): None}
+    assert run_cells(spec, tmp_path, fake_training(stop_at, calls), say=lambda *a, **k: None) == 130
+    assert calls[-1] == Cell("adamw", "mup", 32, 0.02, 0).name  # nothing starts after a stop
+    assert len(list((tmp_path / "discarded").glob("*/*"))) == 1  # moved aside, never deleted
+    results = read_results(tmp_path)
+    assert len(results) == len(calls) - 1 and results[Cell("adamw", "sp", 64, 0.04, 0).name]["val_loss"] is None
+    calls.clear()
+    assert run_cells(spec, tmp_path, fake_training({}, calls), say=lambda *a, **k: None) == 0
+    assert len(read_results(tmp_path)) == len(SMALL.cells()) and len(calls) == len(SMALL.cells()) - len(results)
+    calls.clear()
+    assert run_cells(spec, tmp_path, fake_training({}, calls), say=lambda *a, **k: None) == 0 and calls == []
+
+
+def test_a_directory_keeps_its_plan_and_a_dry_run_writes_nothing(tmp_path):
+    assert open_experiment(tmp_path / "new", SMALL, create=False) == SMALL and not (tmp_path / "new").exists()
+    open_experiment(tmp_path / "exp", SMALL)
+    assert open_experiment(tmp_path / "exp", None) == SMALL
+    with pytest.raises(TransferError, match="was started with another plan"):
+        open_experiment(tmp_path / "exp", TransferSpec())
+    with pytest.raises(TransferError, match="two or more positive widths"):
+        TransferSpec(widths=(64,))
+
+
+def test_the_report_finds_each_widths_best_lr_and_how_far_it_moved(tmp_path):
+    spec = open_experiment(tmp_path, SMALL)
+    losses = {("mup", w, lr): abs(math.log2(lr / 0.02)) + 3 for w in (32, 64) for lr in SMALL.lrs}  # best 0.02
+    losses.update({("sp", 32, lr): abs(math.log2(lr / 0.04)) + 3 for lr in SMALL.lrs})  # SP: 0.04, then 0.01
+    losses.update({("sp", 64, lr): abs(math.log2(lr / 0.01)) + 3 for lr in SMALL.lrs})
+    losses[("sp", 64, 0.04)] = None  # diverged
+    run_cells(spec, tmp_path, fake_training(losses, []), say=lambda *a, **k: None)
+    table = mean_losses(spec, read_results(tmp_path))
+    assert best_lrs(table) == {("adamw", "mup"): {32: 0.02, 64: 0.02}, ("adamw", "sp"): {32: 0.04, 64: 0.01}}
+    text = markdown(spec, table)
+    assert "AdamW · μP: best lr moved 2^+0 from width 32 to 64" in text
+    assert "AdamW · SP: best lr moved 2^-2 from width 32 to 64" in text and "| 64 | **3.0000** | 4.0000 | × |" in text
+    two_seeds = TransferSpec(widths=(32, 64), lrs=(0.01,), seeds=(0, 1), optimizers=("adamw",),
+                             parametrizations=("sp",))
+    rows = {Cell("adamw", "sp", 32, 0.01, s).name: {"status": status, "val_loss": v}
+            for s, status, v in ((0, FINISHED, 3.0), (1, DIVERGED, None))}
+    rows.update({Cell("adamw", "sp", 64, 0.01, s).name: {"status": FINISHED, "val_loss": 3.0 + s} for s in (0, 1)})
+    assert mean_losses(two_seeds, rows) == {("adamw", "sp"): {32: {0.01: None}, 64: {0.01: 3.5}}}  # one diverged seed
+    written = write_report(spec, tmp_path)
+    assert all(path.stat().st_size > 0 for path in written)
+
+
+@pytest.mark.serial  # trains (tiny): one at a time under make test's two workers
+def test_a_tiny_experiment_runs_end_to_end_and_a_rerun_has_nothing_to_do(tmp_path, tiny_data_cache, capsys):
+    args = ["--dir", str(tmp_path / "exp"), "--widths", "32,64", "--lrs", "0.01", "--seeds", "0", "--optimizers",
+            "adamw", "--parametrizations", "mup", "--jobs", "1", "--set", "trainer.max_steps=3",
+            "--set", "trainer.eval_windows=2", "--set", "data.vocab_size=512", "--set", "model.mup_base_width=32",
+            "--set", f"data.cache_dir={tiny_data_cache}"]
+    assert program.main(args) == 0
+    rows = [json.loads(line) for line in (tmp_path / "exp" / "results.jsonl").read_text().splitlines()]
+    assert [(r["width"], r["status"]) for r in rows] == [(64, FINISHED), (32, FINISHED)]
+    assert all(math.isfinite(r["val_loss"]) for r in rows)
+    run = tmp_path / "exp" / "runs" / rows[0]["cell"]
+    assert "parametrization mup (m = 2 over base width 32)" in (run / "train.log").read_text()
+    assert not (run / "checkpoints").exists() and (tmp_path / "exp" / "transfer.png").exists()
+    assert program.main(["--dir", str(tmp_path / "exp"), "--jobs", "1"]) == 0  # the plan comes from spec.json
+    assert "2 runs done, 0 to do" in capsys.readouterr().out
+    assert program.main(["--dir", str(tmp_path / "exp"), "--dry-run", "--jobs", "1"]) == 0
+    assert "per run from the runs finished here" in capsys.readouterr().out
