@@ -149,10 +149,17 @@ def test_import_of_a_model_saved_by_transformers_itself(tmp_path):
     assert json.loads((ckpt / "special_tokens.json").read_text()) == {"bos": "<|bos|>", "eos": "<|eos|>", "pad": None}
 
 
+def foreign_copy(out, directory):
+    """A copy of our export without its manifest.json: a Hugging Face directory from elsewhere, which the
+    tests below reshape or break (verification of our own exports: tests/test_checkpoint_trust.py)."""
+    shutil.copytree(out, directory)
+    (directory / "manifest.json").unlink()
+    return directory
+
+
 def test_sharded_weights_import_like_one_file(exported, tmp_path):
     model, ckpt, out, _ = exported
-    sharded = tmp_path / "sharded"
-    shutil.copytree(out, sharded)
+    sharded = foreign_copy(out, tmp_path / "sharded")
     weights = load_file(str(sharded / "model.safetensors"))
     (sharded / "model.safetensors").unlink()
     names = sorted(weights)
@@ -190,8 +197,7 @@ def test_import_of_an_hf_model_whose_embedding_exceeds_the_tokenizer(tmp_path, r
 
 def test_import_refuses_a_tokenizer_larger_than_the_embedding(exported, tmp_path):
     _, _, out, _ = exported
-    small = tmp_path / "small"
-    shutil.copytree(out, small)
+    small = foreign_copy(out, tmp_path / "small")
     tiny_tokenizer(vocab_size=340).save(str(small / "tokenizer.json"))  # ids up to 339, rows 320
     with pytest.raises(ConversionError, match="token ids up to 339 .*only 320 rows"):
         import_checkpoint(str(small), str(tmp_path / "run"))
@@ -252,8 +258,7 @@ def _edit_config(directory, **changes):
 ])
 def test_import_refuses_what_it_cannot_convert(exported, tmp_path, breakage, match):
     _, _, out, _ = exported
-    broken = tmp_path / "broken"
-    shutil.copytree(out, broken)
+    broken = foreign_copy(out, tmp_path / "broken")
     breakage(broken)
     with pytest.raises(ConversionError, match=match):
         import_checkpoint(str(broken), str(tmp_path / "run"))
