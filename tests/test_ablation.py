@@ -118,8 +118,11 @@ def cache_dir(tiny_data_cache):
 @pytest.mark.serial
 def test_sweep_runs_the_grid_and_compare_runs_judges_it(tmp_path, cache_dir):
     """`-m experiment=ablation_norm_mlp` alone makes the grid (seed pinned to 0 here: 2×2×1)."""
+    # The preset pins its shape (256 × 6, whatever model group is chosen): a smoke run shrinks it explicitly.
+    tiny_shape = ["model.hidden_size=64", "model.n_layers=2", "model.n_heads=4", "model.n_kv_heads=2",
+                  "model.multiple_of=16", "model.max_seq_len=64"]
     sweep(tmp_path, cache_dir, "experiment=ablation_norm_mlp", "seed=0", "trainer.max_steps=4",
-          "trainer.eval_interval=2")
+          "trainer.eval_interval=2", *tiny_shape)
     runs = sorted((tmp_path / "sweep").glob("*/metrics.jsonl"))
     assert len(runs) == 4  # one directory level: no path-valued override nests the job directories
     configs = [yaml.safe_load((r.parent / "config.yaml").read_text()) for r in runs]

@@ -9,6 +9,7 @@ from typing import Dict, List, Optional
 
 from analysis.ablation.cells import CellState
 from analysis.ablation.contrasts import Contrast
+from analysis.ablation.planning import manifest_values
 from analysis.ablation.protocol import Cell, Spec
 
 CELL_FIELDS = ["stage", "size", "variant", "lr", "seed", "state", "val_loss", "val_bpb", "tokens"]
@@ -41,6 +42,23 @@ def contrast_rows(spec: Spec, contrasts: List[Contrast]) -> List[dict]:
                      "verdict": v.outcome, "per_seed_delta": {s: round(c.variant_bpb[s] - c.reference_bpb[s], 6)
                                                               for s in c.seeds}})
     return rows
+
+
+def manifest_rows(manifest: dict) -> List[dict]:
+    """Every finished cell of a protocol manifest (protocol.yaml keeps each cell's final bpb), as per_seed.csv
+    rows: what a report whose run directories are gone can still be checked against."""
+    spec, chosen = manifest["spec"], manifest.get("chosen_lr") or {}
+    rows = [{"size": size, "variant": variant, "lr": lr, "seed": seed, "val_bpb": bpb, "state": "finished"}
+            for (size, variant, lr), seeds in manifest_values(manifest).items() for seed, bpb in seeds.items()]
+    for row in rows:
+        reused = row["seed"] in spec["seeds"] and chosen.get(row["size"], {}).get(row["variant"]) == row["lr"]
+        # format-1 manifests reused the LR sweep's run at the chosen LR as a measuring seed
+        row["stage"] = ("stage1+2" if reused else "stage1") if row["seed"] == spec.get("stage1_seed") else "stage2"
+    return sorted(rows, key=lambda r: (r["size"], r["variant"], r["lr"], r["seed"]))
+
+
+def write_manifest_csv(manifest: dict, path: Path) -> None:
+    _csv(path, [f for f in CELL_FIELDS if f not in ("val_loss", "tokens")], manifest_rows(manifest))
 
 
 def write(out: Path, spec: Spec, states: Dict[Cell, CellState], chosen: dict, contrasts: List[Contrast]) -> List[str]:
