@@ -87,6 +87,7 @@ def build_spec(args, stored: Spec = None, train_overrides=()) -> Spec:
         fields["variants"] = {v: fields["variants"][v] for v in keep}
         for tier in ("primary", "secondary"):
             fields[tier] = [v for v in fields[tier] if v in keep]
+        fields["variant_sizes"] = {v: at for v, at in fields["variant_sizes"].items() if v in keep}
     if args.reference:
         fields["reference"] = args.reference
     if args.lrs:

@@ -265,6 +265,15 @@ def test_bad_input_is_a_one_line_error_before_anything_trains(tmp_path, capsys, 
     assert not (tmp_path / "p" / "runs").exists()
 
 
+def test_a_subset_of_variants_keeps_their_families_and_sizes():
+    from cli.ablate import build_spec, parse_args
+    spec = build_spec(parse_args(["--variants", "rmsnorm_swiglu,layernorm,no_norm,relu2", "--variant",
+                                  "relu2 model.mlp=relu2"]))
+    assert (spec.primary, spec.secondary) == (["layernorm"], ["no_norm", "relu2"])  # an added variant: secondary
+    assert spec.variant_sizes == {"no_norm": ["d2"]} and spec.family_tests("primary") == [("d2", "layernorm"),
+                                                                                          ("d6", "layernorm")]
+
+
 def test_a_changed_setup_is_not_resumed_into_the_same_directory(finished, capsys):
     status = exit_status(main, ["--dir", str(finished[0]), "--report-only", "trainer.max_steps=7"])
     assert status == 1 and "was started with train.py overrides" in capsys.readouterr().err
