@@ -6,38 +6,41 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import matplotlib
 
 from analysis.plots import figure, save
-from analysis.reference import Versus
 from analysis.stats import CI, TTest
 
 MARKERS = "osD^vP*X"
 
 
-def plot_forest(groups: Dict[str, Sequence[Versus]], path: Path, unit: str = "bpb") -> None:
+ForestRow = Tuple[str, Optional[TTest], str]  # (variant, its paired test vs the reference, its verdict's outcome)
+COLOURS = {"better": "tab:green", "worse": "tab:red", "equivalent": "tab:blue"}  # anything else: grey
+
+
+def plot_forest(groups: Dict[str, Sequence[ForestRow]], path: Path, reference: str = "reference",
+                unit: str = "bpb") -> None:
     """One row per variant: its paired Δ vs the reference with the 95 % CI, one marker per group
-    (model size); a dashed line at 0 (no difference). Left of it = the variant is better."""
-    labels = list(dict.fromkeys(p.variant.label for pairs in groups.values() for p in pairs))
+    (model size), coloured by its verdict; a dashed line at 0 (no difference). Left of it = the variant
+    is better."""
+    labels = list(dict.fromkeys(label for rows in groups.values() for label, _, _ in rows))
     fig, ax = figure(figsize=(8, 1.2 + 0.55 * len(labels) * max(1, len(groups)) ** 0.5))
     offsets = _offsets(len(groups))
-    for (name, pairs), offset, marker in zip(groups.items(), offsets, MARKERS):
+    for (name, rows), offset, marker in zip(groups.items(), offsets, MARKERS):
         ys, xs, errors, colours = [], [], [[], []], []
-        for p in pairs:
-            t = p.comparison.test
+        for label, t, outcome in rows:
             if t is None:
                 continue
-            ys.append(labels.index(p.variant.label) + offset)
+            ys.append(labels.index(label) + offset)
             xs.append(t.delta)
             lo, hi = (0.0, 0.0) if math.isnan(t.low) else (t.delta - t.low, t.high - t.delta)
             errors[0].append(lo)
             errors[1].append(hi)
-            colours.append({"better": "tab:green", "worse": "tab:red"}.get(p.comparison.outcome, "tab:grey"))
+            colours.append(COLOURS.get(outcome, "tab:grey"))
         ax.errorbar(xs, ys, xerr=errors, fmt="none", ecolor="0.35", capsize=3, lw=1.2)
         ax.scatter(xs, ys, c=colours, marker=marker, zorder=3, label=name or None)
     ax.axvline(0, color="k", ls="--", lw=1)
     ax.set_yticks(range(len(labels)), labels)
     ax.invert_yaxis()
-    reference = next((p.reference.label for pairs in groups.values() for p in pairs), "reference")
     ax.set_xlabel(f"Δ final val {unit} vs {reference}  (← variant better · worse →), {CI}")
-    ax.set_title("paired difference per variant (green: better, red: worse, grey: can't tell)")
+    ax.set_title("paired difference per variant (green: better, red: worse, blue: equivalent, grey: can't tell)")
     ax.grid(axis="x", alpha=0.3)
     if len(groups) > 1:
         ax.legend(title="size", loc="best")

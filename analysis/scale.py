@@ -8,14 +8,15 @@ from scipy import stats
 
 from analysis.stats import Comparison, decimals
 
-WORDS = {"better": "better", "worse": "worse", "unclear": "can't tell", "same": "identical", "none": "no verdict"}
+WORDS = {"better": "better", "worse": "worse", "unclear": "can't tell", "same": "identical", "none": "no verdict",
+         "equivalent": "equivalent", "can't tell": "can't tell"}
 
 
 @dataclass
 class SizeResult:
     name: str
     ranking: List[str]  # variant names, best first (mean final val bpb)
-    comparisons: Dict[str, Comparison]  # variant → vs the reference at this size
+    comparisons: Dict[str, Comparison]  # variant → vs the reference at this size (or a verdicts.Verdict)
 
 
 def consistency(outcomes: Sequence[Optional[str]]) -> str:
@@ -24,6 +25,10 @@ def consistency(outcomes: Sequence[Optional[str]]) -> str:
     if len(called) == 2:
         return "**flips**: better at one size, worse at another"
     if not called:
+        if outcomes and all(o == "equivalent" for o in outcomes):
+            return "**holds**: equivalent at every size"
+        if any(o == "equivalent" for o in outcomes):
+            return "partly: equivalent where shown, can't tell elsewhere"
         return "can't tell at any size" if any(o for o in outcomes) else "not run"
     direction = called.pop()
     if all(o == direction for o in outcomes):
@@ -54,7 +59,8 @@ def markdown(results: Sequence[SizeResult], reference: str, unit: str = "bpb") -
                 cells.append("—")
                 continue
             digits = decimals(t.half_width)
-            spread = "" if math.isnan(t.half_width) else f" ± {t.half_width:.{digits}f}"
+            spread = ("" if math.isnan(t.half_width) else " (no spread)" if t.zero_spread
+                      else f" ± {t.half_width:.{digits}f}")
             cells.append(f"{t.delta:+.{digits}f}{spread} ({WORDS[c.outcome]})")
         lines.append("| " + " | ".join([v] + cells + [consistency(outcomes)]) + " |")
     lines += ["", f"Δ = variant − {reference} (paired, 95 % CI half-width). Ranking by mean final val {unit}, "

@@ -11,6 +11,10 @@ from scipy import stats
 
 CONFIDENCE = 0.95  # the interval's level; a difference is called when it excludes 0 (p < 0.05)
 CI = f"{CONFIDENCE * 100:.0f} % CI"
+# Below this spread (relative to the values' magnitude, at least 1) every seed moved by the same amount:
+# manifests store bpb to 6 decimals, so a smaller spread is rounding, not seed noise, and t = d / 0 is no
+# test. Above it the interval's half-width prints as non-zero at decimals()' 6 digits.
+ZERO_SPREAD = 1e-6
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,7 @@ class TTest:
     high: float
     p: float  # nan when there is no spread estimate (one value)
     n: int  # pairs (paired) or the smaller group (Welch)
-    zero_spread: bool = False  # every difference identical: the interval has width 0
+    zero_spread: bool = False  # every difference the same within ZERO_SPREAD: no interval, no test
 
     @property
     def half_width(self) -> float:
@@ -60,8 +64,9 @@ def paired_t(a: Sequence[float], b: Sequence[float]) -> TTest:
     mean = float(diffs.mean())
     if len(diffs) == 1:
         return TTest(mean, math.nan, math.nan, math.nan, 1)
-    if np.ptp(diffs) == 0:  # t = d / 0: every seed moved by exactly the same amount
-        return TTest(mean, mean, mean, 0.0 if mean else 1.0, len(diffs), zero_spread=True)
+    scale = _scale(a, b)
+    if no_spread(diffs, scale):  # t = d / 0: every seed moved by the same amount
+        return _without_spread(mean, len(diffs), scale)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # near-identical values: scipy warns, the answer stands
         result = stats.ttest_rel(a, b)
@@ -69,13 +74,45 @@ def paired_t(a: Sequence[float], b: Sequence[float]) -> TTest:
     return TTest(mean, float(ci.low), float(ci.high), float(result.pvalue), len(diffs))
 
 
+def no_spread(values: Sequence[float], scale: float = 1.0) -> bool:
+    """The values are equal within ZERO_SPREAD × scale (never exact float equality: 2.9 − 2.8 and
+    3.0 − 2.9 differ in the 16th digit)."""
+    return float(np.ptp(np.asarray(values, dtype=float))) <= ZERO_SPREAD * scale
+
+
+def _scale(*groups: Sequence[float]) -> float:
+    return max(1.0, *(abs(float(v)) for g in groups for v in g))
+
+
+def _without_spread(delta: float, n: int, scale: float) -> TTest:
+    """No spread to test against: a difference of 0 (within the tolerance) rejects nothing (p = 1); any
+    other is the same in every seed (p = 0, said as such in the verdict, never as a t-test's p)."""
+    if abs(delta) <= ZERO_SPREAD * scale:
+        return TTest(0.0, 0.0, 0.0, 1.0, n, zero_spread=True)
+    return TTest(delta, delta, delta, 0.0, n, zero_spread=True)
+
+
+def pooled_paired_t(a: Sequence[float], b: Sequence[float], sd: float, dof: int) -> TTest:
+    """A paired t-test of a − b whose spread is a pooled sd of per-seed differences (several contrasts'
+    differences, each about its own mean) with `dof` degrees of freedom, instead of these pairs' own:
+    with 2 seeds a pair's own test has 1 degree of freedom, the pooled one sum(n_i − 1)."""
+    diffs = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    mean, n = float(diffs.mean()), len(diffs)
+    if sd <= ZERO_SPREAD * _scale(a, b):  # every contrast moved every seed alike: no spread to test
+        return _without_spread(mean, n, _scale(a, b))
+    se = sd / math.sqrt(n)
+    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, dof)) * se
+    return TTest(mean, mean - half, mean + half, float(2 * stats.t.sf(abs(mean) / se, dof)), n)
+
+
 def welch_t(a: Sequence[float], b: Sequence[float]) -> Optional[TTest]:
     """Welch's unpaired t-test of mean(a) − mean(b) (unequal variances); None without 2 values each."""
     if len(a) < 2 or len(b) < 2:
         return None
     delta = statistics.fmean(a) - statistics.fmean(b)
-    if np.ptp(a) == 0 and np.ptp(b) == 0:
-        return TTest(delta, delta, delta, 0.0 if delta else 1.0, min(len(a), len(b)), zero_spread=True)
+    scale = _scale(a, b)
+    if no_spread(a, scale) and no_spread(b, scale):
+        return _without_spread(delta, min(len(a), len(b)), scale)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         result = stats.ttest_ind(a, b, equal_var=False)
@@ -104,7 +141,7 @@ class Comparison:
         t = self.test
         if t is None:
             return "none"
-        if t.zero_spread and t.delta == 0:
+        if t.zero_spread and t.delta == 0:  # _without_spread() set it to 0 within the tolerance
             return "same"
         if t.p < 1 - CONFIDENCE:
             return "better" if t.delta < 0 else "worse"
@@ -126,12 +163,13 @@ class Comparison:
         if outcome == "same":
             return f"identical in all {t.n} paired seeds"
         if t.zero_spread:
-            return f"{outcome} by {abs(t.delta):.{digits}f} {unit}, the same in every seed (no spread to test), {basis}"
+            return (f"{outcome} by {abs(t.delta):.6g} {unit}, the same in every seed (spread below "
+                    f"{ZERO_SPREAD:g}: no interval, no test), {basis}")
         interval = f"{abs(t.delta):.{digits}f} ± {t.half_width:.{digits}f} {unit} ({CI})"
         if outcome == "unclear":
             return (f"can't tell yet: Δ = {t.delta:+.{digits}f} ± {t.half_width:.{digits}f} {unit} "
-                    f"({CI} includes 0), p = {format_p(t.p)}, {basis}")
-        return f"{outcome} by {interval}, p = {format_p(t.p)}, {basis}"
+                    f"({CI} includes 0), {p_text(t.p)}, {basis}")
+        return f"{outcome} by {interval}, {p_text(t.p)}, {basis}"
 
 
 def compare(variant: Dict[int, float], reference: Dict[int, float]) -> Comparison:
@@ -144,11 +182,18 @@ def compare(variant: Dict[int, float], reference: Dict[int, float]) -> Compariso
 
 
 def format_p(p: float) -> str:
+    """A p-value for a table's p column: '< 0.001', '0.0028', '0.42'. In a sentence use p_text()."""
     if math.isnan(p):
         return "n/a"
     if p < 1e-3:
         return "< 0.001"
     return f"{p:.2g}" if p < 0.1 else f"{p:.2f}"
+
+
+def p_text(p: float, name: str = "p") -> str:
+    """A p-value in a sentence: 'p < 0.001' or 'p = 0.0028' (never 'p = < 0.001')."""
+    text = format_p(p)
+    return f"{name} {text}" if text.startswith("<") else f"{name} = {text}"
 
 
 def decimals(half_width: float) -> int:

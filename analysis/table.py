@@ -6,7 +6,9 @@ from typing import Dict, List, Sequence
 
 from analysis.params import model_params
 from analysis.runs import Run, RunsError, Variant
-from analysis.stats import Comparison, Summary, compare, summarize
+from analysis.stats import Comparison, Summary, compare, p_text, summarize
+
+VS_BEST = {"better": "better", "worse": "behind", "unclear": "can't tell", "same": "identical", "none": "no test"}
 
 
 @dataclass
@@ -68,18 +70,22 @@ def verdict(rows: Sequence[Row]) -> str:
 def markdown(rows: Sequence[Row], skipped: Sequence[Run] = ()) -> str:
     """The table, the best-vs-runner-up verdict, and the shared setup."""
     header = ["variant", "params", "MLP params", "intermediate", "lr", "val loss", "val bpb", "tokens/s",
-              "wall time", "seeds"]
+              "wall time", "seeds", "Δ bpb vs ★ (paired)"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for i, row in enumerate(rows):
         p, bpb = row.params, _pm(row.val_bpb)
         lines.append("| " + " | ".join([
             ("★ " if i == 0 else "") + row.variant.label, f"{p['total']:,}", f"{p['mlp']:,}",
             str(p["intermediate_size"]), row.lr, _pm(row.val_loss), f"**{bpb}**" if i == 0 else bpb,
-            f"{row.tokens_per_s:,.0f}", _duration(row.wall_time_s), str(row.val_bpb.n)]) + " |")
+            f"{row.tokens_per_s:,.0f}", _duration(row.wall_time_s), str(row.val_bpb.n),
+            "—" if i == 0 else vs_best(compare(final_bpb(row.variant), final_bpb(rows[0].variant)))]) + " |")
     notes = ["", verdict(rows), "", _shared(rows),
              "Values are mean ± sample std (ddof=1) over seeds at the final eval; ★ = lowest mean val bpb. "
              "Params count the tied embedding once; MLP params are all layers' MLPs; tokens/s is the median "
-             "over each run's log intervals (evals excluded), averaged over seeds."]
+             "over each run's log intervals (evals excluded), averaged over seeds. Δ vs ★: every row by the same "
+             "rule, the paired t-test over the seeds both ran (Welch without common seeds); 'can't tell' = its "
+             "95 % CI includes 0, which is not 'the same'; unadjusted for the several rows and for the best being "
+             "picked after the fact."]
     if len({row.tokens for row in rows}) > 1:
         notes.append("⚠ The variants trained on different token budgets ("
                      + ", ".join(f"{r.variant.label}: {r.tokens:,}" for r in rows) + "): not like for like.")
@@ -87,6 +93,15 @@ def markdown(rows: Sequence[Row], skipped: Sequence[Run] = ()) -> str:
         notes.append("Skipped (incomplete: diverged, stopped or still running): "
                      + ", ".join(f"`{r.path.name}`" for r in skipped) + ".")
     return "\n".join(lines + notes) + "\n"
+
+
+def vs_best(c: Comparison) -> str:
+    """A row against the best row, by the one rule every row gets: '+0.0094 (can't tell, p = 0.60)'."""
+    t = c.test
+    if t is None:
+        return f"{c.paired.delta:+.4f} (no test: 1 seed)" if c.paired else "n/a"
+    p = "no spread" if t.zero_spread else p_text(t.p)
+    return f"{t.delta:+.4f} ({VS_BEST[c.outcome]}, {p})"
 
 
 def _shared(rows: Sequence[Row]) -> str:

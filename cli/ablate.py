@@ -1,19 +1,24 @@
-"""Run an ablation protocol end to end: every variant at its own best learning rate, paired seeds,
-one or more model sizes, then the report — one command, resumable.
+"""Run an ablation protocol end to end: every variant at its own best learning rate (chosen on a seed of
+its own) and at the reference's, paired measuring seeds, one or more model sizes, then the pre-registered
+verdicts — one command, resumable.
 
     python scripts/ablate.py                                   # configs/protocol/default.yaml
+    python scripts/ablate.py --dry-run                         # the plan, its cost and its power only
     python scripts/ablate.py --dir multirun/ablate/<date>/<time>   # resume: the stored spec, finished cells kept
-    python scripts/ablate.py --variants rmsnorm_swiglu,gelu --lrs 1e-3,3e-3 --seeds 3 \\
-        --sizes "model.hidden_size=96,192 model.n_heads=2,4" trainer.max_steps=300 hydra/launcher=submitit_slurm
+    python scripts/ablate.py --variants rmsnorm_swiglu,gelu --lrs 1e-3,2e-3,4e-3 --seeds 3 \\
+        --sizes "model.n_layers=2,6" trainer.max_steps=300 hydra/launcher=submitit_slurm
 
-Stage 1 trains each variant at each LR of the grid (one seed) at each size; stage 2 trains every
-variant at its own best stage-1 LR on every seed; stage 3 writes <dir>/report/ (results.md and the
-figures). Each stage is one `python train.py -m` multirun; trailing key=value arguments go to every
-train.py run (hydra/launcher=… and hydra.launcher.… choose the launcher). Before training it
-prints the cost, from a short timing run of each size. Rerunning with the same --dir skips
-finished and diverged cells, resumes interrupted ones from their checkpoints and retries failed
-ones. Exit status: 0 done, 1 an error (one `error:` line), 2 runs stopped at trainer.stop_at_step,
-130/143 stopped by Ctrl-C/SIGTERM (rerun to continue).
+Stage 1 trains each variant at each LR of the grid on the stage-1 seed at each size, and one more LR
+past the grid's edge while the best is there (up to the spec's cap); stage 2 trains every variant on
+every measuring seed at its own best LR and at the reference's; stage 3 writes <dir>/report/
+(results.md, the figures, per_seed.csv, contrasts.csv, results.json). Each stage is one
+`python train.py -m` multirun; trailing key=value arguments go to every train.py run (hydra/launcher=…
+and hydra.launcher.… choose the launcher). Before training it prints the cost, from a short timing run
+of each size, and the minimum detectable effect of the planned seeds. Rerunning with the same --dir
+skips finished and diverged cells, resumes interrupted ones from their checkpoints and retries failed
+ones; seeds beyond those a report judged need --sequential. Exit status: 0 done, 1 an error (one
+`error:` line), 2 runs stopped at trainer.stop_at_step, 130/143 stopped by Ctrl-C/SIGTERM (rerun to
+continue).
 """
 import argparse
 import sys
@@ -22,6 +27,8 @@ from pathlib import Path
 
 from analysis.ablation import manifest
 from analysis.ablation.configs import cell_values, validate
+from analysis.ablation.planning import spread_from
+from analysis.looks import check_added_seeds
 from analysis.ablation.protocol import ProtocolError, Spec, load_spec_file, merge_overrides, parse_sizes, split_overrides
 from analysis.ablation.runner import Protocol, report, run_stages
 from cli import REPO
@@ -44,7 +51,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "(repeatable)")
     p.add_argument("--reference", default=None, help="the variant the others are compared with")
     p.add_argument("--lrs", default=None, help="stage-1 LR grid, comma-separated (e.g. 1e-3,3e-3,1e-2)")
-    p.add_argument("--seeds", type=int, default=None, help="stage-2 seeds 0..N-1 (default: the protocol's)")
+    p.add_argument("--seeds", default=None, help="measuring seeds 0..N-1, or 'auto': as many as the target MDE "
+                   "needs at the planning spread, up to max_seeds (default: the protocol's)")
+    p.add_argument("--spread-from", type=Path, default=None, metavar="DIR",
+                   help="a pilot protocol (directory or protocol.yaml): its per-seed paired differences give the "
+                   "planning spread (planning_sd) of the power estimate and of --seeds auto")
+    p.add_argument("--sequential", action="store_true", help="allow measuring seeds beyond those a report already "
+                   "judged (a sequential design: each look then judged at α / looks)")
     p.add_argument("--stage1-seed", type=int, default=None, help="the seed of the LR sweep")
     p.add_argument("--sizes", default=None, metavar="'KEY=V1,V2 …'",
                    help="model sizes as sweep terms, zipped, one quoted argument, e.g. "
@@ -63,6 +76,8 @@ def build_spec(args, stored: Spec = None, train_overrides=()) -> Spec:
     for definition in args.variant:
         name, *overrides = definition.split()
         fields["variants"][name] = overrides
+        if fields["secondary"] and name not in fields["primary"] + fields["secondary"] + [fields["reference"]]:
+            fields["secondary"].append(name)  # a variant added on the command line is never a primary contrast
     if args.variants:
         keep = [v.strip() for v in args.variants.split(",") if v.strip()]
         unknown = [v for v in keep if v not in fields["variants"]]
@@ -70,6 +85,9 @@ def build_spec(args, stored: Spec = None, train_overrides=()) -> Spec:
             raise ProtocolError(f"--variants: unknown {', '.join(unknown)}; the protocol has "
                                 f"{', '.join(fields['variants'])}")
         fields["variants"] = {v: fields["variants"][v] for v in keep}
+        for tier in ("primary", "secondary"):
+            fields[tier] = [v for v in fields[tier] if v in keep]
+        fields["variant_sizes"] = {v: at for v, at in fields["variant_sizes"].items() if v in keep}
     if args.reference:
         fields["reference"] = args.reference
     if args.lrs:
@@ -77,8 +95,13 @@ def build_spec(args, stored: Spec = None, train_overrides=()) -> Spec:
             fields["lr_grid"] = [float(x) for x in args.lrs.split(",")]
         except ValueError:
             raise ProtocolError(f"--lrs {args.lrs!r} is not a comma-separated list of numbers, e.g. 1e-3,3e-3")
+    if args.spread_from is not None:
+        sd, dof, source = spread_from(args.spread_from)
+        fields["planning_sd"], fields["planning_sd_source"] = round(sd, 6), f"{source} ({dof} dof)"
     if args.seeds is not None:
-        fields["seeds"] = list(range(args.seeds))
+        if args.seeds != "auto" and not args.seeds.isdigit():
+            raise ProtocolError(f"--seeds {args.seeds!r} is not a number of seeds or 'auto'")
+        fields["seeds"] = "auto" if args.seeds == "auto" else list(range(int(args.seeds)))
     if args.stage1_seed is not None:
         fields["stage1_seed"] = args.stage1_seed
     if args.sizes:
@@ -97,9 +120,12 @@ def open_protocol(args) -> Protocol:
     spec = build_spec(args, manifest.spec_of(stored) if stored else None, train_overrides)
     if stored:
         manifest.check_continuable(manifest.spec_of(stored), spec, directory / manifest.MANIFEST)
+        check_added_seeds(stored.get("looks") or [], {"stage2": spec.seeds}, args.sequential,
+                          "or start a new --dir")
     if args.report_only and stored is None:
         raise ProtocolError(f"--report-only: {directory} holds no protocol ({manifest.MANIFEST}); pass its --dir")
-    return Protocol(directory, spec, stored, launcher, command=" ".join([Path(sys.argv[0]).name] + sys.argv[1:]))
+    return Protocol(directory, spec, stored, launcher, command=" ".join([Path(sys.argv[0]).name] + sys.argv[1:]),
+                    sequential=args.sequential)
 
 
 def typed_config(overrides: list):

@@ -58,7 +58,8 @@ def main(argv=None) -> int:
     plot_val_curves(variants, out / "val_curves.png")
     written = ["results.md", "val_curves.png"]
     if any(p.comparison.test for p in pairs):  # with one seed there is no interval to draw
-        plot_forest({"": pairs}, out / "forest.png")
+        plot_forest({"": [(p.variant.label, p.comparison.test, p.comparison.outcome) for p in pairs]},
+                    out / "forest.png", pairs[0].reference.label)
         written.append("forest.png")
     if has_activation_rms(variants):
         plot_activation_rms(variants, out / "activation_rms.png")

@@ -5,6 +5,7 @@ whole validation split, and judged against the reference with paired seed statis
     python scripts/speedrun.py --only baseline,muon --seeds 3                 # a subset, more seeds
     python scripts/speedrun.py --dry-run                                      # the plan and its cost only
     python scripts/speedrun.py --report-only                                  # the report from what finished
+    python scripts/speedrun.py --only baseline,muon --seeds 3 --sequential    # more seeds after a look (α / looks)
 
 Per recipe (configs/speedrun/recipes.yaml: train.py overrides on top of the defaults) a short probe
 run measures the step, eval and checkpoint times and the compile time; trainer.max_steps is set so
@@ -14,12 +15,15 @@ included; interpreter start-up, data preparation and the final full-split evalua
 docs/speedrun.md). Every run uses logger=none (wandb's background process would take CPU time).
 Resumable: finished runs are kept, a run cut off midway is moved to <dir>/discarded/ and redone.
 Trailing key=value arguments go to every run (e.g. data.cache_dir=…). Exit status: 0 done, 1 an error.
+Every report is a look (<dir>/looks.json): seeds beyond a look's are refused unless --sequential, which
+judges every later look at α / looks (no optional stopping).
 """
 import argparse
 import os
 import platform
 from pathlib import Path
 
+from analysis.looks import check_added_seeds
 from analysis.speedrun.campaign import Campaign, calibrate, check_step_cost, cost, measure
 from analysis.speedrun.report import report
 from analysis.speedrun.spec import SpeedrunError, load_spec
@@ -44,6 +48,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--reference", help="the recipe every other one is judged against")
     p.add_argument("--lock", type=Path, help="hold an flock on this file during each run, probe and evaluation, "
                    "so other jobs sharing the machine never run at the same time (their timing would suffer)")
+    p.add_argument("--sequential", action="store_true", help="allow seeds beyond those an earlier report judged: "
+                   "a sequential design, each look judged at α / (looks so far)")
     p.add_argument("--redo-flagged", action="store_true", help="rerun finished runs flagged as off-budget or slow")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its cost, then stop")
     p.add_argument("--report-only", action="store_true", help="only write the report from what has finished")
@@ -87,6 +93,8 @@ def main(argv=None) -> int:
     if not args.report_only:
         todo = c.to_do()
         print(cost(c, todo), flush=True)
+        check_added_seeds(c.looks(), {n: range(spec.seeds) for n in c.run_names}, args.sequential,
+                          f"or use another --dir")
         if args.dry_run:
             return 0
         check_step_cost(c)
@@ -96,8 +104,8 @@ def main(argv=None) -> int:
             measure(c, name, seed, c.calibration(name))
     results = c.all_results()
     calibrations = {n: c.calibration(n) or {} for n in spec.recipes if (c.dir / n).is_dir()}
-    text = report(spec, results, calibrations, machine())
     c.dir.mkdir(parents=True, exist_ok=True)
+    text = report(spec, results, calibrations, machine(), c.save_look(results, args.sequential))
     (c.dir / "report.md").write_text(text)
     print(text + f"\nreport: {c.dir / 'report.md'}")
     return 0

@@ -1,11 +1,15 @@
-"""scripts/ablate.py (cli/ablate.py) end to end on a tiny model: 2 variants × 3 LRs (one diverging) × 2
-seeds in one command, a resume that re-runs nothing finished, Ctrl-C and resume, and bad input.
+"""scripts/ablate.py (cli/ablate.py) end to end on a tiny model: 2 variants × 3 LRs (one diverging) on the LR
+seed, then 2 measuring seeds at each variant's own LR and the reference's, in one command; an LR at the grid's
+edge extending the sweep; a resume that re-runs nothing finished, no seeds added after a look, Ctrl-C and
+resume, and bad input.
 The protocol runs in-process (main()) where no signal is sent, saving an interpreter start, and as a
 process forked from the preloaded server where one is; its train.py multiruns are processes either way."""
 import contextlib
+import csv
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -35,7 +39,7 @@ def forking():
 
 PROTOCOL = {"reference": "ref", "variants": {"ref": [], "gelu": ["model.mlp=gelu"]},
             "lr_grid": [1e-3, 1e-2, 1e30],  # 1e30 diverges at the first step, in every variant
-            "seeds": [0, 1], "stage1_seed": 0}
+            "seeds": [0, 1], "stage1_seed": 100, "lr_extensions": 0, "primary": ["gelu"]}
 TINY = {"debug": "tiny", "trainer.precision": "fp32", "logger": "none", "trainer.max_steps": 6,
         "trainer.eval_interval": 3, "trainer.ckpt_interval": 3, "trainer.log_interval": 1, "trainer.num_threads": 1,
         "trainer.peak_tflops": 1, "trainer.sample_tokens": 0}
@@ -80,20 +84,26 @@ def final_bpb(run_dir) -> float:
     return [r for r in read_metrics(run_dir) if r["kind"] == "eval"][-1]["val_bpb"]
 
 
-def test_one_command_runs_both_stages_at_each_variants_best_lr(finished):
+def chosen_lrs(protocol) -> dict:
+    return yaml.safe_load((protocol / MANIFEST).read_text())["chosen_lr"]["base"]
+
+
+def test_one_command_runs_both_stages_at_each_variants_best_lr_and_the_references(finished):
     protocol, out = finished
-    assert out.index("per run") < out.index("==> stage1") < out.index("==> stage2")  # the cost comes first
+    assert out.index("per run") < out.index("MDE") < out.index("==> stage1") < out.index("==> stage2")  # cost first
     runs = protocol / "runs" / "base"
+    chosen = chosen_lrs(protocol)
     for variant in ("ref", "gelu"):
-        sweep = {lr: final_bpb(runs / variant / f"lr{lr:g}_seed0") for lr in (1e-3, 1e-2)}
+        sweep = {lr: final_bpb(runs / variant / f"lr{lr:g}_seed100") for lr in (1e-3, 1e-2)}
         best = min(sweep, key=sweep.get)  # the chosen LR is the stage-1 argmin over the finite runs
-        assert yaml.safe_load((protocol / MANIFEST).read_text())["chosen_lr"]["base"][variant] == best
-        status = yaml.safe_load((runs / variant / "lr1e+30_seed0" / STATUS_FILE).read_text())
+        assert chosen[variant] == best
+        status = yaml.safe_load((runs / variant / "lr1e+30_seed100" / STATUS_FILE).read_text())
         assert status["status"] == "FAILED" and "NonFiniteLoss" in status["error_types"]
-        stage2 = sorted(p.name for p in (runs / variant).iterdir() if p.name.startswith(f"lr{best:g}_"))
-        assert stage2 == [f"lr{best:g}_seed0", f"lr{best:g}_seed1"]  # seed 0 is stage 1's run, reused
-        assert not (runs / variant / f"lr{[lr for lr in sweep if lr != best][0]:g}_seed1").exists()
-    assert len(configs(protocol / "runs")) == 8  # 2 variants × (2 finite LRs + 1 more seed) + 2 diverged dirs
+        lrs = {best, chosen["ref"]}  # its own and the reference's (the same cells when they coincide)
+        stage2 = sorted(p.name for p in (runs / variant).iterdir() if not p.name.endswith("seed100"))
+        assert stage2 == sorted(f"lr{lr:g}_seed{s}" for lr in lrs for s in (0, 1))  # never the LR seed
+    shared = 2 if chosen["gelu"] != chosen["ref"] else 0
+    assert len(configs(protocol / "runs")) == 6 + 4 + shared  # 2 × 3 LRs on seed 100 (2 diverged), 2 × 2 seeds
 
 
 def test_every_run_shares_the_protocols_wandb_group_with_stage_and_variant_tags(finished):
@@ -102,36 +112,74 @@ def test_every_run_shares_the_protocols_wandb_group_with_stage_and_variant_tags(
     for name, config in configs(protocol / "runs").items():
         size, variant, cell = name.split("/")
         assert config["logger"]["group"] == group
-        stage = "stage2" if cell.endswith("seed1") else "stage1"
+        stage = "stage1" if cell.endswith("seed100") else "stage2"
         assert {stage, f"variant={variant}", f"size={size}"} <= set(config["logger"]["tags"])
         assert (config["model"]["mlp"] == "gelu") == (variant == "gelu")
         assert config["optim"]["min_lr"] == pytest.approx(0.1 * config["optim"]["lr"])
 
 
-def test_manifest_records_the_plan_the_cost_and_every_cell(finished):
+def test_manifest_records_the_plan_the_cost_the_look_and_every_cell(finished):
     protocol, _ = finished
     m = yaml.safe_load((protocol / MANIFEST).read_text())
     assert m["spec"]["variants"] == PROTOCOL["variants"] and m["spec"]["lr_grid"] == PROTOCOL["lr_grid"]
     assert m["spec"]["seeds"] == [0, 1] and "trainer.max_steps=6" in m["spec"]["train_overrides"]
+    assert (m["spec"]["primary"], m["spec"]["secondary"]) == (["gelu"], [])  # ref vs gelu only: no secondary
     assert m["launcher_overrides"] == ["hydra/launcher=basic"]  # kept apart: not part of what is trained
     assert m["models"]["base"]["gelu"]["mlp"] < m["models"]["base"]["ref"]["mlp"]  # 4·64 = 256 vs 176 × 3
     assert m["cost"]["before stage1"]["source"] == "a 2-step timing run of each size"
     before = m["cost"]["before stage1"]["base"]
-    assert (before["stage1_runs"], before["stage2_runs"]) == (6, 2) and before["seconds_per_run"] > 0
+    assert (before["stage1_runs"], before["stage2_runs"]) == (6, 2 + 2 * 2)  # gelu counted at two LRs until known
     assert m["cost"]["before stage2"]["source"] == "this protocol's runs" and m["wall_s"]["stage1"] > 0
     states = {name: cell["state"] for name, cell in m["cells"].items()}
-    assert sorted(states.values()) == ["diverged"] * 2 + ["finished"] * 6
+    assert sorted(states.values()).count("diverged") == 2 and len(states) == len(configs(protocol / "runs"))
+    assert [look["seeds"] for look in m["looks"]] == [{"stage2": [0, 1]}]
 
 
-def test_report_has_the_tables_and_figures(finished):
+def test_report_has_the_verdicts_tables_figures_and_data(finished):
     protocol, out = finished
-    text = (protocol / "report" / "results.md").read_text()
+    report = protocol / "report"
+    text = (report / "results.md").read_text()
     assert text in out
-    assert "| ref | " in text and "| gelu | " in text and "diverged" in text.split("## base")[0]
-    (line,) = [line for line in text.split("## base")[1].splitlines() if line.startswith("| gelu | 2 |")]
-    assert line.count("[") == 2  # paired and Welch 95 % CIs over the 2 paired seeds
+    assert "diverged" in text.split("## base")[0] and "## Verdicts on the primary contrasts" in text
+    contrasts = [line for line in text.splitlines() if line.startswith("| gelu vs ref | base |")]
+    assert len(contrasts) == 2 and all(line.count("[") == 1 for line in contrasts)  # own LR, shared LR
+    assert "SwiGLU vs GELU at matched parameters" in text  # gelu is the primary: the literature paragraph
     for name in ("lr_sweep", "forest", "val_curves_base", "activation_rms_base"):
-        assert image.imread(protocol / "report" / f"{name}.png").ndim == 3
+        assert image.imread(report / f"{name}.png").ndim == 3
+    assert len(list(csv.DictReader(open(report / "per_seed.csv")))) == len(configs(protocol / "runs"))
+
+
+def test_a_best_lr_at_the_grids_edge_runs_one_more_point_beyond_it(tmp_path, cache_dir, capsys, forking):
+    """6 steps of the tiny model: 1e-3 learns more than 1e-4 (the grid's top), so 1e-2 is tried too."""
+    (tmp_path / "edge.yaml").write_text(yaml.safe_dump({"reference": "ref", "variants": {"ref": []},
+                                                        "lr_grid": [1e-4, 1e-3], "seeds": [0], "lr_extensions": 1}))
+    status = main(["--protocol", str(tmp_path / "edge.yaml"), "--dir", str(tmp_path / "p"), "--probe-steps", "0",
+                   *tiny(), f"data.cache_dir={cache_dir}"])
+    out = capsys.readouterr().out
+    assert status == 0, out[-3000:]
+    assert "stage1: best LR at the grid's edge: one more point beyond it for base/ref (0.01)" in out
+    assert sorted(p.name for p in (tmp_path / "p" / "runs" / "base" / "ref").iterdir() if p.name.endswith("seed100")) \
+        == ["lr0.0001_seed100", "lr0.001_seed100", "lr0.01_seed100"]
+    assert "lr 0.01 |" in (tmp_path / "p" / "report" / "results.md").read_text()
+
+
+def test_seeds_are_not_added_after_a_look_unless_sequential(finished, tmp_path, capsys):
+    protocol = tmp_path / "p"
+    shutil.copytree(finished[0], protocol)
+    status = exit_status(main, ["--dir", str(protocol), "--seeds", "3", "--dry-run", "--probe-steps", "0"])
+    err = capsys.readouterr().err
+    assert status == 1 and "stage2: seeds 2 would be added after a look at seeds 0, 1" in err
+    assert main(["--dir", str(protocol), "--seeds", "3", "--dry-run", "--probe-steps", "0", "--sequential"]) == 0
+    assert "stage 2: seeds 0, 1, 2 at each variant's own best LR" in capsys.readouterr().out  # seed 2 planned
+
+
+def test_a_pilot_protocol_gives_the_planning_spread(finished, tmp_path, capsys):
+    from analysis.ablation.planning import spread_from
+    sd, dof, _ = spread_from(finished[0])
+    status = main(["--protocol", str(finished[0].parent / "protocol.yaml"), "--dir", str(tmp_path / "p"), "--spread-from", str(finished[0]), "--dry-run", "--probe-steps", "0",
+                   *tiny()])
+    out = capsys.readouterr().out
+    assert status == 0 and f"sd = {sd:.4f} bpb" in out and f"({dof} dof)" in out and dof == 1
 
 
 def test_resume_reruns_nothing_finished(finished, tmp_path, capsys, forking):
@@ -140,8 +188,9 @@ def test_resume_reruns_nothing_finished(finished, tmp_path, capsys, forking):
     protocol = tmp_path / "p"
     shutil.copytree(finished[0], protocol)
     runs = protocol / "runs" / "base"
-    chosen = yaml.safe_load((protocol / MANIFEST).read_text())["chosen_lr"]["base"]
-    deleted, cut, failed = (runs / v / f"lr{chosen[v]:g}_seed{s}" for v, s in (("gelu", 1), ("ref", 1), ("ref", 0)))
+    chosen = chosen_lrs(protocol)
+    deleted, cut = (runs / v / f"lr{chosen[v]:g}_seed{s}" for v, s in (("gelu", 1), ("ref", 1)))
+    failed = runs / "ref" / f"lr{({1e-3, 1e-2} - {chosen['ref']}).pop():g}_seed100"  # a stage-1 run
     shutil.rmtree(deleted)
     shutil.rmtree(cut / "checkpoints" / "step_0000006")
     rows = [r for r in read_metrics(cut) if r["step"] <= 3]
@@ -152,12 +201,12 @@ def test_resume_reruns_nothing_finished(finished, tmp_path, capsys, forking):
     redone = tuple(str(p) + os.sep for p in (deleted, cut, failed))
     untouched = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in runs.rglob("*")
                  if p.is_file() and not str(p).startswith(redone)}
-    assert len([p for p in untouched if p.name == "metrics.jsonl"]) == 5
+    assert len([p for p in untouched if p.name == "metrics.jsonl"]) == len(list(runs.rglob("metrics.jsonl"))) - 2  # cut, failed
     status = main(["--dir", str(protocol)])
     out = capsys.readouterr().out
     assert status == 0, out[-3000:]
-    assert "==> stage1: 1 of 6 runs to do" in out  # the failed cell is stage 1's seed-0 run
-    assert "==> stage2: 2 of 4 runs to do (1 resumed)" in out
+    assert "==> stage1: 1 of 6 runs to do" in out  # the failed cell is a stage-1 run
+    assert re.search(r"==> stage2: 2 of \d runs to do \(1 resumed\)", out)
     assert "moved to" in out and (protocol / "discarded").is_dir()
     for path, (mtime, content) in untouched.items():
         assert path.stat().st_mtime_ns == mtime and path.read_bytes() == content, path
@@ -167,15 +216,15 @@ def test_resume_reruns_nothing_finished(finished, tmp_path, capsys, forking):
 
 
 def test_ctrl_c_stops_with_a_checkpoint_and_a_rerun_finishes(tmp_path, cache_dir, capsys, forking):
-    """One cell (stage 2 reuses it), so each invocation is one multirun: SIGINT to the protocol
-    reaches train.py once, which checkpoints; the rerun resumes that checkpoint to the end."""
+    """One variant at one LR: stage 1's run, then stage 2's. SIGINT to the protocol during stage 1 reaches
+    train.py once, which checkpoints; the rerun resumes that checkpoint to the end, then runs stage 2."""
     (tmp_path / "one.yaml").write_text(yaml.safe_dump({"reference": "ref", "variants": {"ref": []},
                                                        "lr_grid": [1e-3], "seeds": [0]}))
     args = ["--protocol", tmp_path / "one.yaml", "--dir", tmp_path / "p", "--probe-steps", "0",
             *tiny(trainer__max_steps=150, trainer__eval_interval=150, trainer__ckpt_interval=150,
                   trainer__log_interval=10), f"data.cache_dir={cache_dir}"]
     proc = ablate_process(tmp_path, *args)
-    metrics = tmp_path / "p" / "runs" / "base" / "ref" / "lr0.001_seed0" / "metrics.jsonl"
+    metrics = tmp_path / "p" / "runs" / "base" / "ref" / "lr0.001_seed100" / "metrics.jsonl"  # stage 1's run
     deadline = time.time() + 120
     while time.time() < deadline and not (metrics.exists() and metrics.read_text()):
         time.sleep(0.2)
@@ -196,6 +245,10 @@ def test_ctrl_c_stops_with_a_checkpoint_and_a_rerun_finishes(tmp_path, cache_dir
     (["--reference", "gelu2"], "reference 'gelu2' is not among the variants"),
     (["--sizes", "model.hidden_size=32,64 model.n_heads=2,4", "--variant", "relu2 model.mlp=relu2"], None),
     (["model.mlp=gelu"], "variant gelu sets model.mlp, which the command line also sets"),
+    (["--stage1-seed", "1"], "stage1_seed=1 is also a measuring seed"),
+    (["--seeds", "many"], "--seeds 'many' is not a number of seeds or 'auto'"),
+    (["--seeds", "auto"], "seeds: auto needs planning_sd"),
+    (["--spread-from", "/nonexistent/protocol.yaml"], "--spread-from /nonexistent/protocol.yaml: not a protocol"),
 ])
 def test_bad_input_is_a_one_line_error_before_anything_trains(tmp_path, capsys, args, message):
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(PROTOCOL))
@@ -210,6 +263,15 @@ def test_bad_input_is_a_one_line_error_before_anything_trains(tmp_path, capsys, 
         return
     assert status == 1 and err.startswith("error: ") and message in err and err.count("\n") == 1
     assert not (tmp_path / "p" / "runs").exists()
+
+
+def test_a_subset_of_variants_keeps_their_families_and_sizes():
+    from cli.ablate import build_spec, parse_args
+    spec = build_spec(parse_args(["--variants", "rmsnorm_swiglu,layernorm,no_norm,relu2", "--variant",
+                                  "relu2 model.mlp=relu2"]))
+    assert (spec.primary, spec.secondary) == (["layernorm"], ["no_norm", "relu2"])  # an added variant: secondary
+    assert spec.variant_sizes == {"no_norm": ["d2"]} and spec.family_tests("primary") == [("d2", "layernorm"),
+                                                                                          ("d6", "layernorm")]
 
 
 def test_a_changed_setup_is_not_resumed_into_the_same_directory(finished, capsys):

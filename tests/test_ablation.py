@@ -67,9 +67,41 @@ def test_every_cell_composes_and_differs_only_in_norm_mlp_and_seed(experiment):
             assert c["total"] - counts["rmsnorm", mlp]["total"] == (2 * layers + 1) * d
 
 
-def test_scaling_up_replaces_the_cpu_preset():
-    cfg = compose_typed(["experiment=ablation_norm_mlp", "model=25m", "trainer=gpu", "data=tinystories"])
+ABLATION_PRESETS = sorted(p.stem for p in (REPO / "configs" / "experiment").glob("ablation_*.yaml"))
+SHAPE = ("hidden_size", "n_layers", "n_heads", "n_kv_heads", "multiple_of", "max_seq_len", "norm", "mlp", "qk_norm")
+
+
+def shape(cfg) -> tuple:
+    return tuple(getattr(cfg.model, k) for k in SHAPE) + (cfg.model.resolved_intermediate_size,)
+
+
+@pytest.mark.parametrize("preset", ABLATION_PRESETS)
+def test_every_ablation_preset_pins_its_model_shape(preset):
+    """Whatever model group is chosen — today's default or any other — the preset trains the same shape:
+    a new configs/model/cpu.yaml (6 → 1 layer, as happened) never changes a study again."""
+    models = sorted(p.stem for p in (REPO / "configs" / "model").glob("*.yaml"))
+    shapes = {model: shape(compose_typed([f"model={model}", f"experiment={preset}"])) for model in models}
+    assert len(set(shapes.values())) == 1, shapes
+    assert "protocol" in preset or "epoch" in preset or shapes["cpu"][:3] == (256, 6, 4)  # the published table's
+
+
+def test_scaling_up_takes_a_protocol_file_not_the_cpu_preset():
+    """The GPU protocol composes without a CPU preset, so model=25m is what it trains."""
+    spec = load_spec_file(DEFAULT_PROTOCOL.parent / "gpu_25m.yaml")
+    assert spec.experiment is None
+    cfg = compose_typed([*spec.train_overrides])
     assert (cfg.model.hidden_size, cfg.trainer.max_steps, cfg.data.source) == (512, 5000, "tinystories")
+
+
+def test_the_epoch_preset_trains_one_epoch_and_scores_the_whole_split():
+    cfg = compose_typed(["experiment=ablation_epoch"])
+    shakespeare_train_tokens = 1_995_265  # at vocab 1024: scripts/prepare_data.py experiment=ablation_epoch
+    t = cfg.trainer
+    assert cfg.data.vocab_size == 1024 and cfg.data.source == "shakespeare"
+    assert shakespeare_train_tokens <= t.max_steps * t.micro_batch_size * t.seq_len < 1.01 * shakespeare_train_tokens
+    assert t.num_eval_windows is None  # eval_windows=all: every validation token, not a sample
+    assert t.eval_interval % t.log_interval == 0 and t.max_steps % t.eval_interval == 0
+    assert shape(cfg) == shape(compose_typed(["experiment=ablation_protocol"]))  # the first protocol's model
 
 
 def sweep(tmp_path, cache_dir, *overrides, check=True, popen=False):
@@ -86,8 +118,11 @@ def cache_dir(tiny_data_cache):
 @pytest.mark.serial
 def test_sweep_runs_the_grid_and_compare_runs_judges_it(tmp_path, cache_dir):
     """`-m experiment=ablation_norm_mlp` alone makes the grid (seed pinned to 0 here: 2×2×1)."""
+    # The preset pins its shape (256 × 6, whatever model group is chosen): a smoke run shrinks it explicitly.
+    tiny_shape = ["model.hidden_size=64", "model.n_layers=2", "model.n_heads=4", "model.n_kv_heads=2",
+                  "model.multiple_of=16", "model.max_seq_len=64"]
     sweep(tmp_path, cache_dir, "experiment=ablation_norm_mlp", "seed=0", "trainer.max_steps=4",
-          "trainer.eval_interval=2")
+          "trainer.eval_interval=2", *tiny_shape)
     runs = sorted((tmp_path / "sweep").glob("*/metrics.jsonl"))
     assert len(runs) == 4  # one directory level: no path-valued override nests the job directories
     configs = [yaml.safe_load((r.parent / "config.yaml").read_text()) for r in runs]
@@ -150,23 +185,41 @@ def validated(path):
 
 
 @pytest.mark.parametrize("protocol", sorted(p.name for p in DEFAULT_PROTOCOL.parent.glob("*.yaml")))
-def test_every_protocol_file_composes_in_every_cell(protocol):
+def test_every_protocol_file_composes_in_every_cell_and_preregisters_its_analysis(protocol):
     spec, models, budgets = validated(DEFAULT_PROTOCOL.parent / protocol)
-    assert set(models) == set(spec.sizes) and all(set(m) == set(spec.variants) for m in models.values())
-    assert spec.stage1_seed in spec.seeds and len(spec.lr_grid) >= 3
+    assert set(models) == set(spec.sizes) and all(set(m) == set(spec.variants_at(s)) for s, m in models.items())
+    assert spec.stage1_seed not in spec.seeds and len(spec.seeds) >= 3  # LR chosen apart from the measurements
+    grid = spec.lr_grid
+    assert len(grid) == 5 and all(b / a == pytest.approx(2.0) for a, b in zip(grid, grid[1:])) and spec.lr_extensions
+    assert spec.primary == ["layernorm", "gelu"] and set(spec.secondary) == {"no_norm", "qk_norm", "rmsnorm_bf16"}
+    assert (spec.multitest, spec.alpha, spec.equivalence_margin, spec.target_mde) == ("holm", 0.05, 0.01, 0.02)
+    assert {spec.variants[v][0] for v in spec.primary} == {"model.norm=layernorm", "model.mlp=gelu"}
 
 
 def test_every_cell_of_the_default_protocol_composes_with_parameters_matched():
-    """All 6 variants × 2 sizes compose and build (the protocol checks the same before training);
-    the table's parameter columns show what each variant adds or removes."""
+    """All cells compose and build (the protocol checks the same before training): 6 variants at d2, the
+    reference and the primaries at d6, width fixed; the parameter columns show what each variant changes."""
     spec, models, budgets = validated(DEFAULT_PROTOCOL)
-    assert spec.reference == "rmsnorm_swiglu" and set(spec.variants) == {
+    assert spec.reference == "rmsnorm_swiglu" and set(models["d2"]) == {
         "rmsnorm_swiglu", "layernorm", "no_norm", "rmsnorm_bf16", "qk_norm", "gelu"}
+    assert set(models["d6"]) == {"rmsnorm_swiglu", "layernorm", "gelu"}
     for size, m in models.items():
         ref = m["rmsnorm_swiglu"]
-        assert m["rmsnorm_bf16"] == ref  # the same weights; only the norm's arithmetic differs
-        assert m["no_norm"]["total"] < ref["total"] < m["layernorm"]["total"] <= ref["total"] * 1.01
-        assert m["qk_norm"]["mlp"] == ref["mlp"] and 0 < m["qk_norm"]["total"] - ref["total"] < 1000
+        assert m.get("rmsnorm_bf16", ref) == ref  # the same weights; only the norm's arithmetic differs
+        assert m.get("no_norm", {"total": 0})["total"] < ref["total"] < m["layernorm"]["total"] <= ref["total"] * 1.01
         assert abs(m["gelu"]["mlp"] - ref["mlp"]) / ref["mlp"] < 0.03  # 4·d vs 3 × 8/3·d: matched
-        assert budgets[size].max_steps == 150
-    assert 3 < models["h192"]["rmsnorm_swiglu"]["total"] / models["h96"]["rmsnorm_swiglu"]["total"] < 4.5
+        assert budgets[size].max_steps == 980
+    assert models["d2"]["qk_norm"]["mlp"] == models["d2"]["rmsnorm_swiglu"]["mlp"]
+    layer = (models["d6"]["rmsnorm_swiglu"]["total"] - models["d2"]["rmsnorm_swiglu"]["total"]) / 4
+    assert layer == 4 * 96 * 96 + 3 * 96 * 256 + 2 * 96  # one block: q, k, v, o; SwiGLU's three; two RMSNorm weights
+
+
+def test_the_stored_planning_spread_is_the_first_protocols_measured_one():
+    """default.yaml's planning_sd is traceable: pooled per-seed paired differences of its primaries in the
+    stored manifest of the first protocol run."""
+    from analysis.ablation.planning import spread_from
+    spec = load_spec_file(DEFAULT_PROTOCOL)
+    sd, dof, source = spread_from(REPO / "docs" / "ablation" / "protocol" / "protocol.yaml", ["layernorm", "gelu"])
+    assert spec.planning_sd == pytest.approx(sd, abs=5e-6) and dof == 16
+    assert "layernorm" in spec.planning_sd_source and "16 dof" in spec.planning_sd_source
+    assert spec.seeds == [0, 1, 2, 3, 4] and spec.planned_seed_count() == (5, 33)  # capped by the budget, and says so

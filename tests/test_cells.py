@@ -50,16 +50,34 @@ def test_a_failed_status_outranks_complete_metrics(tmp_path):
 
 
 def test_chosen_lrs_waits_for_the_whole_sweep_and_skips_diverged(tmp_path):
-    spec = Spec(variants={"ref": [], "gelu": [], "none": []}, reference="ref", lr_grid=[1e-3, 1e-2], seeds=[0],
-                sizes={"small": []})
+    spec = Spec(variants={"ref": [], "gelu": [], "none": []}, reference="ref", lr_grid=[1e-3, 1e-2, 3e-3], seeds=[1],
+                sizes={"small": []}, stage1_seed=0, lr_extensions=0)
     runs = tmp_path / "runs"
     write_run(runs, Cell("small", "ref", 1e-3, 0).run_name, bpb=2.2)
+    write_run(runs, Cell("small", "ref", 3e-3, 0).run_name, bpb=2.05)
     write_run(runs, Cell("small", "ref", 1e-2, 0).run_name, bpb=2.1)
-    write_run(runs, Cell("small", "gelu", 1e-3, 0).run_name, bpb=2.3)  # its 1e-2 run has not finished
-    for lr in (1e-3, 1e-2):
+    write_run(runs, Cell("small", "gelu", 1e-3, 0).run_name, bpb=2.3)  # its other runs have not finished
+    for lr in (1e-3, 3e-3, 1e-2):
         status(runs / Cell("small", "none", lr, 0).run_name, "FAILED", "non-finite loss", ["NonFiniteLoss"])
     states = {c: C.inspect(c, runs) for lr in spec.lr_grid for c in (Cell("small", v, lr, 0) for v in spec.variants)}
-    assert C.chosen_lrs(spec, states) == {"small": {"ref": 1e-2, "none": None}}
+    assert C.chosen_lrs(spec, states) == {"small": {"ref": 3e-3, "none": None}}
+
+
+def test_an_edge_extends_the_sweep_and_the_choice_waits_for_it(tmp_path):
+    """ref is best at the top of the grid: stage 1 grows by 2e-2, whose run decides the choice."""
+    spec = Spec(variants={"ref": []}, reference="ref", lr_grid=[2.5e-3, 5e-3, 1e-2], seeds=[0], sizes={"s": []},
+                lr_extensions=1)
+    runs = tmp_path / "runs"
+    for lr, bpb in ((2.5e-3, 2.3), (5e-3, 2.2), (1e-2, 2.1)):
+        write_run(runs, Cell("s", "ref", lr, 100).run_name, bpb=bpb)
+    inspect = lambda cells: {c: C.inspect(c, runs) for c in cells}
+    states = C.stage1_states(spec, inspect)
+    extension = Cell("s", "ref", 2e-2, 100)
+    assert states[extension].state == C.MISSING and len(states) == 4
+    assert C.chosen_lrs(spec, states) == {"s": {}}  # not settled until the extension ran
+    write_run(runs, extension.run_name, bpb=2.15)
+    states = C.stage1_states(spec, inspect)
+    assert len(states) == 4 and C.chosen_lrs(spec, states) == {"s": {"ref": 1e-2}}  # interior now: no more points
 
 
 def test_move_aside_keeps_everything(tmp_path):

@@ -51,13 +51,28 @@ def test_table_reports_mean_and_std_over_seeds(tmp_path, capsys):
     assert best[7] == "1,006" and best[8] == "40 s"
 
 
+def test_every_row_is_marked_against_the_best_by_the_same_rule(tmp_path, capsys):
+    """The old table marked two rows '(within noise)' by a rule of thumb and left a third, as far from a
+    verdict, unmarked: now every row gets the paired test against ★, whatever its size."""
+    write_variant(tmp_path, [1.00, 1.10, 1.20], mlp="swiglu")
+    write_variant(tmp_path, [1.01, 1.13, 1.19], mlp="geglu")  # inside the noise
+    write_variant(tmp_path, [2.00, 2.10, 2.21], mlp="gelu")  # far behind
+    _, rows, text, _ = compare(tmp_path, capsys)
+    near = paired_t([1.01, 1.13, 1.19], [1.00, 1.10, 1.20])
+    assert rows["★ rmsnorm + swiglu"][10] == "—"
+    assert rows["rmsnorm + geglu"][10] == f"{near.delta:+.4f} (can't tell, p = {near.p:.2f})"
+    assert rows["rmsnorm + gelu"][10].startswith("+1.0033 (behind, p ")
+    assert "within noise" not in text and "p = <" not in text
+
+
 def test_best_is_the_lowest_bpb_and_marked_once(tmp_path, capsys):
     write_variant(tmp_path, [1.5, 1.6], norm="layernorm", mlp="gelu")
     write_variant(tmp_path, [1.2, 1.3], norm="rmsnorm", mlp="gelu")
     write_variant(tmp_path, [1.4, 1.5], norm="layernorm", mlp="swiglu")
     _, rows, text, _ = compare(tmp_path, capsys)
     assert list(rows) == ["★ rmsnorm + gelu", "layernorm + swiglu", "layernorm + gelu"]  # best first
-    assert text.count("★") == 2  # the marked row and the legend line that explains it
+    assert sum(line.startswith("| ★") for line in text.splitlines()) == 1  # one row marked
+    assert "★ = lowest mean val bpb" in text and "| Δ bpb vs ★ (paired) |" in text  # the legend and the column
 
 
 def test_verdict_compares_the_best_with_the_runner_up_not_the_last(tmp_path, capsys):

@@ -24,6 +24,15 @@ def test_run_seconds_scales_the_measured_rate_to_the_budget():
     assert cost.run_seconds(budget, [run_with_rates([])]) is None
 
 
+def test_evals_cost_what_the_runs_measured():
+    run = Run(path=None, config={}, trains=[{"step": s, "time": 100.0 + s, "tokens_per_s": 2048.0} for s in (1, 2, 3, 4)],
+              evals=[{"step": 2, "time": 104.5}, {"step": 4, "time": 106.5}])  # 2.5 s after each logged step
+    assert cost.eval_seconds(run) == 2.5
+    budget = cost.Budget(max_steps=100, tokens_per_step=2048, eval_interval=25, eval_tokens=8192)
+    assert cost.run_seconds(budget, [run]) == pytest.approx(100.0 + 4 * 2.5 + cost.JOB_OVERHEAD_S)
+    assert cost.eval_seconds(Run(path=None, config={}, trains=[], evals=[{"step": 2, "time": 1.0}])) is None
+
+
 def test_table_totals():
     lines = [cost.Line("h96", 540_000, 20.0, stage1=18, stage2=24), cost.Line("h192", 1_970_000, 50.0, 18, 24)]
     text = cost.table(lines, "a 10-step timing run", done=0, stages=2)

@@ -1,4 +1,5 @@
-"""analysis/ablation/protocol.py: the spec's checks, the cells of each stage, and the LR choice."""
+"""analysis/ablation/protocol.py: the spec's checks (the pre-registration among them), the cells of each
+stage, and the LR choice."""
 import math
 
 import pytest
@@ -22,21 +23,50 @@ def test_stage1_is_every_variant_at_every_lr_and_size_with_one_seed():
         (s, v, lr) for s in ("small", "wide") for v in ("ref", "gelu") for lr in (1e-3, 1e-2)}
 
 
-def test_stage2_is_each_variant_at_its_own_lr_on_every_seed_seeds_outermost():
+def test_stage2_is_each_variant_at_its_own_lr_and_at_the_references_on_every_seed_seeds_outermost():
     chosen = {"small": {"ref": 1e-2, "gelu": 1e-3}, "wide": {"ref": 1e-3, "gelu": None}}  # gelu diverged at wide
     cells = stage2_cells(spec(), chosen)
-    assert len(cells) == 3 * 3
-    assert all(c.lr == chosen[c.size][c.variant] for c in cells)
-    assert not any(c.size == "wide" and c.variant == "gelu" for c in cells)
+    by_seed = {(c.size, c.variant, c.lr) for c in cells if c.seed == 0}
+    assert by_seed == {("small", "ref", 1e-2), ("small", "gelu", 1e-3), ("small", "gelu", 1e-2),  # own and shared
+                       ("wide", "ref", 1e-3), ("wide", "gelu", 1e-3)}  # no own LR at wide: the shared one only
+    assert len(cells) == 5 * 3 and {c.seed for c in cells} == {0, 1, 2}
     assert [c.seed for c in cells] == sorted(c.seed for c in cells)  # a stopped stage holds whole seeds
+    same = stage2_cells(spec(), {"small": {"ref": 1e-2, "gelu": 1e-2}})  # own LR = the reference's: one cell
+    assert len(same) == 2 * 3
+    assert stage2_cells(spec(), {"small": {"gelu": 1e-3}}) == [Cell("small", "gelu", 1e-3, s) for s in (0, 1, 2)]
 
 
-def test_stage2_reuses_the_stage1_run_at_the_chosen_lr():
+def test_the_lr_is_never_chosen_on_a_measuring_seed():
     s = spec()
     chosen = {"small": {"ref": 1e-2, "gelu": 1e-3}, "wide": {"ref": 1e-3, "gelu": 1e-2}}
-    shared = set(stage1_cells(s)) & set(stage2_cells(s, chosen))
-    assert len(shared) == 4 and all(c.seed == s.stage1_seed and c.lr == chosen[c.size][c.variant] for c in shared)
-    assert not set(stage1_cells(spec(stage1_seed=99))) & set(stage2_cells(spec(stage1_seed=99), chosen))
+    assert s.stage1_seed not in s.seeds and not set(stage1_cells(s)) & set(stage2_cells(s, chosen))
+    with pytest.raises(ProtocolError, match="stage1_seed=1 is also a measuring seed"):
+        spec(stage1_seed=1)
+
+
+def test_stage1_adds_the_extensions_its_results_call_for():
+    s = spec(lr_grid=[1e-3, 2e-3, 4e-3], sizes={"small": []})
+    done = {Cell("small", "ref", lr, s.stage1_seed): bpb for lr, bpb in ((1e-3, 2.3), (2e-3, 2.2), (4e-3, 2.1))}
+    cells = stage1_cells(s, done)
+    assert Cell("small", "ref", 8e-3, s.stage1_seed) in cells and len(cells) == 3 + 1 + 3  # ref's edge; gelu's grid
+    assert Cell("small", "gelu", 8e-3, s.stage1_seed) not in cells  # gelu has no results yet: no extension
+
+
+def test_seeds_auto_plans_the_seeds_the_target_needs_within_the_cap():
+    planned = spec(seeds="auto", primary=["gelu"], planning_sd=0.01, target_mde=0.02, sizes={"small": []})
+    assert planned.seeds == list(range(planned.planned_seed_count()[1])) and len(planned.seeds) >= 3
+    capped = spec(seeds="auto", primary=["gelu"], planning_sd=0.0327, max_seeds=6)
+    assert capped.seeds == list(range(6)) and capped.planned_seed_count()[1] > 6
+    assert capped.family_alpha("primary") == pytest.approx(0.05 / 2)  # 1 contrast × 2 sizes
+    with pytest.raises(ProtocolError, match="seeds: auto needs planning_sd"):
+        spec(seeds="auto")
+
+
+def test_the_preregistration_names_each_contrasts_family():
+    s = spec(variants={"ref": [], "gelu": ["model.mlp=gelu"], "ln": ["model.norm=layernorm"], "none": ["model.norm=none"]},
+             primary=["gelu", "ln"])
+    assert s.secondary == ["none"] and s.family("primary") == ["gelu", "ln"]  # the rest is secondary
+    assert s.family_alpha("secondary") == pytest.approx(0.05 / 2) and s.family_alpha("primary") == pytest.approx(0.05 / 4)
 
 
 def test_choose_lr_takes_the_lowest_finite_bpb():
@@ -73,8 +103,20 @@ def test_cell_names_are_directories_and_hydra_options():
     ({"variants": {"ref": [], "big": ["model=25m"]}}, "config groups"),
     ({"variants": {"ref": [], "fast": ["optim.lr=1"]}}, "optim.lr is set by the protocol"),
     ({"variants": {"ref": [], "odd": ["model.norm"]}}, "not a value override"),
+    ({"primary": ["ref"]}, "primary: ref not among the variants other than the reference"),
+    ({"primary": ["gelu"], "secondary": ["gelu"]}, "gelu both primary and secondary"),
+    ({"variants": {"ref": [], "a": [], "b": []}, "primary": ["a"], "secondary": ["a2"]}, "secondary: a2 not among"),
+    ({"variants": {"ref": [], "a": [], "b": [], "c": []}, "primary": ["a"], "secondary": ["c"]},
+     "b in neither primary nor secondary"),
+    ({"variants": {"ref": [], "a": ["model.norm=none"], "b": ["model.mlp=gelu"]}, "primary": ["a"], "secondary": []}, None),
+    ({"alpha": 0.7}, "alpha=0.7"), ({"multitest": "fdr_bh"}, "multitest='fdr_bh' must be one of holm"),
+    ({"equivalence_margin": 0}, "equivalence_margin=0"), ({"power": 1.0}, "power=1.0"),
+    ({"lr_extensions": -1}, "lr_extensions=-1"), ({"seeds": "all"}, "seeds='all' must be a list"),
 ])
 def test_bad_specs_are_one_line_errors(changes, message):
+    if message is None:  # fine: an empty secondary means every other variant
+        assert spec(**changes).secondary == ["b"]
+        return
     with pytest.raises(ProtocolError, match=None) as e:
         spec(**changes)
     assert message in str(e.value) and "\n" not in str(e.value)

@@ -13,6 +13,9 @@ from analysis.stats import compare
     (["unclear", "unclear"], "can't tell at any size"),
     (["better", None], "partly: better where called"),
     ([None, None], "not run"),
+    (["equivalent", "equivalent"], "**holds**: equivalent at every size"),
+    (["equivalent", "can't tell"], "partly: equivalent where shown, can't tell elsewhere"),
+    (["worse", "equivalent"], "partly: worse where called"),
 ])
 def test_consistency_of_verdicts_across_sizes(outcomes, text):
     assert scale.consistency(outcomes).startswith(text)

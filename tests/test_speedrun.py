@@ -16,6 +16,7 @@ import yaml
 import analysis.jobs
 from analysis import speedrun as S
 from analysis.speedrun.campaign import ALWAYS, Campaign, check_step_cost
+from analysis.looks import LookError
 from analysis.stats import decimals, paired_t
 from cli.speedrun import compose, main, parse_args
 from tests import forked
@@ -143,8 +144,21 @@ def test_report_judges_the_recipe_by_its_paired_seed_differences(finished):
     row = next(line for line in (root / "runs" / "report.md").read_text().splitlines() if line.startswith("| fast_lr"))
     d = decimals(t.half_width)  # as many decimals as the interval's two significant digits need
     assert f"| {t.delta:+.{d}f} [{t.low:+.{d}f}, {t.high:+.{d}f}] |" in row  # mean paired Δ and the paired interval
-    assert "2 paired seeds" in row
+    assert "no verdict: 2 paired seeds (1 dof) and no pooled spread of 2+ dof" in row  # one recipe: nothing to pool
     assert "report:" in out
+
+
+@pytest.mark.serial
+def test_a_finished_campaign_takes_no_more_seeds_without_a_sequential_design(finished, tmp_path):
+    root, cache, _ = finished
+    shutil.copytree(root, tmp_path / "copy")
+    runs = tmp_path / "copy" / "runs"
+    looks = json.loads((runs / "looks.json").read_text())
+    assert looks[-1]["seeds"] == {"ref": [0, 1], "fast_lr": [0, 1]} and not looks[-1]["sequential"]
+    with pytest.raises(LookError, match=r"(ref|fast_lr): seeds 2 would be added after a look at seeds 0, 1"):
+        speedrun(tmp_path / "copy", cache, "--seeds", "3", "--dry-run")
+    out = speedrun(tmp_path / "copy", cache, "--seeds", "3", "--dry-run", "--sequential")
+    assert todo(out, probes=0, runs=2) >= 0  # stated: the third seed of each recipe may run
 
 
 @pytest.mark.serial

@@ -5,8 +5,10 @@ import statistics
 
 import numpy as np
 import pytest
+from scipy import stats
 
-from analysis.stats import compare, decimals, format_p, paired_t, summarize, welch_t
+from analysis.stats import (ZERO_SPREAD, compare, decimals, format_p, p_text, paired_t, pooled_paired_t, summarize,
+                            welch_t)
 
 # Cushny & Peebles' soporific data as Student (1908) analysed it, R's `sleep`: extra hours of sleep
 # of the same 10 patients under drug 1 and drug 2.
@@ -136,3 +138,43 @@ def test_zero_spread_and_too_few_values_in_both_tests():
     assert flat.zero_spread and flat.p == 1.0 and flat.delta == 0.0 and flat.n == 2
     one_sided = welch_t([2.0, 2.0, 2.0], [1.0, 1.5, 0.5])  # only one group without spread: a real test
     assert not one_sided.zero_spread and 0 < one_sided.p < 1 and one_sided.low < 1.0 < one_sided.high
+
+
+@pytest.mark.parametrize("p, text", [(0.0004, "p < 0.001"), (0.0028329, "p = 0.0028"), (0.42, "p = 0.42"),
+                                     (float("nan"), "p = n/a")])
+def test_a_p_value_in_a_sentence_never_reads_p_equals_less_than(p, text):
+    assert p_text(p) == text and p_text(p, "Holm p").startswith("Holm p")
+
+
+def test_verdict_sentences_say_p_below_not_p_equals_below():
+    far = compare({0: 2.0, 1: 2.2, 2: 2.4, 3: 2.1}, {0: 1.0, 1: 1.21, 2: 1.39, 3: 1.1})  # 1 bpb worse, tightly
+    assert far.paired.p < 1e-3
+    assert "p < 0.001" in far.verdict() and "p = <" not in far.verdict()
+
+
+def test_float_noise_is_no_spread_and_is_reported_as_such():
+    """0.7 − 0.6 and 1.7 − 1.6 differ in the 16th digit: exact equality would call that a spread, test it
+    (t ≈ 1e15, p ≈ 0) and print '± 0.000000, p < 0.001'."""
+    a, b = [0.7, 1.7, 2.7], [0.6, 1.6, 2.6]
+    assert np.ptp(np.subtract(a, b)) > 0  # the float noise is there
+    t = paired_t(a, b)
+    assert t.zero_spread and t.p == 0.0 and (t.low, t.high) == (t.delta, t.delta)
+    sentence = compare(dict(enumerate(a)), dict(enumerate(b))).verdict()
+    assert sentence.startswith("worse by 0.1 bpb, the same in every seed (spread below 1e-06: no interval, no test)")
+    assert "±" not in sentence and "p <" not in sentence
+    tiny = paired_t([1.0 + 4e-7, 2.0, 3.0], [1.0, 2.0, 3.0])  # below the tolerance, around zero: identical
+    assert tiny.zero_spread and tiny.delta == 0.0 and tiny.p == 1.0
+    real = paired_t([1.0 + 5 * ZERO_SPREAD, 2.0 + 10 * ZERO_SPREAD, 3.0], [1.0, 2.0, 3.0])  # above it: a real test
+    assert not real.zero_spread and f"{real.half_width:.6f}" != "0.000000"
+    assert welch_t([0.7 - 0.6, 1.7 - 1.6], [0.0, 0.0]).zero_spread
+
+
+def test_pooled_paired_t_uses_the_pooled_spread_and_its_degrees_of_freedom():
+    a, b = [2.00, 2.10], [2.05, 2.16]  # 2 seeds: on its own a test with 1 dof
+    t = pooled_paired_t(a, b, sd=0.01, dof=8)
+    se = 0.01 / np.sqrt(2)
+    assert t.delta == pytest.approx(-0.055) and t.n == 2
+    assert t.p == pytest.approx(2 * stats.t.sf(0.055 / se, 8))
+    assert t.half_width == pytest.approx(stats.t.ppf(0.975, 8) * se)
+    assert paired_t(a, b).p > t.p  # its own 1-dof test sees less
+    assert pooled_paired_t(a, b, sd=0.0, dof=8).zero_spread

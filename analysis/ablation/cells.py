@@ -3,11 +3,11 @@ resumable from a checkpoint, to be restarted, or not started."""
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Callable, Dict, List, Optional
 
 import yaml
 
-from analysis.ablation.protocol import Cell, Spec, choose_lr
+from analysis.ablation.protocol import Cell, Spec, lr_sweep, stage1_cells
 from analysis.jobs import move_aside as move_run_aside
 from analysis.runs import Run, RunsError, read_run
 
@@ -83,13 +83,31 @@ def _has_checkpoint(path: Path) -> bool:
     return ckpts.is_dir() and any(p.name.startswith("step_") for p in ckpts.iterdir())
 
 
+def done_bpb(states: Dict[Cell, CellState]) -> Dict[Cell, Optional[float]]:
+    """{cell: final bpb} of the cells that will not run again (None = diverged): what LR sweeps read."""
+    return {c: s.final_bpb for c, s in states.items() if s.state in DONE}
+
+
+def stage1_states(spec: Spec, inspect_cells: Callable[[List[Cell]], Dict[Cell, CellState]]) -> Dict[Cell, CellState]:
+    """The states of every stage-1 cell: the grid's, then the extensions its results call for, then
+    theirs, until no new cell appears (an extension not yet run is MISSING and ends the walk)."""
+    cells = stage1_cells(spec)
+    while True:
+        states = inspect_cells(cells)
+        more = [c for c in stage1_cells(spec, done_bpb(states)) if c not in states]
+        if not more:
+            return states
+        cells = [*cells, *more]
+
+
 def chosen_lrs(spec: Spec, states: Dict[Cell, CellState]) -> Dict[str, Dict[str, Optional[float]]]:
-    """{size: {variant: best stage-1 LR}} for the variants whose whole LR sweep is done (finished or
-    diverged); None for a variant that diverged at every LR. Variants still sweeping are left out."""
-    chosen = {size: {} for size in spec.sizes}
+    """{size: {variant: best stage-1 LR}} for the variants whose LR sweep is settled (every LR done and
+    no extension called for); None for a variant that diverged at every LR. Variants still sweeping are
+    left out."""
+    done, chosen = done_bpb(states), {size: {} for size in spec.sizes}
     for size in spec.sizes:
-        for variant in spec.variants:
-            sweep = [states.get(Cell(size, variant, lr, spec.stage1_seed)) for lr in spec.lr_grid]
-            if all(s is not None and s.state in DONE for s in sweep):
-                chosen[size][variant] = choose_lr({s.cell.lr: s.final_bpb for s in sweep})
+        for variant in spec.variants_at(size):
+            sweep = lr_sweep(spec, size, variant, done)
+            if sweep.settled:
+                chosen[size][variant] = sweep.best
     return chosen

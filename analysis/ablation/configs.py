@@ -29,8 +29,8 @@ def validate(spec: Spec, compose: Compose) -> Tuple[Dict[str, Dict[str, dict]], 
     models, budgets = {}, {}
     for size, size_overrides in spec.sizes.items():
         models[size] = {}
-        for variant, variant_overrides in spec.variants.items():
-            lr = spec.lr_grid[0]
+        for variant in spec.variants_at(size):
+            variant_overrides, lr = spec.variants[variant], spec.lr_grid[0]
             overrides = [*([f"experiment={spec.experiment}"] if spec.experiment else []), *spec.train_overrides,
                          *size_overrides, *variant_overrides, f"optim.lr={lr}",
                          f"optim.min_lr={lr * spec.min_lr_ratio}"]

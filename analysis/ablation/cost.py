@@ -35,15 +35,25 @@ def tokens_per_s(run: Run) -> Optional[float]:
     return statistics.median(rates) if rates else None
 
 
+def eval_seconds(run: Run) -> Optional[float]:
+    """Median wall seconds of the run's evals: an eval row's time less that of the train row logged
+    just before it at the same step. None when no eval follows a train row."""
+    logged = {r["step"]: r["time"] for r in run.trains if "time" in r}
+    spans = [e["time"] - logged[e["step"]] for e in run.evals if "time" in e and e["step"] in logged]
+    return statistics.median(spans) if spans else None
+
+
 def run_seconds(budget: Budget, runs: Sequence[Run]) -> Optional[float]:
-    """Seconds one run of `budget` takes at the median throughput of `runs` (any length)."""
+    """Seconds one run of `budget` takes at the median throughput of `runs` (any length), its evals at
+    the runs' measured eval time (the FLOP estimate where none was measured)."""
     rates = [r for r in map(tokens_per_s, runs) if r]
     if not rates:
         return None
     tps = statistics.median(rates)
     train_s = budget.max_steps * budget.tokens_per_step / tps
-    eval_s = budget.evals * budget.eval_tokens * EVAL_COST / tps
-    return train_s + eval_s + JOB_OVERHEAD_S
+    measured = [e for e in map(eval_seconds, runs) if e is not None]
+    per_eval = statistics.median(measured) if measured else budget.eval_tokens * EVAL_COST / tps
+    return train_s + budget.evals * per_eval + JOB_OVERHEAD_S
 
 
 @dataclass

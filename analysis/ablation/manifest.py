@@ -1,6 +1,7 @@
 """The protocol manifest, protocol.yaml in the protocol directory: the spec it runs (variants, grid,
-seeds, sizes, overrides), the models' sizes, the timing estimate, the chosen LRs and every cell's
-state — rewritten atomically as the protocol advances, and the spec a resume continues with."""
+seeds, sizes, overrides, the pre-registered contrasts), the models' sizes, the timing and power estimate,
+the chosen LRs and every cell's state — rewritten atomically as the protocol advances, and the spec a
+resume continues with."""
 import os
 import time
 from pathlib import Path
@@ -12,7 +13,7 @@ from analysis.ablation.protocol import ProtocolError, Spec
 from analysis.runs import NOT_A_VARIANT
 
 MANIFEST = "protocol.yaml"
-FORMAT = 1
+FORMAT = 2  # 2: pre-registered contrasts, LR seed apart from the measuring seeds, LR extensions
 
 
 def load(protocol_dir: Path) -> Optional[dict]:
@@ -59,8 +60,24 @@ def check_continuable(stored: Spec, new: Spec, manifest_path: Path) -> None:
         raise ProtocolError(f"{where} train.py overrides {' '.join(identity(stored.train_overrides)) or '(none)'}, "
                             f"not {' '.join(identity(new.train_overrides)) or '(none)'}; pass the same ones, or none "
                             "to reuse them, or use a new --dir")
-    if stored.min_lr_ratio != new.min_lr_ratio:
-        raise ProtocolError(f"{where} min_lr_ratio={stored.min_lr_ratio}, not {new.min_lr_ratio}; use a new --dir")
+    for name in ("reference", "min_lr_ratio", "stage1_seed", "lr_extensions", "alpha", "multitest",
+                 "equivalence_margin"):
+        if getattr(stored, name) != getattr(new, name):
+            raise ProtocolError(f"{where} {name}={getattr(stored, name)}, not {getattr(new, name)}; the LR choice and "
+                                "the pre-registered analysis are fixed once runs exist: use a new --dir")
+    dropped = [v for v in stored.primary if v not in new.primary] + [v for v in new.primary if v not in stored.primary]
+    if dropped:
+        raise ProtocolError(f"{where} primary contrasts {', '.join(stored.primary) or '(none)'}, not "
+                            f"{', '.join(new.primary) or '(none)'}: a pre-registered family never changes after a "
+                            "look; use a new --dir")
+    moved = [v for v in stored.variants if v in new.variants and stored.variant_sizes.get(v) != new.variant_sizes.get(v)]
+    if moved:
+        raise ProtocolError(f"{where} {', '.join(moved)} at other sizes (variant_sizes); where a variant runs is fixed "
+                            "with its family: use a new --dir")
+    left = [v for v in stored.secondary if v not in new.secondary]
+    if left:
+        raise ProtocolError(f"{where} {', '.join(left)} among the secondary contrasts; a new variant may join that "
+                            "family (which only makes its adjustment stricter), none may leave it; use a new --dir")
     for kind, old, now in (("variant", stored.variants, new.variants), ("size", stored.sizes, new.sizes)):
         for name in old.keys() & now.keys():
             if sorted(old[name]) != sorted(now[name]):

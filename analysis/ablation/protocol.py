@@ -1,13 +1,23 @@
-"""The ablation protocol: what it trains. Variants × sizes × an LR grid (stage 1, one seed), then
-every variant at its own best LR on N seeds (stage 2), as cells — one train.py run each."""
+"""The ablation protocol: what it trains and how it will be judged, fixed before anything trains.
+Variants × sizes × an LR grid on a seed of its own (stage 1, extended past an edge by lr_search.py),
+then every variant on the measuring seeds at its own best LR and at the reference's (stage 2), as cells
+— one train.py run each; the pre-registered contrasts, their families and the equivalence margin."""
 import math
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Union
 
+from analysis import power
+from analysis.ablation.lr_search import Sweep, at_grid_edge, choose_lr, sweep
 from analysis.spec_file import read_spec_fields
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")  # directory- and Hydra-safe: it names cells' directories
+MULTITEST = ("holm", "bonferroni", "holm-sidak", "hommel")  # family-wise methods of statsmodels' multipletests
+MIN_SEEDS = 3  # with 2 seeds a paired t-test has 1 degree of freedom: its p-values are not worth a verdict
+TIERS = ("primary", "secondary")
+
+__all__ = ["Cell", "ProtocolError", "Spec", "at_grid_edge", "choose_lr", "load_spec_file", "lr_sweep",
+           "merge_overrides", "parse_sizes", "split_overrides", "stage1_cells", "stage2_cells"]
 
 
 class ProtocolError(ValueError):
@@ -18,19 +28,32 @@ class ProtocolError(ValueError):
 class Spec:
     variants: Dict[str, List[str]]  # name → train.py value overrides (key.sub=value) on top of the preset
     reference: str  # the variant every other one is compared with
-    lr_grid: List[float]  # stage 1: each variant tries each of these (log-spaced)
-    seeds: List[int]  # stage 2: every variant at its best LR on each of these
+    lr_grid: List[float]  # stage 1: each variant tries each of these (log-spaced), then past an edge
+    seeds: Union[List[int], str]  # stage 2's measuring seeds, or "auto": as many as target_mde needs
     sizes: Dict[str, List[str]] = field(default_factory=lambda: {"base": []})  # name → model overrides
-    stage1_seed: int = 0  # if in `seeds`, stage 2 reuses the stage-1 run at the chosen LR as that seed's run
+    stage1_seed: int = 100  # the LR sweep's seed: never a measuring seed, so no LR is picked on a measurement
     min_lr_ratio: float = 0.1  # optim.min_lr = ratio × optim.lr, so the schedule's shape is the same at every LR
     experiment: Optional[str] = None  # the train.py preset (configs/experiment/<name>.yaml) every cell starts from
     train_overrides: List[str] = field(default_factory=list)  # applied to every cell, e.g. trainer.max_steps=…
+    lr_extensions: int = 2  # a best LR at the grid's edge adds a point beyond it, at most this many times
+    variant_sizes: Dict[str, List[str]] = field(default_factory=dict)  # variant → the only sizes it runs at
+    # The pre-registration: which contrasts (variant vs reference) are primary, which secondary (each
+    # tier a family, Holm-adjusted over its contrasts × sizes), the margin of "equivalent", the plan's power.
+    primary: List[str] = field(default_factory=list)
+    secondary: List[str] = field(default_factory=list)  # empty: every other variant
+    alpha: float = 0.05  # family-wise error rate of each family
+    multitest: str = "holm"  # statsmodels.stats.multitest.multipletests method
+    equivalence_margin: float = 0.01  # bpb: "equivalent" = TOST shows |Δ| < margin
+    power: float = power.POWER  # of the paired t-test at the family's strictest Holm step (α / m)
+    target_mde: float = 0.02  # bpb: the primaries' minimum detectable effect that seeds: auto aims at
+    planning_sd: Optional[float] = None  # bpb: spread of per-seed paired differences the plan assumes
+    planning_sd_source: str = ""  # where planning_sd was measured (--spread-from fills it in)
+    max_seeds: int = 10  # seeds: auto never plans more
 
     def __post_init__(self):
         self.variants = {str(k): list(v or []) for k, v in self.variants.items()}
         self.sizes = {str(k): list(v or []) for k, v in (self.sizes or {"base": []}).items()}
-        self.lr_grid = [float(lr) for lr in self.lr_grid]
-        self.seeds = [int(s) for s in self.seeds]
+        self.lr_grid = sorted(float(lr) for lr in self.lr_grid)
         for kind, names in (("variant", self.variants), ("size", self.sizes)):
             for name in names:
                 _require(NAME.match(name), f"{kind} name {name!r} must be letters, digits, '_' or '-' "
@@ -39,11 +62,27 @@ class Spec:
         _require(self.reference in self.variants, f"reference {self.reference!r} is not among the variants "
                                                   f"({', '.join(self.variants)}); add it or pick one of them")
         _require(self.lr_grid and all(0 < lr < math.inf for lr in self.lr_grid),
-                 f"lr_grid {self.lr_grid} must list positive, finite learning rates, e.g. 1e-3,3e-3,1e-2")
+                 f"lr_grid {self.lr_grid} must list positive, finite learning rates, e.g. 1e-3,2e-3,4e-3")
         _require(len(set(self.lr_grid)) == len(self.lr_grid), f"lr_grid {self.lr_grid} repeats a value")
+        _require(self.lr_extensions >= 0, f"lr_extensions={self.lr_extensions} must be >= 0")
+        _require(0 <= self.min_lr_ratio <= 1, f"min_lr_ratio={self.min_lr_ratio} must be in [0, 1], e.g. 0.1")
+        self.variant_sizes = {str(k): [str(x) for x in v or []] for k, v in (self.variant_sizes or {}).items()}
+        for variant, sizes in self.variant_sizes.items():
+            _require(variant in self.variants and variant != self.reference,
+                     f"variant_sizes: {variant} is not a variant other than the reference (the reference runs at "
+                     "every size, or no contrast has a partner)")
+            _require(sizes and set(sizes) <= set(self.sizes),
+                     f"variant_sizes: {variant} lists {sizes}; pick one or more of the sizes {', '.join(self.sizes)}")
+        self._check_preregistration()
+        if self.seeds == "auto":
+            self.seeds = list(range(self.planned_seed_count()[0]))
+        _require(isinstance(self.seeds, list), f"seeds={self.seeds!r} must be a list of seeds or 'auto'")
+        self.seeds = [int(s) for s in self.seeds]
         _require(self.seeds and len(set(self.seeds)) == len(self.seeds) and min(self.seeds) >= 0,
                  f"seeds {self.seeds} must be distinct non-negative integers (at least one)")
-        _require(0 <= self.min_lr_ratio <= 1, f"min_lr_ratio={self.min_lr_ratio} must be in [0, 1], e.g. 0.1")
+        _require(self.stage1_seed not in self.seeds,
+                 f"stage1_seed={self.stage1_seed} is also a measuring seed: the LR would be chosen on a run that "
+                 f"is then measured; pick a seed outside {self.seeds}, e.g. 100")
         for owner, overrides in [*self.variants.items(), *self.sizes.items()]:
             for o in overrides:
                 key = o.split("=", 1)[0]
@@ -52,6 +91,52 @@ class Spec:
                          "model=25m go to the whole protocol, on the command line)")
                 _require(key not in ("optim.lr", "optim.min_lr", "seed", "run_name"),
                          f"{owner}: {key} is set by the protocol itself (lr_grid, min_lr_ratio, seeds)")
+
+    def _check_preregistration(self) -> None:
+        others = [v for v in self.variants if v != self.reference]
+        self.primary = [str(v) for v in self.primary or []]
+        self.secondary = [str(v) for v in self.secondary or []] or [v for v in others if v not in self.primary]
+        for tier in TIERS:
+            unknown = [v for v in getattr(self, tier) if v not in others]
+            _require(not unknown, f"{tier}: {', '.join(unknown)} not among the variants other than the reference "
+                                  f"({', '.join(others) or 'none'})")
+        both = set(self.primary) & set(self.secondary)
+        _require(not both, f"{', '.join(sorted(both))} both primary and secondary; a contrast has one family")
+        untiered = [v for v in others if v not in self.primary and v not in self.secondary]
+        _require(not untiered, f"{', '.join(untiered)} in neither primary nor secondary; name its family")
+        _require(0 < self.alpha < 0.5, f"alpha={self.alpha} must be in (0, 0.5), e.g. 0.05")
+        _require(self.multitest in MULTITEST, f"multitest={self.multitest!r} must be one of {', '.join(MULTITEST)}")
+        _require(self.equivalence_margin > 0, f"equivalence_margin={self.equivalence_margin} must be > 0 (bpb)")
+        _require(0 < self.power < 1, f"power={self.power} must be in (0, 1), e.g. 0.8")
+        _require(self.target_mde > 0, f"target_mde={self.target_mde} must be > 0 (bpb)")
+        _require(self.planning_sd is None or self.planning_sd > 0, f"planning_sd={self.planning_sd} must be > 0")
+        _require(self.max_seeds >= MIN_SEEDS, f"max_seeds={self.max_seeds} must be >= {MIN_SEEDS}")
+
+    def family(self, tier: str) -> List[str]:
+        """The variants whose contrast with the reference is in the tier's family."""
+        return self.primary if tier == "primary" else self.secondary
+
+    def runs_at(self, variant: str, size: str) -> bool:
+        return size in self.variant_sizes.get(variant, self.sizes)
+
+    def variants_at(self, size: str) -> List[str]:
+        return [v for v in self.variants if self.runs_at(v, size)]
+
+    def family_tests(self, tier: str) -> List[tuple]:
+        """(size, variant) of every test in the tier's family: its contrasts at the sizes they run at."""
+        return [(size, v) for size in self.sizes for v in self.family(tier) if self.runs_at(v, size)]
+
+    def family_alpha(self, tier: str) -> float:
+        """The strictest level Holm applies in the tier's family (its first step): α / its number of tests."""
+        return self.alpha / max(1, len(self.family_tests(tier)))
+
+    def planned_seed_count(self) -> tuple:
+        """(seeds to run, seeds the target needs or None if unreachable): the fewest whose primary MDE at
+        planning_sd is at most target_mde, between MIN_SEEDS and max_seeds."""
+        _require(self.planning_sd is not None, "seeds: auto needs planning_sd (the spread of per-seed paired "
+                                               "differences, bpb); set it or give a list of seeds")
+        needed = power.seeds_for(self.target_mde, self.planning_sd, self.family_alpha("primary"), self.power)
+        return min(self.max_seeds, max(MIN_SEEDS, needed or self.max_seeds)), needed
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -76,29 +161,36 @@ class Cell:
         return re.sub(r"[^A-Za-z0-9_-]", "", self.run_name.replace("/", "__").replace(".", "p"))
 
 
-def stage1_cells(spec: Spec) -> List[Cell]:
-    """Every variant at every LR of the grid, at every size, with the stage-1 seed."""
-    return [Cell(size, variant, lr, spec.stage1_seed) for size in spec.sizes for variant in spec.variants
-            for lr in spec.lr_grid]
+
+def stage1_cells(spec: Spec, done: Optional[Dict[Cell, Optional[float]]] = None) -> List[Cell]:
+    """Every variant at every LR of its sweep, at every size, on the stage-1 seed: the grid, plus the
+    extensions the results so far call for (`done`: final bpb of finished cells, None = diverged)."""
+    return [Cell(size, variant, lr, spec.stage1_seed) for size in spec.sizes for variant in spec.variants_at(size)
+            for lr in lr_sweep(spec, size, variant, done).lrs]
+
+
+def lr_sweep(spec: Spec, size: str, variant: str, done: Optional[Dict[Cell, Optional[float]]] = None) -> Sweep:
+    """Where one (size, variant)'s LR sweep stands, from the finished (or diverged) stage-1 cells."""
+    results = {c.lr: bpb for c, bpb in (done or {}).items()
+               if (c.size, c.variant, c.seed) == (size, variant, spec.stage1_seed)}
+    return sweep(spec.lr_grid, results, spec.lr_extensions)
 
 
 def stage2_cells(spec: Spec, chosen: Dict[str, Dict[str, Optional[float]]]) -> List[Cell]:
-    """Every variant at its own chosen LR, at every size, on every seed; a variant that diverged at
-    every LR (chosen None) has no stage 2. Seeds outermost, so a stopped stage holds whole seeds."""
-    return [Cell(size, variant, chosen[size][variant], seed) for seed in spec.seeds for size in spec.sizes
-            for variant in spec.variants if chosen.get(size, {}).get(variant) is not None]
-
-
-def choose_lr(final_bpb: Dict[float, Optional[float]]) -> Optional[float]:
-    """The LR with the lowest final val bpb among the runs that finished with a finite value
-    (diverged runs are None); None when no LR did."""
-    finite = {lr: bpb for lr, bpb in final_bpb.items() if bpb is not None and math.isfinite(bpb)}
-    return min(finite, key=lambda lr: (finite[lr], lr)) if finite else None
-
-
-def at_grid_edge(lr: float, grid: Sequence[float]) -> bool:
-    """The chosen LR is the smallest or largest tried: the optimum may lie outside the grid."""
-    return len(grid) > 1 and lr in (min(grid), max(grid))
+    """Every variant on every measuring seed at its own chosen LR and, for the shared-LR contrast, at the
+    reference's (one cell when the two coincide); a variant that diverged at every LR has no own-LR cells.
+    Seeds outermost, so a stopped stage holds whole seeds."""
+    cells = []
+    for seed in spec.seeds:
+        for size in spec.sizes:
+            per_size = chosen.get(size, {})
+            shared = per_size.get(spec.reference)
+            for variant in spec.variants_at(size):
+                if variant not in per_size:  # its sweep is not settled yet
+                    continue
+                lrs = [per_size[variant]] + ([shared] if variant != spec.reference else [])
+                cells += [Cell(size, variant, lr, seed) for lr in dict.fromkeys(lr for lr in lrs if lr is not None)]
+    return cells
 
 
 def split_overrides(overrides) -> tuple:

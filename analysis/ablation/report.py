@@ -1,54 +1,72 @@
-"""Stage 3 of the protocol: results.md and its figures, from the cells' run directories — the LR
-sweep, every size's table and paired Δ against the reference, the scale check."""
+"""Stage 3 of the protocol: results.md, its figures and its data files, from the cells' run directories —
+the pre-registered verdicts (Holm-adjusted, with TOST, at both LR choices) and the literature, the power,
+the LR sweeps, every size's table, the contrast tables and the depth check."""
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from analysis import reference as ref
-from analysis import scale
-from analysis.ablation.cells import DIVERGED, FINISHED, CellState
-from analysis.ablation.protocol import Cell, Spec, at_grid_edge, stage1_cells, stage2_cells
+from analysis import power
+from analysis.ablation import contrasts as K
+from analysis.ablation import export, literature
+from analysis.ablation.cells import FINISHED, CellState, done_bpb
+from analysis.ablation.lr_search import edge_note
+from analysis.ablation.protocol import TIERS, Cell, Spec, lr_sweep
 from analysis.delta_plots import plot_delta_vs_size, plot_forest
-from analysis.params import model_params
 from analysis.plots import has_activation_rms, plot_activation_rms, plot_lr_sweep, plot_val_curves
 from analysis.runs import Variant
-from analysis.stats import compare
-from analysis.table import final_bpb, markdown as results_table, summarize_variants
+from analysis.table import markdown as results_table, summarize_variants
+from analysis.verdicts import method_name
 
 States = Dict[Cell, CellState]
 
 
-def write(spec: Spec, states: States, chosen: Dict[str, Dict[str, Optional[float]]], out: Path, title: str) -> str:
-    """Write results.md and the figures into `out`; return the markdown. Works on a partial protocol
-    too (it reports what has finished and says what has not)."""
+def write(spec: Spec, states: States, chosen: Dict[str, Dict[str, Optional[float]]], out: Path, title: str,
+          planning_source: str = "the spec's planning_sd", level: tuple = (None, 1)) -> str:
+    """Write results.md, the figures and the data files into `out`; return the markdown. Works on a partial
+    protocol too (it reports what has finished and says what has not). level: (α, looks) of a sequential
+    design (analysis/looks.py), (None, 1) for the spec's α."""
     out.mkdir(parents=True, exist_ok=True)
-    sections = [f"# {title}\n", _setup(spec, states), _lr_section(spec, states, chosen, out)]
-    results, forest = [], {}
+    contrasts = K.judge_protocol(spec, states, chosen, level[0])
+    sequential = (f"Sequential design: seeds were added after a look, so every family is judged at α / {level[1]} "
+                  f"looks = {level[0]:.3g}.\n" if level[1] > 1 else "")
+    sections = [f"# {title}\n", _setup(spec, states) + sequential, _verdicts(spec, contrasts),
+                _power(spec, contrasts, planning_source), _lr_section(spec, states, chosen, out)]
+    rankings, forest, params = {}, {}, {}
     for size in spec.sizes:
-        variants = _stage2_variants(spec, states, chosen, size)
+        variants = _own_lr_variants(spec, states, chosen, size)
         if not variants:
             sections.append(f"## {size}: no finished stage-2 runs yet\n")
             continue
         rows = summarize_variants(variants)
-        reference = next((v for v in variants if v.label == spec.reference), None)
-        pairs = [] if reference is None else [ref.Versus(v, reference, compare(final_bpb(v), final_bpb(reference)))
-                                              for v in variants if v is not reference]
-        forest[size] = pairs
-        results.append(scale.SizeResult(size, [r.variant.label for r in rows], {p.variant.label: p.comparison
-                                                                               for p in pairs}))
-        sections += [f"## {size}: every variant at its own LR, {len(spec.seeds)} seeds\n", results_table(rows),
-                     ref.markdown(pairs) if pairs else f"No finished runs of the reference {spec.reference} here.\n"]
+        rankings[size] = [r.variant.label for r in rows]
+        # x of the depth plot: the reference's parameters (any variant's if the reference never finished)
+        params[size] = next((r.params for r in rows if r.variant.label == spec.reference), rows[0].params)["total"]
+        forest[size] = [(c.variant, c.verdict.test, c.verdict.outcome) for c in K.pick(contrasts, choice="own", size=size)]
+        sections += [f"## {size}: every variant at its own best LR, seeds {_seeds(spec.seeds)}\n", results_table(rows)]
         dropped = [v for v, lr in chosen.get(size, {}).items() if lr is None]
         if dropped:
-            sections.append(f"Not in stage 2 (diverged at every LR of the grid): {', '.join(dropped)}.\n")
+            sections.append(f"Not in stage 2 at their own LR (diverged at every LR tried): {', '.join(dropped)}.\n")
         sections.append(_curves(variants, size, out))
-    if any(p.comparison.test for pairs in forest.values() for p in pairs):
-        plot_forest({s: p for s, p in forest.items() if p}, out / "forest.png")
-        sections.append("![paired Δ per variant, 95 % CI](forest.png)\n")
-    if len(results) > 1:
-        sections.append(_scale_section(spec, states, results, out))
+    sections.append("## Every contrast\n")
+    sections += [K.markdown(spec, contrasts, choice) for choice in K.LR_CHOICES]
+    if any(t for rows in forest.values() for _, t, _ in rows):
+        plot_forest({s: rows for s, rows in forest.items() if rows}, out / "forest.png", spec.reference)
+        sections.append("![paired Δ per variant at its own LR, 95 % CI, coloured by verdict](forest.png)\n")
+    if len(params) > 1:
+        sections += ["## Does it hold across sizes?\n", K.depth_markdown(spec, contrasts, rankings)]
+        deltas = {v: [next((c.verdict.test for c in K.pick(contrasts, choice="own", size=s, variant=v)), None)
+                      for s in params] for v in spec.variants if v != spec.reference}
+        plot_delta_vs_size(list(params.items()), deltas, out / "delta_vs_size.png", spec.reference)
+        sections.append("![Δ vs model size](delta_vs_size.png)\n")
+    files = export.write(out, spec, states, chosen, contrasts)
+    sections.append("Every number above, per seed: " + ", ".join(f"[{f}]({f})" for f in files)
+                    + " (per_seed.csv: every cell; contrasts.csv: every contrast's per-seed differences and tests).\n")
     text = "\n".join(sections)
     (out / "results.md").write_text(text)
     return text
+
+
+def _seeds(seeds) -> str:
+    return ", ".join(map(str, seeds))
 
 
 def _setup(spec: Spec, states: States) -> str:
@@ -56,60 +74,103 @@ def _setup(spec: Spec, states: States) -> str:
     for s in states.values():
         counts[s.state] = counts.get(s.state, 0) + 1
     variants = "; ".join(f"**{name}**: {' '.join(o) or 'the preset'}" for name, o in spec.variants.items())
-    sizes = "; ".join(f"**{name}**: {' '.join(o) or 'the preset'}" for name, o in spec.sizes.items())
-    reuse = f" (the stage-1 run is seed {spec.stage1_seed}'s)" if spec.stage1_seed in spec.seeds else ""
+    sizes = "; ".join(f"**{name}**: {' '.join(o) or 'the preset'}" for name, o in spec.sizes.items()) + "".join(
+        f"; {v} only at {', '.join(at)}" for v, at in spec.variant_sizes.items())
+    grid = ", ".join(f"{lr:g}" for lr in spec.lr_grid)
     return "\n".join([
         (f"Preset `experiment={spec.experiment}`" if spec.experiment else "train.py's defaults")
         + (f" with `{' '.join(spec.train_overrides)}`" if spec.train_overrides else "") + ".",
         f"Variants ({spec.reference} is the reference): {variants}.", f"Sizes: {sizes}.",
-        f"Stage 1: LR grid {', '.join(f'{lr:g}' for lr in spec.lr_grid)} (min_lr = {spec.min_lr_ratio:g} × lr), "
-        f"seed {spec.stage1_seed}. Stage 2: each variant at its best stage-1 LR, seeds "
-        f"{', '.join(map(str, spec.seeds))}" + reuse + ".",
+        f"Stage 1 (LR choice) on seed {spec.stage1_seed}, never a measuring seed: LR grid {grid} (min_lr = "
+        f"{spec.min_lr_ratio:g} × lr); a best LR at the grid's edge adds one point beyond it, up to "
+        f"{spec.lr_extensions} times. Stage 2 (measurement) on seeds {_seeds(spec.seeds)}: every variant at its "
+        f"own best LR and at {spec.reference}'s (the shared LR).",
+        f"Pre-registered before training: primary contrasts {', '.join(spec.primary) or '(none)'}; secondary "
+        f"{', '.join(spec.secondary) or '(none)'} (each vs {spec.reference}). Each family (one tier's contrasts × "
+        f"sizes, at one LR choice) is adjusted on its own by {method_name(spec.multitest)} (statsmodels' "
+        f"multipletests) at α = {spec.alpha:g}. "
+        f"Verdicts: **better/worse** when the adjusted paired t-test rejects Δ = 0; else **equivalent** when the "
+        f"adjusted paired TOST shows |Δ| < {spec.equivalence_margin:g} bpb; else **can't tell** (absence of "
+        "evidence is not equivalence).",
         "Cells: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) + ".", ""])
 
 
+def _verdicts(spec: Spec, contrasts: List[K.Contrast]) -> str:
+    lines = ["## Verdicts on the primary contrasts\n"]
+    for choice in K.LR_CHOICES:
+        rows = K.pick(contrasts, choice=choice, tier="primary")
+        if rows:
+            lines += [f"{K.LR_WORDS[choice][0].upper() + K.LR_WORDS[choice][1:]}:", ""]
+            lines += [f"- **{c.variant} vs {spec.reference}** at {c.size}: {c.sentence()}" for c in rows]
+            lines.append("")
+    text = literature.paragraph(spec.variants, spec.primary, contrasts)
+    return "\n".join(lines) + ("\n### Against the literature\n\n" + text if text else "")
+
+
+def _power(spec: Spec, contrasts: List[K.Contrast], source: str) -> str:
+    """The MDE the plan promised (planning sd) and the one the measured spread gives, per family."""
+    lines = ["## Power\n", f"Minimum detectable effect (MDE) of a two-sided paired t-test at {spec.power:.0%} power, "
+             f"{len(spec.seeds)} seeds, at each family's strictest {method_name(spec.multitest)} level α/m:", ""]
+    for tier in TIERS:
+        members = spec.family(tier)
+        if not members:
+            continue
+        a = spec.family_alpha(tier)
+        diffs = {f"{c.size}/{c.variant}": [c.variant_bpb[s] - c.reference_bpb[s] for s in c.seeds]
+                 for c in K.pick(contrasts, tier=tier, choice="own")}
+        observed = power.pooled_sd(diffs)
+        planned = (f"planned {power.mde(spec.planning_sd, len(spec.seeds), a, spec.power):.4f} bpb (sd "
+                   f"{spec.planning_sd:.4f}, {source})" if spec.planning_sd else "no planning spread")
+        measured = (f"at the measured spread {power.mde(observed, len(spec.seeds), a, spec.power):.4f} bpb (pooled sd "
+                    f"{observed:.4f} over {power.pooled_dof(diffs)} dof)" if observed else "no measured spread yet")
+        lines.append(f"- {tier} (m = {len(spec.family_tests(tier))}, α/m = {a:.4f}): {planned}; {measured}")
+    lines += ["", f"A 'can't tell' on an effect smaller than the MDE says the study was too small to see it; "
+              f"the target for the primaries was {spec.target_mde:g} bpb.", ""]
+    return "\n".join(lines)
+
+
 def _lr_section(spec: Spec, states: States, chosen, out: Path) -> str:
-    sweeps = {size: {} for size in spec.sizes}
-    for cell in stage1_cells(spec):
-        state = states.get(cell)
-        if state is not None and state.state in (FINISHED, DIVERGED):
-            sweeps[cell.size].setdefault(cell.variant, {})[cell.lr] = state.final_bpb
-    lines = ["## Stage 1: learning-rate sweep\n"]
-    for size, per_variant in sweeps.items():
-        header = ["variant"] + [f"lr {lr:g}" for lr in spec.lr_grid] + ["chosen"]
-        lines += [f"**{size}** (final val bpb, seed {spec.stage1_seed}):", "",
+    done = done_bpb({c: s for c, s in states.items() if c.seed == spec.stage1_seed})
+    sweeps, lines = {size: {} for size in spec.sizes}, ["## Stage 1: learning-rate sweep\n"]
+    for size in spec.sizes:
+        lrs = sorted({c.lr for c in done if c.size == size} | set(spec.lr_grid))
+        header = ["variant"] + [f"lr {lr:g}" for lr in lrs] + ["chosen"]
+        lines += [f"**{size}** (final val bpb, seed {spec.stage1_seed}; † = an extension beyond the grid):", "",
                   "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        for variant in spec.variants:
-            results, best = per_variant.get(variant, {}), chosen.get(size, {}).get(variant)
-            cells = [_bpb_cell(results, lr, best) for lr in spec.lr_grid]
-            note = "—" if best is None and len(results) < len(spec.lr_grid) else (
-                "diverged at every LR" if best is None else f"{best:g}" + (
-                    " ⚠ grid edge" if at_grid_edge(best, spec.lr_grid) else ""))
+        for variant in spec.variants_at(size):
+            sweep = lr_sweep(spec, size, variant, done)
+            results = {c.lr: bpb for c, bpb in done.items() if (c.size, c.variant) == (size, variant)}
+            if results:
+                sweeps[size][variant] = results
+            best = chosen.get(size, {}).get(variant)
+            note = (f"{best:g} ({edge_note(sweep, spec.lr_extensions)})" if best is not None else
+                    edge_note(sweep, spec.lr_extensions)) if sweep.settled else "still sweeping"
+            cells = [_bpb_cell(results, lr, best, lr not in spec.lr_grid) for lr in lrs]
             lines.append("| " + " | ".join([variant] + cells + [note]) + " |")
         lines.append("")
-    if any(at_grid_edge(lr, spec.lr_grid) for per in chosen.values() for lr in per.values() if lr is not None):
-        lines.append("⚠ grid edge: the best LR is the smallest or largest tried, so the optimum may lie outside "
-                     "the grid; widen `--lrs` and rerun (finished cells are kept).\n")
     if any(sweeps.values()):
         plot_lr_sweep({s: v for s, v in sweeps.items() if v}, chosen, out / "lr_sweep.png")
         lines.append("![LR sweep](lr_sweep.png)\n")
     return "\n".join(lines)
 
 
-def _bpb_cell(results: Dict[float, Optional[float]], lr: float, best: Optional[float]) -> str:
+def _bpb_cell(results: Dict[float, Optional[float]], lr: float, best: Optional[float], extension: bool) -> str:
     if lr not in results:
         return "—"
+    mark = "†" if extension else ""
     if results[lr] is None:
-        return "diverged"
-    return f"**{results[lr]:.4f}**" if lr == best else f"{results[lr]:.4f}"
+        return "diverged" + mark
+    return (f"**{results[lr]:.4f}**" if lr == best else f"{results[lr]:.4f}") + mark
 
 
-def _stage2_variants(spec: Spec, states: States, chosen, size: str) -> List[Variant]:
+def _own_lr_variants(spec: Spec, states: States, chosen, size: str) -> List[Variant]:
     variants = {}
-    for cell in stage2_cells(spec, chosen):
-        state = states.get(cell)
-        if cell.size == size and state is not None and state.state == FINISHED:
-            variants.setdefault(cell.variant, Variant(cell.variant)).runs.append(state.run)
+    for variant in spec.variants:
+        lr = chosen.get(size, {}).get(variant)
+        for seed in spec.seeds:
+            state = states.get(Cell(size, variant, lr, seed)) if lr is not None else None
+            if state is not None and state.state == FINISHED:
+                variants.setdefault(variant, Variant(variant)).runs.append(state.run)
     return [variants[v] for v in spec.variants if v in variants]
 
 
@@ -121,17 +182,3 @@ def _curves(variants: List[Variant], size: str, out: Path) -> str:
         lines.append(f"![per-layer residual RMS at {size}](activation_rms_{size}.png)")
     return "\n".join(lines) + "\n"
 
-
-def _scale_section(spec: Spec, states: States, results: List[scale.SizeResult], out: Path) -> str:
-    sizes, deltas = [], {}
-    for r in results:
-        finished = [s for c, s in states.items() if c.size == r.name and s.state == FINISHED]
-        # x = the reference's parameters; any variant's if the reference never finished at this size
-        run = next((s.run for s in finished if s.cell.variant == spec.reference), finished[0].run)
-        sizes.append((r.name, model_params(run.config["model"])["total"]))
-    for variant in spec.variants:
-        if variant != spec.reference:
-            deltas[variant] = [r.comparisons[variant].test if variant in r.comparisons else None for r in results]
-    plot_delta_vs_size(sizes, deltas, out / "delta_vs_size.png", spec.reference)
-    return "\n".join(["## Does it hold at scale?\n", scale.markdown(results, spec.reference),
-                      "![Δ vs model size](delta_vs_size.png)\n"])

@@ -1,6 +1,7 @@
-"""Running the protocol in its directory: each stage one multirun of the cells not yet done, every
-cell's state recorded in the manifest after it, the cost printed before each stage (from a short timing
-run of each size, or the runs already finished), then stage 3, the report."""
+"""Running the protocol in its directory: each stage one multirun of the cells not yet done (stage 1 again
+for every round of LR extensions), every cell's state recorded in the manifest after it, the cost and the
+power printed before each stage (from a short timing run of each size, or the runs already finished),
+then stage 3, the report."""
 import sys
 import time
 from pathlib import Path
@@ -10,17 +11,23 @@ from analysis.ablation import cells as C
 from analysis.ablation import cost, manifest
 from analysis.ablation import report as protocol_report
 from analysis.ablation.configs import cell_config, sweep_command, write_cells
-from analysis.ablation.protocol import ProtocolError, Spec, at_grid_edge, stage1_cells, stage2_cells
+from analysis.ablation.lr_search import edge_note
+from analysis.ablation.planning import power_table
+from analysis.ablation.protocol import ProtocolError, Spec, lr_sweep, stage2_cells
 from analysis.jobs import TRAIN_PY, run_sweep
+from analysis.looks import alpha_for
+from analysis.looks import record as looks_record
 
 
 class Protocol:
     """The protocol directory and its manifest."""
 
-    def __init__(self, directory: Path, spec: Spec, stored: Optional[dict], launcher: List[str], command: str):
+    def __init__(self, directory: Path, spec: Spec, stored: Optional[dict], launcher: List[str], command: str,
+                 sequential: bool = False):
         """directory: resolved; stored: its manifest (a resume) or None (a new protocol); launcher: the
-        hydra/launcher overrides; command: the command line, recorded in the manifest."""
-        self.dir, self.spec, self.command = directory, spec, command
+        hydra/launcher overrides; command: the command line, recorded in the manifest; sequential: seeds
+        may be added after a look (analysis/looks.py)."""
+        self.dir, self.spec, self.command, self.sequential = directory, spec, command, sequential
         self.data = stored or {"id": "ablate_" + time.strftime("%Y-%m-%d_%H-%M-%S"),
                                "created": time.strftime("%Y-%m-%d %H:%M:%S")}
         self.launcher = launcher or (stored or {}).get("launcher_overrides", [])
@@ -35,6 +42,14 @@ class Protocol:
 
     def states(self, cells, root: Path = None) -> dict:
         return {cell: C.inspect(cell, root or self.runs_dir) for cell in cells}
+
+    def stage1(self) -> dict:
+        """Every stage-1 cell's state: the grid's and the extensions' its results call for."""
+        return C.stage1_states(self.spec, self.states)
+
+    @property
+    def planning_source(self) -> str:
+        return self.spec.planning_sd_source or "the spec's planning_sd"
 
     def record(self, states: dict, chosen=None) -> None:
         cells = dict(self.data.get("cells") or {})
@@ -109,8 +124,8 @@ def measure(proto: Protocol, budgets: dict, probe_steps: int, values: dict) -> t
     """({size: seconds per run or None}, source): from this protocol's finished runs if every size
     has some, else from a short timing run of the reference at each size (made once, kept in probe/)."""
     spec = proto.spec
-    finished = {size: [s.run for s in proto.states(stage1_cells(spec)).values()
-                       if s.cell.size == size and s.state == C.FINISHED] for size in spec.sizes}
+    finished = {size: [s.run for s in proto.stage1().values() if s.cell.size == size and s.state == C.FINISHED]
+                for size in spec.sizes}
     if all(finished.values()):
         return {size: cost.run_seconds(budgets[size], runs) for size, runs in finished.items()}, "this protocol's runs"
     # The smallest LR: throughput does not depend on it, and it is the least likely to diverge.
@@ -135,45 +150,71 @@ def measure(proto: Protocol, budgets: dict, probe_steps: int, values: dict) -> t
 
 
 def print_cost(proto: Protocol, seconds: dict, source: str, before: str = "stage1") -> None:
-    """Runs still to do per size and stage × seconds per run. Stage 2's LRs may not be known yet:
-    then every variant is counted with its seeds, less the one stage 1 provides."""
+    """Runs still to do per size and stage × seconds per run, then the power of the planned seeds.
+    Stage 2's LRs may not be known yet: then every variant but the reference counts twice per seed
+    (its own LR and the reference's), as if they never coincided."""
     spec = proto.spec
-    s1 = proto.states(stage1_cells(spec))
+    s1 = proto.stage1()
     chosen = C.chosen_lrs(spec, s1)
-    lines, done = [], sum(s.state in C.DONE for s in s1.values())
+    lines, done, extensions = [], sum(s.state in C.DONE for s in s1.values()), 0
     for size in spec.sizes:
         stage2 = 0
-        for variant in spec.variants:
+        for variant in spec.variants_at(size):
             if variant not in chosen[size]:
-                stage2 += len([s for s in spec.seeds if s != spec.stage1_seed])
-            elif chosen[size][variant] is not None:
-                states = proto.states([C.Cell(size, variant, chosen[size][variant], s) for s in spec.seeds])
-                stage2 += sum(s.state not in C.DONE for s in states.values())
-                done += sum(s.state in C.DONE and s.cell.seed != spec.stage1_seed for s in states.values())
+                stage2 += len(spec.seeds) * (1 if variant == spec.reference else 2)
+                extensions += spec.lr_extensions - lr_sweep(spec, size, variant, C.done_bpb(s1)).extensions
+            elif spec.reference not in chosen[size]:  # its shared-LR cells wait for the reference's LR
+                stage2 += len(spec.seeds)
+        states = proto.states([c for c in stage2_cells(spec, chosen) if c.size == size])
+        stage2 += sum(s.state not in C.DONE for s in states.values())
+        done += sum(s.state in C.DONE for s in states.values())
         lines.append(cost.Line(size, proto.data["models"][size][spec.reference]["total"], seconds[size],
                                sum(s.state not in C.DONE for s in s1.values() if s.cell.size == size), stage2))
-    print(f"\n{len(spec.sizes)} size(s) × {len(spec.variants)} variants; stage 1: {len(spec.lr_grid)} LRs × seed "
-          f"{spec.stage1_seed}; stage 2: seeds {', '.join(map(str, spec.seeds))} at each variant's best LR"
-          + (f" (seed {spec.stage1_seed} is stage 1's run)" if spec.stage1_seed in spec.seeds else ""))
-    print(cost.table(lines, source, done, stages=2), flush=True)
-    estimates = {**(proto.data.get("cost") or {}), f"before {before}": {"source": source, **cost.summary(lines)}}
+    print(f"\n{len(spec.sizes)} size(s) × {len(spec.variants)} variants; stage 1: {len(spec.lr_grid)} LRs on seed "
+          f"{spec.stage1_seed} (+ up to {spec.lr_extensions} past an edge); stage 2: seeds "
+          f"{', '.join(map(str, spec.seeds))} at each variant's own best LR and at {spec.reference}'s")
+    print(cost.table(lines, source, done, stages=2))
+    if extensions:
+        print(f"+ up to {extensions} stage-1 extension runs if best LRs land at the grid's edge (not counted above)")
+    print(power_table(spec, spec.planning_sd, proto.planning_source), flush=True)
+    estimates = {**(proto.data.get("cost") or {}), f"before {before}": {"source": source, **cost.summary(lines),
+                                                                        "possible_extensions": extensions}}
     proto.save(cost=estimates)
 
 
+def run_stage1(proto: Protocol, values: dict) -> int:
+    """The LR sweeps: the grid as one multirun, then a multirun of the points past an edge the results
+    call for, round after round until every sweep is settled (interior, capped or diverged)."""
+    rounds = 0
+    while True:
+        states = proto.stage1()
+        todo = [c for c, s in states.items() if s.state not in C.DONE]
+        if not todo:
+            return 0
+        if rounds:
+            print("stage1: best LR at the grid's edge: one more point beyond it for "
+                  + ", ".join(f"{c.size}/{c.variant} ({c.lr:g})" for c in todo), flush=True)
+        cells = list(states)
+        status = after_stage(proto, cells, "stage1", run_cells(proto, cells, "stage1", proto.runs_dir, values=values))
+        if status:
+            return status
+        rounds += 1
+
+
 def run_stages(proto: Protocol, budgets: dict, values: dict, probe_steps: int, dry_run: bool) -> int:
-    """The cost, stage 1 (the LR sweep), the chosen LRs, stage 2 (every seed at them), then the report;
-    an exit status (0 done, 1 failed runs, 2 runs stopped early, 128 + N a signal)."""
+    """The cost and power, stage 1 (the LR sweeps), the chosen LRs, stage 2 (every seed at them), then the
+    report; an exit status (0 done, 1 failed runs, 2 runs stopped early, 128 + N a signal)."""
     seconds, source = measure(proto, budgets, probe_steps, values)
     print_cost(proto, seconds, source)
     if dry_run:
         return 0
-    s1 = stage1_cells(proto.spec)
-    status = after_stage(proto, s1, "stage1", run_cells(proto, s1, "stage1", proto.runs_dir, values=values))
+    status = run_stage1(proto, values)
     if status:
         return status
-    chosen = C.chosen_lrs(proto.spec, proto.states(s1))
-    proto.record(proto.states(s1), chosen)
-    print_chosen(proto.spec, chosen)
+    s1 = proto.stage1()
+    chosen = C.chosen_lrs(proto.spec, s1)
+    proto.record(s1, chosen)
+    print_chosen(proto.spec, s1, chosen)
     s2 = stage2_cells(proto.spec, chosen)
     print_cost(proto, *measure(proto, budgets, 0, values), before="stage2")
     status = after_stage(proto, s2, "stage2", run_cells(proto, s2, "stage2", proto.runs_dir, values=values))
@@ -182,21 +223,25 @@ def run_stages(proto: Protocol, budgets: dict, values: dict, probe_steps: int, d
     return report(proto)
 
 
-def print_chosen(spec: Spec, chosen: dict) -> None:
+def print_chosen(spec: Spec, states: dict, chosen: dict) -> None:
+    done = C.done_bpb(states)
     for size, per_variant in chosen.items():
-        text = ", ".join(f"{v} diverged at every LR (try lower --lrs)" if lr is None else
-                         f"{v} {lr:g}" + (" (⚠ the grid's edge)" if at_grid_edge(lr, spec.lr_grid) else "")
+        text = ", ".join(f"{v} " + ("none" if lr is None else f"{lr:g}")
+                         + f" ({edge_note(lr_sweep(spec, size, v, done), spec.lr_extensions)})"
                          for v, lr in per_variant.items())
         print(f"stage1: best LR at {size}: {text}")
 
 
 def report(proto: Protocol) -> int:
     spec = proto.spec
-    states = proto.states(stage1_cells(spec))
+    states = proto.stage1()
     chosen = C.chosen_lrs(spec, states)
     states.update(proto.states(stage2_cells(spec, chosen)))
     out = proto.dir / "report"
-    text = protocol_report.write(spec, states, chosen, out, f"Ablation protocol {proto.data['id']}")
+    looks = looks_record(proto.data.get("looks") or [], {"stage2": spec.seeds}, proto.sequential)
+    text = protocol_report.write(spec, states, chosen, out, f"Ablation protocol {proto.data['id']}",
+                                 proto.planning_source, alpha_for(spec.alpha, looks, "stage2"))
+    proto.save(looks=looks)
     proto.record(states, chosen)
     print(text)
     print(f"report: {out}/results.md")

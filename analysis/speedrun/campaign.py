@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from analysis.jobs import TRAIN_PY, cpu_lock, move_aside, quoted, run_job
+from analysis.looks import record as looks_record
 from analysis.speedrun import timing as T
 from analysis.speedrun.spec import SpeedrunError, Spec
 from training.checkpoint import checkpoint_name
 from training.metrics import read_metrics
 
+LOOKS = "looks.json"  # every report written: which seeds of which recipe it judged (analysis/looks.py)
 # Measured runs: no wandb process competing for the 2 cores; the speedrun sets trainer.max_steps itself.
 ALWAYS = ["logger=none", "trainer.time_budget=null"]
 START_GUESS_S, EVAL_GUESS_S, PROBE_GUESS_S = 30.0, 30.0, 150.0  # before anything was measured (2-core CPU)
@@ -69,6 +71,19 @@ class Campaign:
                 if result is None or (self.args.redo_flagged and result.get("flags")):
                     todo.append((name, seed))
         return todo
+
+    def looks(self) -> list:
+        path = self.dir / LOOKS
+        return json.loads(path.read_text()) if path.is_file() else []
+
+    def save_look(self, results: dict, sequential: bool) -> list:
+        """A report is a look: record, per recipe, the seeds it judged (this invocation's planned seeds for
+        the recipes it ran, so that finishing an interrupted plan is never an added seed)."""
+        seeds = {name: sorted(set(runs) | (set(range(self.spec.seeds)) if name in self.run_names else set()))
+                 for name, runs in results.items() if runs}
+        looks = looks_record(self.looks(), seeds, sequential)
+        (self.dir / LOOKS).write_text(json.dumps(looks, indent=1) + "\n")
+        return looks
 
     def all_results(self) -> dict:
         return {name: {seed: r for seed in range(_max_seed(self.dir / name)) if (r := self.result(name, seed))}

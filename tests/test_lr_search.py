@@ -1,0 +1,74 @@
+"""analysis/ablation/lr_search.py: the LR choice, and a best LR at the grid's edge extending the grid, once
+per round, until it is interior or the cap is reached; deterministic in the results, so a resume agrees."""
+import pytest
+
+from analysis.ablation.lr_search import at_grid_edge, beyond, choose_lr, edge_note, sweep
+
+GRID = [5e-4, 1e-3, 2e-3, 4e-3, 8e-3]
+
+
+def bowl(best: float):
+    """Final bpb of a U-shaped LR curve with its minimum at `best` (log-symmetric)."""
+    import math
+    return lambda lr: 2.0 + 0.1 * math.log2(lr / best) ** 2
+
+
+def run_to_settle(grid, curve, cap):
+    """Play the protocol: run whatever is pending until the sweep settles; return it and the rounds."""
+    results, rounds = {}, 0
+    while True:
+        s = sweep(grid, results, cap)
+        if s.settled:
+            return s, rounds
+        results.update({lr: curve(lr) for lr in s.pending})
+        rounds += 1
+
+
+def test_an_interior_best_is_chosen_without_extension():
+    s, rounds = run_to_settle(GRID, bowl(2e-3), cap=2)
+    assert (s.best, s.extensions, s.capped, rounds) == (2e-3, 0, False, 1)
+    assert edge_note(s, 2) == "interior"
+
+
+def test_a_best_at_the_top_edge_adds_one_point_beyond_it_until_interior():
+    s, rounds = run_to_settle(GRID, bowl(1.6e-2), cap=3)
+    assert s.lrs == [*GRID, 1.6e-2, 3.2e-2] and s.best == 1.6e-2 and not s.capped
+    assert rounds == 3  # the grid, then 1.6e-2 (still the edge), then 3.2e-2 (1.6e-2 now interior)
+    assert edge_note(s, 3) == "interior after 2 extension(s)"
+
+
+def test_a_best_at_the_bottom_edge_stops_at_the_cap_and_says_so():
+    s, _ = run_to_settle(GRID, bowl(1e-5), cap=2)
+    assert s.lrs == [1.25e-4, 2.5e-4, *GRID] and s.best == 1.25e-4 and s.capped
+    assert edge_note(s, 2).startswith("⚠ still at the grid's edge after 2 extension(s) (cap 2)")
+    s0, _ = run_to_settle(GRID, bowl(1e-5), cap=0)
+    assert s0.lrs == GRID and s0.capped and s0.best == 5e-4
+
+
+def test_divergence_bounds_the_grid_from_above():
+    curve = lambda lr: None if lr >= 8e-3 else bowl(1e-2)(lr)  # best finite LR 4e-3, 8e-3 diverged
+    s, _ = run_to_settle(GRID, curve, cap=2)
+    assert s.best == 4e-3 and s.extensions == 0  # not an edge: the next LR up diverged
+
+
+def test_diverging_everywhere_extends_downwards():
+    s, _ = run_to_settle(GRID, lambda lr: None if lr > 3e-4 else 2.0 if lr > 2e-4 else 2.1, cap=2)
+    assert s.lrs[:2] == [1.25e-4, 2.5e-4] and s.best == 2.5e-4 and not s.capped  # 2.5e-4 the edge, then interior
+    s, _ = run_to_settle(GRID, lambda lr: None, cap=1)
+    assert s.best is None and s.capped and edge_note(s, 1) == "diverged at every LR, down to 0.00025"
+
+
+def test_the_next_point_names_the_same_directory_every_time():
+    assert beyond([1e-3, 2e-3, 4e-3], upward=True) == 8e-3 and f"{beyond([1e-3, 2e-3], False):g}" == "0.0005"
+    assert beyond([1e-3, 3e-3, 1e-2], upward=True) == pytest.approx(3.33333e-2)  # the edge's own spacing
+    partial = {lr: bowl(1.6e-2)(lr) for lr in GRID}
+    assert sweep(GRID, partial, 2) == sweep(list(reversed(GRID)), dict(partial), 2)  # order-free, deterministic
+    assert sweep(GRID, partial, 2).pending == [1.6e-2]
+
+
+def test_choose_lr_and_grid_edge():
+    assert choose_lr({1e-3: 2.10, 3e-3: 2.05, 1e-2: 2.07}) == 3e-3
+    assert choose_lr({1e-3: 2.10, 3e-3: None, 1e-2: float("nan")}) == 1e-3
+    assert choose_lr({1e-3: 2.0, 3e-3: 2.0}) == 1e-3 and choose_lr({1e-3: None}) is None
+    assert at_grid_edge(5e-4, GRID) and at_grid_edge(8e-3, GRID) and not at_grid_edge(2e-3, GRID)
+    assert not at_grid_edge(1e-3, [1e-3])
