@@ -11,6 +11,7 @@ from training.checkpoint.write_errors import WriteError
 from training.config import LoggerConfig, TrainerConfig
 from training.logger import Logger, wandb_mode, wandb_values
 from training.metrics import MetricsError, read_metrics
+from training.run_state import RunState
 from training.runtime.distributed import DistInfo
 
 
@@ -19,8 +20,9 @@ def RunLogger(run_dir: Path, cfg: LoggerConfig, run_name: str, config: dict, ena
     run = SimpleNamespace(run_dir=run_dir, resume_ckpt=resume_step is not None and run_dir,
                           cfg=SimpleNamespace(trainer=TrainerConfig(), logger=cfg, run_name=run_name))
     data = SimpleNamespace(meta={"train_tokens": 1000})
+    state = RunState(step=resume_step or 0, max_steps=100)
     return Logger(run, DistInfo(rank=0 if enabled else 1), None, data, tokens_per_step=16, flops_per_token=1.0,
-                  peak=1.0, start_step=resume_step or 0, end=100, config=config)
+                  peak=1.0, state=state, config=config)
 
 
 @pytest.fixture
