@@ -94,3 +94,12 @@ def test_bench_loss_chunked_peak_is_lower_with_the_same_loss(capsys, monkeypatch
     losses = re.findall(r"\| (\d+\.\d{6}) \|$", out, re.M)
     assert len(peaks) == 2 and peaks[1] < peaks[0]  # one-shot, then chunked
     assert len(losses) == 2 and abs(float(losses[0]) - float(losses[1])) < 1e-5  # fp32 sums in another order
+
+
+def test_bench_checkpoint_reports_save_and_verify_costs(capsys):
+    from cli.bench import checkpoint as bench_checkpoint
+    assert bench_checkpoint.main(["--models", "tiny", "--repeats", "1"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| tiny |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2].endswith(" GB") and float(cells[2].split()[0]) > 0
+    assert all(c.endswith(" s") and float(c.split()[0]) >= 0 for c in cells[3:6])

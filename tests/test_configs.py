@@ -98,3 +98,23 @@ def test_every_study_preset_pins_its_model_shape(experiment):
     shapes = [tuple(getattr(compose_train_config([f"experiment={experiment}", f"model={base}"])[0].model, k)
                     for k in SHAPE) for base in ("cpu", "25m")]
     assert shapes[0] == shapes[1], f"experiment={experiment} takes its model shape from the model group: {shapes}"
+
+
+def test_the_readmes_default_run_is_what_train_py_composes():
+    """README.md shows a real default run: its header's model line (depth, width, parameters) and its
+    time budget are what `python train.py` composes today — a default change without a new README block
+    fails here."""
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    block = readme.split("## What the default run does", 1)[1].split("\n## ", 1)[0]
+    model_line = next(line for line in block.splitlines() if line.startswith("model: "))
+    cfg, _ = compose_train_config([])
+    with torch.device("meta"):
+        counts = Transformer(cfg.model).param_counts()
+    m = cfg.model
+    assert model_line.startswith(f"model: {m.norm} + {m.mlp}, hidden_size {m.hidden_size}, intermediate_size "
+                                 f"{m.resolved_intermediate_size}, {m.depth}, parametrization {m.parametrization}, "
+                                 f"{counts['total'] / 1e6:.2f}M parameters"), model_line
+    assert m.n_layers >= 4  # a LLaMA stack: a residual stream across blocks, depth for induction heads
+    budget = cfg.trainer.time_budget
+    assert f"(time budget {budget:g} min: the steps are decided after step" in block
+    assert f"time budget {budget:g} min → " in block

@@ -31,11 +31,11 @@ def test_command_line_explains_the_llama_width():
 def test_default_config_summary(capsys):
     assert summary.main(["model=cpu"]) == 0
     out = capsys.readouterr().out
-    # 1 layer × (attention 4·256² + MLP 3·256·704 + 2 norms of 256) + embedding 4096·256 (tied) + final norm
-    total = 1 * (4 * 256 ** 2 + 3 * 256 * 704 + 2 * 256) + 4096 * 256 + 256
-    assert total == 1_852_160 and re.search(rf"\n  total +{total:,} ", out)
-    assert "Parameters by module type (1 layer)" in out  # not "1 layers"
-    assert "682.67" in out and "int(8d/3) = 682" in out and "→ 704" in out
+    # 4 layers × (attention 4·192² + MLP 3·192·512 + 2 norms of 192) + embedding 4096·192 (tied) + final norm
+    total = 4 * (4 * 192 ** 2 + 3 * 192 * 512 + 2 * 192) + 4096 * 192 + 192
+    assert total == 2_557_632 and re.search(rf"\n  total +{total:,} ", out)
+    assert "Parameters by module type (4 layers)" in out
+    assert "512.00" in out and "int(8d/3) = 512" in out and "→ 512" in out
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in (REPO / "configs" / "model").glob("*.yaml")))
