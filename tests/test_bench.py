@@ -101,5 +101,5 @@ def test_bench_checkpoint_reports_save_and_verify_costs(capsys):
     assert bench_checkpoint.main(["--models", "tiny", "--repeats", "1"]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| tiny |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[2].endswith(" GB") and float(cells[2].split()[0]) > 0
+    assert cells[2].endswith(" MB") and float(cells[2].split()[0]) > 0
     assert all(c.endswith(" s") and float(c.split()[0]) >= 0 for c in cells[3:6])

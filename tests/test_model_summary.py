@@ -12,11 +12,12 @@ from cli.entry import exit_status
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "model_summary.py"
+W256 = ("hidden_size=256", "n_heads=4")  # a width pinned for the arithmetic below, whatever the default is
 
 
 def test_command_line_explains_the_llama_width():
     # One real subprocess: the script must run as `python scripts/model_summary.py` from anywhere.
-    result = subprocess.run([sys.executable, str(SCRIPT), "hidden_size=4096", "model.multiple_of=256"],
+    result = subprocess.run([sys.executable, str(SCRIPT), "hidden_size=4096", "n_heads=32", "model.multiple_of=256"],
                             capture_output=True, text=True, timeout=120, cwd="/")
     assert result.returncode == 0, result.stderr
     out = result.stdout
@@ -53,10 +54,10 @@ def test_overrides_reach_the_config():
 @pytest.mark.parametrize("norm, per_layer", [("rmsnorm", 512), ("layernorm", 1024), ("none", 0)])
 def test_per_layer_norm_parameters_are_honest(capsys, norm, per_layer):
     """The old table subtracted hidden_size for the final norm: -256 per layer with norm=none, wrong for layernorm."""
-    assert summary.main(["model=cpu", f"norm={norm}"]) == 0
+    assert summary.main(["model=cpu", *W256, f"norm={norm}"]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("norm "))
     assert row.split()[-1] == f"{per_layer:,}", row
-    assert summary.main(["model=cpu", "norm=none", "qk_norm=true"]) == 0  # QK-norm: 2 · head_dim per layer
+    assert summary.main(["model=cpu", *W256, "norm=none", "qk_norm=true"]) == 0  # QK-norm: 2 · head_dim per layer
     row = next(line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("norm "))
     layers = summary.load_model_config(["model=cpu"])[0].n_layers
     assert row.split()[1:] == [f"{layers * 2 * 64:,}", "0.0%", "128"], row
@@ -66,7 +67,7 @@ def test_padded_vocabulary_and_width_come_from_the_model(capsys, monkeypatch):
     calls = []
     real = summary.swiglu_intermediate_size
     monkeypatch.setattr(summary, "swiglu_intermediate_size", lambda *a: calls.append(a) or real(*a))
-    assert summary.main(["model=cpu", "vocab_size=50257", "ffn_dim_multiplier=1.3"]) == 0
+    assert summary.main(["model=cpu", *W256, "vocab_size=50257", "ffn_dim_multiplier=1.3"]) == 0
     out = capsys.readouterr().out
     assert "50,257 token ids → 50,304 embedding rows" in out and "47 padding rows" in out
     assert f"{50304 * 256:,}" in out  # the embedding has the padded row count
@@ -89,7 +90,7 @@ def test_bad_value_gives_a_one_line_error_and_status_1(capsys, args, expected):
 
 
 def test_bad_value_exits_1_from_the_command_line():
-    result = forked.run_script(SCRIPT, "n_heads=7")
+    result = forked.run_script(SCRIPT, "hidden_size=256", "n_heads=7")
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr.startswith("error: model.hidden_size=256 is not divisible by model.n_heads=7")
     assert len(result.stderr.strip().splitlines()) == 1
@@ -98,7 +99,7 @@ def test_bad_value_exits_1_from_the_command_line():
 def test_the_parametrization_and_what_mup_scales_are_printed(capsys):
     assert summary.main(["model=cpu"]) == 0
     assert "\nParametrization: sp\n" in capsys.readouterr().out
-    assert summary.main(["model=cpu", "parametrization=mup", "mup_base_width=64"]) == 0  # m = 4, head_dim 64
+    assert summary.main(["model=cpu", *W256, "parametrization=mup", "mup_base_width=64"]) == 0  # m = 4, head_dim 64
     out = capsys.readouterr().out
     assert "Parametrization: mup (m = 4 over base width 64)" in out
     assert "init std 0.02 × 1/sqrt(m) = 0.01;" in out

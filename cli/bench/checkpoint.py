@@ -59,6 +59,6 @@ def main(argv=None) -> int:
     print(f"| model | parameters | checkpoint | save (with manifest) | verify on load | verify per GB | "
           f"verify / save |\n|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['model']} | {r['params'] / 1e6:.1f}M | {r['gb']:.2f} GB | {r['save_s']:.2f} s | "
+        print(f"| {r['model']} | {r['params'] / 1e6:.1f}M | {r['gb'] * 1e3:.2f} MB | {r['save_s']:.2f} s | "
               f"{r['verify_s']:.2f} s | {r['verify_s_per_gb']:.2f} s | {r['verify_s'] / r['save_s']:.0%} |")
     return 0
