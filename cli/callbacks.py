@@ -43,10 +43,19 @@ def _chain(error: BaseException) -> list:
 
 class OutputDirCheck(Callback):
     def on_run_start(self, config, **kwargs) -> None:
-        check_writable(OmegaConf.select(config, "hydra.run.dir"), "the run directory")
+        check_writable(_resolved(config, "hydra.run.dir"), "the run directory")
 
     def on_multirun_start(self, config, **kwargs) -> None:
-        check_writable(OmegaConf.select(config, "hydra.sweep.dir"), "the sweep directory")
+        check_writable(_resolved(config, "hydra.sweep.dir"), "the sweep directory")
+
+
+def _resolved(config, key: str) -> str:
+    """The directory as Hydra will resolve it. The default run_name reads `${hydra:runtime.choices…}`, which
+    resolves only once HydraConfig is set — Hydra sets it just after the run-start callbacks, to this same
+    config, so setting it here first changes nothing but lets the check see the real path."""
+    from hydra.core.hydra_config import HydraConfig
+    HydraConfig.instance().set_config(config)
+    return OmegaConf.select(config, key)
 
 
 def check_writable(directory: str, what: str) -> None:

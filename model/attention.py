@@ -47,11 +47,13 @@ class Attention(nn.Module):
         if cache is not None:
             past = cache.length
             k, v = cache.update(self.layer_idx, k, v)  # (B, n_kv_heads, past + T, head_dim)
-        out = F.scaled_dot_product_attention(
+        dropout_p = self.dropout if self.training else 0.0
+        sdpa = _sdpa_outside_compile if dropout_p and x.device.type == "cpu" else F.scaled_dot_product_attention
+        out = sdpa(
             q, k, v,
             attn_mask=_causal_mask(T, past, x.device),
             is_causal=past == 0 and T > 1,
-            dropout_p=self.dropout if self.training else 0.0,
+            dropout_p=dropout_p,
             # Each group of n_heads/n_kv_heads query heads shares one k/v head.
             enable_gqa=self.n_kv_heads != self.n_heads,
             scale=self.scale,
@@ -64,6 +66,14 @@ class Attention(nn.Module):
         nn.init.normal_(self.o_proj.weight, mean=0.0, std=out_std)  # writes into the residual stream
         self.q_norm.init_weights(std, out_std)
         self.k_norm.init_weights(std, out_std)
+
+
+@torch.compiler.disable
+def _sdpa_outside_compile(*args, **kwargs) -> torch.Tensor:
+    """SDPA with attention dropout, run eagerly even in a compiled model. torch 2.13's inductor on CPU turns
+    its backward under bf16 autocast into NaN gradients for q and k (tests/test_attention.py reproduces it);
+    eager SDPA is exact. One graph break per layer, only when training with dropout on a CPU."""
+    return F.scaled_dot_product_attention(*args, **kwargs)
 
 
 def _causal_mask(T: int, past: int, device: torch.device) -> Optional[torch.Tensor]:

@@ -2,8 +2,9 @@
 repeated kv heads; causality; QK-norm's scale invariance."""
 import pytest
 import torch
+import torch.nn.functional as F
 
-from model import rope_tables
+from model import ModelConfig, Transformer, rope_tables
 from model.attention import Attention
 from model_helpers import one_thread, random_transformer, reference_attention, tiny_model_config
 
@@ -82,3 +83,27 @@ def test_qk_norm_makes_attention_blind_to_the_scale_of_q_and_k():
             attn.k_proj.weight.mul_(3.0)
         after = attn(x, cos, sin)
         assert torch.allclose(after, before, atol=1e-4) == qk_norm
+
+
+def test_attention_dropout_trains_compiled_under_bf16_on_a_cpu(monkeypatch):
+    """torch 2.13's inductor on CPU gives NaN gradients for SDPA with dropout under bf16 autocast, so attention
+    runs that one call eagerly there (model/attention.py). Both halves: with the workaround the gradients
+    are finite; without it they are not — the day this second half fails, torch fixed the bug and the
+    workaround can go."""
+    import model.attention as attention_module
+
+    def grads_finite():
+        torch.manual_seed(0)
+        torch._dynamo.reset()
+        cfg = ModelConfig(vocab_size=256, hidden_size=64, n_layers=1, n_heads=1, dropout=0.1, max_seq_len=64,
+                          multiple_of=32)
+        model = Transformer(cfg).train()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = torch.compile(model)(torch.randint(0, 256, (2, 64)))
+        logits.float().logsumexp(-1).mean().backward()
+        return all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+    assert grads_finite()
+    monkeypatch.setattr(attention_module, "_sdpa_outside_compile", F.scaled_dot_product_attention)
+    assert not grads_finite()
+    torch._dynamo.reset()

@@ -31,7 +31,7 @@ def test_a_probe_that_used_up_the_budget_ends_the_run_where_it_is():
     assert steps_for_budget(10.0, 30.0, 13, Costs(1.0, 1.0, 1.0), 100, 100) == 13
 
 
-BUDGET = ["trainer.time_budget=0.25", "optim.warmup_steps=30", "trainer.eval_interval=100000", "trainer.log_interval=1",
+BUDGET = ["trainer.time_budget=0.1", "optim.warmup_steps=30", "trainer.eval_interval=100000", "trainer.log_interval=1",
           "trainer.precision=fp32", "model.dropout=0.1", "trainer.sample_tokens=0"]
 
 
@@ -42,14 +42,14 @@ def test_a_budget_decides_the_steps_once_records_them_and_a_killed_run_resumes_t
     killed = run_faulty(tmp_path / "a", {"signal_at_step": [26, int(signal.SIGKILL)]}, *BUDGET,
                         "trainer.ckpt_interval=25", cache_dir=tiny_data_cache, check=False)
     assert killed.returncode == -signal.SIGKILL
-    assert f"(time budget 0.25 min: the steps are decided after step {WARMUP_STEPS + PROBE_STEPS})" in killed.stdout
-    assert "time budget 0.25 min → " in killed.stdout
+    assert f"(time budget 0.1 min: the steps are decided after step {WARMUP_STEPS + PROBE_STEPS})" in killed.stdout
+    assert "time budget 0.1 min → " in killed.stdout
     (run,) = run_dirs(tmp_path / "a")
     decided = json.loads((run / "checkpoints" / "step_0000025" / "state.json").read_text())["budget"]
-    assert decided["minutes"] == 0.25 and decided["max_steps"] > 26
+    assert decided["minutes"] == 0.1 and decided["max_steps"] > 26
     n = decided["max_steps"]
     resumed = run_train(tmp_path / "a", f"resume={run}", cache_dir=tiny_data_cache)
-    assert f"steps 25→{n} (decided by its time budget of 0.25 min)" in resumed.stdout
+    assert f"steps 25→{n} (decided by its time budget of 0.1 min)" in resumed.stdout
     assert max(r["step"] for r in read_metrics(run) if r["kind"] == "train") == n
     straight = [o for o in BUDGET if not o.startswith("trainer.time_budget")]
     run_train(tmp_path / "b", *straight, f"trainer.max_steps={n}", f"trainer.ckpt_interval={n}",

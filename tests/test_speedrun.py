@@ -43,7 +43,7 @@ def test_report_marks_a_win_that_had_more_loop_time_than_the_reference():
 
 # ---- end to end on a tiny model ------------------------------------------------------------------------
 
-BUDGET = 3.0
+BUDGET = 2.0
 RECIPES = {"reference": "ref", "budget_s": BUDGET, "seeds": 2, "probe_steps": 8, "tolerance": 0.5,
            "recipes": {"ref": [], "fast_lr": ["optim.lr=1e-2"]}, "step_cost": {"fast_lr": 1.0}}
 TINY = ["debug=tiny", "trainer.num_threads=1", "trainer.peak_tflops=1", "trainer.precision=fp32"]
