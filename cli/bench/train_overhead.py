@@ -28,8 +28,11 @@ from training.optim import build_optimizers
 from training.precision import autocast_context, resolve_precision
 
 
+LOG_INTERVAL = 10  # steps per metrics.jsonl row in the loop, and per timed block of the bare step
+
+
 def bare_step_tps(cfg, steps: int) -> float:
-    """Median tokens/s of fwd + bwd + clip + optimizer on one fixed batch, compiled if the run would be."""
+    """Tokens/s of fwd + bwd + clip + optimizer on one fixed batch, compiled if the run would be."""
     cpu = torch.device("cpu")
     torch.manual_seed(0)
     loss_module = CausalLMLoss(Transformer(cfg.model))
@@ -50,7 +53,10 @@ def bare_step_tps(cfg, steps: int) -> float:
             optimizer.zero_grad(set_to_none=True)
         if i >= 3:  # the first steps compile and warm up
             times.append(time.perf_counter() - t0)
-    return b * t / statistics.median(times)
+    # The same statistic as the loop's: the median over blocks of LOG_INTERVAL steps of each block's
+    # tokens/s (a median of single steps would drop the slow ones a 10-step row of metrics.jsonl keeps).
+    blocks = [sum(times[i:i + LOG_INTERVAL]) for i in range(0, len(times) - LOG_INTERVAL + 1, LOG_INTERVAL)]
+    return LOG_INTERVAL * b * t / statistics.median(blocks)
 
 
 def main(argv=None) -> None:
@@ -61,7 +67,7 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
-        overrides = ["logger=none", f"trainer.max_steps={args.steps}", "trainer.log_interval=10",
+        overrides = ["logger=none", f"trainer.max_steps={args.steps}", f"trainer.log_interval={LOG_INTERVAL}",
                      f"trainer.eval_interval={args.steps}", f"trainer.ckpt_interval={args.steps}",
                      "trainer.eval_windows=4", "trainer.sample_tokens=0", f"outputs_dir={tmp}", *args.overrides]
         cfg = compose_run_config(overrides)
