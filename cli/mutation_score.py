@@ -29,13 +29,15 @@ def target_of(path: str) -> str:
 
 
 def load_results(mutants: Path) -> dict:
-    """{mutant name: exit code or None} for every mutant of every target file."""
+    """{mutant name: (its target, exit code or None)} for every mutant of every target file. The target comes
+    from the file mutmut recorded the mutant in (a name alone cannot tell `pkg/__init__.py` from `pkg.py`)."""
     results = {}
     for meta in sorted(mutants.rglob("*.py.meta")):
         source = meta.relative_to(mutants).as_posix()[:-len(".meta")]
         if not any(source == t or source.startswith(t + "/") for t in TARGETS):
             continue
-        results.update(json.loads(meta.read_text())["exit_code_by_key"])
+        target = target_of(source)
+        results.update((name, (target, code)) for name, code in json.loads(meta.read_text())["exit_code_by_key"].items())
     return results
 
 
@@ -46,12 +48,6 @@ def equivalent_mutants(doc: Path) -> set:
         return set()
     section = text.split(EQUIVALENT_SECTION, 1)[1].split("\n## ", 1)[0]
     return set(re.findall(r"^\| `([^`]+)`", section, flags=re.MULTILINE))
-
-
-def source_of(name: str) -> str:
-    """model.norm.xǁRMSNormǁforward__mutmut_3 → model/norm.py"""
-    module = re.split(r"\.x[_ǁ]", name, maxsplit=1)[0]
-    return module.replace(".", "/") + ".py"
 
 
 def main(argv=None) -> int:
@@ -65,11 +61,11 @@ def main(argv=None) -> int:
         print(f"error: no mutation results in {args.dir}; run scripts/mutation.sh first", file=sys.stderr)
         return 1
     equivalent = equivalent_mutants(args.doc)
-    stale = sorted(n for n in equivalent if results.get(n, "missing") not in SURVIVED)
+    stale = sorted(n for n in equivalent if results.get(n, (None, "missing"))[1] not in SURVIVED)
     counts = defaultdict(lambda: defaultdict(int))
     survivors = []
-    for name, code in sorted(results.items()):
-        target = counts[target_of(source_of(name))]
+    for name, (target_name, code) in sorted(results.items()):
+        target = counts[target_name]
         target["mutants"] += 1
         if code is None:
             target["not run"] += 1

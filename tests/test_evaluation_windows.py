@@ -8,7 +8,7 @@ import torch
 
 from tests.model_helpers import one_thread, random_transformer, tiny_model_config
 from training.loss import IGNORE_INDEX, CausalLMLoss
-from training.evaluation import Score, full_split_windows, gather, score_tokens, scoring_stream, window_plan
+from training.evaluation import Score, Windows, full_split_windows, gather, score_tokens, scoring_stream, window_plan
 
 EOS = 1
 
@@ -100,3 +100,48 @@ def test_score_properties():
 
 def test_scoring_stream_prepends_one_eos():
     assert scoring_stream(np.array([5, 6], dtype=np.uint16), EOS).tolist() == [EOS, 5, 6]
+
+
+# ---- the edges mutation testing found unheld (docs/testing.md, mutation scores) -------------------------
+
+def test_window_plan_edges_and_its_messages():
+    with pytest.raises(ValueError) as e:
+        window_plan(0, 8)
+    assert str(e.value) == "nothing to score: the text has no tokens"
+    short = window_plan(5, 8)  # shorter than the context: one window, however the stride
+    assert len(short) == 1 and short.width == 5
+    plan = window_plan(8 + 5, 8, 2)  # 5 targets past the first window, stride 2: ceil(5 / 2) = 3 more
+    assert len(plan) == 4 and plan.starts.dtype == np.int64 and plan.starts.tolist() == [0, 2, 4, 6]
+
+
+def test_num_scored_counts_the_targets_that_are_not_ignored():
+    targets = torch.tensor([[5, IGNORE_INDEX, 7], [IGNORE_INDEX, IGNORE_INDEX, 2]])
+    assert Windows(torch.zeros_like(targets), targets).num_scored() == 3
+
+
+def test_full_split_windows_keeps_the_stride_checks_the_rank_and_pads_with_a_real_row():
+    tokens = np.arange(2, 40, dtype=np.uint16)  # 38 tokens
+    strided = full_split_windows(tokens, 8, EOS, stride=4)
+    assert len(strided) == len(window_plan(len(tokens), 8, 4)) > len(full_split_windows(tokens, 8, EOS))
+    assert strided.num_scored() == len(tokens)
+    with pytest.raises(ValueError) as e:
+        full_split_windows(tokens, 8, EOS, rank=2, world_size=2)
+    assert str(e.value) == "need 0 <= rank < world_size, got rank=2, world_size=2"
+    # 5 windows over 3 ranks: ranks 0 and 1 hold 2, rank 2 holds 1 and one padding row scoring nothing.
+    plan_len = len(window_plan(len(tokens), 8))
+    assert plan_len == 5
+    last = full_split_windows(tokens, 8, EOS, rank=2, world_size=3)
+    assert len(last) == 2 and last.num_scored() == 8  # window 2 of 5 scores a full context
+    assert torch.equal(last.inputs[1], last.inputs[0]) and (last.targets[1] == IGNORE_INDEX).all()
+    shares = [full_split_windows(tokens, 8, EOS, rank=r, world_size=2) for r in range(2)]
+    assert [len(s) for s in shares] == [3, 3] and sum(s.num_scored() for s in shares) == len(tokens)
+    assert torch.equal(shares[1].inputs[2], shares[1].inputs[0])  # the first row, not the second
+
+
+def test_score_tokens_reports_every_batch():
+    model = random_transformer(tiny_model_config(vocab_size=64))
+    tokens = np.arange(2, 60, dtype=np.uint16)
+    counts = []
+    nats, scored = score_tokens(CausalLMLoss(model), tokens, EOS, 16, None, 2, torch.device("cpu"),
+                                contextlib.nullcontext, on_batch=counts.append)
+    assert scored == len(tokens) and sum(counts) == len(tokens) and len(counts) == 2 and nats > 0

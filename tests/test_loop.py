@@ -65,6 +65,7 @@ def counting_compile(monkeypatch):
     """trainer.compile=true with a backend that counts calls of the compiled graphs and takes 1.5 s to
     'compile': dynamo traces for real, without inductor's minute of C++ builds."""
     import time
+    torch._dynamo.reset()  # graphs an earlier test compiled in this process would be reused, not compiled here
     counts = {"graph_calls": 0, "compiles": 0}
 
     def backend(gm, example_inputs):
@@ -95,7 +96,9 @@ def test_tokens_per_second_exclude_compile_time(tmp_path, tiny_data_cache, count
     first = next(r for r in read_metrics(tmp_path / "run") if r["kind"] == "train")
     tokens = 2 * 4 * 64  # two steps of micro batch 4 × seq 64
     assert first["compile_s"] >= 1.5
-    assert first["tokens_per_s"] > 5 * tokens / first["compile_s"]  # compile time counted would cap it there
+    # Counted, the compile time alone would cap tokens/s at tokens / compile_s; any margin above 1 tells the two
+    # apart, and a small one keeps a slow machine (or mutmut's trampolines) from failing a correct loop.
+    assert first["tokens_per_s"] > 1.5 * tokens / first["compile_s"]
 
 
 def test_gradient_clipping_is_applied_by_the_loop(tmp_path, tiny_data_cache):
@@ -131,3 +134,13 @@ def test_the_summary_reads_the_runs_state(tmp_path, tiny_data_cache):
     assert outcome.state.step == 4 and outcome.tokens_run == 4 * 4 * 64
     assert outcome.state.best_step == 4 and math.isfinite(outcome.state.best_val_bpb)
     assert outcome.last_eval["val_bpb"] == outcome.state.best_val_bpb
+
+
+def test_a_lost_peer_is_told_which_checkpoint_to_resume_from():
+    """The PeerLost line's advice: the last intact checkpoint, or that none was written."""
+    from types import SimpleNamespace
+
+    from training.loop import _last_checkpoint
+    assert _last_checkpoint(SimpleNamespace(last_good=lambda: None)) == "no checkpoint was written yet"
+    assert _last_checkpoint(SimpleNamespace(last_good=lambda: "ck/step_0000004")) == (
+        "the last checkpoint, ck/step_0000004, is intact: resume from it")

@@ -159,3 +159,69 @@ def test_auto_threshold_keeps_the_cpu_default_one_shot_and_chunks_a_32k_vocab():
 def test_bad_settings_are_rejected(kwargs):
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         CausalLMLoss(tiny_model(), **kwargs)
+
+
+# ---- chunked_cross_entropy's dtypes and gradient bookkeeping (mutation testing found them unheld) -------
+
+def _chunk_inputs(n=10, d=8, vocab=4, dtype=torch.float32, seed=5):
+    gen = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(n, d, generator=gen).to(dtype)
+    weight = torch.randn(vocab, d, generator=gen).to(dtype)
+    targets = torch.randint(0, vocab, (n,), generator=gen)
+    targets[3] = IGNORE_INDEX
+    return hidden, weight, targets
+
+
+def test_chunked_loss_of_bf16_inputs_accumulates_in_fp32_and_returns_bf16_gradients():
+    """bf16 hidden and weight (no autocast): the logits are a bf16 matmul, everything after it is fp32 — the
+    loss equals the fp32 cross-entropy of those bf16 logits to fp32 precision; gradients keep the inputs'
+    dtype. Chunks of 8 rows against a vocabulary of 4: a chunk may hold more rows than the vocabulary."""
+    hidden, weight, targets = _chunk_inputs(dtype=torch.bfloat16)
+    hidden.requires_grad_(), weight.requires_grad_()
+    loss = chunked_cross_entropy(hidden, weight, targets, chunk_tokens=8)
+    reference = F.cross_entropy((hidden.detach() @ weight.detach().T).float(), targets, ignore_index=IGNORE_INDEX)
+    assert loss.dtype == torch.float32
+    torch.testing.assert_close(loss, reference, rtol=1e-6, atol=1e-6)
+    loss.backward()
+    assert hidden.grad.dtype == weight.grad.dtype == torch.bfloat16
+
+
+def test_chunked_loss_under_autocast_runs_its_matmuls_in_the_autocast_dtype():
+    from tests.dtype_recorder import MATMULS, OpDtypes
+    hidden, weight, targets = _chunk_inputs()
+    hidden.requires_grad_(), weight.requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16), OpDtypes() as ops:
+        chunked_cross_entropy(hidden, weight, targets, chunk_tokens=4)
+    matmuls = ops.dtypes_of(MATMULS)
+    assert len(matmuls) == 3 * 3  # 3 chunks × (logits, grad of hidden, grad of weight)
+    assert all(set(dtypes) == {torch.bfloat16} for dtypes in matmuls), matmuls
+
+
+def test_chunked_loss_computes_gradients_exactly_when_they_are_needed():
+    from tests.dtype_recorder import MATMULS, OpDtypes
+    hidden, weight, targets = _chunk_inputs()
+    hidden.requires_grad_(), weight.requires_grad_()
+    with torch.no_grad(), OpDtypes() as ops:  # evaluation: one matmul per chunk, no gradient work
+        chunked_cross_entropy(hidden, weight, targets, chunk_tokens=4)
+    assert len(ops.dtypes_of(MATMULS)) == 3
+    frozen = weight.detach()  # a frozen head: the hidden states still need their gradient
+    hidden.grad = None
+    chunked_cross_entropy(hidden, frozen, targets, chunk_tokens=4).backward()
+    expected = hidden.detach().clone().requires_grad_()
+    F.cross_entropy(expected @ frozen.T, targets, ignore_index=IGNORE_INDEX).backward()
+    torch.testing.assert_close(hidden.grad, expected.grad)
+
+
+def test_chunked_loss_in_float64_is_the_float64_math():
+    """Accumulation at least fp32 means fp64 inputs accumulate in fp64: loss and both gradients equal
+    F.cross_entropy's in float64 to 1e-12 (an fp32 accumulator or row weight would miss by ~1e-8)."""
+    hidden, weight, targets = _chunk_inputs(n=10, dtype=torch.float64)  # 9 scored rows: 1/9 is inexact in fp32
+    ours = [t.clone().requires_grad_() for t in (hidden, weight)]
+    ref = [t.clone().requires_grad_() for t in (hidden, weight)]
+    loss = chunked_cross_entropy(*ours, targets, chunk_tokens=4)
+    expected = F.cross_entropy(ref[0] @ ref[1].T, targets, ignore_index=IGNORE_INDEX)
+    loss.backward(), expected.backward()
+    torch.testing.assert_close(loss, expected, rtol=1e-12, atol=1e-12)
+    for a, b in zip(ours, ref):
+        assert a.grad.dtype == torch.float64
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-12, atol=1e-12)

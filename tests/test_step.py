@@ -195,3 +195,20 @@ def test_an_fp32_step_runs_every_matmul_in_fp32():
     matmuls = ops.dtypes_of(MATMULS)
     assert matmuls and all(set(d) == {torch.float32} for d in matmuls)
     assert loss.dtype == torch.float32
+
+
+@pytest.mark.parametrize("last_good, where", [
+    (None, "no checkpoint was written yet"),
+    ("ck/step_0000002", "the last good checkpoint is ck/step_0000002"),
+])
+def test_the_stop_message_names_the_last_good_checkpoint_or_says_there_is_none(last_good, where):
+    from pathlib import Path
+
+    from training.step import NonFiniteLoss
+    guard = NonFiniteGuard(torch.device("cpu"))
+    guard.update(torch.tensor(False), 3)
+    with pytest.raises(NonFiniteLoss) as e:
+        guard.check(4, Path(last_good) if last_good else None)
+    assert str(e.value) == (f"non-finite loss or gradient at step 3 (update skipped, weights unchanged); {where} — "
+                            "lower optim.lr, raise optim.warmup_steps or check the data, or set "
+                            "trainer.skip_nonfinite_steps=N to skip such steps")
