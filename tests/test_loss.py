@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from model import ModelConfig, Transformer
+from tests.dtype_recorder import MATMULS, OpDtypes
 from training.loss import DEFAULT_CHUNK_ABOVE, IGNORE_INDEX, CausalLMLoss, chunked_cross_entropy
 
 VOCAB = 96
@@ -187,7 +188,6 @@ def test_chunked_loss_of_bf16_inputs_accumulates_in_fp32_and_returns_bf16_gradie
 
 
 def test_chunked_loss_under_autocast_runs_its_matmuls_in_the_autocast_dtype():
-    from tests.dtype_recorder import MATMULS, OpDtypes
     hidden, weight, targets = _chunk_inputs()
     hidden.requires_grad_(), weight.requires_grad_()
     with torch.autocast("cpu", dtype=torch.bfloat16), OpDtypes() as ops:
@@ -198,7 +198,6 @@ def test_chunked_loss_under_autocast_runs_its_matmuls_in_the_autocast_dtype():
 
 
 def test_chunked_loss_computes_gradients_exactly_when_they_are_needed():
-    from tests.dtype_recorder import MATMULS, OpDtypes
     hidden, weight, targets = _chunk_inputs()
     hidden.requires_grad_(), weight.requires_grad_()
     with torch.no_grad(), OpDtypes() as ops:  # evaluation: one matmul per chunk, no gradient work

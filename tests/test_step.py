@@ -1,12 +1,13 @@
 """training/step.py: a non-finite step never reaches weights or optimizer state; the record counts streaks."""
 import contextlib
 import copy
+from pathlib import Path
 
 import pytest
 import torch
 
 from tests.dtype_recorder import ATTENTION, MATMULS, SOFTMAX_LOSS
-from training.step import NonFiniteGuard, TrainStep, commit, global_grad_norm, supports_device_skip
+from training.step import NonFiniteGuard, NonFiniteLoss, TrainStep, commit, global_grad_norm, supports_device_skip
 
 
 def tiny_regression():
@@ -202,9 +203,6 @@ def test_an_fp32_step_runs_every_matmul_in_fp32():
     ("ck/step_0000002", "the last good checkpoint is ck/step_0000002"),
 ])
 def test_the_stop_message_names_the_last_good_checkpoint_or_says_there_is_none(last_good, where):
-    from pathlib import Path
-
-    from training.step import NonFiniteLoss
     guard = NonFiniteGuard(torch.device("cpu"))
     guard.update(torch.tensor(False), 3)
     with pytest.raises(NonFiniteLoss) as e:
