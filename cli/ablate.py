@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from analysis.ablation import manifest
-from analysis.ablation.configs import cell_values, validate
+from analysis.ablation.configs import apply_transfer, cell_values, validate
 from analysis.ablation.planning import spread_from
 from analysis.looks import check_added_seeds
 from analysis.ablation.protocol import ProtocolError, Spec, load_spec_file, merge_overrides, parse_sizes, split_overrides
@@ -62,6 +62,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--sizes", default=None, metavar="'KEY=V1,V2 …'",
                    help="model sizes as sweep terms, zipped, one quoted argument, e.g. "
                    "'model.hidden_size=96,192 model.n_heads=2,4'")
+    p.add_argument("--transfer-from", default=None, metavar="SIZE",
+                   help="tune LRs only at this size, under μP, and reuse them at every size (a width ladder; "
+                   "docs/mup.md)")
     p.add_argument("--probe-steps", type=int, default=10, help="steps of the timing run per size before "
                    "the cost is printed (0: no timing run; the cost is estimated once stage 1 has runs)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its cost, then stop")
@@ -106,6 +109,8 @@ def build_spec(args, stored: Spec = None, train_overrides=()) -> Spec:
         fields["stage1_seed"] = args.stage1_seed
     if args.sizes:
         fields["sizes"] = parse_sizes(args.sizes.split())
+    if args.transfer_from:
+        fields["transfer_from"] = args.transfer_from
     fields["train_overrides"] = merge_overrides(fields["train_overrides"], train_overrides)
     return Spec(**fields)
 
@@ -118,6 +123,7 @@ def open_protocol(args) -> Protocol:
     if stored is None and directory.is_dir() and any(directory.iterdir()):
         raise ProtocolError(f"{directory} is not empty and holds no {manifest.MANIFEST}; choose a new --dir")
     spec = build_spec(args, manifest.spec_of(stored) if stored else None, train_overrides)
+    apply_transfer(spec, typed_config)  # before the comparison: a stored spec holds the μP overrides it added
     if stored:
         manifest.check_continuable(manifest.spec_of(stored), spec, directory / manifest.MANIFEST)
         check_added_seeds(stored.get("looks") or [], {"stage2": spec.seeds}, args.sequential,

@@ -163,6 +163,32 @@ def test_a_best_lr_at_the_grids_edge_runs_one_more_point_beyond_it(tmp_path, cac
     assert "lr 0.01 |" in (tmp_path / "p" / "report" / "results.md").read_text()
 
 
+def test_transfer_from_sweeps_lrs_at_the_narrow_width_only_and_trains_every_width_under_mup(tmp_path, cache_dir,
+                                                                                              capsys, forking):
+    """--transfer-from w32: stage 1 at w32 only; w64 measured at w32's chosen LRs; every run under μP, base 32;
+    the cost printed first says what the skipped sweep would have cost."""
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump({**PROTOCOL, "lr_grid": [1e-3, 1e-2], "seeds": [0],
+                                                      "sizes": {"w32": ["model.hidden_size=32"],
+                                                                "w64": ["model.hidden_size=64"]}}))
+    status = main(["--protocol", str(tmp_path / "t.yaml"), "--dir", str(tmp_path / "p"), "--probe-steps", "2",
+                   "--transfer-from", "w32", *tiny(), f"data.cache_dir={cache_dir}"])
+    out = capsys.readouterr().out
+    assert status == 0, out[-3000:]
+    saving = re.search(r"transfer_from w32 \(μP\): stage 1 sweeps LRs only there and every size reuses them; 4 grid "
+                       r"runs at w64 are not trained, saving (\d+\.\d) min", out)
+    assert saving and out.index(saving.group(0)) < out.index("==> stage1")
+    runs, manifest = tmp_path / "p" / "runs", yaml.safe_load((tmp_path / "p" / MANIFEST).read_text())
+    assert not list((runs / "w64").rglob("*_seed100")) and len(list((runs / "w32").rglob("*_seed100/config.yaml"))) == 4
+    assert manifest["chosen_lr"]["w64"] == manifest["chosen_lr"]["w32"]
+    assert manifest["cost"]["before stage1"]["transfer_saves"]["runs"] == 4
+    for name, config in configs(runs).items():
+        assert (config["model"]["parametrization"], config["model"]["mup_base_width"]) == ("mup", 32), name
+        size, variant, _ = name.split("/")
+        if name.endswith("seed0"):
+            assert config["optim"]["lr"] in {manifest["chosen_lr"]["w32"][variant], manifest["chosen_lr"]["w32"]["ref"]}
+    assert "reuse the LRs chosen at **w32**" in (tmp_path / "p" / "report" / "results.md").read_text()
+
+
 def test_seeds_are_not_added_after_a_look_unless_sequential(finished, tmp_path, capsys):
     protocol = tmp_path / "p"
     shutil.copytree(finished[0], protocol)

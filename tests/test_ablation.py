@@ -11,8 +11,8 @@ import torch
 import yaml
 from matplotlib import image
 
-from analysis.ablation.configs import validate
-from analysis.ablation.protocol import load_spec_file
+from analysis.ablation.configs import apply_transfer, validate
+from analysis.ablation.protocol import ProtocolError, Spec, load_spec_file
 from cli.ablate import DEFAULT_PROTOCOL
 from cli.config import compose
 from model import Transformer
@@ -223,3 +223,27 @@ def test_the_stored_planning_spread_is_the_first_protocols_measured_one():
     assert spec.planning_sd == pytest.approx(sd, abs=5e-6) and dof == 16
     assert "layernorm" in spec.planning_sd_source and "16 dof" in spec.planning_sd_source
     assert spec.seeds == [0, 1, 2, 3, 4] and spec.planned_seed_count() == (5, 33)  # capped by the budget, and says so
+
+
+def test_transfer_from_trains_every_cell_under_mup_based_at_that_width():
+    """width_mup.yaml: the LR sweep at w96 only; every cell, w384's too, under μP with base width 96."""
+    spec, models, budgets = validated(DEFAULT_PROTOCOL.parent / "width_mup.yaml")
+    assert spec.transfer_from == "w96" and spec.sweep_sizes == ["w96"]
+    assert {"model.parametrization=mup", "model.mup_base_width=96"} <= set(spec.train_overrides)
+    cfg = compose_typed([f"experiment={spec.experiment}", *spec.train_overrides, *spec.sizes["w384"],
+                         "model.norm=layernorm"])
+    assert (cfg.model.parametrization, cfg.model.mup_base_width, cfg.model.hidden_size, cfg.model.n_layers) == (
+        "mup", 96, 384, 2)
+    assert models["w384"]["rmsnorm_swiglu"]["total"] > models["w96"]["rmsnorm_swiglu"]["total"]
+
+
+def test_transfer_from_refuses_a_depth_ladder_and_keeps_a_base_width_it_is_given():
+    depth = Spec(**{**load_spec_file(DEFAULT_PROTOCOL).to_dict(), "transfer_from": "d2"})
+    with pytest.raises(ProtocolError, match=r"differ in depth \(n_layers d2=2, d6=6\); μP transfers the LR across "
+                                            r"width only") as e:
+        apply_transfer(depth, compose_typed)
+    assert "\n" not in str(e.value)
+    width = load_spec_file(DEFAULT_PROTOCOL.parent / "width_mup.yaml")
+    width.train_overrides = [*width.train_overrides, "model.mup_base_width=192"]  # the user's base: μP equals SP there
+    apply_transfer(width, compose_typed)
+    assert width.train_overrides[-2:] == ["model.mup_base_width=192", "model.parametrization=mup"]

@@ -88,3 +88,21 @@ def test_move_aside_keeps_everything(tmp_path):
         assert not path.exists() and (moved / "metrics.jsonl").exists()
     kept = sorted(p.parent for p in discarded.rglob("metrics.jsonl"))
     assert len(kept) == 2  # the second move did not overwrite the first
+
+
+def test_under_transfer_from_every_size_takes_the_transfer_sizes_choice(tmp_path):
+    """Only w64 sweeps; w256 (and a variant that runs only at w64) take what w64 chose, once it is settled."""
+    spec = Spec(variants={"ref": [], "gelu": [], "qk": []}, reference="ref", lr_grid=[1e-3, 3e-3, 1e-2], seeds=[1],
+                sizes={"w64": [], "w256": ["model.hidden_size=256"]}, variant_sizes={"qk": ["w64"]},
+                transfer_from="w64", stage1_seed=0, lr_extensions=0)
+    runs = tmp_path / "runs"
+    for variant, bpbs in (("ref", (2.2, 2.05, 2.1)), ("gelu", (2.1, 2.2, 2.3)), ("qk", (2.3, 2.2, 2.25))):
+        for lr, bpb in zip(spec.lr_grid, bpbs):
+            write_run(runs, Cell("w64", variant, lr, 0).run_name, bpb=bpb)
+    inspect = lambda cells: {c: C.inspect(c, runs) for c in cells}
+    states = C.stage1_states(spec, inspect)
+    assert {c.size for c in states} == {"w64"} and len(states) == 9  # no LR sweep at w256
+    assert C.chosen_lrs(spec, states) == {"w64": {"ref": 3e-3, "gelu": 1e-3, "qk": 3e-3},
+                                          "w256": {"ref": 3e-3, "gelu": 1e-3}}
+    unsettled = {c: s for c, s in states.items() if c.variant != "gelu" or c.lr != 1e-2}
+    assert C.chosen_lrs(spec, unsettled) == {"w64": {"ref": 3e-3, "qk": 3e-3}, "w256": {"ref": 3e-3}}  # gelu waits

@@ -1,6 +1,7 @@
 """The μP transfer experiment (analysis/mup/transfer.py, transfer_report.py, cli/mup/transfer.py): the default
 plan is the issue's grid and every cell composes; the runner records each run once, continues where it
 stopped, moves a cut-off run aside; the report finds each width's best lr; one tiny real run end to end."""
+import dataclasses
 import json
 import math
 
@@ -65,6 +66,13 @@ def test_a_directory_keeps_its_plan_and_a_dry_run_writes_nothing(tmp_path):
     assert open_experiment(tmp_path / "exp", None) == SMALL
     with pytest.raises(TransferError, match="was started with another plan"):
         open_experiment(tmp_path / "exp", TransferSpec())
+    grown = dataclasses.replace(SMALL, lrs=(*SMALL.lrs, 0.08))  # a grid past its edge: the plan may grow
+    assert open_experiment(tmp_path / "exp", grown, create=False) == grown
+    assert open_experiment(tmp_path / "exp", None) == SMALL  # a dry run wrote nothing
+    assert open_experiment(tmp_path / "exp", grown) == grown and open_experiment(tmp_path / "exp", None) == grown
+    for shrunk in (SMALL, dataclasses.replace(grown, overrides=("trainer.max_steps=9",))):
+        with pytest.raises(TransferError, match="keeps every width, lr"):  # dropped points or other settings
+            open_experiment(tmp_path / "exp", shrunk)
     with pytest.raises(TransferError, match="two or more positive widths"):
         TransferSpec(widths=(64,))
 
@@ -79,7 +87,8 @@ def test_the_report_finds_each_widths_best_lr_and_how_far_it_moved(tmp_path):
     table = mean_losses(spec, read_results(tmp_path))
     assert best_lrs(table) == {("adamw", "mup"): {32: 0.02, 64: 0.02}, ("adamw", "sp"): {32: 0.04, 64: 0.01}}
     text = markdown(spec, table)
-    assert "AdamW · μP: best lr moved 2^+0 from width 32 to 64" in text
+    assert "AdamW · μP: best lr moved 2^+0 from width 32 to 64\n" in text  # interior: no edge warning
+    assert "2^-2 from width 32 to 64 (at the grid's edge at width 32, 64: the optimum may lie beyond it)" in text
     assert "AdamW · SP: best lr moved 2^-2 from width 32 to 64" in text and "| 64 | **3.0000** | 4.0000 | × |" in text
     two_seeds = TransferSpec(widths=(32, 64), lrs=(0.01,), seeds=(0, 1), optimizers=("adamw",),
                              parametrizations=("sp",))

@@ -112,6 +112,12 @@ def test_cell_names_are_directories_and_hydra_options():
     ({"alpha": 0.7}, "alpha=0.7"), ({"multitest": "fdr_bh"}, "multitest='fdr_bh' must be one of holm"),
     ({"equivalence_margin": 0}, "equivalence_margin=0"), ({"power": 1.0}, "power=1.0"),
     ({"lr_extensions": -1}, "lr_extensions=-1"), ({"seeds": "all"}, "seeds='all' must be a list"),
+    ({"transfer_from": "huge"}, "transfer_from='huge' is not a size (small, wide)"),
+    ({"transfer_from": "wide", "variant_sizes": {"gelu": ["small"]}}, "transfer_from=wide: gelu never run(s) there"),
+    ({"transfer_from": "small", "train_overrides": ["model.parametrization=sp"]},
+     "transfer_from needs model.parametrization=mup, but train_overrides sets model.parametrization=sp"),
+    ({"transfer_from": "small", "variants": {"ref": [], "gelu": ["model.parametrization=sp"]}},
+     "but gelu sets model.parametrization=sp"),
 ])
 def test_bad_specs_are_one_line_errors(changes, message):
     if message is None:  # fine: an empty secondary means every other variant
@@ -151,3 +157,14 @@ def test_launcher_overrides_are_kept_apart_and_later_overrides_win():
     assert merge_overrides(["model=25m", "trainer.max_steps=5", "data.cache_dir=/a"],
                            ["data.cache_dir=/b", "trainer.num_threads=2"]) == [
         "model=25m", "trainer.max_steps=5", "data.cache_dir=/b", "trainer.num_threads=2"]
+
+
+def test_transfer_from_sweeps_lrs_at_one_size_and_every_size_measures_at_them():
+    """μP transfer: stage 1 only at the transfer size; stage 2 at every size, at the LRs chosen there."""
+    s = spec(transfer_from="small", stage1_seed=7)
+    assert s.sweep_sizes == ["small"] and spec().sweep_sizes == ["small", "wide"]
+    cells = stage1_cells(s)
+    assert {(c.size, c.variant, c.lr) for c in cells} == {("small", v, lr) for v in ("ref", "gelu") for lr in (1e-3, 1e-2)}
+    chosen = {"small": {"ref": 1e-2, "gelu": 1e-3}, "wide": {"ref": 1e-2, "gelu": 1e-3}}  # what cells.chosen_lrs gives
+    assert {(c.size, c.variant, c.lr) for c in stage2_cells(s, chosen) if c.seed == 0} == {
+        (size, v, lr) for size in ("small", "wide") for v, lr in (("ref", 1e-2), ("gelu", 1e-3), ("gelu", 1e-2))}

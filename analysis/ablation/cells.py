@@ -103,11 +103,15 @@ def stage1_states(spec: Spec, inspect_cells: Callable[[List[Cell]], Dict[Cell, C
 def chosen_lrs(spec: Spec, states: Dict[Cell, CellState]) -> Dict[str, Dict[str, Optional[float]]]:
     """{size: {variant: best stage-1 LR}} for the variants whose LR sweep is settled (every LR done and
     no extension called for); None for a variant that diverged at every LR. Variants still sweeping are
-    left out."""
+    left out. Under transfer_from every size takes the transfer size's choices (μP: the same best LR)."""
     done, chosen = done_bpb(states), {size: {} for size in spec.sizes}
-    for size in spec.sizes:
+    for size in spec.sweep_sizes:
         for variant in spec.variants_at(size):
             sweep = lr_sweep(spec, size, variant, done)
             if sweep.settled:
                 chosen[size][variant] = sweep.best
+    if spec.transfer_from:
+        tuned = chosen[spec.transfer_from]
+        for size in spec.sizes:
+            chosen[size] = {v: tuned[v] for v in spec.variants_at(size) if v in tuned}
     return chosen

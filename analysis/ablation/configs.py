@@ -26,6 +26,7 @@ def validate(spec: Spec, compose: Compose) -> Tuple[Dict[str, Dict[str, dict]], 
     """({size: {variant: parameter counts}}, {size: the reference's workload}); a cell that would not
     compose or build is a ProtocolError naming it."""
     check_overlaps(spec)
+    apply_transfer(spec, compose)
     models, budgets = {}, {}
     for size, size_overrides in spec.sizes.items():
         models[size] = {}
@@ -46,6 +47,28 @@ def validate(spec: Spec, compose: Compose) -> Tuple[Dict[str, Dict[str, dict]], 
             if variant == spec.reference:
                 budgets[size] = budget_of(cfg)
     return models, budgets
+
+
+def apply_transfer(spec: Spec, compose: Compose) -> None:
+    """Under transfer_from, every cell trains under μP with the transfer size's width as the base (unless
+    the command line names a parametrization or base of its own), and the sizes must be a width ladder:
+    μP keeps the best LR across width, not across depth."""
+    if not spec.transfer_from:
+        return
+    preset = [f"experiment={spec.experiment}"] if spec.experiment else []
+    try:
+        models = {size: compose([*preset, *spec.train_overrides, *overrides]).model
+                  for size, overrides in spec.sizes.items()}
+    except (ValueError, TypeError) as e:
+        raise ProtocolError(f"transfer_from: a size does not compose: {str(e).strip().splitlines()[0]}")
+    depths = ", ".join(f"{size}={m.n_layers}" for size, m in models.items())
+    if len({m.n_layers for m in models.values()}) > 1:
+        raise ProtocolError(f"transfer_from: the sizes differ in depth (n_layers {depths}); μP transfers the LR "
+                            "across width only: make the sizes a width ladder, e.g. --sizes "
+                            "'model.hidden_size=96,192,384', or drop transfer_from")
+    given = {o.split("=", 1)[0].lstrip("+") for o in spec.train_overrides}
+    added = {"model.parametrization": "mup", "model.mup_base_width": models[spec.transfer_from].hidden_size}
+    spec.train_overrides = [*spec.train_overrides, *(f"{k}={v}" for k, v in added.items() if k not in given)]
 
 
 def budget_of(cfg) -> Budget:

@@ -86,6 +86,20 @@ def table(lines: List[Line], source: str, done: int, stages: int) -> str:
     return "\n".join(out)
 
 
+def transfer_saving(spec, seconds: Dict[str, Optional[float]]) -> dict:
+    """What transfer_from saves: the LR grid's runs at every other size, which stage 1 then never trains
+    ({} without transfer_from). Extensions past an edge would have cost more; they are not counted."""
+    if not spec.transfer_from:
+        return {}
+    skipped = {size: len(spec.variants_at(size)) * len(spec.lr_grid) for size in spec.sizes if size != spec.transfer_from}
+    known = all(seconds.get(size) is not None for size in skipped)
+    minutes = sum(n * seconds[size] for size, n in skipped.items()) / 60 if known else None
+    text = (f"transfer_from {spec.transfer_from} (μP): stage 1 sweeps LRs only there and every size reuses them; "
+            f"{sum(skipped.values())} grid runs at {', '.join(skipped) or 'no other size'} are not trained, saving "
+            + ("? min (no timing yet)" if minutes is None else f"{minutes:.1f} min") + " (extensions not counted)")
+    return {"text": text, "runs": sum(skipped.values()), "minutes": None if minutes is None else round(minutes, 1)}
+
+
 def _s(seconds: Optional[float]) -> str:
     return "?" if seconds is None else f"{seconds:.0f} s"
 

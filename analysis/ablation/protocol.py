@@ -49,6 +49,10 @@ class Spec:
     planning_sd: Optional[float] = None  # bpb: spread of per-seed paired differences the plan assumes
     planning_sd_source: str = ""  # where planning_sd was measured (--spread-from fills it in)
     max_seeds: int = 10  # seeds: auto never plans more
+    # μP transfer (docs/mup.md): a size whose stage-1 LRs every size reuses — the LR sweep runs only there,
+    # every cell trains under model.parametrization=mup with that size's width as the base. Sizes must then
+    # differ in width alone: μP makes the best LR width-independent, not depth-independent.
+    transfer_from: Optional[str] = None
 
     def __post_init__(self):
         self.variants = {str(k): list(v or []) for k, v in self.variants.items()}
@@ -74,6 +78,7 @@ class Spec:
             _require(sizes and set(sizes) <= set(self.sizes),
                      f"variant_sizes: {variant} lists {sizes}; pick one or more of the sizes {', '.join(self.sizes)}")
         self._check_preregistration()
+        self._check_transfer()
         if self.seeds == "auto":
             self.seeds = list(range(self.planned_seed_count()[0]))
         _require(isinstance(self.seeds, list), f"seeds={self.seeds!r} must be a list of seeds or 'auto'")
@@ -111,6 +116,27 @@ class Spec:
         _require(self.target_mde > 0, f"target_mde={self.target_mde} must be > 0 (bpb)")
         _require(self.planning_sd is None or self.planning_sd > 0, f"planning_sd={self.planning_sd} must be > 0")
         _require(self.max_seeds >= MIN_SEEDS, f"max_seeds={self.max_seeds} must be >= {MIN_SEEDS}")
+
+    def _check_transfer(self) -> None:
+        if self.transfer_from is None:
+            return
+        self.transfer_from = str(self.transfer_from)
+        _require(self.transfer_from in self.sizes, f"transfer_from={self.transfer_from!r} is not a size "
+                                                   f"({', '.join(self.sizes)}); name the size to tune at, e.g. the narrowest")
+        missing = [v for v in self.variants if not self.runs_at(v, self.transfer_from)]
+        _require(not missing, f"transfer_from={self.transfer_from}: {', '.join(missing)} never run(s) there, so "
+                              "no LR could be tuned for them; add the size to their variant_sizes")
+        for owner, overrides in [("train_overrides", self.train_overrides), *self.sizes.items(), *self.variants.items()]:
+            for o in overrides:
+                key, _, value = o.lstrip("+").partition("=")
+                _require(key != "model.parametrization" or value == "mup",
+                         f"transfer_from needs model.parametrization=mup, but {owner} sets {o}: under SP the best "
+                         "LR moves with width, so a tuned LR would not transfer; drop it or drop transfer_from")
+
+    @property
+    def sweep_sizes(self) -> List[str]:
+        """The sizes stage 1 sweeps LRs at: all of them, or only transfer_from's."""
+        return [self.transfer_from] if self.transfer_from else list(self.sizes)
 
     def family(self, tier: str) -> List[str]:
         """The variants whose contrast with the reference is in the tier's family."""
@@ -165,8 +191,8 @@ class Cell:
 def stage1_cells(spec: Spec, done: Optional[Dict[Cell, Optional[float]]] = None) -> List[Cell]:
     """Every variant at every LR of its sweep, at every size, on the stage-1 seed: the grid, plus the
     extensions the results so far call for (`done`: final bpb of finished cells, None = diverged)."""
-    return [Cell(size, variant, lr, spec.stage1_seed) for size in spec.sizes for variant in spec.variants_at(size)
-            for lr in lr_sweep(spec, size, variant, done).lrs]
+    return [Cell(size, variant, lr, spec.stage1_seed) for size in spec.sweep_sizes
+            for variant in spec.variants_at(size) for lr in lr_sweep(spec, size, variant, done).lrs]
 
 
 def lr_sweep(spec: Spec, size: str, variant: str, done: Optional[Dict[Cell, Optional[float]]] = None) -> Sweep:

@@ -132,7 +132,7 @@ def _power(spec: Spec, contrasts: List[K.Contrast], source: str) -> str:
 def _lr_section(spec: Spec, states: States, chosen, out: Path) -> str:
     done = done_bpb({c: s for c, s in states.items() if c.seed == spec.stage1_seed})
     sweeps, lines = {size: {} for size in spec.sizes}, ["## Stage 1: learning-rate sweep\n"]
-    for size in spec.sizes:
+    for size in spec.sweep_sizes:
         lrs = sorted({c.lr for c in done if c.size == size} | set(spec.lr_grid))
         header = ["variant"] + [f"lr {lr:g}" for lr in lrs] + ["chosen"]
         lines += [f"**{size}** (final val bpb, seed {spec.stage1_seed}; † = an extension beyond the grid):", "",
@@ -148,6 +148,11 @@ def _lr_section(spec: Spec, states: States, chosen, out: Path) -> str:
             cells = [_bpb_cell(results, lr, best, lr not in spec.lr_grid) for lr in lrs]
             lines.append("| " + " | ".join([variant] + cells + [note]) + " |")
         lines.append("")
+    others = [size for size in spec.sizes if size not in spec.sweep_sizes]
+    if others:
+        lines += [f"Sizes {', '.join(others)} reuse the LRs chosen at **{spec.transfer_from}** (`transfer_from`): every "
+                  "cell trains under μP (`model.parametrization=mup`, base width = that size's), whose best LR holds "
+                  "across width (docs/mup.md shows how far that held in our transfer experiment).", ""]
     if any(sweeps.values()):
         plot_lr_sweep({s: v for s, v in sweeps.items() if v}, chosen, out / "lr_sweep.png")
         lines.append("![LR sweep](lr_sweep.png)\n")

@@ -162,7 +162,8 @@ def print_cost(proto: Protocol, seconds: dict, source: str, before: str = "stage
         for variant in spec.variants_at(size):
             if variant not in chosen[size]:
                 stage2 += len(spec.seeds) * (1 if variant == spec.reference else 2)
-                extensions += spec.lr_extensions - lr_sweep(spec, size, variant, C.done_bpb(s1)).extensions
+                if size in spec.sweep_sizes:
+                    extensions += spec.lr_extensions - lr_sweep(spec, size, variant, C.done_bpb(s1)).extensions
             elif spec.reference not in chosen[size]:  # its shared-LR cells wait for the reference's LR
                 stage2 += len(spec.seeds)
         states = proto.states([c for c in stage2_cells(spec, chosen) if c.size == size])
@@ -176,9 +177,13 @@ def print_cost(proto: Protocol, seconds: dict, source: str, before: str = "stage
     print(cost.table(lines, source, done, stages=2))
     if extensions:
         print(f"+ up to {extensions} stage-1 extension runs if best LRs land at the grid's edge (not counted above)")
+    saved = cost.transfer_saving(spec, seconds)
+    if saved:
+        print(saved["text"])
     print(power_table(spec, spec.planning_sd, proto.planning_source), flush=True)
-    estimates = {**(proto.data.get("cost") or {}), f"before {before}": {"source": source, **cost.summary(lines),
-                                                                        "possible_extensions": extensions}}
+    estimates = {**(proto.data.get("cost") or {}), f"before {before}": {
+        "source": source, **cost.summary(lines), "possible_extensions": extensions,
+        **({"transfer_saves": {k: v for k, v in saved.items() if k != "text"}} if saved else {})}}
     proto.save(cost=estimates)
 
 

@@ -66,6 +66,12 @@ class TransferSpec:
         return [Cell(o, p, w, lr, s) for s in self.seeds for w in sorted(self.widths, reverse=True)
                 for o in self.optimizers for p in self.parametrizations for lr in self.lrs]
 
+    def extends(self, other: "TransferSpec") -> bool:
+        """The same runs' settings, with at least every grid point of `other`: its results stay valid."""
+        same = all(getattr(self, k) == getattr(other, k) for k in ("min_lr_ratio", "experiment", "overrides"))
+        return same and all(set(getattr(other, k)) <= set(getattr(self, k))
+                            for k in ("widths", "lrs", "seeds", "optimizers", "parametrizations"))
+
     def to_dict(self) -> dict:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
 
@@ -83,10 +89,15 @@ def open_experiment(directory: Path, spec: Optional[TransferSpec], create: bool 
             stored = TransferSpec.from_dict(json.loads(path.read_text()))
         except (OSError, ValueError, TypeError) as e:
             raise TransferError(f"{path} is unreadable ({e}); restore it or start a new --dir") from None
-        if spec is not None and spec != stored:
+        if spec is None or spec == stored:
+            return stored
+        if not spec.extends(stored):
             raise TransferError(f"{directory} was started with another plan ({path}); rerun it without grid options, "
-                                "or start a new --dir")
-        return stored
+                                "or with a grid that keeps every width, lr, seed, optimizer and parametrization "
+                                "of it (it may add some), or start a new --dir")
+        if create:  # a grown grid: the runs already done are kept, the new points are added
+            path.write_text(json.dumps(spec.to_dict(), indent=1) + "\n")
+        return spec
     spec = spec or TransferSpec()
     if create:
         directory.mkdir(parents=True, exist_ok=True)

@@ -53,6 +53,9 @@ def markdown(spec: TransferSpec, losses: Losses) -> str:
         optimizer, parametrization = key
         moved = f"best lr moved 2^{drift(best[key]):+.0f} from width {min(best[key])} to {max(best[key])}" \
             if len(best.get(key, {})) > 1 else "best lr: too few widths finished"
+        edges = [w for w, lr in sorted(best.get(key, {}).items()) if lr in (min(spec.lrs), max(spec.lrs))]
+        if edges:  # the optimum may lie past the grid: the move shown is then a bound, not a measurement
+            moved += f" (at the grid's edge at width {', '.join(map(str, edges))}: the optimum may lie beyond it)"
         out += [f"## {NAMES[optimizer]} · {NAMES[parametrization]}: {moved}", "",
                 "| width | " + " | ".join(f"lr {lr:.3g}" for lr in spec.lrs) + " | best lr |",
                 "|---:|" + "---:|" * (len(spec.lrs) + 1)]

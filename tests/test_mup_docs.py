@@ -1,0 +1,42 @@
+"""docs/mup.md's transfer experiment traces to its per-run file: the tables are what the report code makes of
+docs/mup/transfer/results.jsonl, and the verdicts the text states (where each best lr sits, how far it
+moved, the seed noise) follow from it."""
+import json
+import statistics
+
+from analysis.mup.transfer import TransferSpec, read_results
+from analysis.mup.transfer_report import best_lrs, drift, markdown, mean_losses
+from tests.train_helpers import REPO
+
+STORED = REPO / "docs" / "mup" / "transfer"
+
+
+def stored():
+    spec = TransferSpec.from_dict(json.loads((STORED / "spec.json").read_text()))
+    return spec, read_results(STORED)
+
+
+def test_the_tables_in_the_docs_are_the_reports_of_the_stored_runs():
+    spec, results = stored()
+    assert len(results) == len(spec.cells()) == 192  # every cell of the grown grid ran
+    tables = markdown(spec, mean_losses(spec, results))
+    assert tables == (STORED / "results.md").read_text()
+    text = (REPO / "docs" / "mup.md").read_text()
+    assert tables[tables.index("## "):].replace("## ", "#### ").rstrip("\n") in text
+
+
+def test_the_stated_verdicts_follow_from_the_runs():
+    spec, results = stored()
+    losses = mean_losses(spec, results)
+    best = best_lrs(losses)
+    assert set(best[("muon", "mup")].values()) == {2 ** -5} and max(spec.lrs) > 2 ** -5  # put, and interior
+    assert best[("muon", "sp")][64] == 2 ** -5 and drift(best[("muon", "sp")]) == -2
+    assert best[("adamw", "mup")] == {64: 2 ** -7, 128: 2 ** -7, 256: 2 ** -7, 512: 2 ** -8}
+    assert best[("adamw", "sp")] == {64: 2 ** -7, 128: 2 ** -9, 256: 2 ** -9, 512: 2 ** -9}
+    muon_mup = losses[("muon", "mup")]
+    assert all(muon_mup[a][lr] > muon_mup[b][lr] for lr in spec.lrs for a, b in ((64, 128), (128, 256), (256, 512)))
+    adamw_mup = losses[("adamw", "mup")]
+    assert all(adamw_mup[512][lr] > adamw_mup[256][lr] for lr in spec.lrs)  # the anomaly the text reports
+    spread = {o: statistics.median(abs(results[c.name]["val_loss"] - results[c.name[:-1] + "1"]["val_loss"])
+                                   for c in spec.cells() if c.optimizer == o and c.seed == 0) for o in spec.optimizers}
+    assert round(spread["muon"], 3) == 0.013 and round(spread["adamw"], 3) == 0.046
