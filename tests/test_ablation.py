@@ -181,6 +181,7 @@ def test_protocol_preset_is_the_documented_cpu_budget():
 def validated(path):
     """(spec, models, budgets) of a protocol file; composing every cell takes seconds, so once."""
     spec = load_spec_file(path)
+    apply_transfer(spec, compose_typed)  # as cli/ablate.py's open_protocol does, before validating
     return (spec, *validate(spec, compose_typed))  # raises, naming the cell, if one does not compose or build
 
 

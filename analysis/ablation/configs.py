@@ -26,7 +26,6 @@ def validate(spec: Spec, compose: Compose) -> Tuple[Dict[str, Dict[str, dict]], 
     """({size: {variant: parameter counts}}, {size: the reference's workload}); a cell that would not
     compose or build is a ProtocolError naming it."""
     check_overlaps(spec)
-    apply_transfer(spec, compose)
     models, budgets = {}, {}
     for size, size_overrides in spec.sizes.items():
         models[size] = {}
