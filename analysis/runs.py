@@ -45,6 +45,12 @@ class Run:
     def final(self) -> dict:
         return self.evals[-1]
 
+    @property
+    def precisions(self) -> List[str]:
+        """What it trained in (bf16 | fp32), in order: two if a resume on another machine changed it, none if
+        its metrics predate the train rows recording it."""
+        return list(dict.fromkeys(r["precision"] for r in self.trains if "precision" in r))
+
     def tokens_per_s(self) -> float:
         """Median over log intervals: eval pauses are already excluded, and the median ignores the
         slow first interval (allocator and thread-pool warm-up)."""

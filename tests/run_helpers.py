@@ -10,8 +10,9 @@ RATES = [100.0, 1000.0, 1010.0, 1020.0]  # tokens/s per log interval: a slow fir
 
 
 def write_run(root: Path, name: str, *, norm="rmsnorm", mlp="swiglu", seed=0, bpb=1.0, max_steps=4, last_step=None,
-              rms=True, hidden_size=32, cache_dir="cache", lr=3e-3, extra_model=None) -> Path:
-    """A run directory as train.py leaves it: config.yaml and metrics.jsonl (evals at steps 2 and 4)."""
+              rms=True, hidden_size=32, cache_dir="cache", lr=3e-3, extra_model=None, precision="bf16") -> Path:
+    """A run directory as train.py leaves it: config.yaml and metrics.jsonl (evals at steps 2 and 4). precision:
+    what its train rows record ("bf16+fp32": a resume switched half-way; None: rows from before they recorded it)."""
     run = root / name
     run.mkdir(parents=True)
     config = {"model": {"vocab_size": 64, "hidden_size": hidden_size, "n_layers": 2, "n_heads": 4, "n_kv_heads": None,
@@ -22,10 +23,12 @@ def write_run(root: Path, name: str, *, norm="rmsnorm", mlp="swiglu", seed=0, bp
               "trainer": {"max_steps": max_steps, "precision": "bf16", "device": "cpu"},
               "logger": {"wandb": "disabled", "tags": [f"norm={norm}"]}, "seed": seed, "run_name": name}
     (run / "config.yaml").write_text(yaml.safe_dump(config))
-    rows = []
+    rows, precisions = [], precision.split("+") if precision else []
     for step in range(1, (last_step or max_steps) + 1):
         rows.append({"kind": "train", "step": step, "loss": 3.0, "tokens": 100 * step, "elapsed_s": 10.0 * step,
                      "tokens_per_s": RATES[(step - 1) % len(RATES)] + seed})
+        if precisions:
+            rows[-1]["precision"] = precisions[(step - 1) * len(precisions) // max_steps]
         if step % 2 == 0:
             final_bpb = bpb + (max_steps - step) * 0.5  # decreasing towards the given final value
             row = {"kind": "eval", "step": step, "tokens": 100 * step, "val_loss": BPB_TO_LOSS * final_bpb,

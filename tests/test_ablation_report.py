@@ -11,6 +11,7 @@ from matplotlib import image
 from scipy import stats
 
 from analysis.ablation import cells as C
+from analysis.ablation import export
 from analysis.ablation import report as protocol_report
 from analysis.ablation.protocol import Spec, stage2_cells
 from tests.run_helpers import write_run
@@ -172,6 +173,24 @@ def test_every_number_is_in_the_data_files_beside_the_report(finished):
     data = json.loads((out / "results.json").read_text())
     assert data["chosen_lr"] == CHOSEN and len(data["contrasts"]) == 2 * 2 * 3 and data["spec"]["primary"] == ["ln", "gelu"]
     assert "[per_seed.csv](per_seed.csv)" in text and (out / "results.md").read_text() == text
+    assert {r["precision"] for r in cells if r["state"] == "finished"} == {"bf16"}
+    finished_runs = sum(s.run is not None for s in states.values())
+    assert f"Precision (from the cells' metrics): bf16 in {finished_runs}.\n" in text and "⚠" not in text
+
+
+def test_cells_that_trained_in_different_precisions_are_flagged(tmp_path):
+    """A protocol resumed on another CPU class under trainer.precision=auto can mix bf16 and fp32 cells."""
+    kinds = {0: "bf16", 1: "bf16", 2: "fp32", 3: "bf16+fp32", 4: None}
+    states = {}
+    for seed, precision in kinds.items():
+        cell = C.Cell("small", "ref", 2e-3, seed)
+        write_run(tmp_path, cell.run_name, seed=seed, precision=precision)
+        states[cell] = C.inspect(cell, tmp_path)
+    text = protocol_report._precisions(states)
+    assert text.startswith("Precision (from the cells' metrics): bf16 in 2, fp32 in 1, bf16+fp32 in 1, not recorded "
+                           "in 1. ⚠ The cells did not all train in one precision")
+    rows = {r["seed"]: r["precision"] for r in export.cell_rows(SPEC, states)}
+    assert rows == {0: "bf16", 1: "bf16", 2: "fp32", 3: "bf16+fp32", 4: ""}
 
 
 def test_depth_check_and_figures(finished):

@@ -9,7 +9,10 @@ from safetensors.torch import load_file
 
 import training.build
 import training.compile
+import training.precision
+from analysis.runs import read_run
 from tests.train_helpers import read_metrics, train_in_process
+from training.run_state import read_state
 from training.loss import CausalLMLoss
 
 pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (conftest.py)
@@ -47,6 +50,31 @@ def test_a_bf16_run_keeps_fp32_master_weights_and_optimizer_state(tmp_path, tiny
     optimizer = torch.load(ckpt / "optimizer.pt", weights_only=True)
     moments = [v for state in optimizer["state"].values() for k, v in state.items() if k.startswith("exp_avg")]
     assert moments and {m.dtype for m in moments} == {torch.float32}
+
+
+def test_a_resume_on_another_machine_class_keeps_or_says_which_precision_it_trains_in(
+        tmp_path, tiny_data_cache, monkeypatch, capsys):
+    """Sessions move between CPU classes. state.json and every train row record what the run trains in; a
+    resume under `auto` keeps it, except bf16 where this CPU emulates it: then fp32, said in one warning line."""
+    speeds = {torch.bfloat16: 0.0004, torch.float32: 0.001}  # a CPU with AMX: auto picks bf16
+    monkeypatch.setattr(training.precision, "_matmul_seconds", lambda dtype: speeds[dtype])
+    run, args = tmp_path / "run", ["trainer.max_steps=4", "trainer.ckpt_interval=2", "trainer.eval_interval=2",
+                                   "trainer.log_interval=1", "trainer.activation_rms=false"]
+    train_in_process(run, *args, "trainer.stop_at_step=2", cache_dir=tiny_data_cache)
+    ckpt = run / "checkpoints" / "step_0000002"
+    assert read_state(ckpt)["precision"] == "bf16" and read_run(run).precisions == ["bf16"]
+    capsys.readouterr()
+    train_in_process(run, *args, cache_dir=tiny_data_cache, resume_ckpt=ckpt)  # same class: no word, still bf16
+    assert "warning: this run trained in" not in capsys.readouterr().out
+    assert read_state(run / "checkpoints" / "step_0000004")["precision"] == "bf16"
+    speeds[torch.bfloat16] = 0.030  # an AVX2 CPU: bf16 emulated
+    train_in_process(run, *args, cache_dir=tiny_data_cache, resume_ckpt=ckpt)
+    out = capsys.readouterr().out
+    assert "warning: this run trained in bf16 up to step 2 and continues in fp32" in out
+    assert read_state(run / "checkpoints" / "step_0000004")["precision"] == "fp32"
+    assert [(r["step"], r["precision"]) for r in read_metrics(run) if r["kind"] == "train"] == [
+        (1, "bf16"), (2, "bf16"), (3, "fp32"), (4, "fp32")]
+    assert read_run(run).precisions == ["bf16", "fp32"]
 
 
 @pytest.mark.parametrize("tf32", [True, False])

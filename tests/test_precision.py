@@ -50,3 +50,40 @@ def test_tf32_is_enabled_only_on_cuda(exact_fp32):
     assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
     assert not P.enable_tf32(torch.device("cuda", 0), enabled=False)  # trainer.tf32=false: exact fp32
     assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+
+
+AVX2 = {torch.bfloat16: 0.030, torch.float32: 0.001}  # bf16 emulated: ~30× slower
+AMX = {torch.bfloat16: 0.0004, torch.float32: 0.001}
+
+
+@pytest.mark.parametrize("requested, trained_in, speeds, expected", [
+    ("auto", "bf16", AMX, "bf16"),  # the same machine class: kept
+    ("auto", "fp32", AMX, "fp32"),  # started on an AVX2 CPU: kept, though bf16 would be faster here
+    ("bf16", "bf16", AVX2, "bf16"),  # asked for: kept, slowly
+    ("auto", None, AMX, "bf16"),  # a checkpoint from before state.json recorded it: measured, as a new run
+    ("auto", None, AVX2, "fp32"),
+])
+def test_a_resume_keeps_the_precision_its_run_trained_in(monkeypatch, requested, trained_in, speeds, expected):
+    monkeypatch.setattr(P, "_matmul_seconds", lambda dtype: speeds[dtype])
+    precision, why, warning = P.resume_precision(requested, torch.device("cpu"), trained_in, step=20)
+    assert (precision, warning) == (expected, None)
+    assert ("a resume keeps it" in why) == (trained_in is not None and requested == "auto")
+
+
+def test_an_fp32_run_resumed_under_auto_does_not_measure(monkeypatch):
+    monkeypatch.setattr(P, "_matmul_seconds", lambda dtype: pytest.fail("measured"))
+    assert P.resume_precision("auto", torch.device("cpu"), "fp32", step=3)[:2] == (
+        "fp32", "the run trained in fp32: a resume keeps it (trainer.precision=bf16 switches)")
+
+
+def test_a_bf16_run_resumed_where_bf16_is_emulated_continues_in_fp32_and_says_so(monkeypatch):
+    monkeypatch.setattr(P, "_matmul_seconds", lambda dtype: AVX2[dtype])
+    precision, why, warning = P.resume_precision("auto", torch.device("cpu"), "bf16", step=304)
+    assert precision == "fp32" and "30× slower" in why
+    assert warning == ("warning: this run trained in bf16 up to step 304 and continues in fp32 (bf16 matmul 30× "
+                       "slower than fp32 on this CPU (no AMX/AVX512-BF16), so auto does not keep bf16): from here on "
+                       "it is not what an uninterrupted run computes; trainer.precision=bf16 keeps bf16, slowly")
+    precision, _, warning = P.resume_precision("fp32", torch.device("cpu"), "bf16", step=304)
+    assert precision == "fp32" and warning == (
+        "warning: this run trained in bf16 up to step 304 and continues in fp32 (trainer.precision=fp32): from "
+        "here on it is not what an uninterrupted run computes")

@@ -138,9 +138,10 @@ def wait_for_step(run_root: Path, step: int, proc: subprocess.Popen, timeout: fl
 
 # ---- train.py's loop in this process: no interpreter + torch + dynamo start (~6 s a launch) --------
 
-def train_in_process(run_dir: Path, *overrides: str, cache_dir: Path):
-    """A fresh `python train.py debug=tiny <overrides>` run (one process, no resume) in this process,
-    writing into run_dir: the same loop, checkpoints and metrics.jsonl. Returns the loop's Outcome."""
+def train_in_process(run_dir: Path, *overrides: str, cache_dir: Path, resume_ckpt: Path = None):
+    """A `python train.py debug=tiny <overrides>` run (one process; a resume of `resume_ckpt` if given, with
+    the same overrides) in this process, writing into run_dir: the same loop, checkpoints and metrics.jsonl.
+    Returns the loop's Outcome."""
     import torch
 
     from data import prepare
@@ -154,7 +155,7 @@ def train_in_process(run_dir: Path, *overrides: str, cache_dir: Path):
     (run_dir / "config.yaml").write_text(config_yaml)
     threads = torch.get_num_threads()
     try:
-        return train(RunSpec(cfg, run_dir, config_yaml), DistInfo(), data)
+        return train(RunSpec(cfg, run_dir, config_yaml, resume_ckpt), DistInfo(), data)
     finally:
         torch.set_num_threads(threads)
 

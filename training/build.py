@@ -3,6 +3,8 @@ maybe compiled), the optimizers, the precision; the data it reads; and, for a re
 weights, optimizer state, RNG and RunState."""
 import math
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import torch
@@ -15,8 +17,8 @@ from training.config import TrainConfig
 from training.evaluation import full_split_windows
 from training.loss import CausalLMLoss
 from training.optim import build_optimizers
-from training.precision import autocast_context, enable_tf32, resolve_precision
-from training.run_state import RunState
+from training.precision import autocast_context, enable_tf32, resume_precision
+from training.run_state import RunState, read_state
 from training.runtime import distributed as D
 
 
@@ -33,11 +35,16 @@ class Parts:
     notes: tuple  # (precision why, compile note) for the header
 
 
-def build(cfg: TrainConfig, info: D.DistInfo, say) -> Parts:
-    """Model, loss and optimizers; the same initial weights on every rank (seeded before the build)."""
+def build(cfg: TrainConfig, info: D.DistInfo, say, resume_ckpt: Optional[Path] = None) -> Parts:
+    """Model, loss and optimizers; the same initial weights on every rank (seeded before the build). A resume
+    keeps the precision its run trained in (training/precision.py's resume_precision says when it cannot)."""
     if cfg.trainer.num_threads:
         torch.set_num_threads(cfg.trainer.num_threads)
-    precision, precision_why = resolve_precision(cfg.trainer.precision, info.device)
+    resumed = read_state(resume_ckpt) if resume_ckpt is not None else {}
+    precision, precision_why, warning = resume_precision(cfg.trainer.precision, info.device,
+                                                         resumed.get("precision"), resumed.get("step", 0))
+    if warning:
+        say(warning)
     if enable_tf32(info.device, cfg.trainer.tf32) and precision == "fp32":
         precision_why += "; matmuls on TF32 tensor cores (trainer.tf32)"
     torch.manual_seed(cfg.seed)
@@ -85,6 +92,7 @@ def restore(run, info: D.DistInfo, parts: Parts, say, max_steps: int) -> RunStat
     if not restore_rng(rng, info.rank, info.world_size):  # last: nothing after this may draw from it
         say("warning: the checkpoint holds no RNG state for this world size: dropout draws restart from the seed")
     state = RunState.from_json(state_json)
+    state.precision = parts.precision  # what this process trains in (state.json says what the run trained in)
     trainer = run.cfg.trainer
     if not (state.budget_decided and trainer.time_budget):  # a budget's decided end stands; else the config's
         state.max_steps, state.budget_minutes = max_steps, None

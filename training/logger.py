@@ -103,7 +103,7 @@ class Logger:
                   "elapsed_s": state.elapsed_s(), "tokens_per_s": tps,
                   "mfu": tps * self.flops_per_token / (self.peak * self.info.world_size),
                   "skipped_steps": self.skipped, "peak_memory_gb": peak_memory_bytes(self.info.device) / 2 ** 30,
-                  "compile_s": compile_s})
+                  "compile_s": compile_s, **({"precision": state.precision} if state.precision else {})})
         if compile_s - self.compile_reported > 0.5:
             self.write(f"compile: {compile_s:.0f} s so far (step {state.step}); compiled graphs are reused")
         self.compile_reported = compile_s

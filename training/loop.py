@@ -42,11 +42,12 @@ class Outcome:
 
 def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
     cfg, say = run.cfg, (print if info.is_main else (lambda *a, **k: None))
-    parts = build(cfg, info, say)
+    parts = build(cfg, info, say, run.resume_ckpt)
     tokens_per_step = cfg.trainer.micro_batch_size * cfg.trainer.seq_len * cfg.trainer.grad_accum_steps * info.world_size
     max_steps = planned_steps(cfg, data.meta["train_tokens"], tokens_per_step)
     state = restore(run, info, parts, say, max_steps) if run.resume_ckpt else RunState(
-        seed=cfg.seed, world_size=info.world_size, max_steps=max_steps, stop_at=cfg.trainer.stop_at_step)
+        seed=cfg.seed, world_size=info.world_size, max_steps=max_steps, stop_at=cfg.trainer.stop_at_step,
+        precision=parts.precision)
     tokens_before = state.tokens_seen
     batches, windows = data_views(cfg, data, info)
     peak, peak_source = peak_flops(info.device, parts.precision, cfg.trainer.peak_tflops)

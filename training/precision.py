@@ -2,6 +2,7 @@
 and TF32 for the fp32 matmuls of a CUDA device."""
 import contextlib
 import time
+from typing import Optional
 
 import torch
 
@@ -29,6 +30,29 @@ def resolve_precision(requested: str, device: torch.device) -> tuple:
     if bf16 < fp32:
         return "bf16", f"bf16 matmul {fp32 / bf16:.1f}× faster than fp32 on this CPU"
     return "fp32", f"bf16 matmul {bf16 / fp32:.0f}× slower than fp32 on this CPU (no AMX/AVX512-BF16)"
+
+
+def resume_precision(requested: str, device: torch.device, trained_in: Optional[str], step: int) -> tuple:
+    """(bf16 | fp32, why, warning or None) for a resume of a run that trained in `trained_in` up to `step`
+    (None: its checkpoint predates state.json recording it, so `auto` measures as for a new run).
+
+    Sessions move between machines, and `auto` alone would switch a run started in bf16 on a CPU with AMX
+    to fp32 on an AVX2 one without a word: a run whose numerics change mid-way is no longer what an
+    uninterrupted run computes, and a study comparing its cells would compare two precisions. So `auto`
+    keeps the run's precision — except bf16 where this device would not choose it (an AVX2 CPU emulates
+    it ~100× slower; a GPU without bf16 cannot run it), which continues in fp32 with a warning."""
+    if trained_in not in ("bf16", "fp32"):
+        return (*resolve_precision(requested, device), None)
+    if requested == "auto" and trained_in == "fp32":
+        return "fp32", "the run trained in fp32: a resume keeps it (trainer.precision=bf16 switches)", None
+    precision, why = resolve_precision(requested, device)
+    if precision == trained_in:
+        return precision, (f"the run trained in {trained_in}: a resume keeps it; {why}" if requested == "auto"
+                           else why), None
+    because = f"trainer.precision={requested}" if requested != "auto" else f"{why}, so auto does not keep bf16"
+    return precision, why, (f"warning: this run trained in {trained_in} up to step {step} and continues in "
+                            f"{precision} ({because}): from here on it is not what an uninterrupted run computes"
+                            + ("; trainer.precision=bf16 keeps bf16, slowly" if requested == "auto" else ""))
 
 
 def _matmul_seconds(dtype: torch.dtype, n: int = 256, repeats: int = 3) -> float:

@@ -26,6 +26,7 @@ class RunState:
     budget_minutes: Optional[float] = None  # the time budget that decided max_steps (training/budget.py)
     evals_since_best: int = 0  # evaluations in a row that did not lower best_val_bpb (trainer.early_stopping)
     stopped_early: bool = False
+    precision: str = ""  # bf16 | fp32: what this process trains in; state.json carries it to a resume
     started: float = field(default_factory=time.time)  # this process's training clock
 
     @property
@@ -67,6 +68,7 @@ class RunState:
                 "skipped_steps": self.skipped_steps,
                 "best_val_bpb": self.best_val_bpb if math.isfinite(self.best_val_bpb) else None,
                 "best_step": self.best_step, "evals_since_best": self.evals_since_best,
+                **({"precision": self.precision} if self.precision else {}),
                 **({"stopped_early": True} if self.stopped_early else {}),
                 **({"budget": {"minutes": self.budget_minutes, "max_steps": self.max_steps}}
                    if self.budget_decided else {})}
@@ -79,7 +81,7 @@ class RunState:
         return cls(step=fields["step"], tokens_seen=fields["tokens_seen"], elapsed_before=fields["elapsed_s"],
                    skipped_steps=fields.get("skipped_steps", 0), best_val_bpb=fields.get("best_val_bpb") or math.inf,
                    best_step=fields.get("best_step"), evals_since_best=fields.get("evals_since_best", 0),
-                   stopped_early=fields.get("stopped_early", False),
+                   stopped_early=fields.get("stopped_early", False), precision=fields.get("precision", ""),
                    seed=fields.get("data_position", {}).get("seed", 0),
                    world_size=fields.get("world_size", 1), max_steps=budget.get("max_steps", 0),
                    budget_minutes=budget.get("minutes"))

@@ -1,5 +1,5 @@
 """Every number of the report, traceable: per_seed.csv (every cell: stage, size, variant, LR, seed, state,
-final val loss and bpb), contrasts.csv (every contrast with its per-seed differences, raw and adjusted
+final val loss and bpb, tokens, what it trained in), contrasts.csv (every contrast with its per-seed differences, raw and adjusted
 p-values, TOST) and results.json (both, with the spec and the chosen LRs), beside results.md."""
 import csv
 import json
@@ -12,7 +12,7 @@ from analysis.ablation.contrasts import Contrast
 from analysis.ablation.planning import manifest_values
 from analysis.ablation.protocol import Cell, Spec
 
-CELL_FIELDS = ["stage", "size", "variant", "lr", "seed", "state", "val_loss", "val_bpb", "tokens"]
+CELL_FIELDS = ["stage", "size", "variant", "lr", "seed", "state", "val_loss", "val_bpb", "tokens", "precision"]
 CONTRAST_FIELDS = ["lr_choice", "family", "size", "variant", "reference", "lr", "reference_lr", "seeds", "delta",
                    "ci_low", "ci_high", "p", "p_adjusted", "tost_p_lower", "tost_p_upper", "tost_p_adjusted",
                    "verdict", "per_seed_delta"]
@@ -25,7 +25,9 @@ def cell_rows(spec: Spec, states: Dict[Cell, CellState]) -> List[dict]:
         rows.append({"stage": "stage1" if cell.seed == spec.stage1_seed else "stage2", "size": cell.size,
                      "variant": cell.variant, "lr": cell.lr, "seed": cell.seed, "state": s.state,
                      "val_loss": _num(final.get("val_loss")) if s.final_bpb is not None else None,
-                     "val_bpb": _num(s.final_bpb), "tokens": final.get("tokens")})
+                     "val_bpb": _num(s.final_bpb), "tokens": final.get("tokens"),
+                     # "bf16", or "bf16+fp32" when a resume changed it; empty when not recorded
+                     "precision": "+".join(s.run.precisions) if s.run is not None else None})
     return rows
 
 
@@ -58,7 +60,7 @@ def manifest_rows(manifest: dict) -> List[dict]:
 
 
 def write_manifest_csv(manifest: dict, path: Path) -> None:
-    _csv(path, [f for f in CELL_FIELDS if f not in ("val_loss", "tokens")], manifest_rows(manifest))
+    _csv(path, [f for f in CELL_FIELDS if f not in ("val_loss", "tokens", "precision")], manifest_rows(manifest))
 
 
 def write(out: Path, spec: Spec, states: Dict[Cell, CellState], chosen: dict, contrasts: List[Contrast]) -> List[str]:

@@ -92,7 +92,25 @@ def _setup(spec: Spec, states: States) -> str:
         f"Verdicts: **better/worse** when the adjusted paired t-test rejects Δ = 0; else **equivalent** when the "
         f"adjusted paired TOST shows |Δ| < {spec.equivalence_margin:g} bpb; else **can't tell** (absence of "
         "evidence is not equivalence).",
-        "Cells: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) + ".", ""])
+        "Cells: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) + ".", _precisions(states), ""])
+
+
+def _precisions(states: States) -> str:
+    """What the cells trained in, from their metrics: a protocol resumed on another machine class under
+    trainer.precision=auto may mix bf16 and fp32 cells, and a contrast across them measures the precision too."""
+    counts = {}
+    for s in states.values():
+        if s.run is not None:
+            key = "+".join(s.run.precisions) or "not recorded"
+            counts[key] = counts.get(key, 0) + 1
+    if not counts:
+        return ""
+    listed = ", ".join(f"{key} in {n}" for key, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    mixed = len([k for k in counts if k != "not recorded"]) > 1 or any("+" in k for k in counts)
+    return (f"Precision (from the cells' metrics): {listed}."
+            + (" ⚠ The cells did not all train in one precision (a resume on another machine class under "
+               "`trainer.precision=auto`): a contrast across them measures the precision too; rerun the odd ones "
+               "on one machine class, or pin `trainer.precision` in the protocol's overrides." if mixed else ""))
 
 
 def _verdicts(spec: Spec, contrasts: List[K.Contrast]) -> str:
