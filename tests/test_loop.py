@@ -2,6 +2,7 @@
 inside a real run of the loop (in this process, `debug=tiny`), so a refactor that keeps a helper but
 stops calling it fails here. docs/testing.md's promise map points at these tests."""
 import math
+import signal
 
 import pytest
 import torch
@@ -9,6 +10,7 @@ from safetensors.torch import load_file
 
 import training.build
 import training.compile
+import training.loop
 import training.precision
 from analysis.runs import read_run
 from tests.train_helpers import read_metrics, train_in_process
@@ -110,12 +112,22 @@ def counting_compile(monkeypatch):
     return counts
 
 
-def test_a_compiled_run_trains_through_the_compiled_graph(tmp_path, tiny_data_cache, counting_compile):
+COMPILE_NOTE = ("compile: the first training step and the first eval compile model + loss (up to a minute or two on "
+                "a CPU); the progress bar waits meanwhile")
+
+
+def test_a_compiled_run_trains_through_the_compiled_graph(tmp_path, tiny_data_cache, counting_compile, capsys):
     train_in_process(tmp_path / "run", *SHORT, "trainer.compile=true", "trainer.activation_rms=false",
                      cache_dir=tiny_data_cache)
     assert counting_compile["compiles"] >= 2  # training and evaluation graphs
     # Every training step and the eval batches went through a compiled graph.
     assert counting_compile["graph_calls"] >= 4 + 2
+    assert COMPILE_NOTE in capsys.readouterr().out  # why the progress bar waits
+
+
+def test_an_eager_run_says_nothing_of_compiling(tmp_path, tiny_data_cache, capsys):
+    train_in_process(tmp_path / "run", *SHORT, "trainer.compile=false", cache_dir=tiny_data_cache)
+    assert "compile: the first training step" not in capsys.readouterr().out
 
 
 def test_tokens_per_second_exclude_compile_time(tmp_path, tiny_data_cache, counting_compile):
@@ -162,6 +174,58 @@ def test_the_summary_reads_the_runs_state(tmp_path, tiny_data_cache):
     assert outcome.state.step == 4 and outcome.tokens_run == 4 * 4 * 64
     assert outcome.state.best_step == 4 and math.isfinite(outcome.state.best_val_bpb)
     assert outcome.last_eval["val_bpb"] == outcome.state.best_val_bpb
+    assert 0 < outcome.wall_s < 600 and outcome.signum is None and outcome.checkpoint.name == "step_0000004"
+
+
+def raise_at_step(monkeypatch, step: int, action):
+    """Call `action()` as the loop schedules optimizer step `step` (0-based), inside the loop's try."""
+    real = training.loop.apply_schedule
+    monkeypatch.setattr(training.loop, "apply_schedule",
+                        lambda optimizers, at, *args: (action() if at == step else None) or real(optimizers, at, *args))
+
+
+@pytest.mark.parametrize("ckpt_interval", [100, 3])
+def test_a_signal_saves_the_step_it_stopped_at_once_and_says_how_to_resume(tmp_path, tiny_data_cache, monkeypatch,
+                                                                            capsys, ckpt_interval):
+    """SIGTERM during step 3 of 8: the step finishes, the loop stops before the next one and saves step 3 — once,
+    even when step 3 is a periodic save too — says how to resume, and puts the handlers it replaced back."""
+    saves, real_save = [], training.loop.Checkpointer.save
+    monkeypatch.setattr(training.loop.Checkpointer, "save", lambda self, state: saves.append(state.step)
+                        or real_save(self, state))
+    raise_at_step(monkeypatch, 2, lambda: signal.raise_signal(signal.SIGTERM))
+    handler = signal.getsignal(signal.SIGTERM)
+    run = tmp_path / "run"
+    outcome = train_in_process(run, "trainer.max_steps=8", f"trainer.ckpt_interval={ckpt_interval}",
+                               "trainer.eval_interval=100", cache_dir=tiny_data_cache)
+    assert (outcome.signum, outcome.state.step, saves) == (signal.SIGTERM, 3, [3])
+    assert outcome.checkpoint == run / "checkpoints" / "step_0000003"
+    assert (f"\nSIGTERM: checkpoint saved at step 3: {outcome.checkpoint}\nresume with: python train.py resume={run}\n"
+            in capsys.readouterr().out)
+    assert signal.getsignal(signal.SIGTERM) is handler
+
+
+def test_a_lost_peer_raises_one_line_naming_the_last_intact_checkpoint(tmp_path, tiny_data_cache, monkeypatch):
+    """gloo's error when another rank dies becomes PeerLost (its one line in train.py); any other RuntimeError
+    goes up unchanged. torchrun tests kill a real rank; this checks the loop's branch where mutmut can see it."""
+    from training.runtime import distributed as D
+    monkeypatch.setattr(D, "peer_lost", lambda e, info: "Connection reset by peer" if "reset" in str(e) else None)
+
+    def lose_peer():
+        raise RuntimeError("[gloo] Connection reset by peer")
+    raise_at_step(monkeypatch, 2, lose_peer)
+    run = tmp_path / "run"
+    with pytest.raises(D.PeerLost) as e:
+        train_in_process(run, "trainer.max_steps=8", "trainer.ckpt_interval=2", "trainer.eval_interval=100",
+                         cache_dir=tiny_data_cache)
+    assert str(e.value) == ("rank 0 lost contact with the other ranks (Connection reset by peer): another process of "
+                            f"this torchrun job died or was killed; the last checkpoint, {run}/checkpoints/step_0000002, "
+                            "is intact: resume from it")
+
+    def fail():
+        raise RuntimeError("some other failure")
+    raise_at_step(monkeypatch, 1, fail)
+    with pytest.raises(RuntimeError, match="^some other failure$"):
+        train_in_process(tmp_path / "other", "trainer.max_steps=8", cache_dir=tiny_data_cache)
 
 
 def test_a_lost_peer_is_told_which_checkpoint_to_resume_from():

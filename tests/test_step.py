@@ -210,3 +210,63 @@ def test_the_stop_message_names_the_last_good_checkpoint_or_says_there_is_none(l
     assert str(e.value) == (f"non-finite loss or gradient at step 3 (update skipped, weights unchanged); {where} — "
                             "lower optim.lr, raise optim.warmup_steps or check the data, or set "
                             "trainer.skip_nonfinite_steps=N to skip such steps")
+
+
+class _NoSyncLoss:
+    """A loss module shaped like DDP's wrapper: `no_sync()` records the micro-step it was entered on."""
+
+    def __init__(self, model):
+        self.model, self.micro, self.entered = model, 0, []
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        self.entered.append(self.micro)
+        yield
+
+    def __call__(self, x, y):
+        self.micro += 1
+        return (self.model(x) - y).pow(2).mean()
+
+
+@pytest.mark.parametrize("accum, unsynced", [(1, []), (3, [0, 1])])
+def test_under_ddp_gradients_sync_only_on_the_last_micro_step(accum, unsynced):
+    """DDP all-reduces on every backward outside `no_sync`: every micro-step but the last skips it (the torchrun
+    tests check the result across processes; this checks the choice, where mutation testing can see it)."""
+    torch.manual_seed(0)
+    xs, ys = torch.randn(accum, 3, 4), torch.randn(accum, 3, 1)
+    model = tiny_regression()
+    loss = _NoSyncLoss(model)
+    TrainStep(loss, _Batches(xs, ys), [torch.optim.SGD(model.parameters(), lr=0.1)], contextlib.nullcontext, accum,
+              0.0, torch.device("cpu"))(0)
+    assert loss.entered == unsynced
+
+
+def test_under_fsdp2_the_grad_norm_is_the_full_tensors(monkeypatch):
+    """FSDP2's get_total_norm returns a DTensor of the local shards' norm: the step reports its full_tensor()."""
+    class Sharded:
+        def full_tensor(self):
+            return torch.tensor(7.0)
+    monkeypatch.setattr(torch.nn.utils, "get_total_norm", lambda grads, **kwargs: Sharded())
+    model = tiny_regression()
+    model(torch.randn(2, 4)).sum().backward()
+    assert global_grad_norm(list(model.parameters())).item() == 7.0
+
+
+def test_a_nonfinite_gradient_gives_a_nonfinite_norm_not_an_exception():
+    model = tiny_regression()
+    params = list(model.parameters())
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    params[0].grad[0, 0] = float("inf")
+    assert global_grad_norm(params).item() == float("inf")
+
+
+def test_by_default_a_train_step_stops_at_the_first_nonfinite_step():
+    """TrainStep's default policy is trainer.skip_nonfinite_steps=0: stop, never skip silently."""
+    model = tiny_regression()
+    xs, ys = torch.full((1, 3, 4), float("nan")), torch.zeros(1, 3, 1)
+    step = TrainStep(lambda x, y: (model(x) - y).pow(2).mean(), _Batches(xs, ys),
+                     [torch.optim.SGD(model.parameters(), lr=0.1)], contextlib.nullcontext, 1, 0.0, torch.device("cpu"))
+    step(0)
+    with pytest.raises(NonFiniteLoss, match="non-finite loss or gradient at step 1"):
+        step.guard.check(1, None)
