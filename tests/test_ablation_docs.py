@@ -1,11 +1,17 @@
 """The published ablation numbers are traceable: docs/ablation/protocol/per_seed.csv is its manifest's cells,
-and the re-reading docs/ablation/README.md gives of the first protocol run (10 tests, Holm) follows from them."""
+and the re-reading docs/ablation/README.md gives of the first protocol run (10 tests, Holm) follows from them;
+the epoch-depth run's per_seed.csv is its manifest's cells, and every contrast of its report recomputes from it."""
 import csv
+import re
 
+import numpy as np
+import pytest
 import yaml
+from scipy import stats
+from statsmodels.stats.multitest import multipletests
 
 from analysis.ablation.export import manifest_rows
-from analysis.ablation.planning import paired_differences
+from analysis.ablation.planning import manifest_values, paired_differences
 from analysis.verdicts import judge
 from tests.train_helpers import REPO
 
@@ -40,3 +46,103 @@ def test_under_holm_only_no_norm_survives_the_first_protocol():
     raw = {k for k, v in verdicts.items() if v.test.p < 0.05}
     assert raw == {"h96/no_norm", "h192/no_norm", "h96/qk_norm", "h192/gelu"}  # what the report called unadjusted
     assert round(verdicts["h192/gelu"].p_adjusted, 2) == 0.24 and round(verdicts["h96/qk_norm"].p_adjusted, 2) == 0.21
+
+
+# ---- the epoch-depth protocol run (docs/ablation/epoch-depth/): its report's files, recomputed ---------------
+
+EPOCH = REPO / "docs" / "ablation" / "epoch-depth"
+
+
+def epoch_values() -> dict:
+    """{(size, variant, lr, seed): final val bpb} of the finished cells in the published per_seed.csv."""
+    return {(r["size"], r["variant"], float(r["lr"]), int(r["seed"])): float(r["val_bpb"])
+            for r in csv.DictReader(open(EPOCH / "per_seed.csv")) if r["state"] == "finished"}
+
+
+def test_the_epoch_depth_per_seed_csv_is_its_manifests_cells():
+    manifest = yaml.safe_load((EPOCH / "protocol.yaml").read_text())
+    stored = {(size, variant, lr, seed): bpb
+              for (size, variant, lr), seeds in manifest_values(manifest).items() for seed, bpb in seeds.items()}
+    published = {k: round(v, 6) for k, v in epoch_values().items()}
+    assert published == stored and len(published) == len(manifest["cells"])
+
+
+def test_every_epoch_depth_contrast_recomputes_from_the_per_seed_values():
+    """Independently of analysis/: each contrast's per-seed differences from per_seed.csv, scipy's paired t-test
+    and paired TOST, statsmodels' Holm within each family (LR choice × tier), and the verdict rule."""
+    spec = yaml.safe_load((EPOCH / "protocol.yaml").read_text())["spec"]
+    alpha, margin, values = spec["alpha"], spec["equivalence_margin"], epoch_values()
+    rows = list(csv.DictReader(open(EPOCH / "contrasts.csv")))
+    families = {}
+    for row in rows:
+        families.setdefault((row["lr_choice"], row["family"]), []).append(row)
+    assert {f for f, _ in families} == {"own", "shared"} and len(rows) == 2 * (2 * 2 + 3)
+    for family in families.values():
+        tests = []
+        for row in family:
+            lr, ref_lr = float(row["lr"]), float(row["reference_lr"])
+            seeds = [s for s in spec["seeds"] if (row["size"], row["variant"], lr, s) in values
+                     and (row["size"], spec["reference"], ref_lr, s) in values]
+            diffs = np.array([values[row["size"], row["variant"], lr, s] - values[row["size"], spec["reference"], ref_lr, s]
+                              for s in seeds])
+            assert row["per_seed_delta"] == ";".join(f"{s}:{d:+.6f}" for s, d in zip(seeds, diffs))
+            t = stats.ttest_1samp(diffs, 0.0)
+            tost = max(stats.ttest_1samp(diffs, -margin, alternative="greater").pvalue,
+                       stats.ttest_1samp(diffs, margin, alternative="less").pvalue)
+            assert float(row["delta"]) == pytest.approx(diffs.mean(), abs=1e-9)
+            assert float(row["p"]) == pytest.approx(t.pvalue, rel=1e-6)
+            tests.append((row, diffs.mean(), t.pvalue, tost))
+        holm = multipletests([p for _, _, p, _ in tests], method="holm")[1]
+        holm_tost = multipletests([p for _, _, _, p in tests], method="holm")[1]
+        for (row, delta, _, _), p_adj, tost_adj in zip(tests, holm, holm_tost):
+            assert float(row["p_adjusted"]) == pytest.approx(p_adj, rel=1e-6)
+            assert float(row["tost_p_adjusted"]) == pytest.approx(tost_adj, rel=1e-6)
+            verdict = (("better" if delta < 0 else "worse") if p_adj < alpha
+                       else "equivalent" if tost_adj < alpha else "can't tell")
+            assert row["verdict"] == verdict, (row["lr_choice"], row["size"], row["variant"])
+
+
+# What README.md and docs/ablation/README.md say of each contrast: (LR choice, size, variant) → verdict.
+EPOCH_VERDICTS = {
+    ("own", "d2", "layernorm"): "can't tell", ("shared", "d2", "layernorm"): "can't tell",
+    ("own", "d6", "layernorm"): "can't tell", ("shared", "d6", "layernorm"): "can't tell",
+    ("own", "d2", "gelu"): "can't tell", ("own", "d6", "gelu"): "can't tell",
+    ("shared", "d2", "gelu"): "worse", ("shared", "d6", "gelu"): "worse",
+    ("own", "d2", "no_norm"): "better", ("shared", "d2", "no_norm"): "worse",
+    ("own", "d2", "qk_norm"): "better", ("shared", "d2", "qk_norm"): "better",
+    ("own", "d2", "rmsnorm_bf16"): "can't tell", ("shared", "d2", "rmsnorm_bf16"): "equivalent"}
+# Each bold phrase of README's ablation paragraph and the contrasts it claims: only Holm-significant or
+# TOST-equivalent ones may be bold.
+README_BOLD = {
+    "At the reference's learning rate, a parameter-matched GELU MLP is worse than SwiGLU at both depths":
+        [("shared", "d2", "gelu"), ("shared", "d6", "gelu")],
+    "no normalisation is better at its own 8× higher LR": [("own", "d2", "no_norm")],
+    "and far worse at the reference's": [("shared", "d2", "no_norm")],
+    "QK-norm is ahead": [("own", "d2", "qk_norm")],
+    "RMSNorm without its fp32 upcast is equivalent within ±0.01 bpb": [("shared", "d2", "rmsnorm_bf16")],
+}
+
+
+def epoch_contrasts() -> dict:
+    return {(r["lr_choice"], r["size"], r["variant"]): r for r in csv.DictReader(open(EPOCH / "contrasts.csv"))}
+
+
+def test_the_docs_state_the_epoch_depth_verdicts_and_bold_only_the_established_ones():
+    rows = epoch_contrasts()
+    assert {k: r["verdict"] for k, r in rows.items()} == EPOCH_VERDICTS
+    readme = (REPO / "README.md").read_text()
+    paragraph = readme.split("What the default protocol's run supports", 1)[1].split("**Generate and share**", 1)[0]
+    bold = [" ".join(phrase.split()) for phrase in re.findall(r"\*\*(.+?)\*\*", paragraph, flags=re.S)]
+    assert sorted(bold) == sorted(README_BOLD)
+    for keys in README_BOLD.values():
+        assert all(rows[k]["verdict"] in ("better", "worse", "equivalent") for k in keys)
+    for key in [("shared", "d2", "gelu"), ("shared", "d6", "gelu"), ("own", "d2", "no_norm"), ("own", "d2", "qk_norm")]:
+        r = rows[key]
+        half = (float(r["ci_high"]) - float(r["ci_low"])) / 2
+        p = float(r["p_adjusted"])
+        stated = f"{float(r['delta']):+.3f} ± {half:.3f}".replace("-", "−")
+        assert stated in paragraph.replace("\n", " "), (key, stated)
+        assert (f"Holm p = {p:.3f}" if p >= 0.001 else "Holm p < 0.001") in paragraph.replace("\n", " "), key
+    docs = (REPO / "docs" / "ablation" / "README.md").read_text()
+    assert "| no normalisation | **−0.053 ± 0.016 at 1.6e-2, Holm p = 0.0026: better** | **+0.552 ± 0.015" in docs
+    assert "**+0.0027 ± 0.0043, TOST Holm p = 0.013: equivalent within ±0.01**" in docs
