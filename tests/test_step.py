@@ -270,3 +270,17 @@ def test_by_default_a_train_step_stops_at_the_first_nonfinite_step():
     step(0)
     with pytest.raises(NonFiniteLoss, match="non-finite loss or gradient at step 1"):
         step.guard.check(1, None)
+
+
+def test_with_skipping_allowed_the_guard_stops_at_the_nth_nonfinite_step_in_a_row_only():
+    """trainer.skip_nonfinite_steps=3: isolated bad steps are skipped and counted; the third in a row stops the run
+    with one line (test_faults.py runs it end to end; this holds the policy where mutation testing sees it)."""
+    guard = NonFiniteGuard(torch.device("cpu"), tolerated=3)
+    for step, ok in enumerate([False, True, False, False], start=1):
+        guard.update(torch.tensor(ok), step)
+    assert guard.check(4, None) == {"skipped": 3, "streak": 2, "max_streak": 2, "first_bad": 1}
+    guard.update(torch.tensor(False), 5)
+    with pytest.raises(NonFiniteLoss) as e:
+        guard.check(5, Path("ck/step_0000004"))
+    assert str(e.value) == ("3 non-finite steps in a row (trainer.skip_nonfinite_steps=3) by step 5; the last good "
+                            "checkpoint is ck/step_0000004 — lower optim.lr, raise optim.warmup_steps or check the data")
