@@ -5,10 +5,16 @@ import math
 from typing import Dict, Optional, Sequence
 
 import numpy as np
-from statsmodels.stats.power import TTestPower
 
 POWER = 0.8  # the conventional 80 %: a real effect of the MDE's size is missed one time in five
 MAX_SEEDS = 1000  # solve_power's search bound: beyond it the target is not reachable by seeds
+
+
+def _ttest_power():
+    # Imported on first use: train.py's Hydra callback reads the protocol's cell files (cells.py →
+    # protocol.py → here), and statsmodels + scipy.stats would add about a second to every run's start.
+    from statsmodels.stats.power import TTestPower
+    return TTestPower()
 
 
 def mde(sd: float, n: int, alpha: float, power: float = POWER) -> float:
@@ -17,7 +23,7 @@ def mde(sd: float, n: int, alpha: float, power: float = POWER) -> float:
     inf with fewer than 2 pairs (no test)."""
     if n < 2:
         return math.inf
-    d = TTestPower().solve_power(effect_size=None, nobs=n, alpha=alpha, power=power, alternative="two-sided")
+    d = _ttest_power().solve_power(effect_size=None, nobs=n, alpha=alpha, power=power, alternative="two-sided")
     return float(d) * sd
 
 
@@ -26,7 +32,7 @@ def seeds_for(target: float, sd: float, alpha: float, power: float = POWER) -> O
     are not enough."""
     if sd <= 0:
         return 2
-    n = TTestPower().solve_power(effect_size=target / sd, nobs=None, alpha=alpha, power=power,
+    n = _ttest_power().solve_power(effect_size=target / sd, nobs=None, alpha=alpha, power=power,
                                  alternative="two-sided")
     n = max(2, math.ceil(float(np.atleast_1d(n)[0]) - 1e-9))
     while n <= MAX_SEEDS and mde(sd, n, alpha, power) > target:  # solve_power's root is approximate

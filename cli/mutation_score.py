@@ -1,6 +1,7 @@
 """Mutation score per target of scripts/mutation.sh, from mutmut's results in mutants/.
 
     python scripts/mutation_score.py [--survivors] [--dir mutants] [--doc docs/testing.md]
+    python scripts/mutation_score.py --todo 'training.loop.*'   # what is left to run of those, a name a line
 
 score = killed / (tested − equivalent), where "equivalent" are the surviving mutants docs/testing.md
 lists as behaving exactly like the original (each with its reason), and a timeout counts as killed
@@ -8,6 +9,7 @@ lists as behaving exactly like the original (each with its reason), and a timeou
 listed as equivalent no longer exists or is now killed (the list must stay true).
 """
 import argparse
+import fnmatch
 import json
 import re
 import sys
@@ -50,13 +52,32 @@ def equivalent_mutants(doc: Path) -> set:
     return set(re.findall(r"^\| `([^`]+)`", section, flags=re.MULTILINE))
 
 
+def todo(patterns: list, results: dict, equivalent: set) -> list:
+    """What `scripts/mutation.sh run PATTERN…` has left to run: the mutants a glob matches that have no result
+    yet or survived without being judged equivalent (mutmut itself reruns every mutant a name matches). A
+    name without glob characters stands as given: naming a mutant reruns it, as mutmut does."""
+    names = [p for p in patterns if not any(c in p for c in "*?[")]
+    globs = [p for p in patterns if p not in names]
+    if not results:  # nothing has run: the globs go to mutmut as they are
+        return names + globs
+    left = [n for n, (_, code) in sorted(results.items()) if any(fnmatch.fnmatchcase(n, g) for g in globs)
+            and (code is None or (code in SURVIVED and n not in equivalent))]
+    return names + [n for n in left if n not in names]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--survivors", action="store_true", help="list the surviving mutants not judged equivalent")
+    parser.add_argument("--todo", nargs="+", metavar="GLOB", help="print the mutants matching GLOB (mutmut's names) "
+                        "not run yet or surviving unexplained, one a line: what scripts/mutation.sh runs for GLOB")
     parser.add_argument("--dir", type=Path, default=REPO / "mutants", help="mutmut's working directory")
     parser.add_argument("--doc", type=Path, default=REPO / "docs" / "testing.md", help="the equivalent-mutant table")
     args = parser.parse_args(argv)
     results = load_results(args.dir)
+    if args.todo:
+        for name in todo(args.todo, results, equivalent_mutants(args.doc)):
+            print(name)
+        return 0
     if not results:
         print(f"error: no mutation results in {args.dir}; run scripts/mutation.sh first", file=sys.stderr)
         return 1

@@ -5,7 +5,8 @@
 # mutants/, so it can run in chunks and be stopped and resumed at any time.
 #
 #   scripts/mutation.sh                       # every mutant not yet tested, then the scores
-#   scripts/mutation.sh run 'model.norm.*'    # a chunk: the mutants of one module (mutmut's names)
+#   scripts/mutation.sh run 'model.norm.*'    # a chunk: one module's mutants not run yet or surviving unexplained
+#   scripts/mutation.sh run NAME              # one mutant (mutmut's name), run again whatever its result
 #   scripts/mutation.sh score                 # mutation score per package, from what has run
 #   .venv/bin/mutmut show NAME                # the diff of one mutant; `mutmut results` lists survivors
 #
@@ -15,11 +16,24 @@ cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 MUTMUT=${MUTMUT:-$(dirname "$PY")/mutmut}
 export OMP_NUM_THREADS=1  # tiny models: one thread per worker, one worker per core
+# Each mutant is a pytest session of its own: keep debug=tiny's prepared data between them (tests/conftest.py).
+export MINILLAMA_TEST_DATA_CACHE=${MINILLAMA_TEST_DATA_CACHE:-$PWD/mutants/.test-data-cache}
 
 command=${1:-all}
 [ $# -gt 0 ] && shift
 case "$command" in
   run|all)
+    if [ $# -gt 0 ]; then
+      # mutmut reruns every mutant a glob matches; keep a chunk to those not run yet or surviving unexplained,
+      # so running the same command again continues where it stopped.
+      mapfile -t todo < <("$PY" scripts/mutation_score.py --todo "$@" | grep .)
+      if [ ${#todo[@]} -eq 0 ]; then
+        echo "nothing left to run for: $* (every matching mutant is killed or judged equivalent)"
+        [ "$command" = all ] && exec "$PY" scripts/mutation_score.py
+        exit 0
+      fi
+      set -- "${todo[@]}"
+    fi
     limit=()
     [ -n "${CHUNK_S:-}" ] && limit=(timeout --kill-after=10 "$CHUNK_S")
     # timeout exits 124 when it stops a chunk: that is a planned stop, not a failure.

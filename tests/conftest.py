@@ -1,6 +1,7 @@
 """Shared data fixtures: prepared caches once per session (Shakespeare for the default config and for
 `debug=tiny`), and small synthetic corpora. And how `make test` shares 2 cores between two workers."""
 import os
+from pathlib import Path
 
 import pytest
 
@@ -17,10 +18,13 @@ def shakespeare(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_data_cache(tmp_path_factory):
     """A data.cache_dir that already holds what `train.py debug=tiny` reads (Shakespeare, 512-token BPE):
-    train.py runs pointed at it (in process or not) start without tokenizing, ~5 s saved per module."""
+    train.py runs pointed at it (in process or not) start without tokenizing, ~5 s saved per module.
+    MINILLAMA_TEST_DATA_CACHE names a folder to keep it in across sessions instead: scripts/mutation.sh
+    sets it, as each mutant is a pytest session of its own that would tokenize Shakespeare again (~7 s)."""
     from tests.train_helpers import compose_train_config
 
-    cache_dir = tmp_path_factory.mktemp("tiny_data_cache")
+    kept = os.environ.get("MINILLAMA_TEST_DATA_CACHE")
+    cache_dir = Path(kept) if kept else tmp_path_factory.mktemp("tiny_data_cache")
     cfg, _ = compose_train_config(["debug=tiny", f"data.cache_dir={cache_dir}"])
     prepare(cfg.data, seq_len=cfg.trainer.seq_len, model_vocab_size=cfg.model.vocab_size, **QUIET)
     return cache_dir

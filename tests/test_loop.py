@@ -66,8 +66,9 @@ def test_a_resume_on_another_machine_class_keeps_or_says_which_precision_it_trai
     ckpt = run / "checkpoints" / "step_0000002"
     assert read_state(ckpt)["precision"] == "bf16" and read_run(run).precisions == ["bf16"]
     capsys.readouterr()
-    train_in_process(run, *args, cache_dir=tiny_data_cache, resume_ckpt=ckpt)  # same class: no word, still bf16
+    resumed = train_in_process(run, *args, cache_dir=tiny_data_cache, resume_ckpt=ckpt)  # same class: still bf16
     assert "warning: this run trained in" not in capsys.readouterr().out
+    assert (resumed.tokens_run, resumed.state.tokens_seen) == (2 * 256, 4 * 256)  # this process's tokens, the run's
     assert read_state(run / "checkpoints" / "step_0000004")["precision"] == "bf16"
     speeds[torch.bfloat16] = 0.030  # an AVX2 CPU: bf16 emulated
     train_in_process(run, *args, cache_dir=tiny_data_cache, resume_ckpt=ckpt)
@@ -169,12 +170,168 @@ def _initial_weights(run) -> dict:
     return state
 
 
-def test_the_summary_reads_the_runs_state(tmp_path, tiny_data_cache):
-    outcome = train_in_process(tmp_path / "run", *SHORT, cache_dir=tiny_data_cache)
-    assert outcome.state.step == 4 and outcome.tokens_run == 4 * 4 * 64
+@pytest.mark.parametrize("accumulation", [1, 2])
+def test_the_summary_reads_the_runs_state(tmp_path, tiny_data_cache, accumulation):
+    """Tokens count every micro-batch of a step: micro batch 4 × seq 64 × accumulation steps."""
+    outcome = train_in_process(tmp_path / "run", *SHORT, f"trainer.grad_accum_steps={accumulation}",
+                               cache_dir=tiny_data_cache)
+    per_step = 4 * 64 * accumulation
+    assert outcome.state.step == 4 and outcome.tokens_run == 4 * per_step
+    assert [r["tokens"] for r in read_metrics(tmp_path / "run") if r["kind"] == "train"] == [
+        per_step * step for step in (1, 2, 3, 4)]
     assert outcome.state.best_step == 4 and math.isfinite(outcome.state.best_val_bpb)
     assert outcome.last_eval["val_bpb"] == outcome.state.best_val_bpb
     assert 0 < outcome.wall_s < 600 and outcome.signum is None and outcome.checkpoint.name == "step_0000004"
+
+
+def test_max_epochs_plans_the_steps_from_the_tokens_of_a_step(tmp_path, tiny_data_cache):
+    """trainer.max_epochs: the run ends at ceil(epochs × train tokens / tokens per step), a step being every
+    micro-batch of it (here 2 × 4 windows of 64)."""
+    from data import prepare
+    from tests.train_helpers import compose_train_config
+    cfg, _ = compose_train_config(["debug=tiny", f"data.cache_dir={tiny_data_cache}"])
+    train_tokens = prepare(cfg.data, seq_len=64, model_vocab_size=cfg.model.vocab_size, log=lambda *a: None
+                           ).meta["train_tokens"]
+    epochs = 3.5 * 512 / train_tokens  # three and a half steps' worth of tokens
+    outcome = train_in_process(tmp_path / "run", f"trainer.max_epochs={epochs}", "trainer.grad_accum_steps=2",
+                               "trainer.eval_interval=100", "trainer.ckpt_interval=100", cache_dir=tiny_data_cache)
+    assert outcome.state.step == outcome.state.max_steps == 4
+
+
+def test_stop_at_step_stops_there_and_the_checkpoint_says_where_the_data_order_continues(tmp_path, tiny_data_cache):
+    """trainer.stop_at_step=2 of 6: the run stops and saves at step 2, its schedule still planned for 6; state.json
+    holds what a resume continues from (training/run_state.py): the seed the data order follows, the world size."""
+    outcome = train_in_process(tmp_path / "run", "seed=7", "trainer.max_steps=6", "trainer.stop_at_step=2",
+                               "trainer.eval_interval=100", "trainer.ckpt_interval=100", cache_dir=tiny_data_cache)
+    assert (outcome.state.step, outcome.state.max_steps, outcome.checkpoint.name) == (2, 6, "step_0000002")
+    state = read_state(outcome.checkpoint)
+    assert (state["data_position"], state["world_size"]) == ({"seed": 7, "next_step": 2}, 1)
+
+
+@pytest.mark.parametrize("precision, measured", [("bf16", "bfloat16"), ("fp32", "float32")])
+def test_the_header_names_the_run_and_measures_the_peak_in_the_runs_precision(tmp_path, tiny_data_cache, capsys,
+                                                                             precision, measured):
+    train_in_process(tmp_path / "run", *SHORT, f"trainer.precision={precision}", cache_dir=tiny_data_cache)
+    out = capsys.readouterr().out
+    assert f"run dir: {tmp_path / 'run'}\nmodel: rmsnorm + swiglu" in out
+    assert f" TFLOP/s (measured {measured} matmul on cpu, 1 threads), steps 0→4" in out
+
+
+def test_a_given_peak_is_used_as_is_and_mfu_counts_the_trained_window_length(tmp_path, tiny_data_cache, capsys):
+    """trainer.peak_tflops skips the measurement; MFU = tokens/s × FLOPs per token of seq_len-token windows
+    (here 32 of the model's 64 positions: attention's share depends on it) / that peak."""
+    from model import Transformer
+    from training.checkpoint import load_model_config
+    run = tmp_path / "run"
+    train_in_process(run, *SHORT, "trainer.peak_tflops=2", "trainer.seq_len=32", cache_dir=tiny_data_cache)
+    assert "MFU peak 2.00 TFLOP/s (trainer.peak_tflops), steps 0→4" in capsys.readouterr().out
+    flops = Transformer(load_model_config(run / "checkpoints" / "step_0000004")).flops_per_token(32)
+    assert flops != Transformer(load_model_config(run / "checkpoints" / "step_0000004")).flops_per_token(64)
+    for row in (r for r in read_metrics(run) if r["kind"] == "train"):
+        assert row["mfu"] == pytest.approx(row["tokens_per_s"] * flops / 2e12, rel=1e-6)
+
+
+def test_a_time_budget_decides_the_steps_of_a_run_in_process(tmp_path, tiny_data_cache, capsys):
+    """trainer.time_budget (training/budget.py) through the loop: the steps are decided once, after the probe,
+    and the checkpoint's state records the decision (test_budget.py runs it as a user does, with a kill -9)."""
+    from training.budget import PROBE_STEPS, WARMUP_STEPS
+    outcome = train_in_process(tmp_path / "run", "trainer.time_budget=0.04", "trainer.max_steps=3",
+                               "trainer.eval_interval=100000", "trainer.ckpt_interval=100000",
+                               "trainer.sample_tokens=0", cache_dir=tiny_data_cache)
+    assert outcome.state.budget_minutes == 0.04 and outcome.state.max_steps > WARMUP_STEPS + PROBE_STEPS
+    assert outcome.state.step == outcome.state.max_steps
+    assert read_state(outcome.checkpoint)["budget"] == {"minutes": 0.04, "max_steps": outcome.state.max_steps}
+    assert "time budget 0.04 min → " in capsys.readouterr().out
+
+
+def poison_step(monkeypatch, *bad_steps: int) -> None:
+    """A NaN loss (so NaN gradients) at these optimizer steps (1-based) of the loop's TrainStep."""
+    import training.step
+    real_call = training.step.TrainStep.__call__
+
+    def poisoned(self, step):
+        if step + 1 not in bad_steps:
+            return real_call(self, step)
+        real_module = self.loss_module
+        self.loss_module = lambda x, y: real_module(x, y) * float("nan")
+        try:
+            return real_call(self, step)
+        finally:
+            self.loss_module = real_module
+    monkeypatch.setattr(training.step.TrainStep, "__call__", poisoned)
+
+
+def test_skip_nonfinite_steps_reaches_the_step(tmp_path, tiny_data_cache, monkeypatch):
+    """trainer.skip_nonfinite_steps=2 and a NaN loss at step 2 of 4: the loop's TrainStep skips that update and
+    the run finishes, one step counted as skipped (the default, 0, would stop there)."""
+    poison_step(monkeypatch, 2)
+    outcome = train_in_process(tmp_path / "run", *SHORT, "trainer.skip_nonfinite_steps=2", cache_dir=tiny_data_cache)
+    assert (outcome.state.step, outcome.state.skipped_steps) == (4, 1)
+
+
+def test_a_streak_of_bad_steps_stops_the_loop_naming_the_step_and_the_last_good_checkpoint(tmp_path, tiny_data_cache,
+                                                                                          monkeypatch):
+    from training.step import NonFiniteLoss
+    poison_step(monkeypatch, 3, 4)
+    run = tmp_path / "run"
+    with pytest.raises(NonFiniteLoss) as e:
+        train_in_process(run, *SHORT, "trainer.max_steps=6", "trainer.ckpt_interval=1", "trainer.skip_nonfinite_steps=2",
+                         cache_dir=tiny_data_cache)
+    assert str(e.value).startswith("2 non-finite steps in a row (trainer.skip_nonfinite_steps=2) by step 4; the last "
+                                   f"good checkpoint is {run / 'checkpoints' / 'step_0000003'} — ")
+
+
+@pytest.mark.parametrize("first", ["log", "eval", "ckpt"])
+def test_no_log_eval_or_save_happens_past_an_unchecked_bad_step(tmp_path, tiny_data_cache, monkeypatch, first):
+    """A NaN at step 1; the first event after it (a log, an eval or a checkpoint at step 2) checks the guard
+    first, so the run stops there naming step 1 and nothing of step 2 is written."""
+    from training.step import NonFiniteLoss
+    poison_step(monkeypatch, 1)
+    intervals = {"log": 100, "eval": 100, "ckpt": 100, first: 2}
+    run = tmp_path / "run"
+    with pytest.raises(NonFiniteLoss, match="at step 1"):
+        train_in_process(run, "trainer.max_steps=6", *(f"trainer.{k}_interval={v}" for k, v in intervals.items()),
+                         cache_dir=tiny_data_cache)
+    assert read_metrics(run) == [] and not (run / "checkpoints" / "step_0000002").exists()
+
+
+def test_wandb_gets_the_resolved_config_and_every_logged_row(tmp_path, tiny_data_cache, monkeypatch):
+    """logger=wandb: the run opens wandb with its resolved config (what wandb's UI filters and groups runs by)
+    and logs every metrics row at its step. wandb itself is faked: what the loop hands it is the point."""
+    import training.logger
+    opened = {}
+
+    class FakeRun:
+        def __init__(self):
+            self.rows, self.finished = [], False
+
+        def log(self, values, step):
+            self.rows.append((step, values))
+
+        def finish(self):
+            self.finished = True
+
+    def open_wandb(run_dir, cfg, run_name, config):
+        opened.update(config=config, run=FakeRun())
+        return opened["run"]
+    monkeypatch.setattr(training.logger, "open_wandb", open_wandb)
+    train_in_process(tmp_path / "run", *SHORT, "logger=wandb", cache_dir=tiny_data_cache)
+    assert opened["config"]["model"]["hidden_size"] == 64 and opened["config"]["trainer"]["max_steps"] == 4
+    assert [step for step, _ in opened["run"].rows] == [1, 2, 3, 4, 4] and opened["run"].finished
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_only_the_main_rank_speaks(monkeypatch, capsys, rank):
+    """Under torchrun every rank runs the loop; only rank 0 prints (the header, notes, the stop line)."""
+    from training.runtime.distributed import DistInfo
+
+    def build(cfg, info, say, resume_ckpt):
+        say("the header")
+        raise RuntimeError("stop here")
+    monkeypatch.setattr(training.loop, "build", build)
+    with pytest.raises(RuntimeError, match="stop here"):
+        training.loop.train(training.loop.RunSpec(cfg=None, run_dir=None, config_yaml=""), DistInfo(rank=rank), None)
+    assert capsys.readouterr().out == ("the header\n" if rank == 0 else "")
 
 
 def raise_at_step(monkeypatch, step: int, action):
@@ -208,7 +365,9 @@ def test_a_lost_peer_raises_one_line_naming_the_last_intact_checkpoint(tmp_path,
     """gloo's error when another rank dies becomes PeerLost (its one line in train.py); any other RuntimeError
     goes up unchanged. torchrun tests kill a real rank; this checks the loop's branch where mutmut can see it."""
     from training.runtime import distributed as D
-    monkeypatch.setattr(D, "peer_lost", lambda e, info: "Connection reset by peer" if "reset" in str(e) else None)
+    # The real peer_lost answers only in a world of 2+ ranks; this one reads the rank info the loop hands it.
+    monkeypatch.setattr(D, "peer_lost", lambda e, info: "Connection reset by peer" if "reset" in str(e) and
+                        info.rank == 0 else None)
 
     def lose_peer():
         raise RuntimeError("[gloo] Connection reset by peer")

@@ -73,7 +73,8 @@ def test_unknown_gpu_and_cpu_are_measured(fake_cuda):
     assert mfu.peak_flops(torch.device("cpu"), "fp32", override_tflops=2.5) == (2.5e12, "trainer.peak_tflops")
 
 
-def test_measured_cpu_peak_is_plausible_and_leaves_the_rng_alone():
+def test_measured_cpu_peak_is_plausible_and_leaves_the_rng_alone(monkeypatch):
+    monkeypatch.setattr(mfu, "_MEASURED", {})  # a real measurement, not one an earlier test left
     torch.manual_seed(0)
     expected = torch.rand(3)
     torch.manual_seed(0)
@@ -81,3 +82,20 @@ def test_measured_cpu_peak_is_plausible_and_leaves_the_rng_alone():
     assert torch.equal(torch.rand(3), expected)
     assert 1e9 < flops < 1e14  # between a slow core and more than any CPU's fp32 peak
 
+
+
+def test_a_process_measures_each_setting_once(monkeypatch):
+    """Runs in one process (a Hydra sweep's jobs under the basic launcher) share one measurement per device,
+    dtype and thread count, so their MFUs compare; another thread count is measured anew."""
+    calls = []
+    monkeypatch.setattr(mfu, "_MEASURED", {})
+    monkeypatch.setattr(mfu, "_measure", lambda device, dtype, *a: calls.append((dtype, torch.get_num_threads())) or 5e9)
+    cpu, threads = torch.device("cpu"), torch.get_num_threads()
+    assert [mfu.measure_matmul_flops(cpu, torch.float32) for _ in range(2)] == [5e9, 5e9]
+    mfu.measure_matmul_flops(cpu, torch.bfloat16)
+    try:
+        torch.set_num_threads(threads + 1)
+        mfu.measure_matmul_flops(cpu, torch.float32)
+    finally:
+        torch.set_num_threads(threads)
+    assert calls == [(torch.float32, threads), (torch.bfloat16, threads), (torch.float32, threads + 1)]

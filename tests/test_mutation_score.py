@@ -61,3 +61,26 @@ def test_below_90_percent_or_a_stale_equivalence_fails(tmp_path, capsys):
     write_results(tmp_path / "mutants", "model/norm.py", norm_mutants([], killed=20))  # _3 no longer survives
     assert main(["--dir", str(tmp_path / "mutants"), "--doc", str(tmp_path / "testing.md")]) == 1
     assert "forward__mutmut_3" in capsys.readouterr().err
+
+
+def test_todo_is_what_a_glob_has_left_to_run_and_a_plain_name_stands(tmp_path, capsys):
+    """mutmut reruns every mutant a glob matches; scripts/mutation.sh runs only what --todo prints: the
+    matching mutants with no result or an unexplained survival. A plain name is passed through (a rerun)."""
+    (tmp_path / "testing.md").write_text(DOC)
+    codes = {"model.norm.xǁRMSNormǁforward__mutmut_1": 1, "model.norm.xǁRMSNormǁforward__mutmut_2": None,
+             "model.norm.xǁRMSNormǁforward__mutmut_3": 0, "model.norm.xǁRMSNormǁforward__mutmut_4": 0,
+             "model.norm.xǁRMSNormǁforward__mutmut_5": 24}
+    write_results(tmp_path / "mutants", "model/norm.py", codes)
+    write_results(tmp_path / "mutants", "model/rope.py", {"model.rope.x_rope_tables__mutmut_1": None})
+
+    def todo(*patterns):
+        assert main(["--dir", str(tmp_path / "mutants"), "--doc", str(tmp_path / "testing.md"), "--todo", *patterns]) == 0
+        return capsys.readouterr().out.split()
+    # 2 has not run, 4 survived unexplained; 3 is listed as equivalent, 1 and 5 are killed.
+    assert todo("model.norm.*") == ["model.norm.xǁRMSNormǁforward__mutmut_2", "model.norm.xǁRMSNormǁforward__mutmut_4"]
+    assert todo("model.*") == ["model.norm.xǁRMSNormǁforward__mutmut_2", "model.norm.xǁRMSNormǁforward__mutmut_4",
+                               "model.rope.x_rope_tables__mutmut_1"]
+    assert todo("model.norm.xǁRMSNormǁforward__mutmut_1") == ["model.norm.xǁRMSNormǁforward__mutmut_1"]
+    assert todo("data.*") == []
+    assert main(["--dir", str(tmp_path / "empty"), "--doc", str(tmp_path / "testing.md"), "--todo", "model.*"]) == 0
+    assert capsys.readouterr().out.split() == ["model.*"]  # nothing has run yet: mutmut expands it

@@ -94,6 +94,7 @@ def test_the_step_commits_nothing_when_the_loss_is_finite_but_a_gradient_is_not(
 
 def test_record_counts_streaks_across_reads_and_resets_the_interval():
     rec = NonFiniteGuard(torch.device("cpu"))
+    assert rec.read() == {"skipped": 0, "streak": 0, "max_streak": 0, "first_bad": -1}  # -1: no bad step yet
     pattern = [True, False, False, True, False]  # steps 1..5: finite?
     for step, ok in enumerate(pattern[:3], start=1):
         rec.update(torch.tensor(ok), step)
@@ -143,6 +144,9 @@ def test_train_step_accumulates_micro_batches_like_one_big_batch_and_clips():
     assert norm.item() == pytest.approx(big_norm.item(), rel=1e-6)
     for a, b in zip(small.parameters(), big.parameters()):
         torch.testing.assert_close(a, b)
+    # grad_clip=0 means no clipping: SGD moved the weights by lr × the whole gradient.
+    moved = torch.cat([(a.detach() - b.detach()).flatten() for a, b in zip(big.parameters(), tiny_regression().parameters())])
+    assert moved.norm().item() == pytest.approx(0.1 * big_norm.item(), rel=1e-5)
     # Clipping: the applied update is scaled so the gradient norm is at most grad_clip.
     clipped = tiny_regression()
     opt = torch.optim.SGD(clipped.parameters(), lr=1.0)

@@ -63,9 +63,21 @@ def peak_flops(device: torch.device, precision: str, override_tflops: Optional[f
     return flops, f"measured {str(dtype).replace('torch.', '')} matmul on {_device_label(device)}"
 
 
+_MEASURED = {}  # one measurement per process and setting: the in-process jobs of a sweep share it, so their MFUs compare
+
+
 def measure_matmul_flops(device: torch.device, dtype: torch.dtype, n: int = 2048, repeats: int = 8,
                          budget_s: float = 2.0) -> float:
-    """Best-of-N square matmul throughput: an achievable peak for this device and thread count.
+    """Best-of-N square matmul throughput: an achievable peak for this device and thread count, measured
+    once per process for each (device, dtype, size, threads)."""
+    key = (str(device), dtype, n, repeats, budget_s, torch.get_num_threads())
+    if key not in _MEASURED:
+        _MEASURED[key] = _measure(device, dtype, n, repeats, budget_s)
+    return _MEASURED[key]
+
+
+def _measure(device: torch.device, dtype: torch.dtype, n: int, repeats: int, budget_s: float) -> float:
+    """Best-of-N square matmul throughput.
 
     The size grows from 256 up to `n` only while one matmul stays well inside the time budget:
     an emulated bf16 2048³ matmul takes ~20 s on an AVX2-only CPU, and a run's start-up must not.
