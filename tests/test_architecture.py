@@ -3,6 +3,8 @@ nothing of each other or of Hydra; Hydra only at the edge (train.py, cli/, scrip
 and no import cycles; nothing imports train.py or a script, and scripts are doors into cli/; one
 sys.path edit; files under ~300 lines and folders under 16 modules."""
 import ast
+import subprocess
+import sys
 import tokenize
 from pathlib import Path
 
@@ -228,3 +230,14 @@ def test_the_cycle_finder_sees_a_cycle_through_a_package(tmp_path):
     graph = import_graph(tmp_path, roots=("a",))
     assert graph["a.d"] == ["a.b"]
     assert import_cycles(graph) == [["a", "a.b", "a.c"]]
+
+
+def test_a_training_runs_start_imports_no_statistics_interop_or_plotting_library():
+    """train.py and its Hydra callback (which reads an ablation cell's status file) as a run starts: statsmodels
+    and scipy.stats cost about a second of every start, transformers and matplotlib more. They belong to the
+    analysis and interop commands, imported where used (analysis/power.py)."""
+    heavy = {"statsmodels", "scipy", "transformers", "matplotlib", "pandas"}
+    code = f"import sys, train, cli.callbacks; print(sorted({{m.split('.')[0] for m in sys.modules}} & {heavy!r}))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"

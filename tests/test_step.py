@@ -26,6 +26,8 @@ def test_a_nonfinite_step_leaves_weights_and_optimizer_state_untouched(fused):
     for p in model.parameters():
         p.grad = torch.full_like(p, float("nan"))
     commit([opt], torch.tensor(False))
+    # fused: the decision went to the kernel as a device flag (no host sync); else the host decided, no flag
+    assert getattr(opt, "found_inf", None) is not None if fused else not hasattr(opt, "found_inf")
     for k, v in model.state_dict().items():
         assert torch.equal(v, before_w[k]), k
     for pid, state in opt.state_dict()["state"].items():
