@@ -24,6 +24,23 @@ import time
 from pathlib import Path
 
 
+def poisoned(real_call, bad_steps):
+    """TrainStep.__call__ whose loss (so every gradient) is NaN at these optimizer steps (1-based). In-process
+    tests patch it in with monkeypatch (tests/test_loop.py)."""
+    bad = set(bad_steps)
+
+    def poisoned_step(self, step):
+        if step + 1 not in bad:
+            return real_call(self, step)
+        real_module = self.loss_module
+        self.loss_module = lambda x, y: real_module(x, y) * float("nan")
+        try:
+            return real_call(self, step)
+        finally:
+            self.loss_module = real_module
+    return poisoned_step
+
+
 def install(spec: dict) -> None:
     import data.preparation as preparation
     import training.checkpoint.checkpointer as saving
@@ -78,18 +95,7 @@ def install(spec: dict) -> None:
         metrics.MetricsFile.append = append_until_full
 
     if "nan_steps" in spec:
-        bad, real_call = set(spec["nan_steps"]), step_module.TrainStep.__call__
-
-        def poisoned_step(self, step):
-            if step + 1 not in bad:
-                return real_call(self, step)
-            real_module = self.loss_module
-            self.loss_module = lambda x, y: real_module(x, y) * float("nan")
-            try:
-                return real_call(self, step)
-            finally:
-                self.loss_module = real_module
-        step_module.TrainStep.__call__ = poisoned_step
+        step_module.TrainStep.__call__ = poisoned(step_module.TrainStep.__call__, spec["nan_steps"])
 
     if "val_bpb" in spec:
         scripted, real_evaluate = list(spec["val_bpb"]), validator.evaluate

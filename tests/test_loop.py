@@ -247,18 +247,8 @@ def test_a_time_budget_decides_the_steps_of_a_run_in_process(tmp_path, tiny_data
 def poison_step(monkeypatch, *bad_steps: int) -> None:
     """A NaN loss (so NaN gradients) at these optimizer steps (1-based) of the loop's TrainStep."""
     import training.step
-    real_call = training.step.TrainStep.__call__
-
-    def poisoned(self, step):
-        if step + 1 not in bad_steps:
-            return real_call(self, step)
-        real_module = self.loss_module
-        self.loss_module = lambda x, y: real_module(x, y) * float("nan")
-        try:
-            return real_call(self, step)
-        finally:
-            self.loss_module = real_module
-    monkeypatch.setattr(training.step.TrainStep, "__call__", poisoned)
+    from tests.fault_injection import poisoned
+    monkeypatch.setattr(training.step.TrainStep, "__call__", poisoned(training.step.TrainStep.__call__, bad_steps))
 
 
 def test_skip_nonfinite_steps_reaches_the_step(tmp_path, tiny_data_cache, monkeypatch):
