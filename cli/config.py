@@ -2,9 +2,10 @@
 configs/train.yaml, composing it with command-line overrides into a TrainConfig (train.py's
 resolve_config, with a resume's checkpoint config merged in, or Hydra's compose API for the programs
 behind scripts/), reading overrides by Hydra's grammar, and a data config for evaluate.py --data."""
+import os
 import sys
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
@@ -42,12 +43,12 @@ def resolve_config(dict_cfg: DictConfig) -> tuple:
     """(typed config, its YAML, checkpoint to resume or None). A resume takes the checkpoint's saved
     config; command-line key overrides (e.g. trainer.max_steps=…) still apply on top."""
     resume_ckpt = None
+    overrides = [o.lstrip("+") for o in HydraConfig.get().overrides.task if not o.startswith("resume=")]
     if dict_cfg.resume:
         resume_ckpt = resolve_checkpoint(dict_cfg.resume, dict_cfg.outputs_dir)
         if dict_cfg.get("verify_checkpoint", True):
             verify(resume_ckpt, warn=lambda message: print(message, file=sys.stderr))  # bit rot, edits, missing files
         check_checkpoint_consistency(resume_ckpt)  # its files must agree before anything trusts them
-        overrides = [o.lstrip("+") for o in HydraConfig.get().overrides.task if not o.startswith("resume=")]
         groups = [o for o in overrides if "." not in o.split("=")[0] and o.split("=")[0] not in TOP_LEVEL_KEYS]
         if groups:  # the checkpoint's config already holds the composed groups
             print(f"resume: config groups come from the checkpoint; ignoring {' '.join(groups)}", file=sys.stderr)
@@ -56,6 +57,12 @@ def resolve_config(dict_cfg: DictConfig) -> tuple:
         saved = _saved_training_config(resume_ckpt)
         saved.trainer.stop_at_step = None  # an early stop applies to the run that stopped, not the resume
         dict_cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), saved, OmegaConf.from_dotlist(overrides))
+    try:
+        said = apply_length_rule(dict_cfg, dict(override_values([o for o in overrides if o.startswith("trainer.")])))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if said and os.environ.get("RANK", "0") == "0":
+        print(said)
     cfg, config_yaml = _typed(dict_cfg)
     if cfg.trainer.seq_len > cfg.model.max_seq_len:
         raise ConfigError(f"trainer.seq_len={cfg.trainer.seq_len} exceeds model.max_seq_len={cfg.model.max_seq_len}; "
@@ -173,3 +180,40 @@ def load_data_config(data: Optional[str], ckpt: Path, sets: Sequence[str]) -> Da
         return OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:
         raise ValueError(f"data config: {str(e).splitlines()[0]}") from None
+
+
+LENGTH_KEYS = ("max_steps", "max_epochs", "time_budget")
+
+
+def apply_length_rule(cfg: DictConfig, given: Dict[str, object]) -> Optional[str]:
+    """The rule for the settings that decide a run's length (trainer.max_steps, max_epochs, time_budget;
+    docs/training.md): what the command line sets wins over what a config file sets — the default
+    trainer.time_budget=10 or an experiment's max_epochs — and what it overrides is turned off, said in one
+    line; two of them on the command line are refused. With none on the command line the config decides:
+    time_budget if set, else max_epochs if set, else max_steps. A typed value is never dropped without a word.
+
+    Turn off, in `cfg`'s trainer section, what the command line's length setting overrides; `given` holds
+    the trainer.* values the command line set. Returns the line to say, or None. ValueError (one line) for
+    two settings given at once."""
+    chosen = {key: given[f"trainer.{key}"] for key in LENGTH_KEYS if given.get(f"trainer.{key}") is not None}
+    if len(chosen) > 1:
+        a, b = (f"trainer.{key}={_length_text(value)}" for key, value in list(chosen.items())[:2])
+        raise ValueError(f"{a} and {b} both set the run's length; keep one (set the other to null, e.g. "
+                         f"trainer.time_budget=null for a fixed number of steps)")
+    if not chosen:
+        return None
+    (key, value), = chosen.items()
+    dropped = [f"trainer.{other}={_length_text(cfg.trainer[other])}" for other in LENGTH_KEYS
+               if other != key and other != "max_steps" and cfg.trainer.get(other) is not None]
+    if not dropped:
+        return None
+    with open_dict(cfg):
+        for other in LENGTH_KEYS:
+            if other not in (key, "max_steps"):
+                cfg.trainer[other] = None
+    return (f"length: trainer.{key}={_length_text(value)} from the command line decides it; {' and '.join(dropped)} "
+            "from the config is off")
+
+
+def _length_text(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)

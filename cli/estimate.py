@@ -205,7 +205,7 @@ def resolve_peak(args, cfg, device, precision) -> tuple:
         return (sheet.bf16 if precision == "bf16" else sheet.tf32), f"data sheet: {sheet.label}"
     if device.type == "cuda" and not torch.cuda.is_available() and not override:
         return None, "no GPU here to look up or measure its peak; pass --gpu NAME or --peak-tflops"
-    return peak_flops(device, precision, override)
+    return peak_flops(device, precision, override, cfg.trainer.peak_cache)
 
 
 def print_time(args, cfg, peak: tuple, flops, tokens: int, world: int) -> None:

@@ -23,6 +23,12 @@ def matmul_weights(model: nn.Module) -> int:
     return sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
 
 
+def matmul_shapes(model: nn.Module, rows: int) -> list:
+    """(rows, in_features, out_features) of each distinct Linear: the weight matmuls a batch of `rows` tokens
+    runs (training/precision.py times them to choose bf16 or fp32). Works on a meta-device model."""
+    return list(dict.fromkeys((rows, m.in_features, m.out_features) for m in model.modules() if isinstance(m, nn.Linear)))
+
+
 def attention_flops_per_token(n_layers: int, n_heads: int, head_dim: int, seq_len: int,
                               causal: bool = True) -> int:
     """Training FLOPs of the attention scores and their weighted sum, per token of a seq_len window.

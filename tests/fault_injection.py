@@ -15,6 +15,9 @@ code under test is the real one — nothing in minillama knows about them:
                                  autograd as in a real compile, without inductor's minute of C++ builds
   {"teardown_log": "FILE"}       append "<rank> <group up before> <group up after>" to FILE at each process-group teardown
   {"metrics_disk_full_after": 3} metrics.jsonl's disk fills after 3 rows: every later write and the close fail (ENOSPC)
+  {"step_clock": [[0, 0.05], [40, 0.2]]}  the run's clock (training/run_state.py) reads the seconds its steps
+                                 would take: 0.05 s each from step 0, 0.2 s each from step 40; evaluations and
+                                 checkpoints take none. A time budget then plans the same steps on every run
 """
 import json
 import os
@@ -41,11 +44,43 @@ def poisoned(real_call, bad_steps):
     return poisoned_step
 
 
+def step_clock(segments: list, setattr_=setattr) -> None:
+    """Make the run's clock a function of the steps done: [[from_step, seconds per step], …]. In-process tests
+    pass monkeypatch.setattr as setattr_ (tests/test_budget.py)."""
+    import training.checkpoint.checkpointer as checkpointer
+    import training.run_state as run_state
+    import training.step as step_module
+    import training.validator as validator
+    done = {"steps": 0}
+
+    def seconds(n: int) -> float:
+        return sum(next(dt for start, dt in reversed(segments) if i >= start) for i in range(n))
+
+    real_call, real_from_json = step_module.TrainStep.__call__, run_state.RunState.from_json.__func__
+
+    def counted_call(self, step):
+        out = real_call(self, step)
+        done["steps"] = step + 1
+        return out
+
+    def counted_from_json(cls, fields):
+        done["steps"] = fields["step"]
+        return real_from_json(cls, fields)
+    setattr_(run_state, "clock", lambda: 1000.0 + seconds(done["steps"]))
+    setattr_(step_module.TrainStep, "__call__", counted_call)
+    setattr_(run_state.RunState, "from_json", classmethod(counted_from_json))
+    setattr_(validator.Validator, "time_one", lambda self: 0.0)
+    setattr_(checkpointer.Checkpointer, "time_one", lambda self, state: 0.0)
+
+
 def install(spec: dict) -> None:
     import data.preparation as preparation
     import training.checkpoint.checkpointer as saving
     import training.step as step_module
     import training.validator as validator
+
+    if "step_clock" in spec:
+        step_clock(spec["step_clock"])
 
     if "slow_prepare" in spec:
         real_build = preparation._build

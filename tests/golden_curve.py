@@ -43,14 +43,17 @@ EMULATE = {
 
 
 def bf16_class() -> str:
-    """amx | avx512_bf16 | avx2: the bf16 hardware oneDNN uses here (a cap set by EMULATE wins)."""
-    import torch
-    cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
-    if torch.cpu._is_amx_tile_supported() and cap in ("", "ALL", "AVX512_CORE_AMX"):
-        return "amx"
-    if torch.cpu._is_avx512_bf16_supported() and cap in ("", "ALL", "AVX512_CORE_AMX", "AVX512_CORE_BF16"):
-        return "avx512_bf16"
-    return "avx2"
+    """amx | avx512_bf16 | avx2: the bf16 hardware oneDNN uses here (a cap set by EMULATE wins): the CPU class."""
+    sys.path.insert(0, str(REPO))
+    from training.runtime.cpu import cpu_class
+    return cpu_class().name
+
+
+def can_emulate(cls: str) -> bool:
+    """Whether this machine can compute as `cls` does: a class at or below its hardware's (caps only lower)."""
+    sys.path.insert(0, str(REPO))
+    from training.runtime.cpu import cpu_class, lower
+    return lower(cpu_class().hardware, cls) == cls
 
 
 def overrides_of(variant_overrides: list) -> list:
@@ -98,10 +101,12 @@ def main() -> None:
     p.add_argument("--bf16-classes", default="this", help="this | all | a comma-separated list of " + ", ".join(EMULATE))
     p.add_argument("--no-fp32", action="store_true", help="keep the committed fp32 curves; bless only bf16")
     p.add_argument("--bf16-only", type=Path, help=argparse.SUPPRESS)  # internal: one bf16 curve into this file
+    p.add_argument("--cache", type=Path, help=argparse.SUPPRESS)  # internal: a debug=tiny data cache to reuse
     args = p.parse_args()
     if args.bf16_only:
         with tempfile.TemporaryDirectory() as tmp:
-            args.bf16_only.write_text(json.dumps(loss_curve("bf16", Path(tmp) / "cache", Path(tmp) / "runs")))
+            cache = args.cache or Path(tmp) / "cache"
+            args.bf16_only.write_text(json.dumps(loss_curve("bf16", cache, Path(tmp) / "runs")))
         return
     classes = {"this": [bf16_class()], "all": list(EMULATE)}.get(args.bf16_classes, args.bf16_classes.split(","))
     bless(classes, fp32=not args.no_fp32)

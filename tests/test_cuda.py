@@ -88,7 +88,7 @@ def test_peak_is_looked_up_or_measured_and_the_table_is_plausible():
     from training.runtime.mfu import gpu_peak, measure_matmul_flops, peak_flops
     name = torch.cuda.get_device_name(CUDA)
     flops, source = peak_flops(CUDA, "bf16")
-    measured = measure_matmul_flops(CUDA, torch.bfloat16, n=8192, repeats=10)
+    measured = measure_matmul_flops(CUDA, torch.bfloat16, n=8192)
     print(f"{name}: peak_flops -> {flops / 1e12:.0f} TFLOP/s ({source}); measured bf16 {measured / 1e12:.0f}")
     if gpu_peak(name) is not None:
         # A measured matmul reaches 60-95 % of a correct data-sheet number; far off means a wrong row.

@@ -59,8 +59,9 @@ def test_a_resume_on_another_machine_class_keeps_or_says_which_precision_it_trai
     """Sessions move between CPU classes. state.json and every train row record what the run trains in; a
     resume under `auto` keeps it, except bf16 where this CPU emulates it: then fp32, said in one warning line."""
     speeds = {torch.bfloat16: 0.0004, torch.float32: 0.001}  # a CPU with AMX: auto picks bf16
-    monkeypatch.setattr(training.precision, "_matmul_seconds", lambda dtype: speeds[dtype])
-    run, args = tmp_path / "run", ["trainer.max_steps=4", "trainer.ckpt_interval=2", "trainer.eval_interval=2",
+    monkeypatch.setattr(training.precision, "measure", lambda shapes, full=True: training.precision.Timing(
+        speeds[torch.bfloat16], speeds[torch.float32], "a stand-in"))
+    run, args = tmp_path / "run", ["trainer.precision=auto", "trainer.max_steps=4", "trainer.ckpt_interval=2", "trainer.eval_interval=2",
                                    "trainer.log_interval=1", "trainer.activation_rms=false"]
     train_in_process(run, *args, "trainer.stop_at_step=2", cache_dir=tiny_data_cache)
     ckpt = run / "checkpoints" / "step_0000002"
@@ -214,7 +215,8 @@ def test_the_header_names_the_run_and_measures_the_peak_in_the_runs_precision(tm
     train_in_process(tmp_path / "run", *SHORT, f"trainer.precision={precision}", cache_dir=tiny_data_cache)
     out = capsys.readouterr().out
     assert f"run dir: {tmp_path / 'run'}\nmodel: rmsnorm + swiglu" in out
-    assert f" TFLOP/s (measured {measured} matmul on cpu, 1 threads), steps 0→4" in out
+    assert f" TFLOP/s (measured {measured} matmul on cpu, 1 threads, the best of " in out
+    assert " starts on this machine (~/.cache/minillama/matmul_peaks.json)), steps 0→4" in out
 
 
 def test_a_given_peak_is_used_as_is_and_mfu_counts_the_trained_window_length(tmp_path, tiny_data_cache, capsys):
@@ -231,16 +233,19 @@ def test_a_given_peak_is_used_as_is_and_mfu_counts_the_trained_window_length(tmp
         assert row["mfu"] == pytest.approx(row["tokens_per_s"] * flops / 2e12, rel=1e-6)
 
 
-def test_a_time_budget_decides_the_steps_of_a_run_in_process(tmp_path, tiny_data_cache, capsys):
-    """trainer.time_budget (training/budget.py) through the loop: the steps are decided once, after the probe,
-    and the checkpoint's state records the decision (test_budget.py runs it as a user does, with a kill -9)."""
+def test_a_time_budget_plans_the_steps_of_a_run_in_process(tmp_path, tiny_data_cache, capsys):
+    """trainer.time_budget (training/budget.py) through the loop on the real clock: the first plan after the probe,
+    the run ends where the last plan says, and the checkpoint's state records the plans (test_budget.py drives
+    it with a step clock, and with a kill -9)."""
     from training.budget import PROBE_STEPS, WARMUP_STEPS
     outcome = train_in_process(tmp_path / "run", "trainer.time_budget=0.04", "trainer.max_steps=3",
                                "trainer.eval_interval=100000", "trainer.ckpt_interval=100000",
                                "trainer.sample_tokens=0", cache_dir=tiny_data_cache)
     assert outcome.state.budget_minutes == 0.04 and outcome.state.max_steps > WARMUP_STEPS + PROBE_STEPS
     assert outcome.state.step == outcome.state.max_steps
-    assert read_state(outcome.checkpoint)["budget"] == {"minutes": 0.04, "max_steps": outcome.state.max_steps}
+    budget = read_state(outcome.checkpoint)["budget"]
+    assert (budget["minutes"], budget["max_steps"], budget["plans"][-1]["max_steps"]) == (0.04, *[outcome.state.step] * 2)
+    assert budget["plans"][0]["at_step"] == WARMUP_STEPS + PROBE_STEPS
     assert "time budget 0.04 min → " in capsys.readouterr().out
 
 

@@ -78,7 +78,7 @@ def test_measured_cpu_peak_is_plausible_and_leaves_the_rng_alone(monkeypatch):
     torch.manual_seed(0)
     expected = torch.rand(3)
     torch.manual_seed(0)
-    flops = mfu.measure_matmul_flops(torch.device("cpu"), torch.float32, n=512, repeats=3)
+    flops = mfu.measure_matmul_flops(torch.device("cpu"), torch.float32, n=512, budget_s=0.2)
     assert torch.equal(torch.rand(3), expected)
     assert 1e9 < flops < 1e14  # between a slow core and more than any CPU's fp32 peak
 
@@ -99,3 +99,23 @@ def test_a_process_measures_each_setting_once(monkeypatch):
     finally:
         torch.set_num_threads(threads)
     assert calls == [(torch.float32, threads), (torch.bfloat16, threads), (torch.float32, threads + 1)]
+
+
+def test_a_cpu_peak_is_the_best_any_start_on_this_machine_measured(tmp_path, monkeypatch):
+    """trainer.peak_cache: each start measures, and uses the best measured so far for this CPU, thread count, torch
+    and dtype, so runs on one machine share an MFU denominator (a busy start does not lower it)."""
+    record = tmp_path / "cache" / "peaks.json"
+    cpu = torch.device("cpu")
+    for measured, expected in ((3e11, 3e11), (2e11, 3e11), (4e11, 4e11)):  # the 2nd start was busy
+        monkeypatch.setattr(mfu, "measure_matmul_flops", lambda *a, **k: measured)
+        flops, source = mfu.peak_flops(cpu, "bf16", kept_in=record)
+        assert flops == expected
+    assert source.endswith(f", the best of 3 starts on this machine ({record})")
+    flops, source = mfu.peak_flops(cpu, "fp32", kept_in=record)  # another dtype: a record of its own
+    assert flops == 4e11 and ", the best of 1 starts on this machine" in source
+    record.write_text("{not json")  # damaged: started anew, never an error
+    monkeypatch.setattr(mfu, "measure_matmul_flops", lambda *a, **k: 1e11)
+    assert mfu.peak_flops(cpu, "bf16", kept_in=record) == (1e11, "measured bfloat16 matmul on cpu, "
+                                                            f"{torch.get_num_threads()} threads, the best of 1 starts "
+                                                            f"on this machine ({record})")
+    assert mfu.peak_flops(cpu, "bf16", kept_in=None)[1].endswith("threads")  # null: this start's own measurement

@@ -1,17 +1,50 @@
-"""training/precision.py: `auto` takes bf16 only where bf16 matmuls are measured fast; autocast contexts."""
+"""training/precision.py: `auto` takes bf16 only where the run's bf16 matmuls measure fast enough, and says what the
+CPU reports and what was measured; autocast contexts."""
 import pytest
 import torch
 
 from training import precision as P
+from training.runtime.cpu import CpuClass
 
 
-@pytest.mark.parametrize("bf16_s, fp32_s, expected", [(0.030, 0.001, "fp32"), (0.0004, 0.001, "bf16")])
-def test_auto_on_cpu_follows_the_measured_matmul_speed(monkeypatch, bf16_s, fp32_s, expected):
-    times = {torch.bfloat16: bf16_s, torch.float32: fp32_s}
-    monkeypatch.setattr(P, "_matmul_seconds", lambda dtype: times[dtype])
-    chosen, why = P.resolve_precision("auto", torch.device("cpu"))
-    assert chosen == expected
-    assert ("slower" in why) == (expected == "fp32") and ("faster" in why) == (expected == "bf16")
+AMX_CPU = CpuClass(name="amx", hardware="amx", cap=None, model="a CPU")
+AVX512_CPU = CpuClass(name="avx512_bf16", hardware="avx512_bf16", cap=None, model="a CPU")
+AVX2_CAPPED = CpuClass(name="avx2", hardware="amx", cap="AVX2", model="a CPU")
+
+
+def fake(monkeypatch, cpu, bf16_s, fp32_s):
+    """This CPU class and these measured round times, in place of the machine's."""
+    monkeypatch.setattr(P, "cpu_class", lambda: cpu)
+    monkeypatch.setattr(P, "measure", lambda shapes, full=True: P.Timing(bf16_s, fp32_s, "the stand-in shapes"))
+
+
+@pytest.mark.parametrize("cpu, bf16_s, fp32_s, expected, why", [
+    (AMX_CPU, 0.0004, 0.001, "bf16", "CPU reports AMX-bf16; bf16 measured 2.5× faster than fp32 on the stand-in shapes"),
+    (AVX512_CPU, 0.0009, 0.001, "fp32", "CPU reports AVX512-BF16; bf16 measured only 1.11× as fast as fp32 on the "
+                                        "stand-in shapes, below the 1.2× that auto asks"),
+    (AVX512_CPU, 0.0017, 0.001, "fp32", "CPU reports AVX512-BF16; bf16 measured 1.7× slower than fp32 on the "
+                                        "stand-in shapes"),
+    (AVX2_CAPPED, 0.030, 0.001, "fp32", "CPU reports AMX-bf16, capped to no AMX/AVX512-BF16 by ONEDNN_MAX_CPU_ISA=AVX2: "
+                                        "bf16 is emulated; bf16 measured 30.0× slower than fp32 on the stand-in shapes"),
+])
+def test_auto_on_cpu_says_what_the_cpu_reports_and_what_was_measured(monkeypatch, cpu, bf16_s, fp32_s, expected, why):
+    fake(monkeypatch, cpu, bf16_s, fp32_s)
+    assert P.resolve_precision("auto", torch.device("cpu")) == (expected, why)
+
+
+def test_bf16_needs_the_margin_not_just_a_win():
+    at = P.BF16_MARGIN
+    assert P.decide(AMX_CPU, P.Timing(1.0, at, "x"))[0] == "bf16"
+    assert P.decide(AMX_CPU, P.Timing(1.0, at * 0.999, "x"))[0] == "fp32"
+
+
+def test_the_measurement_times_the_runs_shapes_where_bf16_is_in_hardware_and_one_small_matmul_where_emulated():
+    shapes = [(4096, 64, 96), (4096, 64, 96), (8, 32, 16)]
+    full = P.measure(shapes, full=True)
+    assert full.what == "the run's 2 matmul shapes, median of 7 interleaved rounds"  # repeated shapes once
+    assert full.bf16_s > 0 and full.fp32_s > 0
+    small = P.measure(shapes, full=False)
+    assert small.what.startswith("one 256³ matmul") and small.what.endswith("median of 3 interleaved rounds")
 
 
 def test_auto_on_cuda_asks_the_device(monkeypatch):
@@ -52,8 +85,8 @@ def test_tf32_is_enabled_only_on_cuda(exact_fp32):
     assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
 
 
-AVX2 = {torch.bfloat16: 0.030, torch.float32: 0.001}  # bf16 emulated: ~30× slower
-AMX = {torch.bfloat16: 0.0004, torch.float32: 0.001}
+AVX2 = (AVX2_CAPPED, {torch.bfloat16: 0.030, torch.float32: 0.001})  # bf16 emulated: ~30× slower
+AMX = (AMX_CPU, {torch.bfloat16: 0.0004, torch.float32: 0.001})
 
 
 @pytest.mark.parametrize("requested, trained_in, speeds, expected", [
@@ -64,25 +97,25 @@ AMX = {torch.bfloat16: 0.0004, torch.float32: 0.001}
     ("auto", None, AVX2, "fp32"),
 ])
 def test_a_resume_keeps_the_precision_its_run_trained_in(monkeypatch, requested, trained_in, speeds, expected):
-    monkeypatch.setattr(P, "_matmul_seconds", lambda dtype: speeds[dtype])
+    fake(monkeypatch, speeds[0], speeds[1][torch.bfloat16], speeds[1][torch.float32])
     precision, why, warning = P.resume_precision(requested, torch.device("cpu"), trained_in, step=20)
     assert (precision, warning) == (expected, None)
     assert ("a resume keeps it" in why) == (trained_in is not None and requested == "auto")
 
 
 def test_an_fp32_run_resumed_under_auto_does_not_measure(monkeypatch):
-    monkeypatch.setattr(P, "_matmul_seconds", lambda dtype: pytest.fail("measured"))
+    monkeypatch.setattr(P, "measure", lambda *a, **k: pytest.fail("measured"))
     assert P.resume_precision("auto", torch.device("cpu"), "fp32", step=3)[:2] == (
         "fp32", "the run trained in fp32: a resume keeps it (trainer.precision=bf16 switches)")
 
 
 def test_a_bf16_run_resumed_where_bf16_is_emulated_continues_in_fp32_and_says_so(monkeypatch):
-    monkeypatch.setattr(P, "_matmul_seconds", lambda dtype: AVX2[dtype])
+    fake(monkeypatch, AVX2_CAPPED, 0.030, 0.001)
     precision, why, warning = P.resume_precision("auto", torch.device("cpu"), "bf16", step=304)
-    assert precision == "fp32" and "30× slower" in why
-    assert warning == ("warning: this run trained in bf16 up to step 304 and continues in fp32 (bf16 matmul 30× "
-                       "slower than fp32 on this CPU (no AMX/AVX512-BF16), so auto does not keep bf16): from here on "
-                       "it is not what an uninterrupted run computes; trainer.precision=bf16 keeps bf16, slowly")
+    assert precision == "fp32" and "30.0× slower" in why
+    assert warning == (f"warning: this run trained in bf16 up to step 304 and continues in fp32 ({why}, so auto does "
+                       "not keep bf16): from here on it is not what an uninterrupted run computes; "
+                       "trainer.precision=bf16 keeps bf16, slowly")
     precision, _, warning = P.resume_precision("fp32", torch.device("cpu"), "bf16", step=304)
     assert precision == "fp32" and warning == (
         "warning: this run trained in bf16 up to step 304 and continues in fp32 (trainer.precision=fp32): from "

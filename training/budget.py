@@ -1,29 +1,48 @@
-"""trainer.time_budget: a run's length set by the clock. Early on — inside the warmup, where the learning
-rate does not yet depend on the run's end — the run times a few training steps, one evaluation's batches
-and one checkpoint, then fixes max_steps once: the schedule (cosine or WSD) ends exactly there, the
-decision goes into state.json, and a resume keeps it (bitwise: the probe draws no random numbers).
+"""trainer.time_budget: a run's length set by the clock, re-planned as the machine's speed changes.
+
+Early on — inside the warmup, where the learning rate does not yet depend on the run's end — the run times a
+few training steps, one evaluation's batches and one checkpoint, and plans max_steps to fit. A plan made
+once cannot follow a machine whose speed changes (a 2-core machine's speed moved 2-3× with its neighbours'
+load; one busy start planned 37 steps for 10 minutes), so the run plans again at every evaluation and at
+least every REPLAN_SHARE of the budget — more often as the end nears — each time from the speed measured
+since the last plan. The schedule follows each new end without a jump in the learning rate
+(training/optim/schedule.py), and every plan goes into state.json, so a resume continues the same curve.
 
 What the budget covers: the training loop from its first step to its final checkpoint — compiling,
 evaluations, samples and checkpoints included; interpreter start-up and data preparation are not.
 """
-import time
+import math
 from dataclasses import dataclass
+from typing import Optional
 
+from training import run_state
 from training.runtime import distributed as D
 
 WARMUP_STEPS = 3  # compiling happens at the first step; the next two settle the caches
-PROBE_STEPS = 20  # a 2-core machine's speed wanders ±15 % from minute to minute: average over more steps
-# Plan for this share of the budget. Measured on a 2-core AMX machine (BENCHMARKS.md), runs planned for the
-# whole budget overshot it by 7-12 %: the steps after the probe ran slower than the probe's.
-TARGET_SHARE = 0.95
+PROBE_STEPS = 20  # the first plan's speed: a mean over this many steps
+REPLAN_SHARE = 0.05  # plan again at least every 5 % of the budget (30 s of a 10-minute run)
+MIN_WINDOW_STEPS = 5  # a plan's speed is a mean over at least this many steps
+NOTE_CHANGE = 0.02  # say a new plan when it moves the end by at least 2 % (state.json keeps every plan)
+# Before the first plan the schedule runs towards an end this far away: past the warmup the learning rate then
+# stays at its peak, so nothing trained before the plan depends on an end nobody knew yet.
+UNPLANNED_END = 10 ** 9
 
 
 @dataclass
 class Costs:
-    """Seconds the rest of the run will spend, per event, as measured by the probe."""
+    """Seconds the rest of the run will spend, per event, as measured."""
     step: float
     eval: float  # one validation (all its batches, the activation RMS batch, the sample)
     save: float  # one checkpoint
+
+
+@dataclass
+class Mark:
+    """Where a speed window starts: the step, the clock, and the clock's paused and compiling seconds then."""
+    step: int
+    wall: float
+    paused: dict
+    compile_s: float
 
 
 def events_between(first: int, last: int, interval: int) -> int:
@@ -34,11 +53,11 @@ def events_between(first: int, last: int, interval: int) -> int:
 def steps_for_budget(budget_s: float, spent_s: float, at_step: int, costs: Costs, eval_interval: int,
                      ckpt_interval: int) -> int:
     """The most steps whose whole run — the `spent_s` seconds to `at_step`, then the remaining steps, their
-    evaluations and checkpoints, the final ones included — fits `budget_s`. At least `at_step` (a probe
-    that overran the budget ends the run where it is)."""
+    evaluations and checkpoints (those due at `at_step` itself included: a plan is made before them), the
+    final ones included — fits `budget_s`. At least `at_step` (a run past its budget ends where it is)."""
     def total(n: int) -> float:
-        evals = events_between(at_step, n, eval_interval) + (n % eval_interval != 0)
-        saves = events_between(at_step, n, ckpt_interval) + (n % ckpt_interval != 0)
+        evals = events_between(at_step - 1, n, eval_interval) + (n % eval_interval != 0)
+        saves = events_between(at_step - 1, n, ckpt_interval) + (n % ckpt_interval != 0)
         return spent_s + (n - at_step) * costs.step + evals * costs.eval + saves * costs.save
 
     lo, hi = at_step, max(at_step + 1, at_step + int(2 * budget_s / max(costs.step, 1e-9)) + 1)
@@ -49,37 +68,85 @@ def steps_for_budget(budget_s: float, spent_s: float, at_step: int, costs: Costs
 
 
 class TimeBudget:
-    """Probes at steps WARMUP_STEPS..WARMUP_STEPS + PROBE_STEPS, then fixes state.max_steps once."""
+    """Plans state.max_steps after a probe (WARMUP_STEPS + PROBE_STEPS steps after the start or a resume),
+    then again at every evaluation and whenever the window it planned for has passed."""
 
-    def __init__(self, minutes: float, started: float, device):
-        self.minutes, self.budget_s, self.started, self.device = minutes, 60.0 * minutes, started, device
-        self.probe_start = None
-
+    def __init__(self, minutes: float, state, device, log):
+        self.minutes, self.budget_s, self.device = minutes, 60.0 * minutes, device
+        self.first_step = state.step  # 0, or where a resume starts
+        self.mark: Optional[Mark] = None
+        self.eval_s: Optional[float] = None
+        self.save_s: Optional[float] = None
+        if state.plans:  # a resume: plan when the uninterrupted run would have, timing from here
+            self.next_plan, self.last_plan = state.plans[-1].get("next_at", state.step), state.plans[-1]["at_step"]
+            self.mark = self._mark(state.step, log)
+        else:  # a probe first, towards an end far away (UNPLANNED_END)
+            self.next_plan, self.last_plan = state.step + WARMUP_STEPS + PROBE_STEPS, None
+            state.max_steps = UNPLANNED_END
+            log.set_total(None)
     def after_step(self, state, validator, checkpointer, log, tokens_per_step: int, info) -> None:
-        """The loop calls this after every step; it acts twice: when the probe begins and when it ends."""
-        if state.step == WARMUP_STEPS:
-            self.probe_start = self._now()
-        elif state.step == WARMUP_STEPS + PROBE_STEPS:
-            step_s = (self._now() - self.probe_start) / PROBE_STEPS
-            eval_s, save_s = validator.time_one(), checkpointer.time_one(state)
-            costs = Costs(step=step_s, eval=eval_s, save=save_s)
-            trainer = validator.cfg.trainer
-            decided = steps_for_budget(TARGET_SHARE * self.budget_s, self._now() - self.started, state.step, costs,
-                                       trainer.eval_interval, trainer.ckpt_interval)
-            (decided,) = D.agree_max([decided], info)  # every rank ends at the same step (rank 0's clock may differ)
-            state.plan_budget(self.minutes, decided)
-            log.set_total(decided)
-            log.write(describe(self.minutes, decided, costs, tokens_per_step))
+        """The loop calls this after every step (before that step's evaluation and checkpoint)."""
+        if self.mark is None:
+            if state.step == self.first_step + WARMUP_STEPS:
+                self.mark = self._mark(state.step, log)
+            return
+        # When to plan depends on steps alone (state.json carries them), so a resume plans where the run would have.
+        at_eval = self.last_plan is not None and validator.should_validate(state.step) and \
+            state.step - self.last_plan >= MIN_WINDOW_STEPS
+        if not (state.step >= self.next_plan or at_eval) or state.step >= state.max_steps or state.step == self.mark.step:
+            return
+        now = self._mark(state.step, log)
+        costs = self._costs(now, validator, checkpointer, state)
+        trainer = validator.cfg.trainer
+        spent = state.elapsed_s()
+        decided = steps_for_budget(self.budget_s, spent, state.step, costs, trainer.eval_interval, trainer.ckpt_interval)
+        gap_s = min(REPLAN_SHARE * self.budget_s, (decided - state.step) * costs.step / 2)
+        next_plan = state.step + max(MIN_WINDOW_STEPS, math.ceil(gap_s / max(costs.step, 1e-9)))
+        # Every rank ends at the same step and plans at the same steps (rank 0's clock may differ).
+        decided, later = D.agree_max([decided, -next_plan], info)
+        before = state.max_steps if state.plans else None
+        self.mark, self.next_plan, self.last_plan = now, -later, state.step
+        state.plan_budget(self.minutes, decided, costs.step, spent, self.next_plan)
+        log.set_total(decided)
+        if before is None:
+            log.write(describe(self.minutes, decided, costs, tokens_per_step, self.first_step))
+        elif abs(decided - before) >= NOTE_CHANGE * before:
+            log.write(f"time budget: re-planned at step {state.step}: {decided:,} steps (was {before:,}) at "
+                      f"{tokens_per_step / costs.step:,.0f} tok/s, {spent / 60:.2f} of {self.minutes:g} min spent")
 
-    def _now(self) -> float:
-        if self.device.type == "cuda":  # note: a CPU-GPU sync point, twice per run
+    def _costs(self, now: Mark, validator, checkpointer, state) -> Costs:
+        """The step's seconds since the last mark (its evaluations, checkpoints and compiling taken out); an
+        evaluation's and a checkpoint's from those the window saw, else measured once (the probe)."""
+        last, steps = self.mark, max(now.step - self.mark.step, 1)
+        paused = sum(now.paused[k][0] - last.paused.get(k, (0.0, 0))[0] for k in now.paused)
+        step_s = max(now.wall - last.wall - paused - (now.compile_s - last.compile_s), 1e-6) / steps
+        if self.eval_s is None:
+            self.eval_s, self.save_s = validator.time_one(), checkpointer.time_one(state)
+        for kind in ("eval", "save"):
+            seconds, count = now.paused.get(kind, (0.0, 0))
+            seen_s, seen = last.paused.get(kind, (0.0, 0))
+            if count > seen:
+                setattr(self, f"{kind}_s", (seconds - seen_s) / (count - seen))
+        return Costs(step=step_s, eval=self.eval_s, save=self.save_s)
+
+    def _mark(self, step: int, log) -> Mark:
+        if self.device.type == "cuda":  # note: a CPU-GPU sync point, once per plan
             import torch
             torch.cuda.synchronize(self.device)
-        return time.time()
+        return Mark(step, run_state.clock(), dict(log.clock.paused_by_kind), log.clock.compile_s())
 
 
-def describe(minutes: float, max_steps: int, costs: Costs, tokens_per_step: int) -> str:
-    """The decision, as the run prints it."""
+def schedule_ends(state) -> list:
+    """What the learning-rate schedule follows (training/optim/schedule.py): [] without a time budget (it runs to
+    state.max_steps); with one, the far end it runs towards before the first plan, then each plan's end."""
+    if not state.plans and state.max_steps != UNPLANNED_END:
+        return []
+    return [(0, UNPLANNED_END)] + [(plan["at_step"], plan["max_steps"]) for plan in state.plans]
+
+
+def describe(minutes: float, max_steps: int, costs: Costs, tokens_per_step: int, first_step: int = 0) -> str:
+    """The first plan, as the run prints it."""
     return (f"time budget {minutes:g} min → {max_steps:,} steps at {tokens_per_step / costs.step:,.0f} tok/s "
             f"(step {costs.step * 1000:.0f} ms, eval {costs.eval:.1f} s, checkpoint {costs.save:.1f} s, "
-            f"measured over steps {WARMUP_STEPS + 1}–{WARMUP_STEPS + PROBE_STEPS})")
+            f"measured over steps {first_step + WARMUP_STEPS + 1}–{first_step + WARMUP_STEPS + PROBE_STEPS}); "
+            f"planned again at every evaluation and at least every {REPLAN_SHARE * minutes * 60:.0f} s")

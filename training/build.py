@@ -11,6 +11,7 @@ import torch
 
 from data import TrainBatches, eval_windows
 from model import Transformer
+from model.flops import matmul_shapes
 from training.checkpoint import load_training_state, move_aside_later_checkpoints, read_weights, restore_rng
 from training.checkpoint.state_dicts import load_full_state
 from training.config import TrainConfig
@@ -41,8 +42,8 @@ def build(cfg: TrainConfig, info: D.DistInfo, say, resume_ckpt: Optional[Path] =
     if cfg.trainer.num_threads:
         torch.set_num_threads(cfg.trainer.num_threads)
     resumed = read_state(resume_ckpt) if resume_ckpt is not None else {}
-    precision, precision_why, warning = resume_precision(cfg.trainer.precision, info.device,
-                                                         resumed.get("precision"), resumed.get("step", 0))
+    precision, precision_why, warning = resume_precision(cfg.trainer.precision, info.device, resumed.get("precision"),
+                                                         resumed.get("step", 0), run_matmul_shapes(cfg))
     if warning:
         say(warning)
     if enable_tf32(info.device, cfg.trainer.tf32) and precision == "fp32":
@@ -63,6 +64,13 @@ def build(cfg: TrainConfig, info: D.DistInfo, say, resume_ckpt: Optional[Path] =
     torch.manual_seed(int(np.random.SeedSequence([cfg.seed, info.rank]).generate_state(1)[0]))
     return Parts(raw_model, loss_module, compute_loss, optimizers, autocast_context(precision, info.device),
                  precision, parallel, (precision_why, compile_note))
+
+
+def run_matmul_shapes(cfg: TrainConfig) -> list:
+    """The weight matmuls of one micro-batch's forward, from a meta-device model (no memory, no RNG drawn)."""
+    with torch.device("meta"):
+        model = Transformer(cfg.model)
+    return matmul_shapes(model, cfg.trainer.micro_batch_size * cfg.trainer.seq_len)
 
 
 def data_views(cfg: TrainConfig, data, info: D.DistInfo) -> tuple:
@@ -94,15 +102,15 @@ def restore(run, info: D.DistInfo, parts: Parts, say, max_steps: int) -> RunStat
     state = RunState.from_json(state_json)
     state.precision = parts.precision  # what this process trains in (state.json says what the run trained in)
     trainer = run.cfg.trainer
-    if not (state.budget_decided and trainer.time_budget):  # a budget's decided end stands; else the config's
-        state.max_steps, state.budget_minutes = max_steps, None
+    if not (state.budget_decided and trainer.time_budget):  # a budget's plans go on; else the config's end
+        state.max_steps, state.budget_minutes, state.plans = max_steps, None, []
     if state.stopped_early and trainer.early_stopping and state.evals_since_best >= trainer.early_stopping:
         raise ValueError(f"{run.resume_ckpt} ended its run early at step {state.step} (no lower validation bpb in "
                          f"{state.evals_since_best} evaluations); to train on, resume with trainer.early_stopping=null "
                          "or a larger patience")
     state.stop_at, state.stopped_early = trainer.stop_at_step, False
     if state.step >= state.max_steps:
-        what = "the end its time budget decided" if state.budget_decided else "trainer.max_steps"
+        what = "the end its time budget planned" if state.budget_decided else "trainer.max_steps"
         raise ValueError(f"{run.resume_ckpt} is already at step {state.step} = {what}; pass a larger "
                          "trainer.max_steps (and trainer.time_budget=null) to train further (the schedule then "
                          "stretches to it)")

@@ -86,6 +86,9 @@ class TrainerConfig:
     parallel: str = "auto"  # auto (ddp if world size > 1) | none | ddp | fsdp
     dist_timeout_s: int = 300  # a rank that stops answering fails the run instead of hanging it
     peak_tflops: Optional[float] = None  # MFU denominator; None = look up (GPU) or measure (CPU)
+    # A CPU's measured peak is kept here, per CPU, thread count, torch and dtype; each start uses the best
+    # measured so far, so runs on one machine share an MFU denominator. null = each start's own measurement.
+    peak_cache: Optional[str] = "~/.cache/minillama/matmul_peaks.json"
     sample_tokens: int = 0  # > 0: print a sample of this many tokens at each eval
     sample_prompt: str = "\n"
     activation_rms: bool = True  # log per-layer residual-stream RMS at each eval

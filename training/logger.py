@@ -6,13 +6,13 @@ import math
 import netrc
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Optional
 
 import torch
 from tqdm import tqdm
 
+from training import run_state
 from training.config import LoggerConfig
 from training.metrics import MetricsFile
 from training.runtime import distributed as D
@@ -25,23 +25,27 @@ class Throughput:
 
     def __init__(self, compute_loss):
         self.compute_loss = compute_loss
-        self.steps, self.excluded, self.since = 0, 0.0, time.time()
+        self.steps, self.excluded, self.since = 0, 0.0, run_state.clock()
         self.compile_seen = self.compile_s()
+        self.paused_by_kind = {}  # kind → (seconds, count) over the whole process: the time budget's costs
 
     def compile_s(self) -> float:
         return getattr(self.compute_loss, "compile_seconds", 0.0)
 
     @contextlib.contextmanager
-    def paused(self):
-        start = time.time()
+    def paused(self, kind: str = "other"):
+        start = run_state.clock()
         try:
             yield
         finally:
-            self.excluded += time.time() - start
+            seconds = run_state.clock() - start
+            self.excluded += seconds
+            total, count = self.paused_by_kind.get(kind, (0.0, 0))
+            self.paused_by_kind[kind] = (total + seconds, count + 1)
 
     def lap(self) -> tuple:
         """(steps, training seconds) since the last lap; starts the next interval."""
-        now, compile_s = time.time(), self.compile_s()
+        now, compile_s = run_state.clock(), self.compile_s()
         seconds = now - self.since - self.excluded - (compile_s - self.compile_seen)
         out = (self.steps, max(seconds, 1e-9))
         self.steps, self.excluded, self.since, self.compile_seen = 0, 0.0, now, compile_s

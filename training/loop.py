@@ -1,12 +1,11 @@
 """The training loop: build the run, then one loop you can read top to bottom. Each part decides its own
 timing (`should_log`, `should_validate`, `should_save`); the loop only asks."""
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from training import report
-from training.budget import PROBE_STEPS, WARMUP_STEPS, TimeBudget
+from training import report, run_state
+from training.budget import TimeBudget, schedule_ends
 from training.build import build, data_views, planned_steps, restore
 from training.checkpoint import Checkpointer
 from training.config import TrainConfig
@@ -50,7 +49,7 @@ def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
         precision=parts.precision)
     tokens_before = state.tokens_seen
     batches, windows = data_views(cfg, data, info)
-    peak, peak_source = peak_flops(info.device, parts.precision, cfg.trainer.peak_tflops)
+    peak, peak_source = peak_flops(info.device, parts.precision, cfg.trainer.peak_tflops, cfg.trainer.peak_cache)
     say(report.header(run, cfg, parts, data, info, tokens_per_step, peak, peak_source, state))
     step = TrainStep(parts.compute_loss, batches, parts.optimizers, parts.autocast, cfg.trainer.grad_accum_steps,
                      cfg.optim.grad_clip, info.device, cfg.trainer.skip_nonfinite_steps)
@@ -58,23 +57,20 @@ def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
     log = Logger(run, info, parts.compute_loss, data, tokens_per_step, parts.raw_model.flops_per_token(cfg.trainer.seq_len),
                  peak, state, report.config_dict(run.config_yaml))
     validator = Validator(cfg, parts, windows, data, info, log, checkpointer, state)
-    stop, last_eval, signum, t0 = StopFlag(), None, None, time.time()
+    stop, last_eval, signum, t0 = StopFlag(), None, None, run_state.clock()
     state.started = t0
-    budget = None
-    if cfg.trainer.time_budget and not state.budget_decided:  # trainer.max_steps is the budget's now
-        budget = TimeBudget(cfg.trainer.time_budget, t0, info.device)
-        state.max_steps = max(state.max_steps, WARMUP_STEPS + PROBE_STEPS + 1)
+    budget = TimeBudget(cfg.trainer.time_budget, state, info.device, log) if cfg.trainer.time_budget else None
     parts.loss_module.train()
     if parts.compute_loss is not parts.loss_module:
         say("compile: the first training step and the first eval compile model + loss (up to a minute or two "
             "on a CPU); the progress bar waits meanwhile")
     try:
         while (signum := agreed_signal(stop, info)) is None and state.step < state.end:
-            lr = apply_schedule(parts.optimizers, state.step, cfg.optim, state.max_steps)
+            lr = apply_schedule(parts.optimizers, state.step, cfg.optim, state.max_steps, schedule_ends(state))
             result = step(state.step)
             state.advance(tokens_per_step)
             log.step_done(result.loss)
-            if budget is not None:  # times the first steps, then fixes state.max_steps once
+            if budget is not None:  # plans state.max_steps from the speed measured since its last plan
                 budget.after_step(state, validator, checkpointer, log, tokens_per_step, info)
             if log.should_log(state.step) or validator.should_validate(state.step) or checkpointer.should_save(state.step):
                 record = step.guard.check(state.step, checkpointer.last_good())  # never eval or save past a bad step
@@ -83,10 +79,10 @@ def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
             if log.should_log(state.step):
                 log.log_train(state, result.grad_norm, lr)
             if validator.should_validate(state.step):
-                with log.clock.paused():  # evaluation time is not training throughput
+                with log.clock.paused("eval"):  # evaluation time is not training throughput
                     last_eval = validator.validate(state)
             if checkpointer.should_save(state.step):
-                with log.clock.paused():
+                with log.clock.paused("save"):
                     checkpointer.save(state)
         if signum is not None and checkpointer.saved_step != state.step:  # not twice if it just saved
             checkpointer.save(state)
@@ -103,7 +99,7 @@ def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
         say(f"\n{signal_name(signum)}: checkpoint saved at step {state.step}: {checkpointer.last_path}\n"
             f"resume with: python train.py resume={run.run_dir}")
     return Outcome(state, last_eval, signum, checkpointer.last_path, state.tokens_seen - tokens_before,
-                   time.time() - t0)
+                   run_state.clock() - t0)
 
 
 def _last_checkpoint(checkpointer: Checkpointer) -> str:

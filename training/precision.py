@@ -1,20 +1,48 @@
 """Mixed precision: bf16 autocast over fp32 master weights, or plain fp32 — and `auto`, which measures;
 and TF32 for the fp32 matmuls of a CUDA device."""
 import contextlib
+import math
+import statistics
 import time
-from typing import Optional
+from dataclasses import dataclass
+from typing import Optional, Sequence
 
 import torch
+
+from training.runtime.cpu import CpuClass, cpu_class
 
 PRECISIONS = ("auto", "bf16", "fp32")
 
 
-def resolve_precision(requested: str, device: torch.device) -> tuple:
-    """(bf16 | fp32, why). `auto` takes bf16 only where this device runs bf16 matmuls fast.
+# bf16 must measure at least this much faster than fp32 (median over interleaved rounds) to be chosen: at
+# parity bf16 only loses precision, and a margin keeps a busy machine's noise from deciding.
+BF16_MARGIN = 1.2
+ROUNDS = 7  # fp32 then bf16, interleaved, so a load that comes or goes weighs on both alike
+ROUND_S = 0.005  # each dtype's share of a round lasts at least this long: above a scheduler time slice's noise
+MAX_ROWS = 1024  # the run's matmuls with at most this many rows (tokens): the shapes' kernels, not their length
 
-    CPUs differ: with AMX or AVX512-BF16 a bf16 matmul is several times faster than fp32, but on
-    an AVX2-only CPU oneDNN emulates it and it is ~100× SLOWER (1 vs 100 GFLOP/s measured on a
-    2-core EPYC) — a bf16 default would turn a 10-minute run into a day. So measure, don't assume.
+
+@dataclass(frozen=True)
+class Timing:
+    """Median seconds of one round of the run's matmuls in each dtype, and how it was measured."""
+    bf16_s: float
+    fp32_s: float
+    what: str  # e.g. "the run's 6 matmul shapes, median of 7 interleaved rounds"
+
+    @property
+    def speedup(self) -> float:
+        """How many times faster bf16 ran than fp32."""
+        return self.fp32_s / self.bf16_s
+
+
+def resolve_precision(requested: str, device: torch.device, shapes: Optional[Sequence[tuple]] = None) -> tuple:
+    """(bf16 | fp32, why). `auto` takes bf16 only where this device runs the run's bf16 matmuls fast.
+
+    On a CPU the class says what to expect (cpu.py: AMX and AVX512-BF16 run bf16 in hardware, ~2-4× fp32;
+    an AVX2-only CPU has oneDNN emulate it, 40-100× slower), and a timing of the run's own matmul `shapes`
+    ((rows, inner, outer) triples) decides: bf16 only at BF16_MARGIN× fp32's speed or more. The timing is
+    needed: an AMX CPU capped to AVX512-BF16 runs bf16 *slower* than fp32, while an AMD one with
+    AVX512-BF16 runs it 2.5× faster. The why names what the CPU reports and what was measured.
     """
     if requested not in PRECISIONS:
         raise ValueError(f"trainer.precision={requested!r} is unknown; choose auto, bf16 or fp32")
@@ -26,13 +54,61 @@ def resolve_precision(requested: str, device: torch.device) -> tuple:
         return "fp32", "this CUDA device has no bf16"
     if device.type != "cpu":
         return "fp32", f"bf16 autocast is not used on {device.type}"
-    bf16, fp32 = (_matmul_seconds(dtype) for dtype in (torch.bfloat16, torch.float32))
-    if bf16 < fp32:
-        return "bf16", f"bf16 matmul {fp32 / bf16:.1f}× faster than fp32 on this CPU"
-    return "fp32", f"bf16 matmul {bf16 / fp32:.0f}× slower than fp32 on this CPU (no AMX/AVX512-BF16)"
+    cpu = cpu_class()
+    return decide(cpu, measure(shapes or DEFAULT_SHAPES, full=cpu.bf16_in_hardware))
 
 
-def resume_precision(requested: str, device: torch.device, trained_in: Optional[str], step: int) -> tuple:
+def decide(cpu: CpuClass, timing: Timing) -> tuple:
+    """(bf16 | fp32, why) from what the CPU reports and what was measured."""
+    if timing.speedup >= BF16_MARGIN:
+        return "bf16", f"{cpu.describe()}; bf16 measured {timing.speedup:.1f}× faster than fp32 on {timing.what}"
+    if timing.speedup >= 1:
+        return "fp32", (f"{cpu.describe()}; bf16 measured only {timing.speedup:.2f}× as fast as fp32 on {timing.what}, "
+                        f"below the {BF16_MARGIN}× that auto asks")
+    emulated = "" if cpu.bf16_in_hardware else ": bf16 is emulated"
+    return "fp32", f"{cpu.describe()}{emulated}; bf16 measured {1 / timing.speedup:.1f}× slower than fp32 on {timing.what}"
+
+
+# The default model's matmuls (4,096 tokens; hidden 192, SwiGLU 512, vocab 4096): for callers without a model.
+DEFAULT_SHAPES = ((4096, 192, 192), (4096, 192, 1024), (4096, 512, 192), (4096, 192, 4096))
+
+
+def measure(shapes: Sequence[tuple], full: bool = True) -> Timing:
+    """Time the matmuls `shapes` in fp32 and bf16, interleaved. `full=False` (bf16 emulated, where the run's
+    shapes would take seconds) times one 256³ matmul per dtype instead: emulation shows at any size.
+    Operands come from a private generator: the training RNG stream is untouched (resume stays bitwise)."""
+    if not full:
+        shapes, what = [(256, 256, 256)], "one 256³ matmul (the run's shapes would take seconds emulated)"
+    else:
+        shapes = [(min(m, MAX_ROWS), k, n) for m, k, n in dict.fromkeys(shapes)]
+        what = f"the run's {len(shapes)} matmul shape{'s' * (len(shapes) > 1)}"
+    gen = torch.Generator().manual_seed(0)
+    operands = {dtype: [(torch.randn(m, k, generator=gen).to(dtype), torch.randn(k, n, generator=gen).to(dtype))
+                        for m, k, n in shapes] for dtype in (torch.float32, torch.bfloat16)}
+    for dtype in operands:  # the first call picks and caches each kernel
+        _run(operands[dtype], 1)
+    repeats = {dtype: max(1, math.ceil(ROUND_S / max(_run(operands[dtype], 1), 1e-7))) for dtype in operands}
+    if not full:
+        repeats[torch.bfloat16] = 1  # one emulated matmul is already ~30 ms
+    times = {dtype: [] for dtype in operands}
+    for _ in range(ROUNDS if full else 3):
+        for dtype in operands:
+            times[dtype].append(_run(operands[dtype], repeats[dtype]) / repeats[dtype])
+    rounds = len(times[torch.float32])
+    return Timing(bf16_s=statistics.median(times[torch.bfloat16]), fp32_s=statistics.median(times[torch.float32]),
+                  what=f"{what}, median of {rounds} interleaved rounds")
+
+
+def _run(pairs: list, repeats: int) -> float:
+    start = time.perf_counter()
+    for _ in range(repeats):
+        for a, b in pairs:
+            a @ b
+    return time.perf_counter() - start
+
+
+def resume_precision(requested: str, device: torch.device, trained_in: Optional[str], step: int,
+                     shapes: Optional[Sequence[tuple]] = None) -> tuple:
     """(bf16 | fp32, why, warning or None) for a resume of a run that trained in `trained_in` up to `step`
     (None: its checkpoint predates state.json recording it, so `auto` measures as for a new run).
 
@@ -42,10 +118,10 @@ def resume_precision(requested: str, device: torch.device, trained_in: Optional[
     keeps the run's precision — except bf16 where this device would not choose it (an AVX2 CPU emulates
     it ~100× slower; a GPU without bf16 cannot run it), which continues in fp32 with a warning."""
     if trained_in not in ("bf16", "fp32"):
-        return (*resolve_precision(requested, device), None)
+        return (*resolve_precision(requested, device, shapes), None)
     if requested == "auto" and trained_in == "fp32":
         return "fp32", "the run trained in fp32: a resume keeps it (trainer.precision=bf16 switches)", None
-    precision, why = resolve_precision(requested, device)
+    precision, why = resolve_precision(requested, device, shapes)
     if precision == trained_in:
         return precision, (f"the run trained in {trained_in}: a resume keeps it; {why}" if requested == "auto"
                            else why), None
@@ -53,20 +129,6 @@ def resume_precision(requested: str, device: torch.device, trained_in: Optional[
     return precision, why, (f"warning: this run trained in {trained_in} up to step {step} and continues in "
                             f"{precision} ({because}): from here on it is not what an uninterrupted run computes"
                             + ("; trainer.precision=bf16 keeps bf16, slowly" if requested == "auto" else ""))
-
-
-def _matmul_seconds(dtype: torch.dtype, n: int = 256, repeats: int = 3) -> float:
-    """Best-of-N time of an n×n matmul: ~1 ms in fp32, ~25 ms in emulated bf16. Uses its own
-    generator, so the training RNG stream is untouched (resume stays bitwise)."""
-    gen = torch.Generator().manual_seed(0)
-    a, b = (torch.randn(n, n, generator=gen).to(dtype) for _ in range(2))
-    a @ b  # first call picks and caches the kernel
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def autocast_context(precision: str, device: torch.device):

@@ -30,12 +30,17 @@ def header(run, cfg, parts, data, info, tokens_per_step, peak, peak_source, stat
 
 
 def _end(cfg, state) -> str:
-    if state.budget_decided:
-        return f"{state.max_steps} (decided by its time budget of {state.budget_minutes:g} min)"
-    if cfg.trainer.time_budget:
-        return (f"? (time budget {cfg.trainer.time_budget:g} min: the steps are decided after step "
-                f"{WARMUP_STEPS + PROBE_STEPS})")
-    return str(state.max_steps)
+    """The last step, and which setting decides it (docs/training.md: the rule for the length settings)."""
+    trainer = cfg.trainer
+    if trainer.time_budget and state.plans:
+        return (f"{state.max_steps} (planned by trainer.time_budget={trainer.time_budget:g} min, {len(state.plans)} "
+                f"plan{'s' * (len(state.plans) > 1)} so far; planned again from step {state.step + WARMUP_STEPS + PROBE_STEPS})")
+    if trainer.time_budget:
+        return (f"? (trainer.time_budget={trainer.time_budget:g} min decides: a first plan after step "
+                f"{state.step + WARMUP_STEPS + PROBE_STEPS}, then again at every evaluation and as the end nears)")
+    if trainer.max_epochs:
+        return f"{state.max_steps} (trainer.max_epochs={trainer.max_epochs:g})"
+    return f"{state.max_steps} (trainer.max_steps)"
 
 
 def summary(outcome, run_dir, device) -> str:
@@ -54,6 +59,10 @@ def summary(outcome, run_dir, device) -> str:
     if state.best_step is not None and state.best_step != state.step:
         lines.append(f"best val bits per byte {state.best_val_bpb:.4f} at step {state.best_step}: "
                      f"{run_dir}/checkpoints/best (resume=best, generate.py best, evaluate.py best)")
+    if state.budget_decided:
+        minutes, used = state.budget_minutes, state.elapsed_s()
+        lines.append(f"time budget {minutes:g} min: the training loop took {used / 60:.2f} min "
+                     f"({used / (60 * minutes) - 1:+.1%}), {len(state.plans)} plans (state.json)")
     if state.skipped_steps:
         lines.append(f"skipped {state.skipped_steps} non-finite step(s) (trainer.skip_nonfinite_steps)")
     lines += [

@@ -11,6 +11,12 @@ from typing import Optional
 STATE_FILE = "state.json"
 
 
+def clock() -> float:
+    """Wall seconds: the one clock a run's training time and its time budget are read from (a test drives it by
+    steps instead: tests/fault_injection.py's step_clock)."""
+    return time.time()
+
+
 @dataclass
 class RunState:
     step: int = 0  # optimizer steps done
@@ -23,11 +29,12 @@ class RunState:
     world_size: int = 1
     max_steps: int = 0  # where the schedule ends: trainer.max_steps, or what a time budget decided
     stop_at: Optional[int] = None  # trainer.stop_at_step: stop early there, as if interrupted
-    budget_minutes: Optional[float] = None  # the time budget that decided max_steps (training/budget.py)
+    budget_minutes: Optional[float] = None  # the time budget that plans max_steps (training/budget.py)
+    plans: list = field(default_factory=list)  # each of its plans: at_step, max_steps, step_s, spent_s
     evals_since_best: int = 0  # evaluations in a row that did not lower best_val_bpb (trainer.early_stopping)
     stopped_early: bool = False
     precision: str = ""  # bf16 | fp32: what this process trains in; state.json carries it to a resume
-    started: float = field(default_factory=time.time)  # this process's training clock
+    started: float = field(default_factory=clock)  # this process's training clock
 
     @property
     def end(self) -> int:
@@ -38,8 +45,11 @@ class RunState:
     def budget_decided(self) -> bool:
         return self.budget_minutes is not None
 
-    def plan_budget(self, minutes: float, max_steps: int) -> None:
+    def plan_budget(self, minutes: float, max_steps: int, step_s: float, spent_s: float, next_at: int) -> None:
+        """A time budget's plan at this step: the run now ends at max_steps, and plans again at next_at."""
         self.budget_minutes, self.max_steps = minutes, max_steps
+        self.plans.append({"at_step": self.step, "max_steps": max_steps, "next_at": next_at,
+                           "step_s": round(step_s, 6), "spent_s": round(spent_s, 3)})
 
     def advance(self, tokens: int) -> None:
         self.step += 1
@@ -47,7 +57,7 @@ class RunState:
 
     def elapsed_s(self) -> float:
         """Training seconds over the whole run: earlier processes', then this one's."""
-        return self.elapsed_before + time.time() - self.started
+        return self.elapsed_before + clock() - self.started
 
     def improves_best(self, val_bpb: float) -> bool:
         """Record `val_bpb` at this step if it is the lowest so far; whether it was."""
@@ -70,21 +80,23 @@ class RunState:
                 "best_step": self.best_step, "evals_since_best": self.evals_since_best,
                 **({"precision": self.precision} if self.precision else {}),
                 **({"stopped_early": True} if self.stopped_early else {}),
-                **({"budget": {"minutes": self.budget_minutes, "max_steps": self.max_steps}}
+                **({"budget": {"minutes": self.budget_minutes, "max_steps": self.max_steps, "plans": self.plans}}
                    if self.budget_decided else {})}
 
     @classmethod
     def from_json(cls, fields: dict) -> "RunState":
         """A resumed run's state (fields added later default, so older checkpoints load). A time budget's
-        decision comes back with it: the resumed run ends where the budget said."""
+        budget's plans come back with it: the resumed run's schedule is the one its plans made. (A budget
+        saved before plans were recorded was one plan, made inside the warmup.)"""
         budget = fields.get("budget") or {}
+        plans = budget.get("plans") or ([{"at_step": 0, "max_steps": budget["max_steps"]}] if budget else [])
         return cls(step=fields["step"], tokens_seen=fields["tokens_seen"], elapsed_before=fields["elapsed_s"],
                    skipped_steps=fields.get("skipped_steps", 0), best_val_bpb=fields.get("best_val_bpb") or math.inf,
                    best_step=fields.get("best_step"), evals_since_best=fields.get("evals_since_best", 0),
                    stopped_early=fields.get("stopped_early", False), precision=fields.get("precision", ""),
                    seed=fields.get("data_position", {}).get("seed", 0),
                    world_size=fields.get("world_size", 1), max_steps=budget.get("max_steps", 0),
-                   budget_minutes=budget.get("minutes"))
+                   budget_minutes=budget.get("minutes"), plans=plans)
 
 
 def write_state(path: Path, fields: dict) -> None:
