@@ -15,12 +15,13 @@ from training.run_state import RunState
 from training.runtime.distributed import DistInfo
 
 
-def RunLogger(run_dir: Path, cfg: LoggerConfig, run_name: str, config: dict, enabled: bool, resume_step=None):
+def RunLogger(run_dir: Path, cfg: LoggerConfig, run_name: str, config: dict, enabled: bool, resume_step=None,
+              trainer=None, state=None):
     """The loop's Logger for a run in run_dir, on rank 0 (enabled) or rank 1, resuming at resume_step."""
     run = SimpleNamespace(run_dir=run_dir, resume_ckpt=resume_step is not None and run_dir,
-                          cfg=SimpleNamespace(trainer=TrainerConfig(), logger=cfg, run_name=run_name))
+                          cfg=SimpleNamespace(trainer=trainer or TrainerConfig(), logger=cfg, run_name=run_name))
     data = SimpleNamespace(meta={"train_tokens": 1000})
-    state = RunState(step=resume_step or 0, max_steps=100)
+    state = state or RunState(step=resume_step or 0, max_steps=100)
     return Logger(run, DistInfo(rank=0 if enabled else 1), None, data, tokens_per_step=16, flops_per_token=1.0,
                   peak=1.0, state=state, config=config)
 
@@ -125,3 +126,19 @@ def test_a_full_disk_while_logging_is_one_line(tmp_path):
     with pytest.raises(WriteError, match=rf"^cannot write metrics: no space left on device while writing "
                        rf"{tmp_path}/metrics.jsonl; free space on the disk holding {tmp_path}"):
         log.log({"kind": "train", "step": 1})
+
+
+def test_the_progress_bar_has_no_end_until_a_time_budget_plans_one(tmp_path):
+    """Before its first plan a budgeted run's bar shows no length (not max_steps' 1000, which it will not run);
+    a resume of a planned run shows its planned end; a run without a budget shows max_steps."""
+    off = LoggerConfig(wandb="disabled")
+    for name in "abc":
+        (tmp_path / name).mkdir()
+    budgeted = TrainerConfig(time_budget=10.0, max_steps=1000)
+    assert RunLogger(tmp_path / "a", off, "t", {}, True, trainer=budgeted,
+                     state=RunState(max_steps=1000)).progress.total is None
+    planned = RunState(step=50, max_steps=1000)
+    planned.plan_budget(10.0, 1234, 0.3, 20.0, 60)
+    assert RunLogger(tmp_path / "b", off, "t", {}, True, trainer=budgeted, state=planned).progress.total == 1234
+    assert RunLogger(tmp_path / "c", off, "t", {}, True, trainer=TrainerConfig(max_steps=1000),
+                     state=RunState(max_steps=1000)).progress.total == 1000

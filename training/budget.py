@@ -84,6 +84,7 @@ class TimeBudget:
             self.next_plan, self.last_plan = state.step + WARMUP_STEPS + PROBE_STEPS, None
             state.max_steps = UNPLANNED_END
             log.set_total(None)
+
     def after_step(self, state, validator, checkpointer, log, tokens_per_step: int, info) -> None:
         """The loop calls this after every step (before that step's evaluation and checkpoint)."""
         if self.mark is None:

@@ -66,7 +66,9 @@ class Logger:
         self.skipped, self.first_skipped = 0, -1  # non-finite steps since the last log
         self.epoch_warned = False
         self.compile_reported = 0.0
-        self.progress = tqdm(total=state.max_steps, initial=state.step, disable=not info.is_main, desc="train",
+        # A time budget's first plan comes after its probe: until then the bar has no end (not a stale max_steps).
+        total = None if cfg.trainer.time_budget and not state.plans else state.max_steps
+        self.progress = tqdm(total=total, initial=state.step, disable=not info.is_main, desc="train",
                              unit="step", dynamic_ncols=True, file=sys.stdout, mininterval=1.0)
         self.metrics, self.wandb = None, None
         if info.is_main:
