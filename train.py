@@ -22,6 +22,7 @@ from training.logger import wandb_mode
 from training.loop import RunSpec, train
 from training.runtime import distributed as D
 from training.runtime import run_dir as R
+from training.runtime.run_files import RunFiles
 from training.runtime.signals import StoppedNow, exit_status, signal_name
 
 
@@ -42,9 +43,10 @@ def run(dict_cfg: DictConfig, info: D.DistInfo) -> float:
     run_dir, claim = R.claim_for_run(Path(HydraConfig.get().runtime.output_dir), resume_ckpt, info)
     try:
         if info.is_main:
-            for stray in clean_partial_checkpoints(run_dir / "checkpoints"):  # a kill or a double Ctrl-C mid-save
+            files = RunFiles(run_dir)
+            for stray in clean_partial_checkpoints(files.checkpoints):  # a kill or a double Ctrl-C mid-save
                 print(f"removed a half-written checkpoint: {stray}", file=sys.stderr)
-            (run_dir / "config.yaml").write_text(config_yaml)
+            files.write_config(config_yaml)
         spec = RunSpec(cfg, run_dir, config_yaml, resume_ckpt, HydraConfig.get().mode == RunMode.MULTIRUN)
         outcome = train(spec, info, data)
     finally:

@@ -8,6 +8,7 @@ from typing import Dict, List, Sequence
 import yaml
 
 from training.metrics import MetricsError, read_metrics
+from training.runtime.run_files import METRICS, RunFiles
 
 # Keys that differ between runs without changing what is trained or measured: never part of a
 # variant's name (seed is the repeat; a trailing dot means the whole section).
@@ -78,10 +79,10 @@ def find_run_dirs(paths: Sequence[Path]) -> List[Path]:
     for path in map(Path, paths):
         if not path.is_dir():
             raise RunsError(f"{path} is not a directory")
-        if (path / "metrics.jsonl").is_file():
+        if RunFiles(path).metrics.is_file():
             found.append(path)
         else:
-            found.extend(sorted(p.parent for p in path.rglob("metrics.jsonl")))
+            found.extend(sorted(p.parent for p in path.rglob(METRICS)))
     if not found:
         raise RunsError(f"no run directories (with a metrics.jsonl) under {' '.join(map(str, paths))}")
     return list(dict.fromkeys(found))  # an input given twice counts once
@@ -89,13 +90,13 @@ def find_run_dirs(paths: Sequence[Path]) -> List[Path]:
 
 def read_run(path: Path) -> Run:
     try:
-        config = yaml.safe_load((path / "config.yaml").read_text())
+        config = RunFiles(path).read_config()
     except (OSError, yaml.YAMLError) as e:
         raise RunsError(f"{path}: cannot read config.yaml ({type(e).__name__}: {str(e).splitlines()[0]})")
     if not isinstance(config, dict) or not {"model", "trainer"} <= config.keys():
         raise RunsError(f"{path}/config.yaml is not a minillama run config (no model/trainer section)")
     try:  # a run killed mid-write has a cut-off last line: dropped with a warning, as resume does
-        rows = read_metrics(path / "metrics.jsonl")
+        rows = read_metrics(RunFiles(path).metrics)
     except MetricsError as e:
         raise RunsError(str(e))
     by_step = lambda kind: sorted((r for r in rows if r.get("kind") == kind), key=lambda r: r["step"])

@@ -6,12 +6,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-import yaml
 from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
 
-from analysis.ablation.cells import STATUS_FILE
 from cli.entry import one_line
+from training.runtime.run_files import RunFiles
 
 
 class JobStatusFile(Callback):
@@ -27,7 +26,7 @@ class JobStatusFile(Callback):
             status["error"] = one_line(error)
             status["error_types"] = _chain(error)
         run_dir.mkdir(parents=True, exist_ok=True)  # train.py removes the directory of a failed start
-        (run_dir / STATUS_FILE).write_text(yaml.safe_dump(status, sort_keys=False))
+        RunFiles(run_dir).write_job_status(status)
 
 
 def _chain(error: BaseException) -> list:

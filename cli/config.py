@@ -23,6 +23,7 @@ from data import DataConfig
 from training.checkpoint import resolve_checkpoint, verify
 from training.checkpoint.consistency import check_checkpoint_consistency, check_resume_fits
 from training.config import TrainConfig
+from training.runtime.run_files import CONFIG
 
 CONFIGS = REPO / "configs"
 TOP_LEVEL_KEYS = ("seed", "run_name", "outputs_dir", "verify_checkpoint")
@@ -75,7 +76,7 @@ def resolve_config(dict_cfg: DictConfig) -> tuple:
 def _saved_training_config(ckpt: Path) -> DictConfig:
     """The training config a checkpoint was saved with, or a ConfigError saying why it cannot be resumed."""
     try:
-        saved = OmegaConf.load(ckpt / "config.yaml")
+        saved = OmegaConf.load(ckpt / CONFIG)
     except (OSError, OmegaConfBaseException, ValueError) as e:
         raise ConfigError(f"{ckpt}/config.yaml is unreadable ({one_line(e)}); the checkpoint cannot be resumed "
                           "(generate.py, evaluate.py and export_hf.py do not need it)") from None
@@ -163,7 +164,7 @@ def load_data_config(data: Optional[str], ckpt: Path, sets: Sequence[str]) -> Da
     """evaluate.py's data: `--data NAME` (configs/data/NAME.yaml) or `--data FILE.yaml`, else the
     checkpoint's config.yaml data section; `--set KEY=VALUE` on top."""
     if data is None:
-        saved = OmegaConf.load(ckpt / "config.yaml") if (ckpt / "config.yaml").is_file() else OmegaConf.create()
+        saved = OmegaConf.load(ckpt / CONFIG) if (ckpt / CONFIG).is_file() else OmegaConf.create()
         if not OmegaConf.is_dict(saved) or "data" not in saved:
             raise ValueError(f"{ckpt} has no training config with a data section; pass --data or --text")
         node = saved.data

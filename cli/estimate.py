@@ -7,7 +7,6 @@ Memory is simulated: one training step of the real code on fake tensors (shapes 
 --measure also runs real fp32 steps on this CPU and compares their peak live tensor memory with the estimate.
 """
 import argparse
-import json
 import math
 import statistics
 import sys
@@ -20,10 +19,12 @@ from cli.config import compose_run_config
 from model import Transformer
 from model.flops import training_flops_per_token
 from training.loss import CausalLMLoss
+from training.metrics import read_metrics
 from training.runtime.memory import StepMemory, current_memory_bytes, simulate_step_memory
 from training.runtime.mfu import gpu_peak, peak_flops
 from training.optim import build_optimizers
 from training.precision import autocast_context, resolve_precision
+from training.runtime.run_files import METRICS, RunFiles
 
 GiB, MiB = 2 ** 30, 2 ** 20
 CUDA_OVERHEAD = 1 * GiB  # CUDA context, cuBLAS workspaces, allocator slack: not tensors, still memory
@@ -50,7 +51,7 @@ def parse_args(argv) -> tuple:
         raise ValueError(f"unrecognised argument {bad[0]!r}: see --help; overrides look like key=value")
     if args.world_size < 1:
         raise ValueError(f"--world-size {args.world_size} must be >= 1")
-    if args.mfu_from and not (Path(args.mfu_from) / "metrics.jsonl").is_file():
+    if args.mfu_from and not RunFiles(args.mfu_from).metrics.is_file():
         raise ValueError(f"--mfu-from {args.mfu_from}: no metrics.jsonl there; pass a run directory")
     return args, overrides
 
@@ -102,14 +103,14 @@ def measured_mfu(args, cfg) -> tuple:
     if args.mfu:
         return args.mfu, "--mfu"
     runs = [Path(args.mfu_from)] if args.mfu_from else sorted(
-        (p.parent for p in Path(cfg.outputs_dir).glob("*/*/metrics.jsonl")), key=lambda p: p.stat().st_mtime,
+        (p.parent for p in Path(cfg.outputs_dir).glob(f"*/*/{METRICS}")), key=lambda p: p.stat().st_mtime,
         reverse=True)
     want = OmegaConf.to_container(OmegaConf.structured(cfg.model))
     for run in runs:
         try:
-            if not args.mfu_from and OmegaConf.to_container(OmegaConf.load(run / "config.yaml")).get("model") != want:
+            if not args.mfu_from and OmegaConf.to_container(OmegaConf.load(RunFiles(run).config)).get("model") != want:
                 continue
-            rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+            rows = read_metrics(RunFiles(run).metrics, warn=lambda message: None)  # a cut-off last row: the rest
         except (OSError, ValueError):
             continue
         values = [r["mfu"] for r in rows if r.get("kind") == "train" and r.get("mfu")]

@@ -15,6 +15,7 @@ from interop.hf import ConversionError, from_hf_state_dict, model_config_from_hf
 from training.checkpoint import list_checkpoints, save_checkpoint
 from training.checkpoint.format import nonfinite_tensors
 from training.checkpoint.manifest import verify as verify_files
+from training.runtime.run_files import RunFiles
 
 INDEX_FILE = "model.safetensors.index.json"
 
@@ -40,7 +41,7 @@ def import_checkpoint(hf_dir: str, run_dir: str, verify: bool = True) -> Path:
     if bad:
         raise ConversionError(f"{hf}: the weights hold NaN or inf ({bad[0]}, {len(bad)} tensor(s)); nothing imported")
     roles = _hf_special_tokens(hf, config, tokenizer)
-    ckpt_root = Path(run_dir) / "checkpoints"
+    ckpt_root = RunFiles(run_dir).checkpoints
     if list_checkpoints(ckpt_root):  # the import (step 0) would hide behind them, or clobber one
         raise FileExistsError(f"{ckpt_root} already holds checkpoints; import into a new run directory")
     with tempfile.TemporaryDirectory() as staging:

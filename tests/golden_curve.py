@@ -49,6 +49,16 @@ def bf16_class() -> str:
     return cpu_class().name
 
 
+def computes_as_its_class() -> bool:
+    """Whether this process computes as a real CPU of its class does: oneDNN's ISA (the class) and ATen's kernels
+    both the class's. `ONEDNN_MAX_CPU_ISA=AVX2` alone on an AVX-512 CPU leaves ATen's AVX-512 kernels, a mix no
+    real CPU has: its bf16 curve moved 2.1e-3 nats from the AVX2 class's (recorded with EMULATE's full caps), on
+    an AMD EPYC. Such a process checks its class's curve in a child with the full caps (test_cpu_classes.py)."""
+    import torch
+    want = EMULATE[bf16_class()].get("ATEN_CPU_CAPABILITY")
+    return want is None or torch.backends.cpu.get_cpu_capability().lower() == want
+
+
 def can_emulate(cls: str) -> bool:
     """Whether this machine can compute as `cls` does: a class at or below its hardware's (caps only lower)."""
     sys.path.insert(0, str(REPO))

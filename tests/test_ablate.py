@@ -19,12 +19,12 @@ import pytest
 import yaml
 from matplotlib import image
 
-from analysis.ablation.cells import STATUS_FILE
 from analysis.ablation.manifest import MANIFEST
 from cli.ablate import main
 from cli.entry import exit_status
 from tests import forked
 from tests.train_helpers import REPO, read_metrics
+from training.runtime.run_files import JOB_STATUS as STATUS_FILE
 
 pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (conftest.py)
 

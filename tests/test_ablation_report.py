@@ -15,6 +15,7 @@ from analysis.ablation import export
 from analysis.ablation import report as protocol_report
 from analysis.ablation.protocol import Spec, stage2_cells
 from tests.run_helpers import write_run
+from training.runtime.run_files import JOB_STATUS
 
 SPEC = Spec(variants={"ref": [], "gelu": ["model.mlp=gelu"], "ln": ["model.norm=layernorm"], "none": ["model.norm=none"]},
             reference="ref", lr_grid=[1e-3, 2e-3, 4e-3], seeds=[0, 1, 2, 3, 4], stage1_seed=100, lr_extensions=1,
@@ -44,7 +45,7 @@ def bpb(size, variant, lr, seed):
 def diverged(runs, cell):
     path = runs / cell.run_name
     path.mkdir(parents=True)
-    (path / C.STATUS_FILE).write_text(yaml.safe_dump({"status": "FAILED", "error": "non-finite loss",
+    (path / JOB_STATUS).write_text(yaml.safe_dump({"status": "FAILED", "error": "non-finite loss",
                                                       "error_types": ["NonFiniteLoss"]}))
 
 

@@ -4,13 +4,14 @@ import yaml
 from analysis.ablation import cells as C
 from analysis.ablation.protocol import Cell, Spec
 from tests.run_helpers import write_run
+from training.runtime.run_files import JOB_STATUS
 
 CELL = Cell("small", "ref", 1e-3, 0)
 
 
 def status(path, state, error="", types=()):
     path.mkdir(parents=True, exist_ok=True)
-    (path / C.STATUS_FILE).write_text(yaml.safe_dump({"status": state, "error": error, "error_types": list(types)}))
+    (path / JOB_STATUS).write_text(yaml.safe_dump({"status": state, "error": error, "error_types": list(types)}))
 
 
 def test_states_from_run_directories(tmp_path):

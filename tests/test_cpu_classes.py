@@ -79,11 +79,24 @@ def test_auto_decides_the_same_every_time_beside_two_busy_processes(cls):
 
 @pytest.mark.parametrize("cls", ["avx512_bf16", "avx2"])  # this machine's own class: tests/test_golden_curve.py
 def test_the_bf16_golden_curve_of_each_class_this_machine_can_emulate(tmp_path, tiny_data_cache, cls):
-    from tests.golden_curve import bf16_class
-    if cls == bf16_class():
+    from tests.golden_curve import bf16_class, computes_as_its_class
+    if cls == bf16_class() and computes_as_its_class():
         pytest.skip(f"{cls} is this machine's own class: tests/test_golden_curve.py reproduces its curve in process")
     out = tmp_path / f"{cls}.json"
     run_as(cls, [str(REPO / "tests" / "golden_curve.py"), "--bf16-only", str(out), "--cache", str(tiny_data_cache)])
     got, expected = json.loads(out.read_text()), json.loads(GOLDEN.read_text())["bf16_losses"][cls]
     worst = max(abs(a - b) for a, b in zip(got, expected))
     assert len(got) == len(expected) and worst <= BF16_TOLERANCE, f"bf16 as {cls}: the curve moved by {worst:.2e}"
+
+
+@pytest.mark.parametrize("cls, aten, faithful", [("avx2", "AVX512", False), ("avx2", "AVX2", True),
+                                                 ("avx512_bf16", "AVX512", True), ("amx", "AVX512", True)])
+def test_a_process_computes_as_its_class_only_with_the_class_s_aten_kernels(monkeypatch, cls, aten, faithful):
+    """ONEDNN_MAX_CPU_ISA=AVX2 alone on an AVX-512 CPU is not an AVX2 CPU (ATen keeps its AVX-512 kernels): the
+    in-process bf16 golden curve is then checked in a child with the full caps instead."""
+    import torch
+
+    import tests.golden_curve as G
+    monkeypatch.setattr(G, "bf16_class", lambda: cls)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: aten)
+    assert G.computes_as_its_class() is faithful

@@ -21,6 +21,7 @@ from training.optim import build_optimizers
 from training.precision import autocast_context, enable_tf32, resume_precision
 from training.run_state import RunState, read_state
 from training.runtime import distributed as D
+from training.runtime.run_files import RunFiles
 
 
 @dataclass
@@ -115,7 +116,7 @@ def restore(run, info: D.DistInfo, parts: Parts, say, max_steps: int) -> RunStat
                          "trainer.max_steps (and trainer.time_budget=null) to train further (the schedule then "
                          "stretches to it)")
     if info.is_main:  # the branch this resume abandons must not be picked by a later resume or keep_last
-        moved = move_aside_later_checkpoints(run.run_dir / "checkpoints", state.step)
+        moved = move_aside_later_checkpoints(RunFiles(run.run_dir).checkpoints, state.step)
         if moved:
             say(f"resume: moved {len(moved)} later checkpoint(s) of the abandoned branch to {moved[0].parent}")
     if state.world_size != info.world_size:

@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Callable, List
 
 from training.checkpoint.write_errors import WriteError, write_error_cause
-
-FILE_NAME = "metrics.jsonl"
+from training.runtime.run_files import RunFiles
 
 
 class MetricsError(ValueError):
@@ -20,7 +19,7 @@ class MetricsFile:
     """The run directory's metrics.jsonl, open for appending (line-buffered: a kill loses at most one row)."""
 
     def __init__(self, run_dir: Path, resume_step=None):
-        self.path = Path(run_dir) / FILE_NAME
+        self.path = RunFiles(run_dir).metrics
         self.failed = False  # a write was refused: said once, in one line
         try:
             if resume_step is not None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-STATE_FILE = "state.json"
+from training.runtime.run_files import STATE
 
 
 def clock() -> float:
@@ -106,4 +106,4 @@ def write_state(path: Path, fields: dict) -> None:
 
 def read_state(ckpt: Path) -> dict:
     """A checkpoint's state.json fields. Raises OSError / ValueError for a missing or unreadable file."""
-    return json.loads((Path(ckpt) / STATE_FILE).read_text())
+    return json.loads((Path(ckpt) / STATE).read_text())

@@ -5,15 +5,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-import yaml
-
 from analysis.ablation.protocol import Cell, Spec, lr_sweep, stage1_cells
 from analysis.jobs import move_aside as move_run_aside
 from analysis.runs import Run, RunsError, read_run
+from training.runtime.run_files import RunFiles
 
-# Written into the run directory at the end of every job by cli/callbacks.py (a Hydra
+# job_status.yaml is written into the run directory at the end of every job by cli/callbacks.py (a Hydra
 # callback): whether the job completed or failed, and why. A job stopped by a signal writes none.
-STATUS_FILE = "job_status.yaml"
 
 FINISHED, DIVERGED, FAILED, RESUMABLE, RESTART, MISSING = (
     "finished", "diverged", "failed", "resumable", "restart", "missing")
@@ -39,7 +37,7 @@ class CellState:
 
 def inspect(cell: Cell, runs_dir: Path) -> CellState:
     path = runs_dir / cell.run_name
-    status = _read_status(path / STATUS_FILE)
+    status = RunFiles(path).read_job_status() or {}
     run = _read_run(path)
     if status.get("status") == "FAILED":
         return CellState(cell, path, DIVERGED if is_divergence(status) else FAILED, run, status.get("error", ""))
@@ -61,16 +59,8 @@ def move_aside(state: CellState, discarded_dir: Path) -> Path:
     return move_run_aside(state.path, discarded_dir, state.cell.run_name)
 
 
-def _read_status(path: Path) -> dict:
-    try:
-        status = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError):
-        return {}
-    return status if isinstance(status, dict) else {}
-
-
 def _read_run(path: Path) -> Optional[Run]:
-    if not (path / "metrics.jsonl").is_file() or not (path / "config.yaml").is_file():
+    if not RunFiles(path).is_complete():
         return None
     try:
         return read_run(path)
@@ -79,7 +69,7 @@ def _read_run(path: Path) -> Optional[Run]:
 
 
 def _has_checkpoint(path: Path) -> bool:
-    ckpts = path / "checkpoints"
+    ckpts = RunFiles(path).checkpoints
     return ckpts.is_dir() and any(p.name.startswith("step_") for p in ckpts.iterdir())
 
 

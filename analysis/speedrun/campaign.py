@@ -17,6 +17,8 @@ from analysis.speedrun import timing as T
 from analysis.speedrun.spec import SpeedrunError, Spec
 from training.checkpoint import checkpoint_name
 from training.metrics import read_metrics
+from training.run_state import read_state
+from training.runtime.run_files import RunFiles
 
 LOOKS = "looks.json"  # every report written: which seeds of which recipe it judged (analysis/looks.py)
 # Measured runs: no wandb process competing for the 2 cores; the speedrun sets trainer.max_steps itself.
@@ -107,10 +109,10 @@ def train(overrides: list, run_dir: Path, log_path: Path, lock) -> tuple:
 
 
 def final_state(run_dir: Path, steps: int) -> dict:
-    path = run_dir / "checkpoints" / checkpoint_name(steps) / "state.json"
-    if not path.is_file():
-        raise SpeedrunError(f"{run_dir} has no final checkpoint {checkpoint_name(steps)}; see its train.log")
-    return json.loads(path.read_text())
+    try:
+        return read_state(RunFiles(run_dir).checkpoints / checkpoint_name(steps))
+    except OSError:
+        raise SpeedrunError(f"{run_dir} has no final checkpoint {checkpoint_name(steps)}; see its train.log") from None
 
 
 def discard(path: Path, root: Path) -> None:
@@ -149,7 +151,7 @@ def calibrate(c: Campaign, name: str) -> dict:
     if code != 0:
         raise SpeedrunError(f"{name}: the probe run failed (exit {code}); see {probe_dir.parent / 'probe.log'}")
     state = final_state(probe_dir, c.spec.probe_steps)
-    timing = T.timing_from_probe(read_metrics(probe_dir / "metrics.jsonl"), state["elapsed_s"], c.spec.probe_steps,
+    timing = T.timing_from_probe(read_metrics(RunFiles(probe_dir).metrics), state["elapsed_s"], c.spec.probe_steps,
                                  tokens_per_step, state.get("best_step"))
     steps = T.steps_for_budget(timing, c.spec.budget_s, t.eval_interval, t.ckpt_interval)
     stored = {"overrides": c.overrides(name), "budget_s": c.spec.budget_s, "probe_steps": c.spec.probe_steps,
@@ -190,11 +192,11 @@ def measure(c: Campaign, name: str, seed: int, cal: dict) -> dict:
                                                 run_dir, out / "train.log", c.args.lock)
     if code != 0:
         raise SpeedrunError(f"{name} seed {seed}: train.py failed (exit {code}); see {out / 'train.log'}")
-    state, rows = final_state(run_dir, steps), read_metrics(run_dir / "metrics.jsonl")
+    state, rows = final_state(run_dir, steps), read_metrics(RunFiles(run_dir).metrics)
     with cpu_lock(c.args.lock), open(out / "eval.log", "w") as log, contextlib.redirect_stdout(log), \
             contextlib.redirect_stderr(log):
         start = time.time()  # not before the lock: waiting for another job is not evaluating
-        if c.evaluate(run_dir / "checkpoints" / checkpoint_name(steps), out / "eval.json") != 0:
+        if c.evaluate(RunFiles(run_dir).checkpoints / checkpoint_name(steps), out / "eval.json") != 0:
             raise SpeedrunError(f"{name} seed {seed}: evaluation failed; see {out / 'eval.log'}")
     scored = json.loads((out / "eval.json").read_text())
     tps = T.steady_tokens_per_s(rows)

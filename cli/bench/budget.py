@@ -16,6 +16,9 @@ import time
 from pathlib import Path
 
 from cli import REPO
+from training.checkpoint.format import list_checkpoints
+from training.run_state import read_state
+from training.runtime.run_files import RunFiles
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -70,10 +73,10 @@ def _hog(args, started: float, budget_s: float, events: list) -> None:
 
 
 def _print_plans(run_dir: Path) -> None:
-    last = max((run_dir / "checkpoints").glob("step_*"), default=None)
-    if last is None:
+    checkpoints = list_checkpoints(RunFiles(run_dir).checkpoints)
+    if not checkpoints:
         return
-    budget = json.loads((last / "state.json").read_text()).get("budget") or {}
+    budget = read_state(checkpoints[-1]).get("budget") or {}
     plans = budget.get("plans")
     if not plans:
         print(f"one plan: {budget.get('max_steps')} steps (this checkout records no plans)")

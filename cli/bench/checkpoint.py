@@ -18,6 +18,7 @@ from cli.config import compose_train_config
 from model import Transformer
 from training.checkpoint import save_checkpoint
 from training.checkpoint.manifest import damage, read_manifest
+from training.runtime.run_files import CHECKPOINTS
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -41,7 +42,7 @@ def measure(model_name: str, repeats: int) -> dict:
         tokenizer.write_text("{}")
         for i in range(repeats):
             start = time.perf_counter()
-            ckpt = save_checkpoint(Path(tmp) / "checkpoints", i, model.state_dict(), cfg.model, tokenizer,
+            ckpt = save_checkpoint(Path(tmp) / CHECKPOINTS, i, model.state_dict(), cfg.model, tokenizer,
                                    {"step": i}, optimizer_state=state, keep_last=1)
             saves.append(time.perf_counter() - start)
             start = time.perf_counter()

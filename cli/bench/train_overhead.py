@@ -8,7 +8,6 @@ runs, so drift cancels. The loop's
 tokens/s comes from its own metrics.jsonl rows, which exclude eval, checkpoint and compile time.
 """
 import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -24,8 +23,10 @@ from training.runtime import distributed as D
 from training.compile import CompiledLoss, resolve_compile
 from training.loop import RunSpec, train
 from training.loss import CausalLMLoss
+from training.metrics import read_metrics
 from training.optim import build_optimizers
 from training.precision import autocast_context, resolve_precision
+from training.runtime.run_files import RunFiles
 
 
 LOG_INTERVAL = 10  # steps per metrics.jsonl row in the loop, and per timed block of the bare step
@@ -76,7 +77,7 @@ def main(argv=None) -> None:
         run_dir = Path(tmp) / "run"
         run_dir.mkdir()
         train(RunSpec(cfg, run_dir, OmegaConf.to_yaml(OmegaConf.structured(cfg))), D.DistInfo(), data)
-        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        rows = read_metrics(RunFiles(run_dir).metrics)
         loop = statistics.median(r["tokens_per_s"] for r in rows if r["kind"] == "train" and r["step"] > 10)
         after = bare_step_tps(cfg, args.steps)
     bare = (before + after) / 2

@@ -26,6 +26,7 @@ from cli.config import compose_train_config
 from data import prepare
 from training.loop import RunSpec, train
 from training.runtime.distributed import process_info
+from training.runtime.run_files import RunFiles
 from training.step import NonFiniteLoss
 
 GRID = ("widths", "lrs", "seeds", "optimizers", "parametrizations")
@@ -72,7 +73,7 @@ def train_one(cell: Cell, run_dir: Path, spec: TransferSpec, threads: int, keep_
                                              *spec.overrides, f"trainer.num_threads={threads}", *extra])
     data = prepare(cfg.data, seq_len=cfg.trainer.seq_len, model_vocab_size=cfg.model.vocab_size, log=lambda *a: None)
     run_dir.mkdir(parents=True)
-    (run_dir / "config.yaml").write_text(config_yaml)
+    RunFiles(run_dir).write_config(config_yaml)
     start = time.time()
     with open(run_dir / "train.log", "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         try:
@@ -81,7 +82,7 @@ def train_one(cell: Cell, run_dir: Path, spec: TransferSpec, threads: int, keep_
             print(f"error: {e}")
             return {"status": DIVERGED, "val_loss": None, "wall_s": time.time() - start}
     if not keep_checkpoints:  # ~80 MB a run at width 512 with Adam's moments: a study reads only the metrics
-        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+        shutil.rmtree(RunFiles(run_dir).checkpoints, ignore_errors=True)
     if outcome.signum is not None:
         return {"status": STOPPED}
     loss = outcome.last_eval["val_loss"] if outcome.last_eval else float("nan")

@@ -17,6 +17,7 @@ from training.checkpoint.format import BEST, last_good_checkpoint
 from training.checkpoint.save import rng_states_of_this_process, save_checkpoint
 from training.checkpoint.state_dicts import full_model_state, full_optimizer_state
 from training.runtime import distributed as D
+from training.runtime.run_files import RunFiles
 
 
 class Checkpointer:
@@ -27,7 +28,7 @@ class Checkpointer:
         self.run, self.info, self.raw_model, self.optimizers = run, info, raw_model, optimizers
         self.tokenizer_path, self.state = tokenizer_path, state
         self.interval, self.keep_last = run.cfg.trainer.ckpt_interval, run.cfg.trainer.keep_last
-        self.ckpt_root = run.run_dir / "checkpoints"
+        self.ckpt_root = RunFiles(run.run_dir).checkpoints
         self.saved_step: Optional[int] = None  # the step of the last step_* checkpoint this run wrote
         self.last_path: Optional[Path] = None
 

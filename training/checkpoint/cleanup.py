@@ -10,6 +10,7 @@ from typing import List
 
 from training.checkpoint.errors import CheckpointError
 from training.checkpoint.format import checkpoint_name, checkpoint_step, list_checkpoints
+from training.runtime.run_files import STATE
 
 ABANDONED_PREFIX = "abandoned-"
 
@@ -25,7 +26,7 @@ def clean_partial_checkpoints(ckpt_root: Path) -> List[Path]:
     for folder in [root] + [p for p in root.iterdir() if p.is_dir() and checkpoint_step(p) is None]:
         for leftover in sorted(folder.glob("step_*.old")):
             complete = leftover.with_suffix("")
-            if not (complete / "state.json").exists():
+            if not (complete / STATE).exists():
                 shutil.rmtree(complete, ignore_errors=True)
                 os.replace(leftover, complete)
             else:

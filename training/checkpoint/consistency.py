@@ -16,6 +16,7 @@ from safetensors import SafetensorError, safe_open
 from model import ModelConfig, Transformer
 from training.checkpoint.errors import CheckpointError
 from training.checkpoint.format import TIED_KEY, load_model_config
+from training.runtime.run_files import CONFIG, read_config
 
 # Model fields a resumed run may change: they shape no weight and change no learned function.
 RESUMABLE_CHANGES = ("dropout", "init_std", "max_seq_len")
@@ -71,7 +72,7 @@ def _weights_vs_config(ckpt: Path, cfg: ModelConfig) -> List[str]:
 
 def _yaml_vs_config(ckpt: Path, cfg: ModelConfig) -> List[str]:
     try:
-        saved = yaml.safe_load((ckpt / "config.yaml").read_text()) if (ckpt / "config.yaml").exists() else None
+        saved = read_config(ckpt) if (ckpt / CONFIG).exists() else None
     except yaml.YAMLError as e:
         return [f"config.yaml is not valid YAML ({str(e).splitlines()[0]})"]
     section = saved.get("model") if isinstance(saved, dict) else None

@@ -21,10 +21,11 @@ from safetensors import SafetensorError, safe_open
 from model import ModelConfig
 from training.checkpoint.errors import CheckpointError
 from training.checkpoint.manifest import MANIFEST, damage
-from training.run_state import STATE_FILE as STATE, read_state
+from training.run_state import read_state
+from training.runtime.run_files import CHECKPOINTS, CONFIG, STATE
 
-WEIGHTS, MODEL_CONFIG, TOKENIZER, CONFIG, OPTIMIZER, RNG = (
-    "model.safetensors", "model_config.json", "tokenizer.json", "config.yaml", "optimizer.pt", "rng.pt")
+WEIGHTS, MODEL_CONFIG, TOKENIZER, OPTIMIZER, RNG = (
+    "model.safetensors", "model_config.json", "tokenizer.json", "optimizer.pt", "rng.pt")  # CONFIG, STATE: runtime/run_files.py
 REQUIRED_FILES = (WEIGHTS, MODEL_CONFIG, TOKENIZER, STATE)
 TIED_KEY = "lm_head.weight"
 STEP_DIR = re.compile(r"step_(\d+)")
@@ -92,7 +93,7 @@ def resolve_checkpoint(path: str, outputs_dir: str = "outputs") -> Path:
     outputs_dir) or `best` (→ the lowest-validation-bpb checkpoint of the newest run under outputs_dir
     that has one: checkpoints/best/)."""
     if path in ("latest", BEST):
-        roots = Path(outputs_dir).glob("**/checkpoints" + ("/" + BEST if path == BEST else ""))
+        roots = Path(outputs_dir).glob(f"**/{CHECKPOINTS}" + ("/" + BEST if path == BEST else ""))
         candidates = [c for root in roots for c in list_checkpoints(root)]
         if not candidates:
             raise CheckpointError(f"'{path}' found no {'best ' if path == BEST else ''}checkpoint under {outputs_dir}/; "
@@ -102,8 +103,8 @@ def resolve_checkpoint(path: str, outputs_dir: str = "outputs") -> Path:
     if not p.exists():
         raise CheckpointError(f"{path} does not exist; pass a checkpoint directory, a run directory, 'latest' or "
                               "'best'")
-    if (p / "checkpoints").is_dir() or _is_run_dir(p):
-        ckpts = list_checkpoints(p / "checkpoints")
+    if (p / CHECKPOINTS).is_dir() or _is_run_dir(p):
+        ckpts = list_checkpoints(p / CHECKPOINTS)
         if not ckpts:
             raise CheckpointError(f"run directory {path} has no complete checkpoint (it stopped before its first "
                                   "checkpoint was written): start the run again")
@@ -119,12 +120,12 @@ def resolve_checkpoint(path: str, outputs_dir: str = "outputs") -> Path:
 
 def run_dir_of(ckpt: Path) -> Path:
     """The run directory a checkpoint belongs to: <run>/checkpoints/step_N or <run>/checkpoints/best/step_N."""
-    return next(p.parent for p in Path(ckpt).parents if p.name == "checkpoints")
+    return next(p.parent for p in Path(ckpt).parents if p.name == CHECKPOINTS)
 
 
 def _is_run_dir(path: Path) -> bool:
     """A run directory that has not written a checkpoint yet: train.py writes config.yaml first."""
-    return (path / "config.yaml").is_file() and not (path / MODEL_CONFIG).exists()
+    return (path / CONFIG).is_file() and not (path / MODEL_CONFIG).exists()
 
 
 def load_model_config(ckpt: Path) -> ModelConfig:

@@ -19,8 +19,7 @@ from typing import Optional, Tuple
 
 from training.checkpoint.format import run_dir_of
 from training.runtime import distributed as D
-
-CLAIM_FILE = ".owner"
+from training.runtime.run_files import CLAIM as CLAIM_FILE, CONFIG, RunFiles
 
 
 class RunDirBusy(ValueError):
@@ -78,7 +77,7 @@ def claim_existing(run_dir: Path) -> RunDirClaim:
 
 def holds_run(run_dir: Path) -> bool:
     """Whether a run wrote here (also runs from before claim files existed)."""
-    return (run_dir / "metrics.jsonl").exists() or (run_dir / "checkpoints").exists()
+    return RunFiles(run_dir).holds_run()
 
 
 def _try_claim(run_dir: Path) -> Optional[RunDirClaim]:
@@ -144,7 +143,7 @@ def discard_if_unused(path: Path, failed_start: bool = False) -> None:
     if not path.is_dir() or ((path / CLAIM_FILE).exists() and not _claimed_by_this_process(path / CLAIM_FILE)):
         return
     entries = list(path.iterdir())
-    disposable = (lambda p: p.suffix == ".log" or p.name == "config.yaml") if failed_start else \
+    disposable = (lambda p: p.suffix == ".log" or p.name == CONFIG) if failed_start else \
         (lambda p: p.suffix == ".log" and not p.stat().st_size)
     if any(p.is_dir() or (p.name != CLAIM_FILE and not disposable(p)) for p in entries):
         return

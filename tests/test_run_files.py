@@ -1,0 +1,71 @@
+"""training/runtime/run_files.py: the one module that names a run directory's files; no other module spells them."""
+import ast
+from pathlib import Path
+
+import pytest
+import yaml
+
+from training.runtime import run_files as F
+from training.runtime.run_files import RunFiles
+
+REPO = Path(__file__).resolve().parents[1]
+CODE = [REPO / "train.py", *(p for pkg in ("model", "data", "training", "interop", "analysis", "cli", "scripts")
+                             for p in sorted((REPO / pkg).rglob("*.py")))]
+# The same name in another format, not a run's file: `datasets.save_to_disk` writes a state.json of its own.
+NOT_A_RUN_FILE = {("data/sources.py", F.STATE)}
+
+
+def literals(path: Path) -> list:
+    """(line, string) of every string constant in the file that is exactly one of a run's file names."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in F.NAMES]
+
+
+def test_no_module_but_run_files_spells_a_run_files_name():
+    found = [f"{path.relative_to(REPO)}:{line}: {value!r}" for path in CODE if path.name != "run_files.py"
+             for line, value in literals(path) if (str(path.relative_to(REPO)), value) not in NOT_A_RUN_FILE]
+    assert found == [], "use training/runtime/run_files.py's names (RunFiles, CONFIG, METRICS, …): " + "; ".join(found)
+
+
+def test_the_scan_sees_a_literal_and_an_f_string_part_is_not_one(tmp_path):
+    """The check above can fail: a name written as a literal is found; a message that mentions one is not."""
+    module = tmp_path / "m.py"
+    module.write_text('p = run / "metrics.jsonl"\nmessage = f"{run}/metrics.jsonl is cut off"\n')
+    assert literals(module) == [(1, "metrics.jsonl")]
+
+
+def test_every_path_of_a_run_directory(tmp_path):
+    files = RunFiles(str(tmp_path))
+    assert (files.config, files.metrics, files.job_status, files.claim, files.checkpoints) == (
+        tmp_path / "config.yaml", tmp_path / "metrics.jsonl", tmp_path / "job_status.yaml", tmp_path / ".owner",
+        tmp_path / "checkpoints")
+    assert not files.holds_run() and not files.is_complete()
+    files.write_config("model: {n_layers: 2}\ntrainer: {}\n")
+    assert files.read_config() == {"model": {"n_layers": 2}, "trainer": {}} and not files.holds_run()
+    files.metrics.write_text("")
+    assert files.holds_run() and files.is_complete()
+
+
+@pytest.mark.parametrize("text, expected", [(None, None), ("status: COMPLETED\n", {"status": "COMPLETED"}),
+                                            ("[1, 2]\n", None), ("status: [\n", None)])
+def test_job_status_reads_back_or_is_none(tmp_path, text, expected):
+    """A job killed before its status (no file), or a status that is not a mapping, reads as None."""
+    files = RunFiles(tmp_path)
+    if text is not None:
+        files.job_status.write_text(text)
+    assert files.read_job_status() == expected
+
+
+def test_job_status_round_trips_in_its_written_order(tmp_path):
+    files = RunFiles(tmp_path)
+    files.write_job_status({"status": "FAILED", "error": "disk full", "error_types": ["OSError"]})
+    assert files.read_job_status() == {"status": "FAILED", "error": "disk full", "error_types": ["OSError"]}
+    assert list(yaml.safe_load(files.job_status.read_text())) == ["status", "error", "error_types"]
+
+
+def test_a_checkpoint_holds_the_runs_config_under_the_same_name(tmp_path):
+    (tmp_path / F.CONFIG).write_text("data: {source: shakespeare}\n")
+    assert F.read_config(tmp_path) == {"data": {"source": "shakespeare"}}
+    with pytest.raises(OSError):
+        F.read_config(tmp_path / "missing")
