@@ -241,3 +241,47 @@ def test_a_training_runs_start_imports_no_statistics_interop_or_plotting_library
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]"
+
+
+def package_table(doc: str) -> dict:
+    """{package folder: its row's text} from docs/architecture.md's "The packages" table."""
+    section = doc.split("## The packages", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0].startswith("`") and cells[0].endswith("/`"):
+            rows[cells[0].strip("`").rstrip("/")] = cells[1]
+    return rows
+
+
+def undocumented_modules(repo: Path = REPO) -> list:
+    """Every package folder without a row, and every module its row does not name as `name.py`."""
+    rows = package_table((repo / "docs" / "architecture.md").read_text())
+    missing = []
+    for package in PACKAGES:
+        for init in sorted((repo / package).rglob("__init__.py")):
+            folder = init.parent.relative_to(repo).as_posix()
+            if folder not in rows:
+                missing.append(f"{folder}/ (no row)")
+                continue
+            missing += [f"{folder}/{p.name}" for p in sorted(init.parent.glob("*.py"))
+                        if p.name != "__init__.py" and f"`{p.name}`" not in rows[folder]]
+    return missing
+
+
+def test_every_module_is_in_the_architecture_docs_package_table():
+    """The map names every module: a new module, or a new package, fails here until its row says what it is."""
+    assert undocumented_modules() == []
+
+
+def test_the_package_table_check_finds_a_module_and_a_package_the_doc_leaves_out(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "architecture.md").write_text(
+        "## The packages\n\n| package | modules |\n|---|---|\n| `model/` | `norm.py` (RMSNorm) |\n\n## Next\n")
+    for package in PACKAGES:
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / "model" / "norm.py").write_text("")
+    (tmp_path / "model" / "mlp.py").write_text("")
+    missing = undocumented_modules(tmp_path)
+    assert "model/mlp.py" in missing and "data/ (no row)" in missing and "model/norm.py" not in missing

@@ -5,12 +5,10 @@ Usage: python scripts/bench_generate.py [--checkpoint CKPT] [--new-tokens 256] [
 """
 import argparse
 import os
-import platform
 import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Optional
 
 import torch
@@ -22,6 +20,7 @@ from interop.hf_export import export_checkpoint
 from model import ModelConfig, Transformer
 from model.generate import generate_ids
 from training.checkpoint import load_model
+from training.runtime.cpu import cpu_model
 
 SECTION = "## Generation (scripts/bench_generate.py)"
 
@@ -119,7 +118,7 @@ def format_report(args, model, times: dict, agree: dict, load: tuple) -> str:
     lines = [
         f"`{' '.join(['python scripts/bench_generate.py', *sys.argv[1:]])}`",
         "",
-        f"{cpu_name()}, {args.device}, torch {torch.__version__}{hf_version}, {args.threads} threads, batch 1, "
+        f"{cpu_model()}, {args.device}, torch {torch.__version__}{hf_version}, {args.threads} threads, batch 1, "
         f"fp32, greedy; prompt {args.prompt_tokens} tokens, {n} new tokens (prefill included); model hidden "
         f"{cfg.hidden_size}, {cfg.n_layers} layers, {cfg.n_heads} heads, vocab {cfg.vocab_size}, "
         f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters; median of {args.repeats} "
@@ -132,12 +131,3 @@ def format_report(args, model, times: dict, agree: dict, load: tuple) -> str:
         lines.append(f"| {name} | {tps:.1f} | {ours / tps:.2f}× | {'yes' if agree[name] else 'NO'} |")
     return "\n".join(lines)
 
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
