@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 from cli.config import register_configs, resolve_config
 from data import prepare
 from training import report
-from training.checkpoint import check_resume_fits, clean_partial_checkpoints
+from training.checkpoint import check_resume_tokenizer, clean_partial_checkpoints
 from training.logger import wandb_mode
 from training.loop import RunSpec, train
 from training.runtime import distributed as D
@@ -38,7 +38,7 @@ def run(dict_cfg: DictConfig, info: D.DistInfo) -> float:
     quiet = {} if info.is_main else {"log": lambda *a: None}
     data = prepare(cfg.data, seq_len=cfg.trainer.seq_len, model_vocab_size=cfg.model.vocab_size, **quiet)
     if resume_ckpt is not None:
-        check_resume_fits(resume_ckpt, cfg.model, data.tokenizer_path)  # same data, same tokenizer
+        check_resume_tokenizer(resume_ckpt, data.tokenizer_path)  # same data, same tokenizer (the model: resolve_config)
     D.join(info, cfg.trainer.dist_timeout_s)
     run_dir, claim = R.claim_for_run(Path(HydraConfig.get().runtime.output_dir), resume_ckpt, info)
     try:

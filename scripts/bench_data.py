@@ -1,11 +1,11 @@
 """Benchmark the data pipeline: cold Shakespeare preparation, its phases, a cache hit, and batch loading.
 
 Usage: python scripts/bench_data.py [--repeats 3] [--no-model] [--write]
-Every option: --help. The program itself is cli/bench/data.py; this file is its door.
+Every option: --help. The program itself is devtools/bench/data.py; this file is its door.
 """
 import _bootstrap  # noqa: F401  (the repository root on sys.path)
-from cli.bench.data import main
 from cli.entry import run
+from devtools.bench.data import main
 
 if __name__ == "__main__":
     run(main)

@@ -1,4 +1,5 @@
-"""The benchmarks (cli/bench/) run end to end at tiny sizes and report what they claim (bench_model, bench_loss)."""
+"""The benchmarks (devtools/bench/) run end to end at tiny sizes and report what they claim (bench_model,
+bench_loss)."""
 import re
 import subprocess
 import sys
@@ -6,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cli.bench import loss as bench_loss
-from cli.bench import model as bench_model
+from devtools.bench import loss as bench_loss
+from devtools.bench import model as bench_model
 from tests import forked
 
 pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (conftest.py)
@@ -97,7 +98,7 @@ def test_bench_loss_chunked_peak_is_lower_with_the_same_loss(capsys, monkeypatch
 
 
 def test_bench_checkpoint_reports_save_and_verify_costs(capsys):
-    from cli.bench import checkpoint as bench_checkpoint
+    from devtools.bench import checkpoint as bench_checkpoint
     assert bench_checkpoint.main(["--models", "tiny", "--repeats", "1"]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| tiny |"))
     cells = [c.strip() for c in row.strip("|").split("|")]

@@ -1,8 +1,8 @@
-"""cli/mutation_score.py: the score per target from mutmut's result files, equivalent mutants
+"""devtools/mutation_score.py: the score per target from mutmut's result files, equivalent mutants
 excluded only while they are listed with a reason and still survive."""
 import json
 
-from cli.mutation_score import main
+from devtools.mutation_score import main
 
 DOC = """# Testing
 

@@ -7,7 +7,7 @@ wrong model. Each check ends in one line naming the files that disagree.
 import dataclasses
 import json
 from pathlib import Path
-from typing import List, Optional
+from typing import List
 
 import torch
 import yaml
@@ -34,15 +34,19 @@ def check_checkpoint_consistency(ckpt: Path) -> ModelConfig:
     return cfg
 
 
-def check_resume_fits(ckpt: Path, run_model: ModelConfig, data_tokenizer: Optional[Path] = None) -> None:
-    """The resumed run must build the checkpoint's model and read the data with its tokenizer."""
+def check_resume_fits(ckpt: Path, run_model: ModelConfig) -> None:
+    """The resumed run must build the checkpoint's model (checked with the config, before any data is prepared)."""
     ckpt_cfg = load_model_config(ckpt)
     changed = [f"model.{k}={v} (the checkpoint has {k}={ckpt_model})"
                for k, (v, ckpt_model) in _differences(run_model, ckpt_cfg).items() if k not in RESUMABLE_CHANGES]
     if changed:
         raise CheckpointError(f"cannot resume {ckpt} with {', '.join(changed)}: a resumed run keeps the "
                               "checkpoint's architecture; drop those model.* overrides")
-    if data_tokenizer is not None and not _same_json(Path(data_tokenizer), ckpt / "tokenizer.json"):
+
+
+def check_resume_tokenizer(ckpt: Path, data_tokenizer: Path) -> None:
+    """The resumed run must read the data with the checkpoint's tokenizer (checked once the data is prepared)."""
+    if not _same_json(Path(data_tokenizer), ckpt / "tokenizer.json"):
         raise CheckpointError(f"the data's tokenizer {data_tokenizer} differs from {ckpt}/tokenizer.json (the corpus "
                               "or data settings changed since that checkpoint); resume with the same data, or keep "
                               f"the checkpoint's tokenizer with data.tokenizer_path={ckpt}/tokenizer.json")
