@@ -33,12 +33,13 @@ from analysis.ablation.protocol import ProtocolError, Spec, load_spec_file, merg
 from analysis.ablation.runner import Protocol, report, run_stages
 from cli import REPO
 from cli.config import compose_train_config, override_values
+from cli.entry import description
 
 DEFAULT_PROTOCOL = REPO / "configs" / "protocol" / "default.yaml"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=description(__doc__))
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="train.py overrides for every run "
                    "(e.g. trainer.max_steps=300 data.cache_dir=…), and hydra/launcher=… for the launcher")
     p.add_argument("--protocol", type=Path, default=None,

@@ -17,10 +17,11 @@ from analysis.delta_plots import plot_forest
 from analysis.plots import has_activation_rms, plot_activation_rms, plot_val_curves
 from analysis.runs import RunsError, group_variants, read_complete_runs
 from analysis.table import markdown, summarize_variants
+from cli.entry import description
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=description(__doc__))
     p.add_argument("paths", nargs="+", type=Path, help="run directories, or directories to search for runs "
                    "(e.g. a Hydra multirun directory)")
     p.add_argument("--out", type=Path, default=None, help="output directory (default: <first path>/comparison)")

@@ -42,3 +42,9 @@ def read_utf8(path, flag: str) -> str:
         raise ValueError(f"{flag} {path} is not UTF-8 text ({e.reason} at byte {e.start}); convert it to UTF-8") from None
     except OSError as e:
         raise ValueError(f"{flag} {path}: {e.strerror.lower() if e.strerror else e}") from None
+
+
+def description(doc: str) -> str:
+    """A program's `--help` description: its docstring's first paragraph, on one line (its first line alone
+    stopped mid-sentence wherever the paragraph wrapped)."""
+    return " ".join(doc.strip().split("\n\n")[0].split())

@@ -16,6 +16,7 @@ import torch
 from omegaconf import OmegaConf
 
 from cli.config import compose_run_config
+from cli.entry import description
 from model import Transformer
 from model.flops import training_flops_per_token
 from training.loss import CausalLMLoss
@@ -36,7 +37,7 @@ HEADROOM = 0.95  # fit within 95 % of the device: allocator fragmentation needs 
 
 
 def parse_args(argv) -> tuple:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=description(__doc__))
     p.add_argument("--device", choices=("cpu", "cuda"), help="the target (default: trainer.device, auto = here)")
     p.add_argument("--device-memory-gb", type=float, help="the device's memory (default: detected)")
     p.add_argument("--world-size", type=int, default=1, help="processes (GPUs) the run will use")

@@ -25,7 +25,7 @@ from data import PreparedData, prepare
 from data.cache import read_meta
 from data.token_files import DocumentEncoder
 from data.tokenizer import file_hash, read_special_tokens
-from cli.entry import read_utf8
+from cli.entry import description, read_utf8
 from training.checkpoint import load_model
 from training.runtime.device import pick_device
 from training.loss import CausalLMLoss
@@ -34,7 +34,7 @@ from training.evaluation import Score, score_tokens
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=description(__doc__))
     p.add_argument("checkpoint", help="a checkpoint dir, a run dir (its newest checkpoint), 'latest', or a Hugging "
                                       "Face Llama directory (config.json + safetensors + tokenizer.json)")
     what = p.add_mutually_exclusive_group()

@@ -5,11 +5,12 @@ Then:  AutoModelForCausalLM.from_pretrained(OUT_DIR), AutoTokenizer.from_pretrai
 """
 import argparse
 
+from cli.entry import description
 from interop.hf_export import export_checkpoint
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=description(__doc__))
     p.add_argument("checkpoint", help="a checkpoint dir, a run dir (its newest checkpoint) or 'latest'")
     p.add_argument("out_dir", help="the Hugging Face model directory to write")
     p.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists and is not empty")

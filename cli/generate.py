@@ -12,7 +12,7 @@ import torch
 
 from data.tokenizer import read_special_tokens
 from model.generate import SAMPLING, check_sampling_args, generate
-from cli.entry import read_utf8
+from cli.entry import description, read_utf8
 from training.checkpoint import load_model
 from training.runtime.device import pick_device
 
@@ -20,7 +20,7 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=description(__doc__))
     p.add_argument("checkpoint", help="a checkpoint dir, a run dir (its newest checkpoint) or 'latest' (newest "
                                       "under ./outputs)")
     p.add_argument("stdin", nargs="?", choices=["-"], help="'-': read a prompt from stdin")

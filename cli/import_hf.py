@@ -5,11 +5,12 @@ Writes RUN_DIR/checkpoints/step_0000000, which scripts/generate.py RUN_DIR and f
 """
 import argparse
 
+from cli.entry import description
 from interop.hf_import import import_checkpoint
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=description(__doc__))
     p.add_argument("hf_dir", help="a directory with config.json, model.safetensors (or shards) and tokenizer.json")
     p.add_argument("run_dir", help="where to write the checkpoint (RUN_DIR/checkpoints/step_0000000)")
     p.add_argument("--no-verify", dest="verify", action="store_false",

@@ -140,6 +140,10 @@ def print_parametrization(cfg: ModelConfig) -> None:
     print(f"  attention: q·k × sqrt(base head_dim {P.base_head_dim(cfg):g}) / head_dim {hd} = "
           f"{P.attention_scale(cfg):.4g} (sp: 1/sqrt({hd}) = {hd ** -0.5:.4g})")
     print(f"  logits: the LM head's input × 1/m = {1 / m:.4g}; embedding, head and norms keep init and lr")
+    if not float(P.base_head_dim(cfg)).is_integer():
+        print(f"  warning: the base width {cfg.mup_base_width} is not a multiple of n_heads={cfg.n_heads}, so no base "
+              f"model has this head_dim ({P.base_head_dim(cfg):g}); μP still scales, but its base is not a model you "
+              f"could train: pick a mup_base_width that n_heads divides")
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -29,14 +29,14 @@ from analysis.speedrun.report import report
 from analysis.speedrun.spec import SpeedrunError, load_spec
 from cli import REPO
 from cli.config import compose_run_config
-from cli.entry import one_line
+from cli.entry import description, one_line
 
 DEFAULT_RECIPES = REPO / "configs" / "speedrun" / "recipes.yaml"
 STOPPED = "stopped: rerun the same command to continue (finished runs are kept)"  # after a Ctrl-C
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=description(__doc__))
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="train.py overrides for every run")
     p.add_argument("--recipes", type=Path, default=DEFAULT_RECIPES, help="the recipes file")
     p.add_argument("--dir", type=Path, default=Path("runs/speedrun"), help="where runs live (resumed if it exists)")

@@ -54,10 +54,8 @@ def prepare(cfg: DataConfig, *, seq_len: Optional[int] = None, model_vocab_size:
     tokenizer_identity, expected_vocab = _tokenizer_identity(cfg)
     if model_vocab_size is not None:  # fail before an expensive build, not after
         _check_vocab(expected_vocab - 1, model_vocab_size, cfg)
-    identity = {"data": fingerprint(cfg), "tokenizer": tokenizer_identity,
-                "budgets": [cfg.token_budget, cfg.val_token_budget]}
     cache_root = Path(cfg.cache_dir).resolve()
-    directory = cache_root / f"{cfg.source}-{cache_key(identity)}"
+    directory = cache_root / f"{cfg.source}-{cache_key(cache_identity(cfg, tokenizer_identity))}"
     meta = read_meta(directory)  # a hit needs no write access: a shared, read-only cache serves every run
     if meta is None:
         with _build_lock(cache_root, warn):
@@ -77,6 +75,15 @@ def prepare(cfg: DataConfig, *, seq_len: Optional[int] = None, model_vocab_size:
                 raise DataError(f"the {split} split has {count} tokens, not more than seq_len+1={seq_len + 1}; "
                                 "lower trainer.seq_len or add data (data.val_fraction for validation)")
     return data
+
+
+def cache_identity(cfg: DataConfig, tokenizer_identity: Optional[dict] = None) -> dict:
+    """What the token cache's key is made of: every setting that changes what the cache holds — the corpus
+    (fingerprint), the tokenizer and the token budgets. Settings that change only where or how fast it is built
+    (cache_dir, num_proc) stay out, so they reuse a cache (tests/test_data_cache_key.py keeps both lists)."""
+    tokenizer_identity = tokenizer_identity if tokenizer_identity is not None else _tokenizer_identity(cfg)[0]
+    return {"data": fingerprint(cfg), "tokenizer": tokenizer_identity,
+            "budgets": [cfg.token_budget, cfg.val_token_budget]}
 
 
 def _tokenizer_identity(cfg: DataConfig):

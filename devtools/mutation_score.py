@@ -17,6 +17,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from cli import REPO
+from cli.entry import description
 
 TARGETS = ("model", "training/checkpoint", "training/optim", "data/loader.py", "analysis/stats.py",
            "training/step.py", "training/loop.py", "training/evaluation.py", "training/loss.py")
@@ -66,7 +67,7 @@ def todo(patterns: list, results: dict, equivalent: set) -> list:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--survivors", action="store_true", help="list the surviving mutants not judged equivalent")
     parser.add_argument("--todo", nargs="+", metavar="GLOB", help="print the mutants matching GLOB (mutmut's names) "
                         "not run yet or surviving unexplained, one a line: what scripts/mutation.sh runs for GLOB")

@@ -3,13 +3,11 @@ import shutil
 from pathlib import Path
 from typing import Dict, Optional
 
-from safetensors.torch import save_file
-
 from data.tokenizer import read_special_tokens, token_ids
 from interop.hf import check_llama_compatible, llama_config, to_hf_state_dict
 from model import Transformer
 from model.parametrization import as_standard
-from training.checkpoint import load_model, load_model_config, resolve_checkpoint
+from training.checkpoint import load_model, load_model_config, resolve_checkpoint, save_weights
 from training.checkpoint.manifest import write_manifest
 
 
@@ -57,7 +55,7 @@ def write_hf_dir(out: Path, model: Transformer, tokenizer, roles: Dict[str, Opti
     cfg, state = as_standard(model.cfg, model.state_dict())
     ids = token_ids(tokenizer, roles)
     llama_config(cfg, ids).save_pretrained(out)
-    save_file(to_hf_state_dict(state, cfg), str(out / "model.safetensors"), metadata={"format": "pt"})
+    save_weights(to_hf_state_dict(state, cfg), out / "model.safetensors")
     # The padding ids (no token has them) are suppressed in HF's generate() too, as in ours.
     n_tokens = min(cfg.vocab_size, tokenizer.get_vocab_size())
     padding = list(range(n_tokens, cfg.padded_vocab_size))

@@ -1,4 +1,5 @@
 """The token cache: a second run is instant, any change that alters the tokens misses, a crash leaves nothing valid."""
+import dataclasses
 import os
 import subprocess
 import sys
@@ -158,3 +159,54 @@ def test_concurrent_builders_keep_the_first_copy(tmp_path):
     with publish(final) as work:  # another rank finishing the same key later
         (work / "meta.json").write_text('{"who": "second"}')
     assert read_meta(final) == {"who": "first"} and cache_entries(tmp_path) == ["local-abc"]
+
+
+# Every DataConfig field, by what it does to the cache: a content field changes the tokens, so a change of it must
+# change the key (a cache built with another value would be served as this one); the others only say where or how
+# fast the cache is built. A new field fails test_every_data_field_is_classified until it is put in one of the two.
+CONTENT_CHANGES = {  # field → another value, on a local text corpus (hub-only fields: on a hub source below)
+    "source": "hub", "path": "other.txt", "text_column": "body", "sample_by": "document", "train_split": "train2",
+    "val_split": "valid", "val_fraction": 0.1, "streaming": True, "token_budget": 1000, "val_token_budget": 500,
+    "vocab_size": 300, "tokenizer_train_bytes": 10_000, "seed": 1,
+}
+HUB_ONLY_CHANGES = {"name": "sample-10BT", "data_files": ["train-*.parquet"]}
+TOKENIZER_FILE_FIELD = "tokenizer_path"  # keyed by the file's hash (test_given_tokenizer_reproduces_the_trained_one)
+NOT_CONTENT = {"cache_dir": "where the cache lives", "num_proc": "how many processes tokenize: the same tokens"}
+
+
+def test_every_data_field_is_classified():
+    fields = {f.name for f in dataclasses.fields(DataConfig)}
+    assert fields == set(CONTENT_CHANGES) | set(HUB_ONLY_CHANGES) | {TOKENIZER_FILE_FIELD} | set(NOT_CONTENT)
+
+
+@pytest.mark.parametrize("field", sorted(CONTENT_CHANGES))
+def test_each_content_setting_is_in_the_cache_key(tmp_path, field):
+    """Dropping any of them from the key (val_token_budget once went unnoticed by every test) fails here."""
+    for name in ("plays.txt", "other.txt"):
+        (tmp_path / name).write_text("To be, or not to be.\n\nThat is the question.\n")
+    base = DataConfig(source="local", path=str(tmp_path / "plays.txt"), vocab_size=320)
+    changed = dataclasses_replace(base, field, CONTENT_CHANGES[field], tmp_path)
+    assert data.preparation.cache_identity(changed) != data.preparation.cache_identity(base)
+
+
+@pytest.mark.parametrize("field", sorted(HUB_ONLY_CHANGES))
+def test_each_hub_setting_is_in_the_cache_key(field):
+    base = DataConfig(source="hub", path="roneneldan/TinyStories", vocab_size=320)
+    changed = dataclasses_replace(base, field, HUB_ONLY_CHANGES[field])
+    assert data.preparation.cache_identity(changed) != data.preparation.cache_identity(base)
+
+
+@pytest.mark.parametrize("field", sorted(NOT_CONTENT))
+def test_where_and_how_fast_do_not_change_the_key(tmp_path, field):
+    (tmp_path / "plays.txt").write_text("To be, or not to be.\n")
+    base = DataConfig(source="local", path=str(tmp_path / "plays.txt"), vocab_size=320)
+    changed = dataclasses_replace(base, field, {"cache_dir": str(tmp_path / "elsewhere"), "num_proc": 2}[field])
+    assert data.preparation.cache_identity(changed) == data.preparation.cache_identity(base)
+
+
+def dataclasses_replace(cfg: DataConfig, field: str, value, tmp_path=None) -> DataConfig:
+    if field == "path" and tmp_path is not None:
+        value = str(tmp_path / value)
+    if field == "source":  # a hub source needs its id
+        return dataclasses.replace(cfg, source=value, path="roneneldan/TinyStories")
+    return dataclasses.replace(cfg, **{field: value})

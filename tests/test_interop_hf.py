@@ -2,7 +2,9 @@
 padded vocabularies (a 300-token tokenizer, 320 embedding rows) both ways; special tokens carried forward."""
 import dataclasses
 import json
+import os
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -263,3 +265,12 @@ def test_import_refuses_what_it_cannot_convert(exported, tmp_path, breakage, mat
     with pytest.raises(ConversionError, match=match):
         import_checkpoint(str(broken), str(tmp_path / "run"))
     assert not (tmp_path / "run").exists()
+
+
+def test_the_weights_of_a_checkpoint_and_of_an_export_are_as_readable_as_any_file_written(exported):
+    """safetensors writes 0600; an export meant for sharing, and the checkpoint it came from, follow the umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    _, ckpt, out, _ = exported
+    for weights in (ckpt / "model.safetensors", Path(out) / "model.safetensors"):
+        assert oct(os.stat(weights).st_mode & 0o777) == oct(0o666 & ~umask), weights

@@ -105,3 +105,11 @@ def test_the_parametrization_and_what_mup_scales_are_printed(capsys):
     assert "init std 0.02 × 1/sqrt(m) = 0.01;" in out
     assert "q·k × sqrt(base head_dim 16) / head_dim 64 = 0.0625" in out
     assert "the LM head's input × 1/m = 0.25;" in out
+    assert "warning" not in out  # base head_dim 16: a whole number
+
+
+def test_a_base_width_that_the_heads_do_not_divide_is_warned_about(capsys):
+    """docs/mup.md's example once printed "base head_dim 21.3333" (base width 64, 3 heads) without a word."""
+    assert summary.main(["model=cpu", "parametrization=mup", "mup_base_width=64"]) == 0
+    out = capsys.readouterr().out
+    assert "base head_dim 21.33" in out and "warning: the base width 64 is not a multiple of n_heads=3" in out

@@ -53,3 +53,10 @@ def test_the_layout_tables_module_lists_are_true():
         if folder == "model/":
             modules = {p.name for p in (ROOT / "model").glob("*.py") if p.name != "__init__.py"}
             assert set(named) == modules, modules ^ set(named)
+
+
+def test_the_failure_count_is_the_catalogues():
+    """README says how many failures docs/reliability.md lists; a row added there must change the number here."""
+    said = re.search(r"docs/reliability\.md\)? lists (\d+) of them", (ROOT / "README.md").read_text())
+    rows = re.findall(r"^\| \d+ \|", (ROOT / "docs" / "reliability.md").read_text(), flags=re.M)
+    assert said and int(said.group(1)) == len(rows)

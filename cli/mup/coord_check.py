@@ -13,10 +13,11 @@ import torch
 
 from analysis.mup.coord_check import LAYERS, CoordSetup, coord_check
 from analysis.mup.plots import NAMES, plot_coord_check
+from cli.entry import description
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=description(__doc__))
     p.add_argument("--widths", default="64,128,256,512,1024", help="comma-separated hidden sizes")
     p.add_argument("--base-width", type=int, default=None, help="model.mup_base_width (default: the smallest width)")
     p.add_argument("--optimizers", default="adamw,muon", help="comma-separated: adamw, muon")

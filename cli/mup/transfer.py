@@ -23,6 +23,7 @@ from analysis.mup.transfer import (DIVERGED, FINISHED, STOPPED, Cell, TransferSp
 from analysis.mup.transfer_report import write_report
 from analysis.runs import read_run
 from cli.config import compose_train_config
+from cli.entry import description
 from data import prepare
 from training.loop import RunSpec, train
 from training.runtime.distributed import process_info
@@ -33,7 +34,7 @@ GRID = ("widths", "lrs", "seeds", "optimizers", "parametrizations")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=description(__doc__))
     p.add_argument("--dir", type=Path, required=True, help="the experiment directory (created, or continued)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated time; train nothing")
     p.add_argument("--report", action="store_true", help="only write results.md and transfer.png")

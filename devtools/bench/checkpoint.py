@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from cli.config import compose_train_config
+from cli.entry import description
 from model import Transformer
 from training.checkpoint import save_checkpoint
 from training.checkpoint.manifest import damage, read_manifest
@@ -22,7 +23,7 @@ from training.runtime.run_files import CHECKPOINTS
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=description(__doc__))
     p.add_argument("--models", default="cpu,25m,125m", help="model config names (configs/model/)")
     p.add_argument("--repeats", type=int, default=3, help="timed saves and verifications per model (median)")
     return p.parse_args(argv)

@@ -15,6 +15,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from cli.entry import description
 from model import ModelConfig, Transformer
 from training.config import OptimConfig
 from training.loss import CausalLMLoss
@@ -65,7 +66,7 @@ def make_step(owner, loss_fn, autocast):
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=description(__doc__))
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--precision", default="auto", choices=("auto", "bf16", "fp32"))

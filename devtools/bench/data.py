@@ -14,6 +14,7 @@ import time
 
 from analysis.benchmarks_doc import write_section
 from cli import REPO
+from cli.entry import description
 from data import DataConfig, TrainBatches, eval_windows, prepare
 from data.shakespeare import load_plays
 from data.tokenizer import train_tokenizer
@@ -120,7 +121,7 @@ def report(r: dict) -> str:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-model", action="store_true", help="skip the model step (batch loading alone)")
     parser.add_argument("--write", action="store_true", help="write the results into BENCHMARKS.md")

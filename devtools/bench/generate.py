@@ -15,6 +15,7 @@ import torch
 
 from analysis.benchmarks_doc import write_section
 from cli import REPO
+from cli.entry import description
 from interop.hf import llama_config, to_hf_state_dict
 from interop.hf_export import export_checkpoint
 from model import ModelConfig, Transformer
@@ -26,7 +27,7 @@ SECTION = "## Generation (scripts/bench_generate.py)"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=description(__doc__))
     p.add_argument("--checkpoint", help="benchmark this checkpoint (default: a random model of the cpu config)")
     p.add_argument("--new-tokens", type=int, default=256)
     p.add_argument("--prompt-tokens", type=int, default=16)

@@ -16,6 +16,7 @@ import time
 import torch
 
 from cli import REPO
+from cli.entry import description
 from model import ModelConfig, Transformer
 from training.loss import CHUNK_ELEMENTS, CausalLMLoss
 from training.runtime.memory import current_memory_bytes, peak_memory_bytes, reset_peak_memory
@@ -25,7 +26,7 @@ SCRIPT = REPO / "scripts" / "bench_loss.py"  # each variant: this program again,
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=description(__doc__))
     p.add_argument("--vocab", type=int, default=32768)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seq", type=int, default=512)

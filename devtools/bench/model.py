@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 
 from cli import REPO
+from cli.entry import description
 from model import ModelConfig, Transformer
 from training.config import OptimConfig
 from training.loss import CausalLMLoss
@@ -30,7 +31,7 @@ from training.precision import autocast_context, resolve_precision
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=description(__doc__))
     p.add_argument("--shape", default="cpu", help="configs/model/<shape>.yaml (default: cpu, the CPU default)")
     p.add_argument("--compile", action="store_true", help="also time both models under torch.compile")
     p.add_argument("--precision", default="auto", choices=("auto", "bf16", "fp32"))

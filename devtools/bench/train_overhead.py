@@ -17,6 +17,7 @@ import torch
 from omegaconf import OmegaConf
 
 from cli.config import compose_run_config
+from cli.entry import description
 from data import prepare
 from model import Transformer
 from training.runtime import distributed as D
@@ -61,7 +62,7 @@ def bare_step_tps(cfg, steps: int) -> float:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=description(__doc__))
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("overrides", nargs="*")

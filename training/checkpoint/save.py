@@ -48,7 +48,7 @@ def save_checkpoint(ckpt_root: Path, step: int, model_state: Dict[str, torch.Ten
         raise CheckpointError(f"cannot save step {step}: the tokenizer {tokenizer_path} is missing")
     special = Path(tokenizer_path).parent / SPECIAL_TOKENS_FILE
     writers = [
-        (WEIGHTS, lambda p: save_file(weights, str(p), metadata={"format": "pt"})),
+        (WEIGHTS, lambda p: save_weights(weights, p)),
         (MODEL_CONFIG, lambda p: p.write_text(json.dumps(dataclasses.asdict(model_cfg), indent=2))),
         (TOKENIZER, lambda p: shutil.copyfile(tokenizer_path, p)),
         # An imported tokenizer's own BOS/EOS/PAD travel with it into every later checkpoint.
@@ -91,6 +91,15 @@ def _torch_save(obj, path: Path) -> None:
             if recorder.error is not None:
                 raise recorder.error from e
             raise
+
+
+def save_weights(tensors: dict, path: Path) -> None:
+    """safetensors weights, with the permissions of any other file this process writes: safetensors creates
+    them 0600 (a private temporary file, renamed), which made an export meant for sharing unreadable to others."""
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
 
 
 def _publish(tmp: Path, final: Path) -> None:
