@@ -14,7 +14,7 @@ from hydra.errors import CompactHydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from cli.config import register_configs, resolve_config
+from cli.config import ConfigError, check_override_keys, register_configs, resolve_config
 from data import prepare
 from training import report
 from training.checkpoint import check_resume_tokenizer, clean_partial_checkpoints
@@ -38,7 +38,7 @@ def run(dict_cfg: DictConfig, info: D.DistInfo) -> float:
     quiet = {} if info.is_main else {"log": lambda *a: None}
     data = prepare(cfg.data, seq_len=cfg.trainer.seq_len, model_vocab_size=cfg.model.vocab_size, **quiet)
     if resume_ckpt is not None:
-        check_resume_tokenizer(resume_ckpt, data.tokenizer_path)  # same data, same tokenizer (the model: resolve_config)
+        check_resume_tokenizer(resume_ckpt, data.tokenizer_path)  # same data (the architecture: resolve_config)
     D.join(info, cfg.trainer.dist_timeout_s)
     run_dir, claim = R.claim_for_run(Path(HydraConfig.get().runtime.output_dir), resume_ckpt, info)
     try:
@@ -97,4 +97,8 @@ def main(dict_cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
+    try:
+        check_override_keys(sys.argv[1:])  # a mistyped key: one line here, not Hydra's seven
+    except ConfigError as e:
+        sys.exit(f"error: {e}")
     main()

@@ -2,8 +2,11 @@
 configs/train.yaml, composing it with command-line overrides into a TrainConfig (train.py's
 resolve_config, with a resume's checkpoint config merged in, or Hydra's compose API for the programs
 behind scripts/), reading overrides by Hydra's grammar, and a data config for evaluate.py --data."""
+import dataclasses
+import difflib
 import os
 import sys
+import typing
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -33,6 +36,34 @@ RESUMABLE_DATA_KEYS = ("cache_dir", "num_proc")
 
 class ConfigError(ValueError):
     """A config that does not compose, or whose values do not fit together: one line naming the value."""
+
+
+def check_override_keys(argv: Sequence[str]) -> None:
+    """A ConfigError for a `key.path=value` on the command line whose key is no setting, naming the closest one:
+    Hydra's own answer is seven lines whose `+key=…` hint leads to a second error. Groups (`model=25m`), Hydra's
+    flags and keys, and `+`/`~` overrides are left to Hydra."""
+    for arg in argv:
+        key = arg.split("=", 1)[0]
+        if "=" not in arg or "." not in key or key[0] in "+~-" or key.startswith("hydra."):
+            continue
+        owner, path, parts = TrainConfig, [], key.split(".")
+        for depth, part in enumerate(parts):
+            hints = typing.get_type_hints(owner) if dataclasses.is_dataclass(owner) else {}
+            if not hints:
+                break  # a mapping or a value: nothing to check below it
+            if part not in hints:
+                where = ".".join(path) or "the top level"
+                close = difflib.get_close_matches(part, hints, n=1)
+                hint = f"did you mean {'.'.join([*path, close[0], *parts[depth + 1:]])}? " if close else ""
+                raise ConfigError(f"{key} is not a setting ({where} has no {part!r}); {hint}README's configuration "
+                                  "table lists every setting")
+            path.append(part)
+            owner = _unwrap_optional(hints[part])
+
+
+def _unwrap_optional(kind):
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    return args[0] if typing.get_origin(kind) is typing.Union and len(args) == 1 else kind
 
 
 def register_configs() -> None:

@@ -1,12 +1,14 @@
 """Every config group option and every experiment composes onto the typed schema and builds a model."""
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 from omegaconf import OmegaConf
 
-from cli.config import compose_train_config
+from cli.config import ConfigError, check_override_keys, compose_train_config
 from model import Transformer
 from training.config import TrainConfig
 
@@ -118,3 +120,31 @@ def test_the_readmes_default_run_is_what_train_py_composes():
     budget = cfg.trainer.time_budget
     assert f"(trainer.time_budget={budget:g} min decides: a first plan after step" in block
     assert f"time budget {budget:g} min → " in block
+
+
+@pytest.mark.parametrize("arg, said", [
+    ("model.hidden_sise=128",
+     "model.hidden_sise is not a setting (model has no 'hidden_sise'); did you mean model.hidden_size?"),
+    ("modle.n_layers=3",
+     "modle.n_layers is not a setting (the top level has no 'modle'); did you mean model.n_layers?"),
+    ("trainer.zzz=1", "trainer.zzz is not a setting (trainer has no 'zzz'); README's configuration table"),
+])
+def test_a_mistyped_key_is_one_line_naming_the_closest_setting(arg, said):
+    with pytest.raises(ConfigError) as raised:
+        check_override_keys(["model=cpu", arg])
+    assert str(raised.value).startswith(said) and "\n" not in str(raised.value)
+
+
+def test_every_real_key_group_and_hydra_flag_passes_the_key_check():
+    check_override_keys(["model=25m", "trainer.max_steps=3", "+cell=x", "~trainer.peak_tflops", "hydra.run.dir=/tmp/x",
+                         "data.data_files=[a,b]", "optim.lr=1e-3", "logger.wandb=disabled", "--multirun", "seed=3",
+                         "resume=latest", "model.norm=rmsnorm,layernorm", "trainer.time_budget=null"])
+
+
+def test_train_py_refuses_a_mistyped_key_in_one_line_before_hydra():
+    result = subprocess.run([sys.executable, "train.py", "model.hidden_sise=128"], cwd=CONFIGS.parent,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.splitlines() == ["error: model.hidden_sise is not a setting (model has no 'hidden_sise'); "
+                                          "did you mean model.hidden_size? README's configuration table lists every "
+                                          "setting"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.config import compose_run_config
+from cli.config import check_override_keys, compose_run_config
 from training.build import run_matmul_shapes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,6 +44,7 @@ def test_the_docs_show_train_commands():
 
 @pytest.mark.parametrize("where, overrides", COMMANDS, ids=[w for w, _ in COMMANDS])
 def test_a_documented_train_command_composes_and_its_model_builds(where, overrides):
+    check_override_keys(overrides)  # what train.py checks before Hydra
     cfg = compose_run_config(overrides)
     assert run_matmul_shapes(cfg)  # the model builds: heads divide the width, sizes round as documented
 

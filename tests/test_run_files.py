@@ -25,7 +25,7 @@ def literals(path: Path) -> list:
 def test_no_module_but_run_files_spells_a_run_files_name():
     found = [f"{path.relative_to(REPO)}:{line}: {value!r}" for path in CODE if path.name != "run_files.py"
              for line, value in literals(path) if (str(path.relative_to(REPO)), value) not in NOT_A_RUN_FILE]
-    assert found == [], "use training/runtime/run_files.py's names (RunFiles, CONFIG, METRICS, …): " + "; ".join(found)
+    assert found == [], "use run_files.py's names (RunFiles, CONFIG, METRICS, …): " + "; ".join(found)
 
 
 def test_the_scan_sees_a_literal_and_an_f_string_part_is_not_one(tmp_path):
