@@ -13,7 +13,6 @@ import contextlib
 import dataclasses
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +24,7 @@ from data import PreparedData, prepare
 from data.cache import read_meta
 from data.token_files import DocumentEncoder
 from data.tokenizer import file_hash, read_special_tokens
+from interop.hf_import import checkpoint_for
 from cli.entry import description, read_utf8
 from training.checkpoint import load_model
 from training.runtime.device import pick_device
@@ -62,11 +62,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def load_scorer(path: str, device: torch.device, stack: contextlib.ExitStack, verify: bool = True):
     """(model, tokenizer, checkpoint dir, EOS id, what to call it). An HF directory is converted into
     a temporary checkpoint (the same checks as scripts/import_hf.py; deleted on exit)."""
-    label = None
-    if (Path(path) / "config.json").is_file() and not (Path(path) / "model_config.json").exists():
-        from interop.hf_import import import_checkpoint
-        label = f"{path} (Hugging Face)"
-        path = str(import_checkpoint(path, stack.enter_context(tempfile.TemporaryDirectory()), verify=verify))
+    path, label = checkpoint_for(path, stack, verify)
     model, tokenizer, ckpt = load_model(path, device=device, verify=verify)
     eos = read_special_tokens(ckpt)["eos"]
     eos_id = tokenizer.token_to_id(eos) if eos is not None else None

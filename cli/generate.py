@@ -1,16 +1,18 @@
 """Generate text from a checkpoint: prompts from the command line, files or stdin, streamed to the terminal.
 
-Usage: python scripts/generate.py CHECKPOINT|RUN_DIR|latest [--prompt TEXT ...] [--prompt-file F ...] [-]
+Usage: python scripts/generate.py CHECKPOINT|RUN_DIR|latest|HF_LLAMA_DIR [--prompt TEXT ...] [--prompt-file F ...] [-]
        [--max-new-tokens 200] [--temperature 0.8] [--top-k 50] [--top-p 0.95] [--num-samples 1] [--seed 0]
        [--device auto|cpu|cuda|mps] [--dtype fp32|bf16] [--no-stop-at-eos]
 """
 import argparse
+import contextlib
 import sys
 import time
 
 import torch
 
 from data.tokenizer import read_special_tokens
+from interop.hf_import import checkpoint_for
 from model.generate import SAMPLING, check_sampling_args, generate
 from cli.entry import description, read_utf8
 from training.checkpoint import load_model
@@ -21,8 +23,8 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=description(__doc__))
-    p.add_argument("checkpoint", help="a checkpoint dir, a run dir (its newest checkpoint) or 'latest' (newest "
-                                      "under ./outputs)")
+    p.add_argument("checkpoint", help="a checkpoint dir, a run dir (its newest checkpoint), 'latest' (newest "
+                                      "under ./outputs) or a Hugging Face Llama directory")
     p.add_argument("stdin", nargs="?", choices=["-"], help="'-': read a prompt from stdin")
     p.add_argument("--prompt", action="append", default=[], help="a prompt (repeat for a batch)")
     p.add_argument("--prompt-file", action="append", default=[], help="a file whose text is one prompt (repeatable)")
@@ -84,9 +86,12 @@ def main(argv=None) -> int:
     top_k, top_p = args.top_k or None, args.top_p if args.top_p < 1 else None
     device = pick_device(args.device, option="--device")
     prompts = read_prompts(args)
-    model, tokenizer, ckpt = load_model(args.checkpoint, device=device, dtype=DTYPES[args.dtype], verify=args.verify)
+    with contextlib.ExitStack() as stack:  # a Hugging Face directory: a temporary checkpoint, removed at the end
+        path, label = checkpoint_for(args.checkpoint, stack, args.verify)
+        model, tokenizer, ckpt = load_model(path, device=device, dtype=DTYPES[args.dtype], verify=args.verify)
+        eos = read_special_tokens(ckpt)["eos"]
     check_prompt_lengths(model, tokenizer, prompts, args.max_new_tokens)  # before anything is printed
-    print(f"checkpoint: {ckpt} ({device}, {args.dtype})", file=sys.stderr)
+    print(f"checkpoint: {label or ckpt} ({device}, {args.dtype})", file=sys.stderr)
     rows = [p for p in prompts for _ in range(args.num_samples)]
     streaming = len(rows) == 1  # one sequence streams live; a batch prints each text when it is done
     if streaming:
@@ -95,7 +100,7 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     texts = generate(model, tokenizer, prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                      top_k=top_k, top_p=top_p, num_samples=args.num_samples, seed=args.seed,
-                     stop_at_eos=args.stop_at_eos, eos_token=read_special_tokens(ckpt)["eos"],
+                     stop_at_eos=args.stop_at_eos, eos_token=eos,
                      use_cache=args.use_cache, on_token=lambda row, token_id: new_ids.append(token_id),
                      on_text=(lambda row, piece: print(piece, end="", flush=True)) if streaming else None)
     elapsed = time.perf_counter() - started

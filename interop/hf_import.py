@@ -1,10 +1,11 @@
 """Import a Hugging Face Llama directory (safetensors weights + tokenizer.json) as a minillama checkpoint."""
+import contextlib
 import json
 import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import torch
 from safetensors.torch import load_file
@@ -18,6 +19,22 @@ from training.checkpoint.manifest import verify as verify_files
 from training.runtime.run_files import RunFiles
 
 INDEX_FILE = "model.safetensors.index.json"
+
+
+def is_hf_directory(path) -> bool:
+    """A Hugging Face model directory (config.json) that is not a minillama checkpoint (model_config.json)."""
+    return (Path(path) / "config.json").is_file() and not (Path(path) / "model_config.json").exists()
+
+
+def checkpoint_for(path: str, stack: contextlib.ExitStack, verify: bool = True) -> Tuple[str, Optional[str]]:
+    """(a checkpoint to load for `path`, what to call it or None). A Hugging Face Llama directory becomes a
+    temporary checkpoint — the same checks as scripts/import_hf.py — deleted when `stack` closes; any other
+    path is returned as given, for resolve_checkpoint to find or refuse. generate.py and evaluate.py both
+    take either."""
+    if not is_hf_directory(path):
+        return path, None
+    staged = import_checkpoint(path, stack.enter_context(tempfile.TemporaryDirectory()), verify=verify)
+    return str(staged), f"{path} (Hugging Face)"
 
 
 def import_checkpoint(hf_dir: str, run_dir: str, verify: bool = True) -> Path:

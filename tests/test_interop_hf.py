@@ -274,3 +274,18 @@ def test_the_weights_of_a_checkpoint_and_of_an_export_are_as_readable_as_any_fil
     _, ckpt, out, _ = exported
     for weights in (ckpt / "model.safetensors", Path(out) / "model.safetensors"):
         assert oct(os.stat(weights).st_mode & 0o777) == oct(0o666 & ~umask), weights
+
+
+def test_generate_takes_a_hugging_face_directory_as_evaluate_does(exported, capsys):
+    """generate.py once called an HF directory "damaged"; now it imports it for the run, as evaluate.py does,
+    and greedy text from the export is the checkpoint's."""
+    from cli.generate import main as generate_main
+    _, ckpt, out, _ = exported
+    texts = {}
+    for name, path in (("ours", ckpt), ("hf", out)):
+        assert generate_main([str(path), "--prompt", "the", "--max-new-tokens", "8", "--temperature", "0"]) == 0
+        captured = capsys.readouterr()
+        texts[name] = captured.out
+        if name == "hf":
+            assert f"checkpoint: {out} (Hugging Face)" in captured.err
+    assert texts["hf"] == texts["ours"] and texts["ours"].startswith("the")
