@@ -3,7 +3,8 @@ its own) and at the reference's, paired measuring seeds, one or more model sizes
 verdicts — one command, resumable.
 
     python scripts/ablate.py                                   # configs/protocol/default.yaml
-    python scripts/ablate.py --dry-run                         # the plan, its cost and its power only
+    python scripts/ablate.py --dry-run                         # the plan and its power; nothing trains
+    python scripts/ablate.py --dry-run --probe-steps 10        # … and its cost, from a 10-step timing run
     python scripts/ablate.py --dir multirun/ablate/<date>/<time>   # resume: the stored spec, finished cells kept
     python scripts/ablate.py --variants rmsnorm_swiglu,gelu --lrs 1e-3,2e-3,4e-3 --seeds 3 \\
         --sizes "model.n_layers=2,6" trainer.max_steps=300 hydra/launcher=submitit_slurm
@@ -36,6 +37,7 @@ from cli.config import compose_train_config, override_values
 from cli.entry import description
 
 DEFAULT_PROTOCOL = REPO / "configs" / "protocol" / "default.yaml"
+PROBE_STEPS = 10  # the timing run's steps per size, when one is made
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -66,8 +68,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--transfer-from", default=None, metavar="SIZE",
                    help="tune LRs only at this size, under μP, and reuse them at every size (a width ladder; "
                    "docs/mup.md)")
-    p.add_argument("--probe-steps", type=int, default=10, help="steps of the timing run per size before "
-                   "the cost is printed (0: no timing run; the cost is estimated once stage 1 has runs)")
+    p.add_argument("--probe-steps", type=int, default=None, help="steps of the timing run per size before "
+                   "the cost is printed (default 10, and 0 with --dry-run: a dry run trains nothing unless told "
+                   "to time; 0: no timing run, the cost is estimated once stage 1 has runs)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its cost, then stop")
     p.add_argument("--report-only", action="store_true", help="only write the report from what has finished")
     return p.parse_intermixed_args(argv)  # overrides may come before, between or after the options
@@ -149,4 +152,5 @@ def main(argv=None) -> int:
     print(("resuming " if proto.resumed else "protocol directory: ") + str(proto.dir))
     if args.report_only:
         return report(proto)
-    return run_stages(proto, budgets, values, args.probe_steps, args.dry_run)
+    probe_steps = args.probe_steps if args.probe_steps is not None else (0 if args.dry_run else PROBE_STEPS)
+    return run_stages(proto, budgets, values, probe_steps, args.dry_run)

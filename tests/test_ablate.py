@@ -303,3 +303,13 @@ def test_a_subset_of_variants_keeps_their_families_and_sizes():
 def test_a_changed_setup_is_not_resumed_into_the_same_directory(finished, capsys):
     status = exit_status(main, ["--dir", str(finished[0]), "--report-only", "trainer.max_steps=7"])
     assert status == 1 and "was started with train.py overrides" in capsys.readouterr().err
+
+
+def test_a_dry_run_trains_nothing_unless_told_to_time(tmp_path, capsys):
+    """`--dry-run` once trained timing runs for minutes and left their directories; now it prints the plan and
+    trains nothing — `--probe-steps N` with it asks for the timing run (docs/ablation/README.md's example)."""
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(PROTOCOL))
+    assert main(["--protocol", str(tmp_path / "p.yaml"), "--dir", str(tmp_path / "p"), "--dry-run", *tiny()]) == 0
+    assert "per-run time from nothing yet (no timing run: --probe-steps N times each size first)" in \
+        capsys.readouterr().out
+    assert sorted(p.name for p in (tmp_path / "p").iterdir()) == [MANIFEST]  # the plan, no probe/ nor runs/

@@ -134,7 +134,7 @@ def measure(proto: Protocol, budgets: dict, probe_steps: int, values: dict) -> t
     states = proto.states(probes, probe_dir)
     if not all(s.state == C.FINISHED for s in states.values()):
         if probe_steps <= 0:
-            return {size: None for size in spec.sizes}, "nothing yet (--probe-steps 0)"
+            return {size: None for size in spec.sizes}, "nothing yet (no timing run: --probe-steps N times each size first)"
         print(f"timing run: {probe_steps} steps of {spec.reference} at each size, to estimate the cost", flush=True)
         extra = [f"trainer.max_steps={probe_steps}", f"trainer.eval_interval={probe_steps}",
                  f"trainer.ckpt_interval={probe_steps}", f"trainer.log_interval={max(1, probe_steps // 5)}",
