@@ -142,3 +142,14 @@ def test_the_progress_bar_has_no_end_until_a_time_budget_plans_one(tmp_path):
     assert RunLogger(tmp_path / "b", off, "t", {}, True, trainer=budgeted, state=planned).progress.total == 1234
     assert RunLogger(tmp_path / "c", off, "t", {}, True, trainer=TrainerConfig(max_steps=1000),
                      state=RunState(max_steps=1000)).progress.total == 1000
+
+
+def test_wandbs_notice_comes_before_the_progress_bar(tmp_path, monkeypatch):
+    """The notice (stderr) once came after the bar was drawn (stdout), glued to it: `train: 0step […]wandb: …`."""
+    import training.logger as L
+    order = []
+    monkeypatch.setattr(L, "open_wandb", lambda *a, **k: order.append("wandb"))
+    real_tqdm = L.tqdm
+    monkeypatch.setattr(L, "tqdm", lambda *a, **k: order.append("bar") or real_tqdm(*a, **k))
+    RunLogger(tmp_path, LoggerConfig(wandb="offline"), "t", {}, enabled=True).close()
+    assert order == ["wandb", "bar"]

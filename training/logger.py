@@ -66,14 +66,14 @@ class Logger:
         self.skipped, self.first_skipped = 0, -1  # non-finite steps since the last log
         self.epoch_warned = False
         self.compile_reported = 0.0
+        self.metrics, self.wandb = None, None
+        if info.is_main:  # before the bar: wandb's notice gets a line of its own, not the bar's
+            self.metrics = MetricsFile(run.run_dir, state.step if run.resume_ckpt else None)
+            self.wandb = open_wandb(run.run_dir, cfg.logger, cfg.run_name, config)
         # A time budget's first plan comes after its probe: until then the bar has no end (not a stale max_steps).
         total = None if cfg.trainer.time_budget and not state.plans else state.max_steps
         self.progress = tqdm(total=total, initial=state.step, disable=not info.is_main, desc="train",
                              unit="step", dynamic_ncols=True, file=sys.stdout, mininterval=1.0)
-        self.metrics, self.wandb = None, None
-        if info.is_main:
-            self.metrics = MetricsFile(run.run_dir, state.step if run.resume_ckpt else None)
-            self.wandb = open_wandb(run.run_dir, cfg.logger, cfg.run_name, config)
 
     def should_log(self, step: int) -> bool:
         return step % self.interval == 0 or step == self.state.end
