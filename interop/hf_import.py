@@ -14,7 +14,7 @@ from tokenizers import Tokenizer
 from data.tokenizer import ROLES, SPECIAL_TOKENS_FILE, max_token_id, write_special_tokens
 from interop.hf import ConversionError, from_hf_state_dict, model_config_from_hf
 from training.checkpoint import list_checkpoints, save_checkpoint
-from training.checkpoint.format import nonfinite_tensors
+from training.checkpoint.format import MODEL_CONFIG, nonfinite_tensors
 from training.checkpoint.manifest import verify as verify_files
 from training.runtime.run_files import RunFiles
 
@@ -23,7 +23,7 @@ INDEX_FILE = "model.safetensors.index.json"
 
 def is_hf_directory(path) -> bool:
     """A Hugging Face model directory (config.json) that is not a minillama checkpoint (model_config.json)."""
-    return (Path(path) / "config.json").is_file() and not (Path(path) / "model_config.json").exists()
+    return (Path(path) / "config.json").is_file() and not (Path(path) / MODEL_CONFIG).exists()
 
 
 def checkpoint_for(path: str, stack: contextlib.ExitStack, verify: bool = True) -> Tuple[str, Optional[str]]:

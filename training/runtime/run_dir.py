@@ -46,7 +46,7 @@ def claim_new(run_dir: Path, max_tries: int = 1000) -> RunDirClaim:
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)  # Hydra made it already; another run may own it
-    claim = None if holds_run(run_dir) else _try_claim(run_dir)
+    claim = None if RunFiles(run_dir).holds_run() else _try_claim(run_dir)
     for n in range(1, max_tries):
         if claim is not None:
             return claim
@@ -73,11 +73,6 @@ def claim_existing(run_dir: Path) -> RunDirClaim:
                          "another run directory") from None
     _write_owner(fd)
     return RunDirClaim(Path(run_dir), fd)
-
-
-def holds_run(run_dir: Path) -> bool:
-    """Whether a run wrote here (also runs from before claim files existed)."""
-    return RunFiles(run_dir).holds_run()
 
 
 def _try_claim(run_dir: Path) -> Optional[RunDirClaim]:
