@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 from cli.config import ConfigError, check_override_keys, register_configs, resolve_config
 from data import prepare
 from training import report
-from training.checkpoint import check_resume_tokenizer, clean_partial_checkpoints
+from training.checkpoint import clean_partial_checkpoints
 from training.logger import wandb_mode
 from training.loop import RunSpec, train
 from training.runtime import distributed as D
@@ -31,23 +31,23 @@ class JobFailed(CompactHydraException):
 
 
 def run(dict_cfg: DictConfig, info: D.DistInfo) -> float:
-    cfg, config_yaml, resume_ckpt = resolve_config(dict_cfg)
+    cfg, config_yaml, resume = resolve_config(dict_cfg)
     wandb_mode(cfg.logger.wandb)  # online without a key: one line now, never a login prompt later
     # Every rank prepares before joining the process group, so no collective timeout runs while a big
     # corpus is tokenized; prepare() lets one process build at a time, the others then find the cache.
     quiet = {} if info.is_main else {"log": lambda *a: None}
     data = prepare(cfg.data, seq_len=cfg.trainer.seq_len, model_vocab_size=cfg.model.vocab_size, **quiet)
-    if resume_ckpt is not None:
-        check_resume_tokenizer(resume_ckpt, data.tokenizer_path)  # same data (the architecture: resolve_config)
+    if resume is not None:
+        resume.check_tokenizer(data.tokenizer_path)  # same data (the architecture: resolve_config)
     D.join(info, cfg.trainer.dist_timeout_s)
-    run_dir, claim = R.claim_for_run(Path(HydraConfig.get().runtime.output_dir), resume_ckpt, info)
+    run_dir, claim = R.claim_for_run(Path(HydraConfig.get().runtime.output_dir), resume and resume.run_dir, info)
     try:
         if info.is_main:
             files = RunFiles(run_dir)
             for stray in clean_partial_checkpoints(files.checkpoints):  # a kill or a double Ctrl-C mid-save
                 print(f"removed a half-written checkpoint: {stray}", file=sys.stderr)
             files.write_config(config_yaml)
-        spec = RunSpec(cfg, run_dir, config_yaml, resume_ckpt, HydraConfig.get().mode == RunMode.MULTIRUN)
+        spec = RunSpec(cfg, run_dir, config_yaml, resume, HydraConfig.get().mode == RunMode.MULTIRUN)
         outcome = train(spec, info, data)
     finally:
         if claim is not None:

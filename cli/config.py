@@ -23,8 +23,7 @@ from omegaconf.errors import OmegaConfBaseException
 from cli import REPO
 from cli.entry import one_line
 from data import DataConfig
-from training.checkpoint import resolve_checkpoint, verify
-from training.checkpoint.consistency import check_checkpoint_consistency, check_resume_fits
+from training.checkpoint.resume import Resume
 from training.config import TrainConfig
 from training.runtime.run_files import CONFIG
 
@@ -72,21 +71,19 @@ def register_configs() -> None:
 
 
 def resolve_config(dict_cfg: DictConfig) -> tuple:
-    """(typed config, its YAML, checkpoint to resume or None). A resume takes the checkpoint's saved
-    config; command-line key overrides (e.g. trainer.max_steps=…) still apply on top."""
-    resume_ckpt = None
+    """(typed config, its YAML, the Resume or None). A resume takes the checkpoint's saved config; command-line
+    key overrides (e.g. trainer.max_steps=…) still apply on top."""
+    resume = None
     overrides = [o.lstrip("+") for o in HydraConfig.get().overrides.task if not o.startswith("resume=")]
     if dict_cfg.resume:
-        resume_ckpt = resolve_checkpoint(dict_cfg.resume, dict_cfg.outputs_dir)
-        if dict_cfg.get("verify_checkpoint", True):
-            verify(resume_ckpt, warn=lambda message: print(message, file=sys.stderr))  # bit rot, edits, missing files
-        check_checkpoint_consistency(resume_ckpt)  # its files must agree before anything trusts them
+        resume = Resume.open(dict_cfg.resume, dict_cfg.outputs_dir, dict_cfg.get("verify_checkpoint", True),
+                             warn=lambda message: print(message, file=sys.stderr))
         groups = [o for o in overrides if "." not in o.split("=")[0] and o.split("=")[0] not in TOP_LEVEL_KEYS]
         if groups:  # the checkpoint's config already holds the composed groups
             print(f"resume: config groups come from the checkpoint; ignoring {' '.join(groups)}", file=sys.stderr)
         overrides = [o for o in overrides if o not in groups]
-        _refuse_changes_a_resume_cannot_make(resume_ckpt, overrides)
-        saved = _saved_training_config(resume_ckpt)
+        saved = _saved_training_config(resume.path)
+        _refuse_changes_a_resume_cannot_make(resume.path, saved, overrides)
         saved.trainer.stop_at_step = None  # an early stop applies to the run that stopped, not the resume
         dict_cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), saved, OmegaConf.from_dotlist(overrides))
     try:
@@ -99,9 +96,9 @@ def resolve_config(dict_cfg: DictConfig) -> tuple:
     if cfg.trainer.seq_len > cfg.model.max_seq_len:
         raise ConfigError(f"trainer.seq_len={cfg.trainer.seq_len} exceeds model.max_seq_len={cfg.model.max_seq_len}; "
                           "lower the first or raise the second")
-    if resume_ckpt is not None:
-        check_resume_fits(resume_ckpt, cfg.model)  # model.* overrides may not change the architecture
-    return cfg, config_yaml, resume_ckpt
+    if resume is not None:
+        resume.check_fits(cfg.model)  # model.* overrides may not change the architecture
+    return cfg, config_yaml, resume
 
 
 def _saved_training_config(ckpt: Path) -> DictConfig:
@@ -119,11 +116,11 @@ def _saved_training_config(ckpt: Path) -> DictConfig:
     return saved
 
 
-def _refuse_changes_a_resume_cannot_make(ckpt: Path, overrides: List[str]) -> None:
+def _refuse_changes_a_resume_cannot_make(ckpt: Path, saved: DictConfig, overrides: List[str]) -> None:
     """A resume continues a run: it may change how training goes on (trainer.*, optim.* values, logger.*,
     data.cache_dir), never the model, the tokens or the optimizer kind. Say so before anything runs,
     instead of advice a resume would then refuse."""
-    saved_optimizer = OmegaConf.select(_saved_training_config(ckpt), "optim.name")
+    saved_optimizer = OmegaConf.select(saved, "optim.name")
     for key, value in override_values(overrides):
         section, _, field = key.partition(".")
         if section == "data" and field not in RESUMABLE_DATA_KEYS:

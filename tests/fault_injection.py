@@ -15,7 +15,7 @@ code under test is the real one — nothing in minillama knows about them:
                                  autograd as in a real compile, without inductor's minute of C++ builds
   {"teardown_log": "FILE"}       append "<rank> <group up before> <group up after>" to FILE at each process-group teardown
   {"metrics_disk_full_after": 3} metrics.jsonl's disk fills after 3 rows: every later write and the close fail (ENOSPC)
-  {"step_clock": [[0, 0.05], [40, 0.2]]}  the run's clock (training/run_state.py) reads the seconds its steps
+  {"step_clock": [[0, 0.05], [40, 0.2]]}  the run's clock (training/checkpoint/run_state.py) reads the seconds its steps
                                  would take: 0.05 s each from step 0, 0.2 s each from step 40; evaluations and
                                  checkpoints take none. A time budget then plans the same steps on every run
 """
@@ -48,7 +48,7 @@ def step_clock(segments: list, setattr_=setattr) -> None:
     """Make the run's clock a function of the steps done: [[from_step, seconds per step], …]. In-process tests
     pass monkeypatch.setattr as setattr_ (tests/test_budget.py)."""
     import training.checkpoint.checkpointer as checkpointer
-    import training.run_state as run_state
+    import training.checkpoint.run_state as run_state
     import training.step as step_module
     import training.validator as validator
     done = {"steps": 0}

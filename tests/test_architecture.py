@@ -292,7 +292,7 @@ def test_the_package_table_check_finds_a_module_and_a_package_the_doc_leaves_out
 # Module → module imports across packages that the map allows, where it makes a claim: analysis/ and interop/ read
 # training's files (their names, rows, state and checkpoints) — and coord_check.py still builds its models by hand
 # (issue 37 moves it onto build.py). A new import from training into either fails here until the map says why.
-TRAINING_FILES = {"training.runtime.run_files", "training.metrics", "training.run_state", "training.checkpoint",
+TRAINING_FILES = {"training.runtime.run_files", "training.metrics", "training.checkpoint.run_state", "training.checkpoint",
                   "training.checkpoint.format", "training.checkpoint.manifest"}
 MAY_IMPORT_FROM_TRAINING = {
     "analysis": {"*": TRAINING_FILES,
@@ -321,3 +321,32 @@ def test_the_module_allow_list_sees_an_import_it_does_not_allow():
              "analysis.stats": ["training.loss"], "cli.x": ["training.loop"]}
     assert imports_from_training_beyond_the_map(graph) == ["analysis.runs → training.loop",
                                                             "analysis.stats → training.loss"]
+
+
+# A resume's steps, each called from one place: training/checkpoint/resume.py (issue 37: resume is one call).
+RESUME_STEPS = ("check_resume_fits", "check_resume_tokenizer", "load_optimizer_and_rng", "restore_rng",
+                "move_aside_later_checkpoints", "load_full_state", "from_json")
+
+
+def callers_of(names, files) -> dict:
+    """{name: [files that call it]} over `files` (relative to REPO), by the AST: `f(…)` and `x.f(…)`."""
+    found = {}
+    for rel in files:
+        for node in ast.walk(ast.parse((REPO / rel).read_text())):
+            if isinstance(node, ast.Call):
+                name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+                if name in names:
+                    found.setdefault(name, set()).add(str(rel))
+    return {name: sorted(where) for name, where in found.items()}
+
+
+def test_a_resume_is_restored_in_one_module():
+    """Every step of a resume runs from training/checkpoint/resume.py, so the resume path is one file to read
+    (and a change to the checkpoint format is made there): a second caller of any of them fails here."""
+    files = python_files(*PACKAGES, "train.py")
+    assert callers_of(RESUME_STEPS, files) == {name: ["training/checkpoint/resume.py"] for name in RESUME_STEPS}
+
+
+def test_the_resume_caller_check_sees_a_second_caller(tmp_path):
+    (tmp_path / "elsewhere.py").write_text("from x import restore_rng\nrestore_rng({})\n")
+    assert callers_of(RESUME_STEPS, [tmp_path / "elsewhere.py"]) == {"restore_rng": [str(tmp_path / "elsewhere.py")]}

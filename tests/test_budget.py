@@ -17,7 +17,7 @@ from tests.train_helpers import read_metrics, run_dirs, run_faulty, train_in_pro
 from training.budget import MIN_WINDOW_STEPS, PROBE_STEPS, WARMUP_STEPS, Costs, events_between, steps_for_budget
 from training.config import OptimConfig
 from training.optim.schedule import lr_at, planned_lr_at, wsd_decay_start
-from training.run_state import read_state
+from training.checkpoint.run_state import read_state
 
 
 def test_events_between_counts_multiples_in_the_half_open_interval():

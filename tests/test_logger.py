@@ -11,14 +11,14 @@ from training.checkpoint.write_errors import WriteError
 from training.config import LoggerConfig, TrainerConfig
 from training.logger import Logger, wandb_mode, wandb_values
 from training.metrics import MetricsError, read_metrics
-from training.run_state import RunState
+from training.checkpoint.run_state import RunState
 from training.runtime.distributed import DistInfo
 
 
 def RunLogger(run_dir: Path, cfg: LoggerConfig, run_name: str, config: dict, enabled: bool, resume_step=None,
               trainer=None, state=None):
     """The loop's Logger for a run in run_dir, on rank 0 (enabled) or rank 1, resuming at resume_step."""
-    run = SimpleNamespace(run_dir=run_dir, resume_ckpt=resume_step is not None and run_dir,
+    run = SimpleNamespace(run_dir=run_dir, resume=resume_step is not None and run_dir,
                           cfg=SimpleNamespace(trainer=trainer or TrainerConfig(), logger=cfg, run_name=run_name))
     data = SimpleNamespace(meta={"train_tokens": 1000})
     state = state or RunState(step=resume_step or 0, max_steps=100)

@@ -14,7 +14,7 @@ import training.loop
 import training.precision
 from analysis.runs import read_run
 from tests.train_helpers import read_metrics, train_in_process
-from training.run_state import read_state
+from training.checkpoint.run_state import read_state
 from training.loss import CausalLMLoss
 
 pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (conftest.py)
@@ -201,7 +201,7 @@ def test_max_epochs_plans_the_steps_from_the_tokens_of_a_step(tmp_path, tiny_dat
 
 def test_stop_at_step_stops_there_and_the_checkpoint_says_where_the_data_order_continues(tmp_path, tiny_data_cache):
     """trainer.stop_at_step=2 of 6: the run stops and saves at step 2, its schedule still planned for 6; state.json
-    holds what a resume continues from (training/run_state.py): the seed the data order follows, the world size."""
+    holds what a resume continues from (training/checkpoint/run_state.py): the seed the data order follows, the world size."""
     outcome = train_in_process(tmp_path / "run", "seed=7", "trainer.max_steps=6", "trainer.stop_at_step=2",
                                "trainer.eval_interval=100", "trainer.ckpt_interval=100", cache_dir=tiny_data_cache)
     assert (outcome.state.step, outcome.state.max_steps, outcome.checkpoint.name) == (2, 6, "step_0000002")
@@ -320,7 +320,7 @@ def test_only_the_main_rank_speaks(monkeypatch, capsys, rank):
     """Under torchrun every rank runs the loop; only rank 0 prints (the header, notes, the stop line)."""
     from training.runtime.distributed import DistInfo
 
-    def build(cfg, info, say, resume_ckpt):
+    def build(cfg, info, say, resume):
         say("the header")
         raise RuntimeError("stop here")
     monkeypatch.setattr(training.loop, "build", build)

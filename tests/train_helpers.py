@@ -145,8 +145,9 @@ def train_in_process(run_dir: Path, *overrides: str, cache_dir: Path, resume_ckp
     import torch
 
     from data import prepare
-    from training.runtime.distributed import DistInfo
+    from training.checkpoint.resume import Resume
     from training.loop import RunSpec, train
+    from training.runtime.distributed import DistInfo
 
     cfg, config_yaml = compose_train_config(["debug=tiny", f"data.cache_dir={cache_dir}", "trainer.num_threads=1",
                                              *overrides])
@@ -155,7 +156,11 @@ def train_in_process(run_dir: Path, *overrides: str, cache_dir: Path, resume_ckp
     (run_dir / "config.yaml").write_text(config_yaml)
     threads = torch.get_num_threads()
     try:
-        return train(RunSpec(cfg, run_dir, config_yaml, resume_ckpt), DistInfo(), data)
+        resume = Resume.open(resume_ckpt) if resume_ckpt is not None else None
+        if resume is not None:  # the checks train.py makes (cli/config.py's resolve_config, then after prepare)
+            resume.check_fits(cfg.model)
+            resume.check_tokenizer(data.tokenizer_path)
+        return train(RunSpec(cfg, run_dir, config_yaml, resume), DistInfo(), data)
     finally:
         torch.set_num_threads(threads)
 

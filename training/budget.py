@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from training import run_state
+from training.checkpoint import run_state
 from training.runtime import distributed as D
 
 WARMUP_STEPS = 3  # compiling happens at the first step; the next two settle the caches

@@ -4,14 +4,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from training import report, run_state
+from training import report
 from training.budget import TimeBudget, schedule_ends
-from training.build import build, data_views, planned_steps, restore
-from training.checkpoint import Checkpointer
+from training.build import build, data_views, planned_steps
+from training.checkpoint import Checkpointer, run_state
+from training.checkpoint.resume import Resume
+from training.checkpoint.run_state import RunState
 from training.config import TrainConfig
 from training.logger import Logger
 from training.optim import apply_schedule
-from training.run_state import RunState
 from training.runtime import distributed as D
 from training.runtime.mfu import peak_flops
 from training.runtime.signals import StopFlag, signal_name
@@ -25,7 +26,7 @@ class RunSpec:
     cfg: TrainConfig
     run_dir: Path
     config_yaml: str  # the resolved config, saved next to every checkpoint
-    resume_ckpt: Optional[Path] = None
+    resume: Optional[Resume] = None  # the checkpoint it continues from, opened and checked
     multirun: bool = False  # one job of a `-m` sweep
 
 
@@ -41,10 +42,11 @@ class Outcome:
 
 def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
     cfg, say = run.cfg, (print if info.is_main else (lambda *a, **k: None))
-    parts = build(cfg, info, say, run.resume_ckpt)
+    parts = build(cfg, info, say, run.resume)
     tokens_per_step = cfg.trainer.micro_batch_size * cfg.trainer.seq_len * cfg.trainer.grad_accum_steps * info.world_size
     max_steps = planned_steps(cfg, data.meta["train_tokens"], tokens_per_step)
-    state = restore(run, info, parts, say, max_steps) if run.resume_ckpt else RunState(
+    state = run.resume.restore(parts.raw_model, parts.optimizers, parts.precision, cfg, max_steps, info, say) \
+        if run.resume else RunState(
         seed=cfg.seed, world_size=info.world_size, max_steps=max_steps, stop_at=cfg.trainer.stop_at_step,
         precision=parts.precision)
     tokens_before = state.tokens_seen

@@ -15,7 +15,7 @@ def header(run, cfg, parts, data, info, tokens_per_step, peak, peak_source, stat
     counts = parts.raw_model.param_counts()
     m = cfg.model
     return "\n".join([
-        f"run dir: {run.run_dir}" + (f" (resuming {run.resume_ckpt})" if run.resume_ckpt else ""),
+        f"run dir: {run.run_dir}" + (f" (resuming {run.resume.path})" if run.resume else ""),
         f"model: {m.norm} + {m.mlp}, hidden_size {m.hidden_size}, intermediate_size {m.resolved_intermediate_size}, "
         f"{m.depth}, parametrization {describe(m)}, {counts['total'] / 1e6:.2f}M parameters "
         f"(embedding {counts['embedding'] / 1e6:.2f}M, attention {counts['attention'] / 1e6:.2f}M, "

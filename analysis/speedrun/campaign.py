@@ -17,7 +17,7 @@ from analysis.speedrun import timing as T
 from analysis.speedrun.spec import SpeedrunError, Spec
 from training.checkpoint import checkpoint_name
 from training.metrics import read_metrics
-from training.run_state import read_state
+from training.checkpoint.run_state import read_state
 from training.runtime.run_files import RunFiles
 
 LOOKS = "looks.json"  # every report written: which seeds of which recipe it judged (analysis/looks.py)

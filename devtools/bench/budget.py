@@ -17,7 +17,7 @@ from pathlib import Path
 
 from cli import REPO
 from training.checkpoint.format import list_checkpoints
-from training.run_state import read_state
+from training.checkpoint.run_state import read_state
 from training.runtime.run_files import RunFiles
 
 

@@ -7,7 +7,7 @@ Layout of `<run_dir>/checkpoints/step_0000100/`:
   config.yaml         the full resolved training config
   optimizer.pt        optimizer state (tensors and plain values: loads with weights_only=True)
   rng.pt              torch RNG states, as tensors
-  state.json          the run's counters (training/run_state.py), written last: it marks the directory complete
+  state.json          the run's counters (training/checkpoint/run_state.py), written last: it marks the directory complete
 Nothing here is unpickled as arbitrary objects: safetensors, JSON and `torch.load(weights_only=True)`.
 """
 import json
@@ -21,7 +21,7 @@ from safetensors import SafetensorError, safe_open
 from model import ModelConfig
 from training.checkpoint.errors import CheckpointError
 from training.checkpoint.manifest import MANIFEST, damage
-from training.run_state import read_state
+from training.checkpoint.run_state import read_state
 from training.runtime.run_files import CHECKPOINTS, CONFIG, STATE
 
 WEIGHTS, MODEL_CONFIG, TOKENIZER, OPTIMIZER, RNG = (

@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from model import Transformer
 from training.checkpoint.manifest import verify as verify_files
 from training.checkpoint.consistency import check_checkpoint_consistency
-from training.run_state import read_state
+from training.checkpoint.run_state import read_state
 from training.checkpoint.errors import CheckpointError, first_line
 from training.checkpoint.format import (OPTIMIZER, RNG, TIED_KEY, TOKENIZER, WEIGHTS, nonfinite_tensors,
                                         resolve_checkpoint)
@@ -73,8 +73,14 @@ def load_training_state(ckpt: Path) -> Tuple[dict, Optional[dict], dict]:
     except (OSError, ValueError) as e:
         raise CheckpointError(f"{ckpt}/state.json is unreadable ({first_line(e)}); resume from an older checkpoint")
     rng = _safe_torch_load(ckpt / RNG)
-    # A resume without its optimizer state would restart AdamW's moments and Muon's momentum silently.
     return state, _safe_torch_load(ckpt / OPTIMIZER), rng
+
+
+def load_optimizer_and_rng(ckpt: Path) -> Tuple[dict, dict]:
+    """(optimizer state, rng states), both required: a resume without its optimizer state would restart
+    AdamW's moments and Muon's momentum silently."""
+    rng = _safe_torch_load(Path(ckpt) / RNG)
+    return _safe_torch_load(Path(ckpt) / OPTIMIZER), rng
 
 
 def _safe_torch_load(path: Path):

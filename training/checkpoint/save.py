@@ -22,7 +22,7 @@ from training.checkpoint.format import (CONFIG, MODEL_CONFIG, OPTIMIZER, RNG, ST
                                         checkpoint_name, last_good_checkpoint, list_checkpoints, nonfinite_tensors)
 from training.checkpoint.manifest import MANIFEST, write_manifest
 from training.checkpoint.write_errors import ErrnoRecordingFile, is_write_failure, write_error_cause
-from training.run_state import write_state
+from training.checkpoint.run_state import write_state
 
 
 def save_checkpoint(ckpt_root: Path, step: int, model_state: Dict[str, torch.Tensor], model_cfg: ModelConfig,

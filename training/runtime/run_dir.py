@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 from typing import Optional, Tuple
 
-from training.checkpoint.format import run_dir_of
 from training.runtime import distributed as D
 from training.runtime.run_files import CLAIM as CLAIM_FILE, CONFIG, RunFiles
 
@@ -110,13 +109,13 @@ def _claimed_by_this_process(path: Path) -> bool:
     return owner is not None and owner["pid"] == os.getpid() and owner["host"] == socket.gethostname()
 
 
-def claim_for_run(hydra_dir: Path, resume_ckpt: Optional[Path], info: D.DistInfo) -> Tuple[Path, Optional[RunDirClaim]]:
+def claim_for_run(hydra_dir: Path, resumed_run: Optional[Path], info: D.DistInfo) -> Tuple[Path, Optional[RunDirClaim]]:
     """(run directory, claim). Rank 0 claims — the resumed run's directory, or Hydra's (a sibling if another
     run owns it) — and every rank takes rank 0's choice (they may start seconds apart)."""
     claim = None
     if info.is_main:
-        if resume_ckpt is not None:
-            claim = claim_existing(run_dir_of(resume_ckpt))
+        if resumed_run is not None:
+            claim = claim_existing(resumed_run)
         else:
             claim = claim_new(hydra_dir)
             if claim.run_dir != hydra_dir:

@@ -6,7 +6,7 @@
       job_status.yaml            a sweep job's outcome: cli/callbacks.py writes it, the ablation reads it
       .owner                     the live process's claim (training/runtime/run_dir.py)
       checkpoints/step_N/        one checkpoint; what is inside is training/checkpoint/format.py's, and among it
-      checkpoints/best/step_N/   state.json, the run's counters (training/run_state.py)
+      checkpoints/best/step_N/   state.json, the run's counters (training/checkpoint/run_state.py)
 
 Every other module reaches these names through here, so a format change next month is one edit:
 tests/test_run_files.py fails on any of them written as a literal anywhere else in the code.

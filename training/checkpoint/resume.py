@@ -1,0 +1,104 @@
+"""Resuming a run: the checkpoint it continues from, opened once, checked once, restored in one call.
+
+`Resume.open` resolves `resume=` (a checkpoint, a run directory, `latest`, `best`), verifies its files against
+the manifest, checks they agree with each other and reads state.json — before any data is prepared.
+`restore` then puts back every resumable part — weights, optimizer state, RNG, the RunState (data
+position, budget plans, precision, best so far) — and tidies the branch the resume abandons. The
+checks a resume needs run once each: the architecture when the config is resolved (`check_fits`), the
+tokenizer once the data is prepared (`check_tokenizer`). The metrics position is the RunState's step
+(training/metrics.py drops the rows after it).
+"""
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from model import ModelConfig
+from training.checkpoint.cleanup import move_aside_later_checkpoints
+from training.checkpoint.consistency import check_checkpoint_consistency, check_resume_fits, check_resume_tokenizer
+from training.checkpoint.errors import CheckpointError, first_line
+from training.checkpoint.format import resolve_checkpoint, run_dir_of
+from training.checkpoint.load import load_optimizer_and_rng, read_weights, restore_rng
+from training.checkpoint.manifest import verify as verify_files
+from training.checkpoint.run_state import RunState, read_state
+from training.checkpoint.state_dicts import load_full_state
+from training.runtime import distributed as D
+from training.runtime.run_files import RunFiles
+
+
+@dataclass(frozen=True)
+class Resume:
+    """A verified, self-consistent checkpoint a run continues from, and its state.json."""
+    path: Path
+    fields: dict  # state.json, read once
+    model: ModelConfig  # model_config.json, checked against the weights, config.yaml and the tokenizer
+
+    @classmethod
+    def open(cls, path: str, outputs_dir: str = "outputs", verify: bool = True,
+             warn: Callable[[str], None] = lambda message: None) -> "Resume":
+        ckpt = resolve_checkpoint(path, outputs_dir)
+        if verify:
+            verify_files(ckpt, warn=warn)  # bit rot, edits, missing files
+        model = check_checkpoint_consistency(ckpt)  # its files must agree before anything trusts them
+        try:
+            fields = read_state(ckpt)
+        except (OSError, ValueError) as e:
+            raise CheckpointError(f"{ckpt}/state.json is unreadable ({first_line(e)}); resume from an older "
+                                  "checkpoint") from None
+        return cls(ckpt, fields, model)
+
+    @property
+    def step(self) -> int:
+        return self.fields["step"]
+
+    @property
+    def precision(self) -> str:
+        """What the run trained in ('' for a checkpoint written before precision was recorded)."""
+        return self.fields.get("precision", "")
+
+    @property
+    def run_dir(self) -> Path:
+        return run_dir_of(self.path)
+
+    def check_fits(self, run_model: ModelConfig) -> None:
+        """The resumed run builds the checkpoint's model (model.* overrides may not change the architecture)."""
+        check_resume_fits(self.path, run_model)
+
+    def check_tokenizer(self, data_tokenizer: Path) -> None:
+        """The resumed run reads its data with the checkpoint's tokenizer."""
+        check_resume_tokenizer(self.path, data_tokenizer)
+
+    def restore(self, raw_model: torch.nn.Module, optimizers: list, precision: str, cfg, max_steps: int,
+                info: D.DistInfo, say) -> RunState:
+        """Load the weights, optimizer state and RNG into the built run (unwrapped model; `cfg` a TrainConfig);
+        the RunState it continues with. `max_steps` is what this config plans (a time budget's plans go on
+        instead, if it still has one); `precision` is what this process trains in."""
+        optim_state, rng = load_optimizer_and_rng(self.path)
+        load_full_state(raw_model, optimizers, read_weights(raw_model, self.path), optim_state)
+        if not restore_rng(rng, info.rank, info.world_size):  # last: nothing after this may draw from it
+            say("warning: the checkpoint holds no RNG state for this world size: dropout draws restart from the seed")
+        state = RunState.from_json(self.fields)
+        state.precision = precision  # what this process trains in (state.json says what the run trained in)
+        trainer = cfg.trainer
+        if not (state.budget_decided and trainer.time_budget):  # a budget's plans go on; else the config's end
+            state.max_steps, state.budget_minutes, state.plans = max_steps, None, []
+        if state.stopped_early and trainer.early_stopping and state.evals_since_best >= trainer.early_stopping:
+            raise ValueError(f"{self.path} ended its run early at step {state.step} (no lower validation bpb in "
+                             f"{state.evals_since_best} evaluations); to train on, resume with "
+                             "trainer.early_stopping=null or a larger patience")
+        state.stop_at, state.stopped_early = trainer.stop_at_step, False
+        if state.step >= state.max_steps:
+            what = "the end its time budget planned" if state.budget_decided else "trainer.max_steps"
+            raise ValueError(f"{self.path} is already at step {state.step} = {what}; pass a larger "
+                             "trainer.max_steps (and trainer.time_budget=null) to train further (the schedule then "
+                             "stretches to it)")
+        if info.is_main:  # the branch this resume abandons must not be picked by a later resume or keep_last
+            moved = move_aside_later_checkpoints(RunFiles(self.run_dir).checkpoints, state.step)
+            if moved:
+                say(f"resume: moved {len(moved)} later checkpoint(s) of the abandoned branch to {moved[0].parent}")
+        if state.world_size != info.world_size:
+            say(f"warning: resuming a {state.world_size}-process run on {info.world_size}: each step's global "
+                f"batch changes with the world size; adjust trainer.micro_batch_size to keep tokens per step")
+        state.seed, state.world_size = cfg.seed, info.world_size  # what this process trains with
+        return state
