@@ -83,7 +83,8 @@ def main(dict_cfg: DictConfig) -> float:
     except ValueError as e:  # DataError, CheckpointError, ConfigError, NonFiniteLoss, … included
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
-        print(f"error: {e}", file=sys.stderr)
+        # Another rank's line would be glued to rank 0's progress bar on the shared terminal: start a line of its own.
+        print(f"{'' if info is None or info.is_main else chr(10)}error: {e}", file=sys.stderr)
         with contextlib.suppress(Exception):
             R.discard_if_unused(Path(HydraConfig.get().runtime.output_dir), failed_start=True)  # nothing left
         if HydraConfig.get().mode == RunMode.MULTIRUN and (info is None or info.world_size == 1):

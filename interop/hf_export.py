@@ -1,5 +1,6 @@
 """Export a minillama checkpoint as a Hugging Face Llama directory (model, config, tokenizer, generation config)."""
 import shutil
+import sys
 from pathlib import Path
 from typing import Dict, Optional
 
@@ -8,7 +9,7 @@ from interop.hf import check_llama_compatible, llama_config, to_hf_state_dict
 from model import Transformer
 from model.parametrization import as_standard
 from training.checkpoint import load_model, load_model_config, resolve_checkpoint, save_weights
-from training.checkpoint.manifest import write_manifest
+from training.checkpoint.manifest import MANIFEST, read_manifest, write_manifest
 
 
 def export_checkpoint(checkpoint: str, out_dir: str, force: bool = False, verify: bool = True) -> Path:
@@ -17,7 +18,9 @@ def export_checkpoint(checkpoint: str, out_dir: str, force: bool = False, verify
     `checkpoint` is a checkpoint dir, a run dir or `latest`, verified against its manifest unless
     `verify` is off. The directory is assembled next to `out_dir` and renamed into place, so a failed
     export never leaves a half-written model behind; it gets a manifest.json of its own (Hugging Face
-    ignores it), which import_hf checks. `force` replaces an existing non-empty `out_dir`.
+    ignores it), which import_hf checks — only when the checkpoint's own files were verified against theirs:
+    an export never vouches for weights nobody checked (`verify` off, or a checkpoint from before manifests).
+    `force` replaces an existing non-empty `out_dir`.
     """
     ckpt = resolve_checkpoint(checkpoint)
     check_llama_compatible(load_model_config(ckpt))  # before reading any weights
@@ -25,12 +28,18 @@ def export_checkpoint(checkpoint: str, out_dir: str, force: bool = False, verify
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
         raise FileExistsError(f"{out} exists and is not empty; pass --force to replace it")
     model, tokenizer, _ = load_model(str(ckpt), verify=verify)  # checks files, config, weights and tokenizer
+    verified = verify and read_manifest(ckpt) is not None
     tmp = out.with_name(f".{out.name}.export-tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
         write_hf_dir(tmp, model, tokenizer, read_special_tokens(ckpt), ckpt / "tokenizer.json")
-        write_manifest(tmp)
+        if verified:
+            write_manifest(tmp)
+        else:
+            print(f"warning: {out} gets no {MANIFEST}: {ckpt} was not verified against one "
+                  f"({'--no-verify' if not verify else 'it has none'}), so nothing vouches for these weights",
+                  file=sys.stderr)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

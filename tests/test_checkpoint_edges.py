@@ -40,7 +40,7 @@ def test_files_are_what_other_tools_and_people_read(tmp_path, model_and_path):
         assert text == json.dumps(json.loads(text), indent=2), name
     assert (ckpt / "config.yaml").read_text() == ""
     assert not (ckpt / "optimizer.pt").exists()  # no optimizer given: none written (an import, an export)
-    assert json.loads((ckpt / "state.json").read_text()) == {"step": 1, "weights_finite": True}
+    assert json.loads((ckpt / "state.json").read_text()) == {"step": 1, "weights_finite": True, "manifest": True}
 
 
 def test_three_checkpoints_are_kept_by_default(tmp_path, model_and_path):

@@ -3,6 +3,7 @@ refuses a flipped byte, NaN weights and a missing file in one `error:` line nami
 manifest.json the writer made. With verification off (--no-verify, verify_checkpoint=false) the loaders
 still refuse NaN weights and missing files by their own checks; a flipped byte inside a tensor only the
 manifest can see."""
+import json
 import shutil
 
 import pytest
@@ -46,8 +47,24 @@ def write_nan(ckpt, name="model.safetensors", key="norm.weight"):
     save_file(weights, str(ckpt / name), metadata={"format": "pt"})
 
 
+def add_unlisted(ckpt):
+    """A special_tokens.json the writer never listed, ending text at the first "e": before issue 38 it changed
+    generation, evaluation and the export (whose fresh manifest vouched for it), all exit 0."""
+    (ckpt / "special_tokens.json").write_text(json.dumps({"bos": None, "eos": "e", "pad": None}))
+
+
+def delete_manifest(ckpt):
+    """manifest.json deleted and 64 bytes of the weights flipped: before issue 38, a warning that blamed "an older
+    minillama", then resume, evaluate and export ran on the corrupted weights."""
+    (ckpt / "manifest.json").unlink()
+    flip_bytes(ckpt)
+
+
+NO_MANIFEST = "has no manifest.json, but its state.json was written by a minillama that writes one"
 DAMAGE = {
     "flipped_byte": (flip_bytes, "is damaged: model.safetensors does not match its SHA-256 in the manifest"),
+    "unlisted": (add_unlisted, "is damaged: special_tokens.json is not in the manifest (added after"),
+    "no_manifest": (delete_manifest, NO_MANIFEST),
     "nan": (write_nan, "is damaged: model.safetensors does not match its SHA-256 in the manifest"),
     "missing": (lambda ckpt: (ckpt / "tokenizer.json").unlink(), "is damaged: tokenizer.json is missing"),
 }
@@ -95,7 +112,7 @@ def test_generate_evaluate_and_export_refuse_a_damaged_checkpoint(run, tmp_path,
     assert not (tmp_path / "hf").exists()  # a refused export leaves nothing
 
 
-@pytest.mark.parametrize("damage", sorted(DAMAGE))
+@pytest.mark.parametrize("damage", sorted(set(DAMAGE) - {"no_manifest"}))  # a foreign HF dir has none: below
 def test_import_refuses_a_damaged_export(run, tmp_path, capsys, damage):
     assert exit_status(export_hf.main, [str(run / "checkpoints" / "step_0000004"), str(tmp_path / "hf")]) == 0
     capsys.readouterr()
@@ -125,6 +142,8 @@ RESUME = {  # damage → the line train.py ends with, verified and (when the run
     "nan": (write_nan, "is damaged: model.safetensors does not match its SHA-256", "holds NaN or inf in norm.weight"),
     "missing": (lambda ckpt: (ckpt / "optimizer.pt").unlink(), "is damaged: optimizer.pt is missing",
                 "optimizer.pt is missing; the checkpoint is incomplete"),
+    "unlisted": (add_unlisted, "is damaged: special_tokens.json is not in the manifest", None),
+    "no_manifest": (delete_manifest, NO_MANIFEST, None),
 }
 
 
@@ -154,3 +173,50 @@ def test_keep_last_never_prunes_the_last_intact_checkpoint(tmp_path, tiny_data_c
     _prune(ckpts, keep_last=1)
     assert sorted(p.name for p in ckpts.glob("step_*")) == ["step_0000004", "step_0000006"]
     assert last_good_checkpoint(ckpts) == ckpts / "step_0000004"
+
+
+def test_an_export_vouches_only_for_weights_it_verified(run, tmp_path, capsys):
+    """A verified export gets a manifest; one made with --no-verify, or from a checkpoint older than manifests,
+    gets none and says why — so import_hf then calls it unverifiable instead of trusting a fresh manifest."""
+    ckpt = run / "checkpoints" / "step_0000004"
+    assert exit_status(export_hf.main, [str(ckpt), str(tmp_path / "checked")]) == 0
+    assert (tmp_path / "checked" / "manifest.json").is_file()
+    capsys.readouterr()
+    assert exit_status(export_hf.main, [str(ckpt), str(tmp_path / "unchecked"), "--no-verify"]) == 0
+    assert not (tmp_path / "unchecked" / "manifest.json").exists()
+    assert "gets no manifest.json" in capsys.readouterr().err and (tmp_path / "unchecked" / "config.json").is_file()
+
+
+def test_a_checkpoint_from_before_manifests_still_loads_with_a_warning(run, tmp_path, capsys):
+    """What shows a manifest was written: state.json's "manifest" (or early stopping's fields). Without them the
+    checkpoint predates manifests: it loads, with the warning that it cannot be verified."""
+    _, ckpt = copy_run(run, tmp_path)
+    (ckpt / "manifest.json").unlink()
+    state = json.loads((ckpt / "state.json").read_text())
+    for field in ("manifest", "evals_since_best"):
+        state.pop(field)
+    (ckpt / "state.json").write_text(json.dumps(state))
+    assert exit_status(generate.main, [str(ckpt), "--prompt", "a", "--max-new-tokens", "2", "--device", "cpu"]) == 0
+    assert "has no manifest.json (written by an older minillama)" in capsys.readouterr().err
+
+
+def test_documentation_beside_the_files_is_not_refused(run, tmp_path, capsys):
+    """No loader reads a note or a model card: *.md / *.txt and hidden files may sit beside the listed files."""
+    _, ckpt = copy_run(run, tmp_path)
+    (ckpt / "README.md").write_text("# my run\n")
+    (ckpt / ".DS_Store").write_bytes(b"\0")
+    assert exit_status(generate.main, [str(ckpt), "--prompt", "a", "--max-new-tokens", "2", "--device", "cpu"]) == 0
+
+
+def test_a_run_whose_only_checkpoint_is_its_best_resumes_from_it(run, tmp_path, tiny_data_cache):
+    """A run that died between its first evaluation and its first periodic checkpoint has only
+    checkpoints/best/step_N: `resume=<run dir>` continues from it, and it is the run's last intact checkpoint."""
+    from training.checkpoint import last_good_checkpoint, resolve_checkpoint
+    copy, ckpt = copy_run(run, tmp_path)
+    best = copy / "checkpoints" / "best" / "step_0000004"
+    assert best.is_dir()
+    shutil.rmtree(ckpt)
+    assert resolve_checkpoint(str(copy)) == best and last_good_checkpoint(copy / "checkpoints") == best
+    proc = run_train(tmp_path, f"resume={copy}", "trainer.max_steps=6", cache_dir=tiny_data_cache)
+    assert f"resuming {best}" in proc.stdout
+    assert (copy / "checkpoints" / "step_0000006" / "state.json").is_file()

@@ -327,3 +327,17 @@ def test_a_killed_rank_leaves_the_survivor_one_line_naming_the_intact_checkpoint
                        f"of this torchrun job died or was killed; the last checkpoint, {intact}, is intact: resume "
                        "from it"), ours[0]
     assert not re.search(r'File ".*/(training|model|data|cli)/|File ".*/train.py"', err)  # no traceback through our code
+
+
+def test_another_ranks_error_starts_a_line_of_its_own(tmp_path, tiny_data_cache):
+    """Under torchrun every rank shares the terminal, and rank 0's progress bar has no newline: rank 1's
+    `error:` line would be glued to it (`train: 50%|…|error: rank 1 lost contact…`) and `grep '^error:'` would
+    miss it. A rank other than 0 starts its error on a new line (here one that fails before joining the group)."""
+    args = tiny_args(tmp_path, ["data.path=/nonexistent/corpus.txt"], tiny_data_cache)
+    env = {**os.environ, "WANDB_MODE": "disabled", "HYDRA_FULL_ERROR": "0", "RANK": "1", "LOCAL_RANK": "1",
+           "WORLD_SIZE": "2"}
+    proc = subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=REPO, capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 1 and "\nerror: " in "\n" + proc.stderr, proc.stderr[-2000:]
+    line = next(i for i, text in enumerate(proc.stderr.split("\n")) if text.startswith("error: "))
+    assert line > 0 and proc.stderr.split("\n")[line - 1] == "", proc.stderr  # a newline first: a line of its own

@@ -152,6 +152,12 @@ class Logger:
             self.wandb.finish()
 
 
+def say_for(info: D.DistInfo):
+    """How a run speaks: on rank 0, a line of its own above the progress bar (tqdm.write: a warning printed while
+    the bar is drawn is not glued to it); on the other ranks, nothing."""
+    return (lambda text="": tqdm.write(str(text))) if info.is_main else (lambda *a, **k: None)
+
+
 def open_wandb(run_dir: Path, cfg: LoggerConfig, run_name: str, config: dict):
     """A wandb run, or None for logger.wandb=disabled. Never prompts for a key (wandb_mode)."""
     mode, warning = wandb_mode(cfg.wandb)

@@ -11,7 +11,7 @@ from training.checkpoint import Checkpointer, run_state
 from training.checkpoint.resume import Resume
 from training.checkpoint.run_state import RunState
 from training.config import TrainConfig
-from training.logger import Logger
+from training.logger import Logger, say_for
 from training.optim import apply_schedule
 from training.runtime import distributed as D
 from training.runtime.mfu import peak_flops
@@ -41,7 +41,7 @@ class Outcome:
 
 
 def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
-    cfg, say = run.cfg, (print if info.is_main else (lambda *a, **k: None))
+    cfg, say = run.cfg, say_for(info)
     parts = build(cfg, info, say, run.resume)
     tokens_per_step = cfg.trainer.micro_batch_size * cfg.trainer.seq_len * cfg.trainer.grad_accum_steps * info.world_size
     max_steps = planned_steps(cfg, data.meta["train_tokens"], tokens_per_step)

@@ -7,7 +7,8 @@ Layout of `<run_dir>/checkpoints/step_0000100/`:
   config.yaml         the full resolved training config
   optimizer.pt        optimizer state (tensors and plain values: loads with weights_only=True)
   rng.pt              torch RNG states, as tensors
-  state.json          the run's counters (training/checkpoint/run_state.py), written last: it marks the directory complete
+  state.json          the run's counters (checkpoint/run_state.py): it marks the directory complete
+  manifest.json       every file above with its size and SHA-256 (checkpoint/manifest.py), written last
 Nothing here is unpickled as arbitrary objects: safetensors, JSON and `torch.load(weights_only=True)`.
 """
 import json
@@ -51,10 +52,19 @@ def list_checkpoints(ckpt_root: Path) -> list:
     return sorted(found, key=checkpoint_step)  # by number: step_10000000 comes after step_9999999
 
 
+def run_checkpoints(ckpt_root: Path) -> list:
+    """A run's complete checkpoints, oldest first: its step_N and its best/step_N (a run that stopped between its
+    first evaluation and its first periodic save has only the second). A step held by both: the step_N one."""
+    steps = list_checkpoints(ckpt_root)
+    saved = {checkpoint_step(c) for c in steps}
+    best = [c for c in list_checkpoints(Path(ckpt_root) / BEST) if checkpoint_step(c) not in saved]
+    return sorted(steps + best, key=checkpoint_step)
+
+
 def last_good_checkpoint(ckpt_root: Path) -> Optional[Path]:
-    """The newest complete checkpoint whose weights are finite and whose files match their manifest
-    (hashing it: about a second per GB), or None."""
-    for ckpt in reversed(list_checkpoints(ckpt_root)):
+    """The run's newest complete checkpoint (best/ included) whose weights are finite and whose files match
+    their manifest (hashing it: about a second per GB), or None."""
+    for ckpt in reversed(run_checkpoints(ckpt_root)):
         try:
             if _weights_finite(ckpt) and damage(ckpt) is None:
                 return ckpt
@@ -89,12 +99,12 @@ def nonfinite_tensors(tree, prefix: str = "") -> List[str]:
 
 
 def resolve_checkpoint(path: str, outputs_dir: str = "outputs") -> Path:
-    """A checkpoint dir, a run dir (→ its newest checkpoint), `latest` (→ the newest checkpoint under
+    """A checkpoint dir, a run dir (→ its newest checkpoint, best/ included), `latest` (→ the newest checkpoint under
     outputs_dir) or `best` (→ the lowest-validation-bpb checkpoint of the newest run under outputs_dir
     that has one: checkpoints/best/)."""
     if path in ("latest", BEST):
         roots = Path(outputs_dir).glob(f"**/{CHECKPOINTS}" + ("/" + BEST if path == BEST else ""))
-        candidates = [c for root in roots for c in list_checkpoints(root)]
+        candidates = [c for root in roots for c in run_checkpoints(root)]
         if not candidates:
             raise CheckpointError(f"'{path}' found no {'best ' if path == BEST else ''}checkpoint under {outputs_dir}/; "
                                   "train first or pass a checkpoint directory")
@@ -104,13 +114,13 @@ def resolve_checkpoint(path: str, outputs_dir: str = "outputs") -> Path:
         raise CheckpointError(f"{path} does not exist; pass a checkpoint directory, a run directory, 'latest' or "
                               "'best'")
     if (p / CHECKPOINTS).is_dir() or _is_run_dir(p):
-        ckpts = list_checkpoints(p / CHECKPOINTS)
+        ckpts = run_checkpoints(p / CHECKPOINTS)
         if not ckpts:
             raise CheckpointError(f"run directory {path} has no complete checkpoint (it stopped before its first "
                                   "checkpoint was written): start the run again")
         return ckpts[-1]
-    if list_checkpoints(p):  # a directory of step_* checkpoints
-        return list_checkpoints(p)[-1]
+    if run_checkpoints(p):  # a directory of step_* checkpoints
+        return run_checkpoints(p)[-1]
     missing = [f for f in REQUIRED_FILES if not (p / f).exists()]
     if missing and not (p / MANIFEST).is_file():  # with a manifest, verification names what is missing
         raise CheckpointError(f"{path} is not a minillama checkpoint (missing {', '.join(missing)}); "

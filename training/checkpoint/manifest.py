@@ -4,7 +4,10 @@ at every load, so bit rot, a truncated copy or an edited file is refused in one 
 safetensors and torch.save keep no checksum: 64 flipped bytes inside a tensor load fine and train,
 evaluate and generate on, wrong. SHA-256 runs at ~1.3 GB/s on one core here (BENCHMARKS.md, checkpoint
 verification): about a second per GB, the cost of reading the checkpoint once more. Checkpoints written
-before manifests existed load with a warning that they cannot be verified.
+before manifests existed load with a warning that they cannot be verified; one whose state.json shows a
+version that writes manifests is refused without its manifest (it was deleted, maybe with the files it
+vouched for edited). A file the manifest does not list is refused too (an added special_tokens.json would
+change generation): only documentation (*.md, *.txt) and hidden files may sit beside the listed ones.
 """
 import hashlib
 import json
@@ -12,10 +15,15 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from training.checkpoint.errors import CheckpointError
+from training.checkpoint.run_state import read_state
 
 MANIFEST = "manifest.json"
 FORMAT = "minillama-checkpoint/1"
 CHUNK = 1 << 24  # 16 MiB reads: the hash, not the syscalls, sets the pace
+NEVER_READ = (".md", ".txt")  # a model card or a note beside the files: no loader reads them
+# state.json fields that only versions writing manifests wrote: "manifest" (written since issue 38), and
+# "evals_since_best", which came with early stopping, after manifests.
+MANIFEST_ERA_FIELDS = ("manifest", "evals_since_best")
 
 
 def file_sha256(path: Path) -> str:
@@ -55,6 +63,11 @@ def damage(ckpt: Path) -> Optional[str]:
     files = read_manifest(ckpt)
     if files is None:
         return None
+    unlisted = sorted(p.name for p in Path(ckpt).iterdir() if p.is_file() and p.name != MANIFEST
+                      and p.name not in files and not p.name.startswith(".") and p.suffix not in NEVER_READ)
+    if unlisted:
+        return (f"{unlisted[0]} is not in the manifest (added after the checkpoint was written"
+                + (f"; {len(unlisted) - 1} more unlisted" if len(unlisted) > 1 else "") + "), and a loader would read it")
     for name, entry in files.items():
         path = Path(ckpt) / name
         if not path.is_file():
@@ -68,12 +81,25 @@ def damage(ckpt: Path) -> Optional[str]:
 
 def verify(ckpt: Path, warn: Callable[[str], None] = lambda message: None,
            unverifiable: str = "written by an older minillama") -> None:
-    """Raise CheckpointError naming the damaged file; warn once for a directory that has no manifest
-    (`unverifiable` says why it may have none)."""
+    """Raise CheckpointError naming the damaged (or unlisted) file; for a directory that has no manifest, raise
+    if its state.json shows it was written with one, else warn once (`unverifiable` says why it may have none)."""
     if read_manifest(ckpt) is None:
+        if _written_with_manifest(ckpt):
+            raise CheckpointError(f"checkpoint {ckpt} has no {MANIFEST}, but its state.json was written by a minillama "
+                                  "that writes one: it was deleted, so nothing vouches for the other files; restore "
+                                  "it, use another checkpoint, or --no-verify / verify_checkpoint=false to load it "
+                                  "unchecked")
         warn(f"warning: {ckpt} has no {MANIFEST} ({unverifiable}): its files cannot be verified")
         return
     problem = damage(ckpt)
     if problem is not None:
         raise CheckpointError(f"checkpoint {ckpt} is damaged: {problem}; use another checkpoint (an earlier step, "
                               "or checkpoints/best), or --no-verify / verify_checkpoint=false to load it anyway")
+
+
+def _written_with_manifest(ckpt: Path) -> bool:
+    try:
+        fields = read_state(ckpt)
+    except (OSError, ValueError):  # no state.json (a Hugging Face directory), or unreadable: nothing shows it
+        return False
+    return isinstance(fields, dict) and any(field in fields for field in MANIFEST_ERA_FIELDS)

@@ -100,8 +100,9 @@ class RunState:
 
 
 def write_state(path: Path, fields: dict) -> None:
-    """state.json, two-space indented (one field per line for `cat`). Only finite weights are ever saved."""
-    Path(path).write_text(json.dumps({**fields, "weights_finite": True}, indent=2))
+    """state.json, two-space indented (one field per line for `cat`). Only finite weights are ever saved, and
+    manifest.json is written after it: "manifest" tells a loader a missing one was deleted (checkpoint/manifest.py)."""
+    Path(path).write_text(json.dumps({**fields, "weights_finite": True, "manifest": True}, indent=2))
 
 
 def read_state(ckpt: Path) -> dict:

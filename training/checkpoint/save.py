@@ -19,7 +19,8 @@ from data.tokenizer import SPECIAL_TOKENS_FILE
 from model import ModelConfig
 from training.checkpoint.errors import CheckpointError, CheckpointWriteError, NonFiniteCheckpoint
 from training.checkpoint.format import (CONFIG, MODEL_CONFIG, OPTIMIZER, RNG, STATE, TIED_KEY, TOKENIZER, WEIGHTS,
-                                        checkpoint_name, last_good_checkpoint, list_checkpoints, nonfinite_tensors)
+                                        checkpoint_name, last_good_checkpoint, list_checkpoints, nonfinite_tensors,
+                                        run_checkpoints)
 from training.checkpoint.manifest import MANIFEST, write_manifest
 from training.checkpoint.write_errors import ErrnoRecordingFile, is_write_failure, write_error_cause
 from training.checkpoint.run_state import write_state
@@ -74,7 +75,7 @@ def save_checkpoint(ckpt_root: Path, step: int, model_state: Dict[str, torch.Ten
         shutil.rmtree(tmp, ignore_errors=True)
         if cause is None:
             raise  # not the environment refusing a write: a bug, keep the traceback
-        previous = list_checkpoints(ckpt_root)
+        previous = run_checkpoints(ckpt_root)
         kept = f"the last checkpoint, {previous[-1]}, is intact" if previous else "no earlier checkpoint exists"
         raise CheckpointWriteError(f"cannot save checkpoint {final.name}: {cause}; {kept}") from e
     _prune(ckpt_root, keep_last)
