@@ -31,7 +31,8 @@ class JobFailed(CompactHydraException):
 
 
 def run(dict_cfg: DictConfig, info: D.DistInfo) -> float:
-    cfg, config_yaml, resume = resolve_config(dict_cfg)
+    resolved = resolve_config(dict_cfg)
+    cfg, config_yaml, resume = resolved.cfg, resolved.config_yaml, resolved.resume
     wandb_mode(cfg.logger.wandb)  # online without a key: one line now, never a login prompt later
     # Every rank prepares before joining the process group, so no collective timeout runs while a big
     # corpus is tokenized; prepare() lets one process build at a time, the others then find the cache.
@@ -47,7 +48,8 @@ def run(dict_cfg: DictConfig, info: D.DistInfo) -> float:
             for stray in clean_partial_checkpoints(files.checkpoints):  # a kill or a double Ctrl-C mid-save
                 print(f"removed a half-written checkpoint: {stray}", file=sys.stderr)
             files.write_config(config_yaml)
-        spec = RunSpec(cfg, run_dir, config_yaml, resume, HydraConfig.get().mode == RunMode.MULTIRUN)
+        spec = RunSpec(cfg, run_dir, config_yaml, resume, HydraConfig.get().mode == RunMode.MULTIRUN,
+                       resolved.init)
         outcome = train(spec, info, data)
     finally:
         if claim is not None:

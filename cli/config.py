@@ -23,6 +23,8 @@ from omegaconf.errors import OmegaConfBaseException
 from cli import REPO
 from cli.entry import one_line
 from data import DataConfig
+from cli.start_from import start_from_weights
+from training.checkpoint.init_from import InitFrom
 from training.checkpoint.resume import Resume
 from training.config import TrainConfig
 from training.runtime.run_files import CONFIG
@@ -70,12 +72,25 @@ def register_configs() -> None:
     ConfigStore.instance().store(name="train_schema", node=TrainConfig)
 
 
-def resolve_config(dict_cfg: DictConfig) -> tuple:
-    """(typed config, its YAML, the Resume or None). A resume takes the checkpoint's saved config; command-line
-    key overrides (e.g. trainer.max_steps=…) still apply on top."""
-    resume = None
+@dataclasses.dataclass
+class Resolved:
+    """What train.py runs: the typed config, its YAML, and the checkpoint it resumes or starts from (if any)."""
+    cfg: TrainConfig
+    config_yaml: str
+    resume: Optional[Resume] = None
+    init: Optional[InitFrom] = None
+
+
+def resolve_config(dict_cfg: DictConfig) -> Resolved:
+    """The typed config and the checkpoint a run continues (`resume=`) or starts from (`init_from=`). A resume
+    takes the checkpoint's saved config, command-line key overrides (e.g. trainer.max_steps=…) on top; a start
+    from weights takes the checkpoint's model and tokenizer (cli/start_from.py)."""
+    resume, init = None, None
     overrides = [o.lstrip("+") for o in HydraConfig.get().overrides.task if not o.startswith("resume=")]
     if dict_cfg.resume:
+        if any(o.startswith("init_from=") for o in overrides):
+            raise ConfigError("resume= continues a run and init_from= starts a new one from a checkpoint's weights; "
+                              "pass one of them")
         resume = Resume.open(dict_cfg.resume, dict_cfg.outputs_dir, dict_cfg.get("verify_checkpoint", True),
                              warn=lambda message: print(message, file=sys.stderr))
         groups = [o for o in overrides if "." not in o.split("=")[0] and o.split("=")[0] not in TOP_LEVEL_KEYS]
@@ -86,6 +101,8 @@ def resolve_config(dict_cfg: DictConfig) -> tuple:
         _refuse_changes_a_resume_cannot_make(resume.path, saved, overrides)
         saved.trainer.stop_at_step = None  # an early stop applies to the run that stopped, not the resume
         dict_cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), saved, OmegaConf.from_dotlist(overrides))
+    elif dict_cfg.get("init_from"):
+        init = start_from_weights(dict_cfg, overrides)
     try:
         said = apply_length_rule(dict_cfg, dict(override_values([o for o in overrides if o.startswith("trainer.")])))
     except ValueError as e:
@@ -98,7 +115,9 @@ def resolve_config(dict_cfg: DictConfig) -> tuple:
                           "lower the first or raise the second")
     if resume is not None:
         resume.check_fits(cfg.model)  # model.* overrides may not change the architecture
-    return cfg, config_yaml, resume
+    if init is not None:
+        init.check_fits(cfg.model)
+    return Resolved(cfg, config_yaml, resume, init)
 
 
 def _saved_training_config(ckpt: Path) -> DictConfig:
@@ -126,7 +145,7 @@ def _refuse_changes_a_resume_cannot_make(ckpt: Path, saved: DictConfig, override
         if section == "data" and field not in RESUMABLE_DATA_KEYS:
             raise ConfigError(f"cannot resume {ckpt} with {key}={value}: a resume trains on the checkpoint's data "
                               "and tokenizer; it may change trainer.*, optim.* values, logger.* and data.cache_dir — "
-                              "for other data, start a new run")
+                              f"for other data, start a new run from its weights: init_from={ckpt}")
         if key == "optim.name" and value != saved_optimizer:
             raise ConfigError(f"cannot resume {ckpt} with optim.name={value}: its optimizer state is "
                               f"{saved_optimizer}'s; resume with optim.name={saved_optimizer}, or start a new run")
@@ -171,7 +190,7 @@ def compose_train_config(overrides: Sequence[str]) -> Tuple[TrainConfig, str]:
 
 def compose_run_config(overrides: Sequence[str]) -> TrainConfig:
     """The TrainConfig train.py would run with these overrides, with every check resolve_config makes."""
-    return resolve_config(compose(overrides))[0]
+    return resolve_config(compose(overrides)).cfg
 
 
 def override_values(overrides: Sequence[str]) -> List[Tuple[str, object]]:

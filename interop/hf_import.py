@@ -1,6 +1,8 @@
 """Import a Hugging Face Llama directory (safetensors weights + tokenizer.json) as a minillama checkpoint."""
 import contextlib
+import hashlib
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -35,6 +37,29 @@ def checkpoint_for(path: str, stack: contextlib.ExitStack, verify: bool = True) 
         return path, None
     staged = import_checkpoint(path, stack.enter_context(tempfile.TemporaryDirectory()), verify=verify)
     return str(staged), f"{path} (Hugging Face)"
+
+
+def cached_import(hf_dir: str, cache_dir: str, verify: bool = True) -> Path:
+    """`hf_dir` imported once into `<cache_dir>/imported/<key>/` (train.py's init_from: the run's config names the
+    directory, so a resume or a second run finds it again); the key is the directory's path and its files' names,
+    sizes and modification times — an edited or replaced file imports anew. Returns the checkpoint directory."""
+    hf = Path(hf_dir).resolve()
+    stamp = [str(hf)] + [f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in sorted(hf.iterdir()) if p.is_file()]
+    folder = Path(cache_dir) / "imported" / hashlib.sha256("\n".join(stamp).encode()).hexdigest()[:16]
+    found = list_checkpoints(RunFiles(folder).checkpoints)
+    if found:
+        return found[-1]
+    tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        import_checkpoint(str(hf), str(tmp), verify=verify)
+        tmp.rename(folder)
+    except OSError:  # another process imported the same directory meanwhile: use theirs
+        if not list_checkpoints(RunFiles(folder).checkpoints):
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return list_checkpoints(RunFiles(folder).checkpoints)[-1]
 
 
 def import_checkpoint(hf_dir: str, run_dir: str, verify: bool = True) -> Path:

@@ -15,8 +15,8 @@ DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 
 
 def documented_train_commands(paths=DOCS) -> list:
-    """(where, overrides) of each `python train.py` line in a code block. Left out: `resume=` (it needs a run
-    on disk: the resume tests cover it) and placeholders like `<run>` or `…`."""
+    """(where, overrides) of each `python train.py` line in a code block. Left out: `resume=` and `init_from=`
+    (they need a run on disk: test_faults.py, test_init_from.py cover them) and placeholders like `<run>` or `…`."""
     found = []
     for path in paths:
         in_code = False
@@ -28,7 +28,7 @@ def documented_train_commands(paths=DOCS) -> list:
             if not in_code or not command.startswith("python train.py"):
                 continue
             words = shlex.split(command, comments=True)[2:]
-            if any(w.startswith("resume=") or "<" in w or "…" in w for w in words):
+            if any(w.startswith(("resume=", "init_from=")) or "<" in w or "…" in w for w in words):
                 continue
             where = path.relative_to(REPO) if REPO in path.parents else path.name
             found.append((f"{where}:{number}", words))

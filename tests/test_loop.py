@@ -320,7 +320,7 @@ def test_only_the_main_rank_speaks(monkeypatch, capsys, rank):
     """Under torchrun every rank runs the loop; only rank 0 prints (the header, notes, the stop line)."""
     from training.runtime.distributed import DistInfo
 
-    def build(cfg, info, say, resume):
+    def build(cfg, info, say, resume, init):
         say("the header")
         raise RuntimeError("stop here")
     monkeypatch.setattr(training.loop, "build", build)

@@ -254,7 +254,9 @@ def test_a_resume_says_what_it_cannot_change(tmp_path, cache_dir):
     cases = [(["optim.name=muon"], f"cannot resume {ckpt} with optim.name=muon: its optimizer state is adamw's; "
                                    "resume with optim.name=adamw, or start a new run"),
              (["data.vocab_size=600"], f"cannot resume {ckpt} with data.vocab_size=600: a resume trains on the "
-                                       "checkpoint's data and tokenizer")]
+                                       "checkpoint's data and tokenizer; it may change trainer.*, optim.* values, "
+                                       "logger.* and data.cache_dir — for other data, start a new run from its "
+                                       f"weights: init_from={ckpt}")]
     for overrides, message in cases:
         proc = run_train(tmp_path, f"resume={run}", *overrides, cache_dir=cache_dir, check=False)
         assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].startswith(f"error: {message}"), proc.stderr

@@ -11,6 +11,7 @@ import torch
 from data import TrainBatches, eval_windows
 from model import Transformer
 from model.flops import matmul_shapes
+from training.checkpoint.init_from import InitFrom
 from training.checkpoint.resume import Resume
 from training.config import TrainConfig
 from training.evaluation import full_split_windows
@@ -33,9 +34,11 @@ class Parts:
     notes: tuple  # (precision why, compile note) for the header
 
 
-def build(cfg: TrainConfig, info: D.DistInfo, say, resume: Optional[Resume] = None) -> Parts:
-    """Model, loss and optimizers; the same initial weights on every rank (seeded before the build). A resume
-    keeps the precision its run trained in (training/precision.py's resume_precision says when it cannot)."""
+def build(cfg: TrainConfig, info: D.DistInfo, say, resume: Optional[Resume] = None,
+          init: Optional[InitFrom] = None) -> Parts:
+    """Model, loss and optimizers; the same initial weights on every rank (seeded before the build, or a
+    checkpoint's: init_from). A resume keeps the precision its run trained in (training/precision.py's
+    resume_precision says when it cannot); its weights are put back later, into the wrapped model."""
     if cfg.trainer.num_threads:
         torch.set_num_threads(cfg.trainer.num_threads)
     precision, precision_why, warning = resume_precision(cfg.trainer.precision, info.device,
@@ -47,6 +50,8 @@ def build(cfg: TrainConfig, info: D.DistInfo, say, resume: Optional[Resume] = No
         precision_why += "; matmuls on TF32 tensor cores (trainer.tf32)"
     torch.manual_seed(cfg.seed)
     raw_model = Transformer(cfg.model).to(info.device)
+    if init is not None and resume is None:  # before wrapping: FSDP2 shards what it finds, DDP broadcasts it
+        init.load(raw_model)
     parallel = D.resolve_parallel(cfg.trainer.parallel, info.world_size)
     loss_module = D.wrap_model(CausalLMLoss(raw_model), raw_model.layers, parallel, info, precision)
     optimizers = build_optimizers(loss_module, cfg.optim, info.device.type)

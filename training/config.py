@@ -146,7 +146,8 @@ class TrainConfig:
     logger: LoggerConfig = MISSING
     seed: int = 0
     run_name: str = "run"
-    resume: Optional[str] = None  # checkpoint dir | run dir | latest
+    resume: Optional[str] = None  # checkpoint dir | run dir | latest | best: continue that run
+    init_from: Optional[str] = None  # the same, or a Hugging Face Llama dir: a new run from its weights
     verify_checkpoint: bool = True  # resume: hash every file against manifest.json first (~1 s per GB)
     outputs_dir: str = "outputs"
 

@@ -8,6 +8,7 @@ from training import report
 from training.budget import TimeBudget, schedule_ends
 from training.build import build, data_views, planned_steps
 from training.checkpoint import Checkpointer, run_state
+from training.checkpoint.init_from import InitFrom
 from training.checkpoint.resume import Resume
 from training.checkpoint.run_state import RunState
 from training.config import TrainConfig
@@ -28,6 +29,7 @@ class RunSpec:
     config_yaml: str  # the resolved config, saved next to every checkpoint
     resume: Optional[Resume] = None  # the checkpoint it continues from, opened and checked
     multirun: bool = False  # one job of a `-m` sweep
+    init: Optional[InitFrom] = None  # a new run's starting weights (init_from=), opened and checked
 
 
 @dataclass
@@ -42,7 +44,7 @@ class Outcome:
 
 def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
     cfg, say = run.cfg, say_for(info)
-    parts = build(cfg, info, say, run.resume)
+    parts = build(cfg, info, say, run.resume, run.init)
     tokens_per_step = cfg.trainer.micro_batch_size * cfg.trainer.seq_len * cfg.trainer.grad_accum_steps * info.world_size
     max_steps = planned_steps(cfg, data.meta["train_tokens"], tokens_per_step)
     state = run.resume.restore(parts.raw_model, parts.optimizers, parts.precision, cfg, max_steps, info, say) \

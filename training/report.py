@@ -16,6 +16,7 @@ def header(run, cfg, parts, data, info, tokens_per_step, peak, peak_source, stat
     m = cfg.model
     return "\n".join([
         f"run dir: {run.run_dir}" + (f" (resuming {run.resume.path})" if run.resume else ""),
+        *([run.init.describe()] if run.init and not run.resume else []),
         f"model: {m.norm} + {m.mlp}, hidden_size {m.hidden_size}, intermediate_size {m.resolved_intermediate_size}, "
         f"{m.depth}, parametrization {describe(m)}, {counts['total'] / 1e6:.2f}M parameters "
         f"(embedding {counts['embedding'] / 1e6:.2f}M, attention {counts['attention'] / 1e6:.2f}M, "

@@ -36,17 +36,22 @@ def check_checkpoint_consistency(ckpt: Path) -> ModelConfig:
 
 def check_resume_fits(ckpt: Path, run_model: ModelConfig) -> None:
     """The resumed run must build the checkpoint's model (checked with the config, before any data is prepared)."""
-    ckpt_cfg = load_model_config(ckpt)
-    changed = [f"model.{k}={v} (the checkpoint has {k}={ckpt_model})"
-               for k, (v, ckpt_model) in _differences(run_model, ckpt_cfg).items() if k not in RESUMABLE_CHANGES]
+    changed = architecture_changes(run_model, load_model_config(ckpt))
     if changed:
         raise CheckpointError(f"cannot resume {ckpt} with {', '.join(changed)}: a resumed run keeps the "
                               "checkpoint's architecture; drop those model.* overrides")
 
 
+def architecture_changes(run_model: ModelConfig, ckpt_model: ModelConfig) -> List[str]:
+    """`model.k=v (the checkpoint has k=w)` for each field of the run's model that would not fit the checkpoint's
+    weights (RESUMABLE_CHANGES may differ)."""
+    return [f"model.{k}={v} (the checkpoint has {k}={theirs})"
+            for k, (v, theirs) in _differences(run_model, ckpt_model).items() if k not in RESUMABLE_CHANGES]
+
+
 def check_resume_tokenizer(ckpt: Path, data_tokenizer: Path) -> None:
     """The resumed run must read the data with the checkpoint's tokenizer (checked once the data is prepared)."""
-    if not _same_json(Path(data_tokenizer), ckpt / "tokenizer.json"):
+    if not same_json(Path(data_tokenizer), ckpt / "tokenizer.json"):
         raise CheckpointError(f"the data's tokenizer {data_tokenizer} differs from {ckpt}/tokenizer.json (the corpus "
                               "or data settings changed since that checkpoint); resume with the same data, or keep "
                               f"the checkpoint's tokenizer with data.tokenizer_path={ckpt}/tokenizer.json")
@@ -122,7 +127,7 @@ def _summary(cfg: ModelConfig) -> str:
     return f"hidden_size={cfg.hidden_size}, n_layers={cfg.n_layers}, vocab_size={cfg.vocab_size}"
 
 
-def _same_json(a: Path, b: Path) -> bool:
+def same_json(a: Path, b: Path) -> bool:
     """Same content, whatever the formatting (a copied file is byte-identical; a re-saved one may not be)."""
     try:
         first, second = a.read_bytes(), b.read_bytes()
