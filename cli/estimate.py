@@ -22,7 +22,7 @@ from model.flops import training_flops_per_token
 from training.loss import CausalLMLoss
 from training.metrics import read_metrics
 from training.runtime.memory import StepMemory, current_memory_bytes, simulate_step_memory
-from training.runtime.mfu import gpu_peak, peak_flops
+from training.runtime.mfu import gpu_memory_bytes, gpu_peak, peak_flops
 from training.optim import build_optimizers
 from training.precision import autocast_context, resolve_precision
 from training.runtime.run_files import METRICS, RunFiles
@@ -89,6 +89,12 @@ def device_memory(args, device: torch.device) -> tuple:
     """(bytes, where the number comes from) or (None, why not)."""
     if args.device_memory_gb:
         return args.device_memory_gb * 1e9, "--device-memory-gb"
+    if args.gpu:
+        named = gpu_memory_bytes(args.gpu)
+        if named is not None:
+            return named, f"data sheet: {args.gpu}"
+        if gpu_peak(args.gpu) is not None:
+            return None, f"unknown: {args.gpu} comes with several memory sizes; name it (e.g. '… 80GB') or pass --device-memory-gb"
     if device.type == "cuda" and torch.cuda.is_available():
         props = torch.cuda.get_device_properties(device)
         return props.total_memory, props.name

@@ -107,3 +107,38 @@ def test_runs_without_a_gpu_for_a_gpu_target(capsys):
                          "NVIDIA H100 80GB HBM3", "--mfu", "0.4")
     assert status == 0 and "data sheet: H100 SXM" in out and "chunked" in out
     assert torch.cuda.is_available() or "bf16 (" in out
+
+
+@pytest.mark.parametrize("gpu,gb", [("NVIDIA H100 80GB HBM3", 80), ("NVIDIA A100-SXM4-40GB", 40), ("NVIDIA H200", 141),
+                                    ("NVIDIA L4", 24), ("NVIDIA A100", None), ("NVIDIA GH200", None),
+                                    ("Some Future GPU", None)])
+def test_a_gpus_memory_comes_from_its_name_or_its_data_sheet(gpu, gb):
+    from training.runtime.mfu import gpu_memory_bytes
+    assert gpu_memory_bytes(gpu) == (gb * 1e9 if gb else None)
+
+
+def test_a_named_gpu_answers_will_it_fit(capsys):
+    """README's "will it fit?" command names a GPU and no memory: the data sheet's memory gives the verdict; a
+    model sold with several sizes asks which."""
+    args = ["trainer=gpu", "data.vocab_size=32768", "trainer.micro_batch_size=4", "trainer.seq_len=64", "model=tiny",
+            "--device", "cuda", "--mfu", "0.4", "--gpu"]
+    status, out, _ = run(capsys, *args, "NVIDIA H100 80GB HBM3")
+    assert status == 0 and "of 74.51 GiB" in out and "data sheet: NVIDIA H100 80GB HBM3" in out
+    assert "verdict: fits" in out, out
+    status, out, _ = run(capsys, *args, "NVIDIA A100")
+    assert status == 0 and "comes with several memory sizes; name it" in out
+
+
+def test_the_presets_descriptions_state_their_parameter_counts():
+    """A preset's name is a family resemblance (125m: GPT-2 small's shape); its description states the real count
+    at the default vocabulary, recomputed here."""
+    from pathlib import Path
+
+    from model import Transformer
+    for preset, stated in (("125m", "78.7M"), ("25m", "25.7M")):
+        cfg = compose_run_config([f"model={preset}"]).model
+        with torch.device("meta"):
+            total = sum(p.numel() for p in Transformer(cfg).parameters())
+        assert f"{total / 1e6:.1f}M" == stated, (preset, total)
+        assert stated in Path("README.md").read_text()
+    assert "78.7M parameters with\n# the default 4,096-token vocabulary" in Path("configs/model/125m.yaml").read_text()

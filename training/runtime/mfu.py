@@ -16,25 +16,26 @@ class GpuPeak(NamedTuple):
     label: str
     bf16: float  # dense bf16 tensor-core FLOP/s (data sheets quote 2× "with sparsity": not used here)
     tf32: float  # dense TF32 FLOP/s: what fp32 matmuls get once TF32 is on (training/precision.py)
+    memory_gb: Optional[float] = None  # the data sheet's memory (1e9 bytes); None where the model comes in several
 
 
 # Exact models only, matched against the whole name torch reports (lower case, "-"/"_" as spaces,
 # "nvidia " dropped): "H100" alone must not pick the SXM card for a PCIe one, nor "L4" an L40.
 # A card not listed here is measured instead. Sources: NVIDIA data sheets, dense (no sparsity).
 GPU_PEAKS = (
-    (r"h100( sxm5?)?( \d+gb)? hbm3e?|h100 sxm5?( \d+gb)?", GpuPeak("H100 SXM", 989.4e12, 494.7e12)),
-    (r"h100 pcie( \d+gb)?", GpuPeak("H100 PCIe", 756.5e12, 378.0e12)),
-    (r"h100 nvl", GpuPeak("H100 NVL", 835.5e12, 417.5e12)),
-    (r"h200( sxm5?)?( \d+gb)?( hbm3e)?", GpuPeak("H200 SXM", 989.4e12, 494.7e12)),
-    (r"h200 nvl", GpuPeak("H200 NVL", 835.5e12, 417.5e12)),
-    (r"gh200( \d+gb?)?( hbm3e?)?", GpuPeak("GH200", 989.4e12, 494.7e12)),
+    (r"h100( sxm5?)?( \d+gb)? hbm3e?|h100 sxm5?( \d+gb)?", GpuPeak("H100 SXM", 989.4e12, 494.7e12, 80)),
+    (r"h100 pcie( \d+gb)?", GpuPeak("H100 PCIe", 756.5e12, 378.0e12, 80)),
+    (r"h100 nvl", GpuPeak("H100 NVL", 835.5e12, 417.5e12, 94)),
+    (r"h200( sxm5?)?( \d+gb)?( hbm3e)?", GpuPeak("H200 SXM", 989.4e12, 494.7e12, 141)),
+    (r"h200 nvl", GpuPeak("H200 NVL", 835.5e12, 417.5e12, 141)),
+    (r"gh200( \d+gb?)?( hbm3e?)?", GpuPeak("GH200", 989.4e12, 494.7e12)),  # 96 or 144 GB
     (r"a100( sxm4?| pcie)?( \d+gb)?( pcie)?", GpuPeak("A100", 312e12, 156e12)),  # 40 and 80 GB alike
-    (r"a10", GpuPeak("A10", 125e12, 62.5e12)),
-    (r"a40", GpuPeak("A40", 149.7e12, 74.8e12)),
-    (r"l4", GpuPeak("L4", 121e12, 60e12)),
-    (r"l40", GpuPeak("L40", 181.05e12, 90.5e12)),
-    (r"l40s", GpuPeak("L40S", 362.05e12, 183e12)),
-    (r"geforce rtx 4090", GpuPeak("GeForce RTX 4090", 165.2e12, 82.6e12)),  # fp32 accumulate
+    (r"a10", GpuPeak("A10", 125e12, 62.5e12, 24)),
+    (r"a40", GpuPeak("A40", 149.7e12, 74.8e12, 48)),
+    (r"l4", GpuPeak("L4", 121e12, 60e12, 24)),
+    (r"l40", GpuPeak("L40", 181.05e12, 90.5e12, 48)),
+    (r"l40s", GpuPeak("L40S", 362.05e12, 183e12, 48)),
+    (r"geforce rtx 4090", GpuPeak("GeForce RTX 4090", 165.2e12, 82.6e12, 24)),  # fp32 accumulate
 )
 
 
@@ -46,6 +47,17 @@ def gpu_peak(device_name: str) -> Optional[GpuPeak]:
         if re.fullmatch(pattern, name):
             return peak
     return None
+
+
+def gpu_memory_bytes(device_name: str) -> Optional[float]:
+    """This GPU's memory from its name ("A100 SXM4 40GB": 40 GB) or the data sheet (H100 SXM: 80 GB), in bytes
+    (1 GB = 1e9: at or under what torch reports, e.g. 85.0e9 for an 80 GB H100); None when neither says."""
+    sheet = gpu_peak(device_name)
+    if sheet is None:
+        return None
+    named = re.search(r"(\d+)\s*gb", device_name.lower())
+    gb = float(named.group(1)) if named else sheet.memory_gb
+    return gb * 1e9 if gb else None
 
 
 def peak_flops(device: torch.device, precision: str, override_tflops: Optional[float] = None,
