@@ -148,3 +148,23 @@ def test_train_py_refuses_a_mistyped_key_in_one_line_before_hydra():
     assert result.stderr.splitlines() == ["error: model.hidden_sise is not a setting (model has no 'hidden_sise'); "
                                           "did you mean model.hidden_size? README's configuration table lists every "
                                           "setting"]
+
+
+def test_train_help_lists_the_groups_train_py_uses_and_their_every_option():
+    """`python train.py --help` (configs/train.yaml's hydra.help) lists each group train.py composes with every
+    option on disk — not protocol/ and speedrun/, which ablate.py and speedrun.py read — and prints the config."""
+    import subprocess
+    import sys
+
+    import yaml
+    root = Path(__file__).resolve().parents[1]
+    template = yaml.safe_load((root / "configs" / "train.yaml").read_text())["hydra"]["help"]["template"]
+    listed = dict(line.split(": ", 1) for line in template.splitlines()
+                  if ": " in line and line.split(": ")[0].isidentifier())
+    on_disk = {group.name: {p.stem for p in group.glob("*.yaml")} for group in (root / "configs").iterdir()
+               if group.is_dir() and group.name not in ("protocol", "speedrun")}
+    assert {group: set(options.split(", ")) - {"null"} for group, options in listed.items()} == on_disk
+    proc = subprocess.run([sys.executable, str(root / "train.py"), "--help"], capture_output=True, text=True,
+                          cwd=root, timeout=120)
+    assert proc.returncode == 0 and "\nmodel: cpu, tiny, 25m, 125m\n" in proc.stdout and "\nprotocol: " not in proc.stdout
+    assert "hidden_size: 192" in proc.stdout  # the composed config follows

@@ -42,6 +42,9 @@ def test_tiny_run_learns_and_writes_outputs(tmp_path, cache_dir):
     assert epochs == sorted(epochs) and epochs[-1] == pytest.approx(40 * 4 * 64 / rows_train_tokens(proc))
     assert proc.stdout.count("epochs over the") == 1
     assert all(r["peak_memory_gb"] > 0 for r in train_rows)
+    # The run directory holds what the run wrote, nothing empty: Hydra's own train.log is off (minillama prints).
+    assert sorted(p.name for p in run.iterdir() if not p.name.startswith(".")) == [
+        "checkpoints", "config.yaml", "metrics.jsonl"]
 
 
 def rows_train_tokens(proc) -> int:
