@@ -124,10 +124,11 @@ def wrap_model(module: torch.nn.Module, blocks, parallel: str, info: DistInfo, p
     """DDP replicates `module`; FSDP2 shards every block, then the root (embedding, norm, head)."""
     if parallel == "ddp":
         from torch.nn.parallel import DistributedDataParallel
-        # broadcast_buffers=False: the only buffers are the RoPE tables, derived from the config and
-        # identical on every rank; re-broadcasting them before every forward is wasted traffic.
+        # forward_sync_buffers=False: the only buffers are the RoPE tables, derived from the config and
+        # identical on every rank; re-broadcasting them before every forward is wasted traffic. (Its older
+        # name, broadcast_buffers, prints a FutureWarning on every rank.)
         return DistributedDataParallel(module, device_ids=[info.device.index] if info.device.type == "cuda" else None,
-                                       broadcast_buffers=False)
+                                       forward_sync_buffers=False)
     if parallel == "fsdp":
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
         mp = None
