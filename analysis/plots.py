@@ -57,7 +57,7 @@ def plot_val_curves(variants: Sequence[Variant], path: Path) -> None:
         ax.set_xlabel(f"training tokens ({unit})")
         ax.set_ylabel("val loss (nats/token)")
         ax.grid(alpha=0.3)
-    full.legend()
+    legend_below(fig, full)
     save(fig, path)
 
 
@@ -88,7 +88,7 @@ def plot_activation_rms(variants: Sequence[Variant], path: Path) -> None:
         if values.min() > 0 and values.max() / values.min() > 20:  # scales far apart: log shows them all
             ax.set_yscale("log")
     layers.xaxis.get_major_locator().set_params(integer=True)
-    layers.legend()
+    legend_below(fig, layers)
     save(fig, path)
 
 
@@ -122,6 +122,14 @@ def plot_lr_sweep(sweeps: Dict[str, Dict[str, Dict[float, Optional[float]]]], ch
     save(fig, path)
 
 
+def legend_below(fig: Figure, ax) -> None:
+    """The variants' legend under the panels, in up to three columns: inside a panel, beyond three variants it
+    covers the curves it names."""
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(3, len(labels)),
+               frameon=False, fontsize=9)
+
+
 def figure(rows: int = 1, cols: int = 1, **kwargs) -> tuple:
     """(figure, its axes) drawn off-screen: a Figure of its own, no pyplot state and no GUI backend,
     so it works on a headless machine and in tests, and nothing stays open after save()."""
@@ -131,4 +139,4 @@ def figure(rows: int = 1, cols: int = 1, **kwargs) -> tuple:
 
 def save(fig: Figure, path: Path) -> None:
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # tight: a legend below the panels is kept

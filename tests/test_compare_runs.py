@@ -241,3 +241,21 @@ def test_bad_input_is_a_one_line_error(tmp_path, capsys, breakage, message):
 def test_command_line_exit_status(tmp_path):
     proc = forked.run_script(REPO / "scripts" / "compare_runs.py", tmp_path)
     assert proc.returncode == 1 and proc.stderr.startswith("error: no run directories")
+
+
+def test_the_legend_sits_below_the_panels_for_many_variants(tmp_path, monkeypatch):
+    """Six variants (an ablation's usual count): a legend inside a panel covered the curves it names."""
+    import analysis.plots as plots
+    from analysis.runs import group_variants, read_complete_runs
+    for i, (norm, mlp) in enumerate([("rmsnorm", "swiglu"), ("layernorm", "swiglu"), ("rmsnorm", "gelu"),
+                                     ("none", "swiglu"), ("rmsnorm", "geglu"), ("layernorm", "gelu")]):
+        write_variant(tmp_path, [1.0 + 0.05 * i, 1.1 + 0.05 * i], norm=norm, mlp=mlp)
+    variants = group_variants(read_complete_runs([tmp_path])[0])
+    figures = []
+    monkeypatch.setattr(plots, "save", lambda fig, path: figures.append(fig))
+    plots.plot_val_curves(variants, tmp_path / "v.png")
+    plots.plot_activation_rms(variants, tmp_path / "a.png")
+    for fig in figures:
+        assert all(ax.get_legend() is None for ax in fig.axes)
+        (legend,) = fig.legends
+        assert len(legend.get_texts()) == 6 and legend._ncols == 3

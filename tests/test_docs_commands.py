@@ -16,7 +16,8 @@ DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 
 def documented_train_commands(paths=DOCS) -> list:
     """(where, overrides) of each `python train.py` line in a code block. Left out: `resume=` and `init_from=`
-    (they need a run on disk: test_faults.py, test_init_from.py cover them) and placeholders like `<run>` or `…`."""
+    (they need a run on disk: test_faults.py, test_init_from.py cover them) and placeholders like `<run>` or `…`.
+    A sweep (`-m k=a,b`) is checked as its first job."""
     found = []
     for path in paths:
         in_code = False
@@ -30,6 +31,8 @@ def documented_train_commands(paths=DOCS) -> list:
             words = shlex.split(command, comments=True)[2:]
             if any(w.startswith(("resume=", "init_from=")) or "<" in w or "…" in w for w in words):
                 continue
+            if "-m" in words:  # a sweep: each of its jobs composes like its first one
+                words = [w if "=" not in w else w.split(",")[0] for w in words if w != "-m"]
             where = path.relative_to(REPO) if REPO in path.parents else path.name
             found.append((f"{where}:{number}", words))
     return found
