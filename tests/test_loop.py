@@ -13,7 +13,7 @@ import training.compile
 import training.loop
 import training.precision
 from analysis.runs import read_run
-from tests.train_helpers import read_metrics, train_in_process
+from tests.train_helpers import compose_train_config, read_metrics, train_in_process
 from training.checkpoint.run_state import read_state
 from training.loss import CausalLMLoss
 
@@ -390,3 +390,31 @@ def test_a_lost_peer_is_told_which_checkpoint_to_resume_from():
     assert _last_checkpoint(SimpleNamespace(last_good=lambda: None)) == "no checkpoint was written yet"
     assert _last_checkpoint(SimpleNamespace(last_good=lambda: "ck/step_0000004")) == (
         "the last checkpoint, ck/step_0000004, is intact: resume from it")
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "wsd"])
+def test_a_resume_that_moves_the_end_says_what_the_learning_rate_does(tmp_path, tiny_data_cache, capsys, schedule):
+    """A larger trainer.max_steps on resume changes the learning rate where the run continues: said in one line,
+    with both values (computed here by hand); a resume to the same end says nothing."""
+    run, args = tmp_path / "run", [f"optim.schedule={schedule}", "optim.name=adamw", "trainer.eval_interval=100",
+                                   "trainer.ckpt_interval=4", "trainer.activation_rms=false", "optim.decay_fraction=0.5"]
+    train_in_process(run, *args, "trainer.max_steps=8", "trainer.stop_at_step=6", cache_dir=tiny_data_cache)
+    ckpt = run / "checkpoints" / "step_0000006"
+    assert read_state(ckpt)["max_steps"] == 8
+    capsys.readouterr()
+    train_in_process(run, *args, "trainer.max_steps=8", cache_dir=tiny_data_cache, resume_ckpt=ckpt)
+    assert "resume: the schedule" not in capsys.readouterr().out
+    train_in_process(run, *args, "trainer.max_steps=16", cache_dir=tiny_data_cache, resume_ckpt=ckpt)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("resume: the schedule")]
+    optim = compose_train_config(["debug=tiny", *args])[0].optim
+    w = optim.warmup_steps
+    if schedule == "wsd":  # of 8: 1-sqrt decay from half-way (not inside the warmup); of 16: stable, the peak
+        start = max(w, 8 - 4)
+        old = optim.min_lr + (1 - math.sqrt((6 - start) / (8 - start))) * (optim.lr - optim.min_lr)
+        new = optim.lr
+    else:  # cosine from the peak after warmup to min_lr at the end
+        cosine = lambda end: optim.min_lr + 0.5 * (1 + math.cos(math.pi * (6 - w) / (end - w))) * (optim.lr - optim.min_lr)  # noqa: E731
+        old, new = cosine(8), cosine(16)
+    stretch = " (cosine's curve stretches to the new end; optim.schedule=wsd keeps its stable phase)"
+    assert lines == [f"resume: the schedule now ends at step 16, not 8; the learning rate at step 6 goes from "
+                     f"{old:.3g} to {new:.3g} at once" + (stretch if schedule == "cosine" else "")]

@@ -23,6 +23,7 @@ from training.checkpoint.load import load_optimizer_and_rng, read_weights, resto
 from training.checkpoint.manifest import verify as verify_files
 from training.checkpoint.run_state import RunState, read_state
 from training.checkpoint.state_dicts import load_full_state
+from training.optim.schedule import lr_at
 from training.runtime import distributed as D
 from training.runtime.run_files import RunFiles
 
@@ -93,6 +94,9 @@ class Resume:
             raise ValueError(f"{self.path} is already at step {state.step} = {what}; pass a larger "
                              "trainer.max_steps (and trainer.time_budget=null) to train further (the schedule then "
                              "stretches to it)")
+        moved_end = self._schedule_change(state, cfg.optim)
+        if moved_end:
+            say(moved_end)
         if info.is_main:  # the branch this resume abandons must not be picked by a later resume or keep_last
             moved = move_aside_later_checkpoints(RunFiles(self.run_dir).checkpoints, state.step)
             if moved:
@@ -102,3 +106,16 @@ class Resume:
                 f"batch changes with the world size; adjust trainer.micro_batch_size to keep tokens per step")
         state.seed, state.world_size = cfg.seed, info.world_size  # what this process trains with
         return state
+
+    def _schedule_change(self, state: RunState, optim) -> str:
+        """A line when this resume moves the schedule's end (a new trainer.max_steps): what happens to the learning
+        rate where it continues. '' when the end stays, or the checkpoint did not record it."""
+        before = self.fields.get("max_steps")
+        if not before or before == state.max_steps or state.budget_decided:
+            return ""
+        old, new = lr_at(state.step, optim, before), lr_at(state.step, optim, state.max_steps)
+        change = (f"stays {new:.3g}" if abs(new - old) <= 1e-12 + 1e-6 * old else
+                  f"goes from {old:.3g} to {new:.3g} at once" + (" (cosine's curve stretches to the new end; "
+                  "optim.schedule=wsd keeps its stable phase)" if optim.schedule == "cosine" else ""))
+        return (f"resume: the schedule now ends at step {state.max_steps}, not {before}; the learning rate at "
+                f"step {state.step} {change}")

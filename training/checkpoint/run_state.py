@@ -74,6 +74,7 @@ class RunState:
     def to_json(self) -> dict:
         """state.json's fields (the writer adds weights_finite: it refuses non-finite weights)."""
         return {"step": self.step, "tokens_seen": self.tokens_seen, "elapsed_s": self.elapsed_s(),
+                "max_steps": self.max_steps,  # where the schedule was heading: a resume says if that moves
                 "data_position": {"seed": self.seed, "next_step": self.step}, "world_size": self.world_size,
                 "skipped_steps": self.skipped_steps,
                 "best_val_bpb": self.best_val_bpb if math.isfinite(self.best_val_bpb) else None,
