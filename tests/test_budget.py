@@ -153,3 +153,15 @@ def test_kill_9_after_several_plans_and_a_resume_end_bitwise_where_the_uninterru
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
     losses = [{r["step"]: r["loss"] for r in read_metrics(r) if r["kind"] == "train"} for r in (run, other)]
     assert losses[0] == losses[1] and not math.isnan(losses[0][70])
+
+
+def test_a_steady_machine_plans_exactly_the_steps_its_budget_holds(tmp_path, monkeypatch, tiny_data_cache):
+    """The arithmetic pinned by hand: 21 ms a step, evaluations and checkpoints free, 3 s of budget. The probe
+    measures steps 4–23 (20 steps over 0.42 s: 0.021 s a step — an off-by-one in the divisor would say 0.0221);
+    at step 23, 0.483 s are spent, so 2.517 s hold 119 more whole steps (119.86): the run ends at step 142, after
+    2.982 s (the off-by-one would end at 136)."""
+    outcome = budget_run(tmp_path, monkeypatch, tiny_data_cache, [[0, 0.021]], "trainer.eval_interval=1000")
+    first = outcome.state.plans[0]
+    assert (first["at_step"], first["step_s"], first["spent_s"]) == (WARMUP_STEPS + PROBE_STEPS, 0.021, 0.483)
+    assert first["max_steps"] == 142 and outcome.state.step == 142
+    assert outcome.state.elapsed_s() == pytest.approx(142 * 0.021)

@@ -204,3 +204,11 @@ def test_a_matrix_shared_by_two_blocks_is_one_muon_parameter():
     assert len(matrices) == len({id(m) for m in matrices}) == 2 * 6 - 1  # q, k, v, o, gate_up, down per block
     assert sum(m is model.layers[0].mlp.down_proj.weight for m in matrices) == 1
     build_optimizers(model, OptimConfig(name="muon"), "cpu")  # torch refuses a parameter listed twice
+
+
+def test_wsd_decay_length_rounds_to_the_nearest_step():
+    """decay_fraction·max_steps that is not a whole number rounds to the nearest step (half up), never down:
+    0.25·110 = 27.5 → 28 steps of decay, from step 82; 0.3·110 = 33 exactly; 0.15·110 = 16.5 → 17."""
+    for fraction, start in ((0.25, 82), (0.3, 77), (0.15, 93), (0.19, 89)):  # 0.19·110 = 20.9 → 21
+        cfg = OptimConfig(lr=1.0, min_lr=0.1, warmup_steps=10, schedule="wsd", decay_fraction=fraction)
+        assert wsd_decay_start(cfg, 110) == start, fraction

@@ -368,6 +368,17 @@ def test_early_stopping_ends_at_the_patience_and_best_is_an_alias(tmp_path, cach
     assert (run / "checkpoints" / "step_0000020").is_dir()
 
 
+def test_early_stopping_works_without_keeping_the_best(tmp_path, cache_dir):
+    """trainer.keep_best=false turns off checkpoints/best, not early stopping: the patience still counts the
+    evaluations without a lower bpb (the best is tracked either way)."""
+    proc = run_faulty(tmp_path, {"val_bpb": [3.0, 2.5, 2.6, 2.7]}, "trainer.max_steps=20", "trainer.eval_interval=2",
+                      "trainer.ckpt_interval=20", "trainer.early_stopping=2", "trainer.keep_best=false",
+                      cache_dir=cache_dir)
+    (run,) = run_dirs(tmp_path)
+    assert "stopped early at step 8 of 20: no lower validation bpb in 2 evaluations" in proc.stdout
+    assert not (run / "checkpoints" / "best").exists()
+
+
 def test_max_epochs_sets_the_steps_from_the_training_split(tmp_path, cache_dir):
     proc = run_train(tmp_path, "trainer.max_epochs=0.002", "trainer.eval_interval=1000", cache_dir=cache_dir)
     train_tokens = rows_train_tokens(proc)
