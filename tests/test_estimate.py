@@ -141,4 +141,4 @@ def test_the_presets_descriptions_state_their_parameter_counts():
             total = sum(p.numel() for p in Transformer(cfg).parameters())
         assert f"{total / 1e6:.1f}M" == stated, (preset, total)
         assert stated in Path("README.md").read_text()
-    assert "78.7M parameters with\n# the default 4,096-token vocabulary" in Path("configs/model/125m.yaml").read_text()
+    assert "78.7M parameters in all with the default 4,096-token vocabulary" in Path("configs/model/125m.yaml").read_text()
