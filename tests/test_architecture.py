@@ -3,6 +3,7 @@ nothing of each other or of Hydra; Hydra only at the edge (train.py, cli/, devto
 and no import cycles; nothing imports train.py or a script, and scripts are doors into cli/; one
 sys.path edit; files under ~300 lines and folders under 16 modules."""
 import ast
+import re
 import subprocess
 import sys
 import tokenize
@@ -350,3 +351,45 @@ def test_a_resume_is_restored_in_one_module():
 def test_the_resume_caller_check_sees_a_second_caller(tmp_path):
     (tmp_path / "elsewhere.py").write_text("from x import restore_rng\nrestore_rng({})\n")
     assert callers_of(RESUME_STEPS, [tmp_path / "elsewhere.py"]) == {"restore_rng": [str(tmp_path / "elsewhere.py")]}
+
+
+def traced_iteration(tiny_data_cache) -> set:
+    """Every file of ours whose code runs during one steady-state step that logs, validates and saves (the second
+    step of a run with every interval 2): from the call of step 1 to the call of step 2, under sys.setprofile."""
+    import tempfile
+
+    import training.step as step_module
+    from tests.train_helpers import train_in_process
+    seen, real = set(), step_module.TrainStep.__call__
+
+    def profiler(frame, event, arg):
+        path = Path(frame.f_code.co_filename)
+        if event == "call" and REPO in path.parents and "tests" not in path.relative_to(REPO).parts[:1] \
+                and ".venv" not in path.parts:
+            seen.add(str(path.relative_to(REPO)))
+
+    def traced(self, n):
+        sys.setprofile(profiler if n == 1 else None)
+        return real(self, n)
+    step_module.TrainStep.__call__ = traced
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            train_in_process(Path(tmp) / "run", "trainer.max_steps=4", "trainer.log_interval=2", "trainer.eval_interval=2",
+                             "trainer.ckpt_interval=2", "optim.name=muon", cache_dir=tiny_data_cache)  # the default optimizer
+    finally:
+        sys.setprofile(None)
+        step_module.TrainStep.__call__ = real
+    return seen
+
+
+@pytest.mark.serial  # trains
+def test_the_iteration_walk_through_is_the_real_call_path(tiny_data_cache):
+    """docs/architecture.md's "one training iteration, file by file" names exactly the files whose code one step
+    runs (train.py, the entry, aside): a file it names that the step never enters, or one the step enters that it
+    does not name, fails here — the walk-through is checked against the call path, not written from memory."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    section = text[text.index("## How to read this codebase"):text.index("## Recipes")]
+    named = set(re.findall(r"`([\w/]+\.py)`", section)) | {
+        f"model/{name}.py" for name in re.findall(r"`model/attention.py`, `model/(\w+).py`", section)}
+    assert named - {"train.py"} == traced_iteration(tiny_data_cache)
+    assert f"{len(named)} with `train.py`" in section  # the count it states

@@ -6,6 +6,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import yaml
 
 from training.checkpoint.write_errors import WriteError
 from training.config import LoggerConfig, TrainerConfig
@@ -18,12 +19,13 @@ from training.runtime.distributed import DistInfo
 def RunLogger(run_dir: Path, cfg: LoggerConfig, run_name: str, config: dict, enabled: bool, resume_step=None,
               trainer=None, state=None):
     """The loop's Logger for a run in run_dir, on rank 0 (enabled) or rank 1, resuming at resume_step."""
-    run = SimpleNamespace(run_dir=run_dir, resume=resume_step is not None and run_dir,
+    run = SimpleNamespace(run_dir=run_dir, resume=resume_step is not None and run_dir, config_yaml=yaml.safe_dump(config),
                           cfg=SimpleNamespace(trainer=trainer or TrainerConfig(), logger=cfg, run_name=run_name))
-    data = SimpleNamespace(meta={"train_tokens": 1000})
     state = state or RunState(step=resume_step or 0, max_steps=100)
-    return Logger(run, DistInfo(rank=0 if enabled else 1), None, data, tokens_per_step=16, flops_per_token=1.0,
-                  peak=1.0, state=state, config=config)
+    ctx = SimpleNamespace(run=run, cfg=run.cfg, info=DistInfo(rank=0 if enabled else 1), state=state,
+                          parts=SimpleNamespace(compute_loss=None), data=SimpleNamespace(meta={"train_tokens": 1000}),
+                          tokens_per_step=16, flops_per_token=1.0, peak=1.0)  # training/context.py's RunContext
+    return Logger(ctx)
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 import torch
+import yaml
 from tqdm import tqdm
 
 from training.checkpoint import run_state
@@ -55,13 +56,12 @@ class Throughput:
 class Logger:
     """Logs every `trainer.log_interval` steps and at `end`; evaluation rows when the validator has them."""
 
-    def __init__(self, run, info: D.DistInfo, compute_loss, data, tokens_per_step: int, flops_per_token: float,
-                 peak: float, state, config: dict):
-        cfg = run.cfg
-        self.info, self.data, self.state = info, data, state
+    def __init__(self, ctx):  # a training/context.py RunContext
+        run, cfg, info, state = ctx.run, ctx.cfg, ctx.info, ctx.state
+        self.info, self.data, self.state = info, ctx.data, state
         self.interval, self.epoch_warning = cfg.trainer.log_interval, cfg.trainer.epoch_warning
-        self.tokens_per_step, self.flops_per_token, self.peak = tokens_per_step, flops_per_token, peak
-        self.clock = Throughput(compute_loss)
+        self.tokens_per_step, self.flops_per_token, self.peak = ctx.tokens_per_step, ctx.flops_per_token, ctx.peak
+        self.clock = Throughput(ctx.parts.compute_loss)
         self.pending = []  # each step's loss, on the device, until the next log reads them (one sync)
         self.skipped, self.first_skipped = 0, -1  # non-finite steps since the last log
         self.epoch_warned = False
@@ -69,7 +69,7 @@ class Logger:
         self.metrics, self.wandb = None, None
         if info.is_main:  # before the bar: wandb's notice gets a line of its own, not the bar's
             self.metrics = MetricsFile(run.run_dir, state.step if run.resume else None)
-            self.wandb = open_wandb(run.run_dir, cfg.logger, cfg.run_name, config)
+            self.wandb = open_wandb(run.run_dir, cfg.logger, cfg.run_name, yaml.safe_load(run.config_yaml))
         # A time budget's first plan comes after its probe: until then the bar has no end (not a stale max_steps).
         total = None if cfg.trainer.time_budget and not state.plans else state.max_steps
         self.progress = tqdm(total=total, initial=state.step, disable=not info.is_main, desc="train",

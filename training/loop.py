@@ -8,10 +8,8 @@ from training import report
 from training.budget import TimeBudget, schedule_ends
 from training.build import build, data_views, planned_steps
 from training.checkpoint import Checkpointer, run_state
-from training.checkpoint.init_from import InitFrom
-from training.checkpoint.resume import Resume
 from training.checkpoint.run_state import RunState
-from training.config import TrainConfig
+from training.context import RunContext, RunSpec  # noqa: F401 (RunSpec: train.py's way in)
 from training.logger import Logger, say_for
 from training.optim import apply_schedule
 from training.runtime import distributed as D
@@ -19,17 +17,6 @@ from training.runtime.mfu import peak_flops
 from training.runtime.signals import StopFlag, signal_name
 from training.step import TrainStep
 from training.validator import Validator
-
-
-@dataclass
-class RunSpec:
-    """What train.py resolved: the typed config, where the run lives, and where it resumes from."""
-    cfg: TrainConfig
-    run_dir: Path
-    config_yaml: str  # the resolved config, saved next to every checkpoint
-    resume: Optional[Resume] = None  # the checkpoint it continues from, opened and checked
-    multirun: bool = False  # one job of a `-m` sweep
-    init: Optional[InitFrom] = None  # a new run's starting weights (init_from=), opened and checked
 
 
 @dataclass
@@ -54,13 +41,11 @@ def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
     tokens_before = state.tokens_seen
     batches, windows = data_views(cfg, data, info)
     peak, peak_source = peak_flops(info.device, parts.precision, cfg.trainer.peak_tflops, cfg.trainer.peak_cache)
-    say(report.header(run, cfg, parts, data, info, tokens_per_step, peak, peak_source, state))
+    ctx = RunContext(run, info, parts, data, windows, state, tokens_per_step, peak, peak_source)
+    say(report.header(ctx))
     step = TrainStep(parts.compute_loss, batches, parts.optimizers, parts.autocast, cfg.trainer.grad_accum_steps,
                      cfg.optim.grad_clip, info.device, cfg.trainer.skip_nonfinite_steps)
-    checkpointer = Checkpointer(run, info, parts.raw_model, parts.optimizers, data.tokenizer_path, state)
-    log = Logger(run, info, parts.compute_loss, data, tokens_per_step, parts.raw_model.flops_per_token(cfg.trainer.seq_len),
-                 peak, state, report.config_dict(run.config_yaml))
-    validator = Validator(cfg, parts, windows, data, info, log, checkpointer, state)
+    checkpointer, log, validator = Checkpointer(ctx), Logger(ctx), Validator(ctx)
     stop, last_eval, signum, t0 = StopFlag(), None, None, run_state.clock()
     state.started = t0
     budget = TimeBudget(cfg.trainer.time_budget, state, info.device, log) if cfg.trainer.time_budget else None
@@ -84,7 +69,8 @@ def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
                 log.log_train(state, result.grad_norm, lr)
             if validator.should_validate(state.step):
                 with log.clock.paused("eval"):  # evaluation time is not training throughput
-                    last_eval = validator.validate(state)
+                    last_eval = validator.validate(state, log)
+                    keep_best_or_stop(last_eval, state, cfg.trainer, checkpointer, log)
             if checkpointer.should_save(state.step):
                 with log.clock.paused("save"):
                     checkpointer.save(state)
@@ -104,6 +90,18 @@ def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
             f"resume with: python train.py resume={run.run_dir}")
     return Outcome(state, last_eval, signum, checkpointer.last_path, state.tokens_seen - tokens_before,
                    run_state.clock() - t0)
+
+
+def keep_best_or_stop(ev: dict, state: RunState, trainer, checkpointer: Checkpointer, log: Logger) -> None:
+    """The run's policy on a validation: a new lowest bpb becomes checkpoints/best (trainer.keep_best), and
+    trainer.early_stopping evaluations in a row without one end the run at this step (saved as its last)."""
+    if state.improves_best(ev["val_bpb"]) and trainer.keep_best:  # the best is tracked either way
+        checkpointer.save_best(state)
+    if trainer.early_stopping and state.evals_since_best >= trainer.early_stopping:
+        state.stop_early()
+        log.write(f"step {state.step}: stopping early — no lower validation bpb in {state.evals_since_best} "
+                  f"evaluations (trainer.early_stopping); the best, {state.best_val_bpb:.4f} at step "
+                  f"{state.best_step}, is checkpoints/best")
 
 
 def _last_checkpoint(checkpointer: Checkpointer) -> str:

@@ -1,17 +1,15 @@
 """What the user reads at the start and the end of a run: the header (what will train, where, how) and
 the summary (what it reached, how fast, where the files are)."""
-import yaml
 
 from model.parametrization import describe
 from training.budget import PROBE_STEPS, WARMUP_STEPS
 from training.runtime.memory import memory_kind, peak_memory_bytes
 
 
-def config_dict(config_yaml: str) -> dict:
-    return yaml.safe_load(config_yaml)
-
-
-def header(run, cfg, parts, data, info, tokens_per_step, peak, peak_source, state) -> str:
+def header(ctx) -> str:
+    """The run's first lines: where it lives, the model, the data, the batch, the precision, the steps."""
+    run, cfg, parts, data, info, state = ctx.run, ctx.cfg, ctx.parts, ctx.data, ctx.info, ctx.state
+    tokens_per_step, peak, peak_source = ctx.tokens_per_step, ctx.peak, ctx.peak_source
     counts = parts.raw_model.param_counts()
     m = cfg.model
     return "\n".join([

@@ -1,7 +1,7 @@
 """The loop's validator: every trainer.eval_interval steps and at the end, the validation loss, perplexity
-and bits per byte (training/evaluation.py), per-layer activation RMS and a short sample; a new lowest bpb
-becomes checkpoints/best; and the per-layer RMS of the residual stream, via forward hooks attached only for
-the one batch that measures it, so training steps pay nothing."""
+and bits per byte (training/evaluation.py), per-layer activation RMS and a short sample, returned to the loop
+(which keeps the best and decides early stopping: training/loop.py); and the per-layer RMS of the residual
+stream, via forward hooks attached only for the one batch that measures it, so training steps pay nothing."""
 import itertools
 import time
 from typing import Callable, Dict, List, Optional
@@ -12,11 +12,10 @@ from training.evaluation import Windows, evaluate, score
 
 
 class Validator:
-    def __init__(self, cfg, parts, windows, data, info, log, checkpointer, state):
-        self.cfg, self.parts, self.data, self.info = cfg, parts, data, info
-        self.windows = Windows.from_tiles(windows) if isinstance(windows, torch.Tensor) else windows
-        self.log, self.checkpointer, self.state = log, checkpointer, state
-        self.interval = cfg.trainer.eval_interval
+    def __init__(self, ctx):  # a training/context.py RunContext
+        self.cfg, self.parts, self.data, self.info, self.state = ctx.cfg, ctx.parts, ctx.data, ctx.info, ctx.state
+        self.windows = Windows.from_tiles(ctx.windows) if isinstance(ctx.windows, torch.Tensor) else ctx.windows
+        self.interval = ctx.cfg.trainer.eval_interval
 
     def should_validate(self, step: int) -> bool:
         return step % self.interval == 0 or step == self.state.end
@@ -36,22 +35,16 @@ class Validator:
             (time_call(self.sample) if trainer.sample_tokens > 0 and parts.parallel != "fsdp" and self.info.is_main else 0.0)
         return n_batches * per_batch + extra
 
-    def validate(self, state) -> dict:
+    def validate(self, state, log) -> dict:
+        """The validation at this step: its row logged, its sample written; the result returned to the loop."""
         parts, trainer = self.parts, self.cfg.trainer
         ev = evaluate(parts.compute_loss, self.windows, trainer.micro_batch_size, parts.autocast, self.data.meta,
                       self.info)
         if trainer.activation_rms:  # every rank runs it: under FSDP the forward has collectives
             ev["act_rms"] = self.activation_rms()
-        self.log.log_eval(state.step, state.tokens_seen, ev)
+        log.log_eval(state.step, state.tokens_seen, ev)
         if trainer.sample_tokens > 0 and parts.parallel != "fsdp" and self.info.is_main:
-            self.log.write(self.sample())
-        if state.improves_best(ev["val_bpb"]) and trainer.keep_best:
-            self.checkpointer.save_best(state)
-        if trainer.early_stopping and state.evals_since_best >= trainer.early_stopping:
-            state.stop_early()  # the loop saves this step and ends
-            self.log.write(f"step {state.step}: stopping early — no lower validation bpb in {state.evals_since_best} "
-                           f"evaluations (trainer.early_stopping); the best, {state.best_val_bpb:.4f} at step "
-                           f"{state.best_step}, is checkpoints/best")
+            log.write(self.sample())
         return ev
 
     @torch.no_grad()

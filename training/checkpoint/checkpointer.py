@@ -23,12 +23,11 @@ from training.runtime.run_files import RunFiles
 class Checkpointer:
     """checkpoints/step_N every `interval` steps and at the run's end; checkpoints/best on request."""
 
-    def __init__(self, run, info: D.DistInfo, raw_model: torch.nn.Module, optimizers: list, tokenizer_path: Path,
-                 state):
-        self.run, self.info, self.raw_model, self.optimizers = run, info, raw_model, optimizers
-        self.tokenizer_path, self.state = tokenizer_path, state
-        self.interval, self.keep_last = run.cfg.trainer.ckpt_interval, run.cfg.trainer.keep_last
-        self.ckpt_root = RunFiles(run.run_dir).checkpoints
+    def __init__(self, ctx):  # a training/context.py RunContext
+        self.run, self.info, self.state = ctx.run, ctx.info, ctx.state
+        self.raw_model, self.optimizers, self.tokenizer_path = ctx.parts.raw_model, ctx.parts.optimizers, ctx.data.tokenizer_path
+        self.interval, self.keep_last = ctx.cfg.trainer.ckpt_interval, ctx.cfg.trainer.keep_last
+        self.ckpt_root = RunFiles(ctx.run.run_dir).checkpoints
         self.saved_step: Optional[int] = None  # the step of the last step_* checkpoint this run wrote
         self.last_path: Optional[Path] = None
 
