@@ -9,10 +9,13 @@ from typing import Dict, List, Sequence
 import numpy as np
 import torch
 
+from data import DataConfig
 from model import ModelConfig, Transformer
-from training.config import OptimConfig
-from training.loss import CausalLMLoss
-from training.optim import apply_schedule, build_optimizers
+from training.build import build
+from training.config import LoggerConfig, OptimConfig, TrainConfig, TrainerConfig
+from training.optim import apply_schedule
+from training.runtime.distributed import DistInfo
+from training.step import TrainStep
 
 LAYERS = ("embedding", "attention", "mlp", "logits")  # what each block part hands on, averaged over blocks
 
@@ -83,27 +86,45 @@ def coord_check(setup: CoordSetup, parametrization: str) -> CoordResult:
     return CoordResult(setup, parametrization, table(0), table(1))
 
 
+class _Batches:
+    """TrainStep's batches (training/step.py): step n's batch, whole (one micro-batch)."""
+
+    def __init__(self, batches):
+        self.batches = batches
+
+    def get(self, step: int, micro: int) -> tuple:
+        return self.batches[step][:, :-1], self.batches[step][:, 1:]
+
+
+def run_config(setup: CoordSetup, width: int, parametrization: str) -> TrainConfig:
+    """The width as a training run: fp32, eager, one process, constant LR, no clipping, no weight decay."""
+    optim = OptimConfig(name=setup.optimizer, lr=setup.lr, min_lr=setup.lr, warmup_steps=0, weight_decay=0.0,
+                        grad_clip=0.0)
+    trainer = TrainerConfig(device="cpu", precision="fp32", compile="false", parallel="none", time_budget=None,
+                            max_steps=setup.steps, micro_batch_size=setup.batch_size, seq_len=setup.seq_len)
+    return TrainConfig(model=setup.model_config(width, parametrization), data=DataConfig(), optim=optim,
+                       trainer=trainer, logger=LoggerConfig(wandb="disabled"), seed=setup.seed)
+
+
 def _train_width(setup: CoordSetup, width: int, parametrization: str, batches, probe) -> tuple:
-    """([{layer: RMS}], [{layer: RMS moved}]) after 0..steps updates of one width."""
-    torch.manual_seed(setup.seed)
-    model = Transformer(setup.model_config(width, parametrization))
-    loss_module = CausalLMLoss(model)
-    cfg = OptimConfig(name=setup.optimizer, lr=setup.lr, min_lr=setup.lr, warmup_steps=0, weight_decay=0.0)
-    optimizers = build_optimizers(loss_module, cfg, "cpu")
+    """([{layer: RMS}], [{layer: RMS moved}]) after 0..steps updates of one width: built by training/build.py and
+    stepped by TrainStep, as train.py's runs are."""
+    cfg = run_config(setup, width, parametrization)
+    info = DistInfo()
+    parts = build(cfg, info, say=lambda *a: None)
+    model = parts.raw_model
+    step = TrainStep(parts.compute_loss, _Batches(batches), parts.optimizers, parts.autocast, 1, cfg.optim.grad_clip,
+                     info.device)
     init = _activations(model, probe[:, :-1])
     rms, moved = [], []
-    for step in range(setup.steps + 1):
-        acts = init if step == 0 else _activations(model, probe[:, :-1])
+    for t in range(setup.steps + 1):
+        acts = init if t == 0 else _activations(model, probe[:, :-1])
         rms.append({layer: _rms(a) for layer, a in acts.items()})
         moved.append({layer: _rms(a - init[layer]) for layer, a in acts.items()})
-        if step == setup.steps:
+        if t == setup.steps:
             break
-        apply_schedule(optimizers, step, cfg, setup.steps)  # the lr_scale of every group, as in training
-        batch = batches[step]
-        loss_module(batch[:, :-1], batch[:, 1:]).backward()
-        for optimizer in optimizers:
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+        apply_schedule(parts.optimizers, t, cfg.optim, setup.steps)  # the lr_scale of every group, as in training
+        step(t)
     return rms, moved
 
 
