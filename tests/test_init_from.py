@@ -141,3 +141,9 @@ def test_resolve_config_returns_the_start(pretrained):
     assert resolved.resume is None and resolved.init.path == pretrained / "checkpoints" / "step_0000060"
     with pytest.raises(ConfigError):
         resolve_config(compose(["debug=tiny", f"init_from={pretrained}", f"resume={pretrained}"]))
+
+
+def test_a_missing_source_is_one_line_naming_what_init_from_takes():
+    with pytest.raises(CheckpointError, match=r"^init_from=/nonexistent does not exist; pass a checkpoint directory, a "
+                                              r"run directory, 'latest', 'best' or a Hugging Face Llama directory$"):
+        compose_run_config(["debug=tiny", "init_from=/nonexistent"])

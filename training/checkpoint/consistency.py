@@ -7,7 +7,7 @@ wrong model. Each check ends in one line naming the files that disagree.
 import dataclasses
 import json
 from pathlib import Path
-from typing import List
+from typing import Callable, List, Tuple
 
 import torch
 import yaml
@@ -15,7 +15,8 @@ from safetensors import SafetensorError, safe_open
 
 from model import ModelConfig, Transformer
 from training.checkpoint.errors import CheckpointError
-from training.checkpoint.format import TIED_KEY, load_model_config
+from training.checkpoint.format import TIED_KEY, load_model_config, resolve_checkpoint
+from training.checkpoint.manifest import verify as verify_files
 from training.runtime.run_files import CONFIG, read_config
 
 # Model fields a resumed run may change: they shape no weight and change no learned function.
@@ -32,6 +33,17 @@ def check_checkpoint_consistency(ckpt: Path) -> ModelConfig:
         raise CheckpointError(f"checkpoint {ckpt} contradicts itself: {'; '.join(problems)}; the files were edited "
                               "or come from different runs: restore them, or use another checkpoint")
     return cfg
+
+
+def open_checkpoint(path: str, outputs_dir: str = "outputs", verify: bool = True,
+                    warn: Callable[[str], None] = lambda message: None) -> Tuple[Path, ModelConfig]:
+    """(checkpoint, its model config) for `path` (a checkpoint, a run dir, `latest`, `best`): its files verified
+    against manifest.json unless `verify` is off, then checked against each other — what every loader does
+    before it trusts anything (load_model, a resume, init_from)."""
+    ckpt = resolve_checkpoint(path, outputs_dir)
+    if verify:
+        verify_files(ckpt, warn=warn)  # bit rot, edits, missing or unlisted files
+    return ckpt, check_checkpoint_consistency(ckpt)
 
 
 def check_resume_fits(ckpt: Path, run_model: ModelConfig) -> None:

@@ -19,12 +19,10 @@ import torch
 
 from data.tokenizer import SPECIAL_TOKENS_FILE, file_hash
 from model import ModelConfig
-from training.checkpoint.consistency import (RESUMABLE_CHANGES, architecture_changes, check_checkpoint_consistency,
-                                             same_json)
+from training.checkpoint.consistency import RESUMABLE_CHANGES, architecture_changes, open_checkpoint, same_json
 from training.checkpoint.errors import CheckpointError
-from training.checkpoint.format import TOKENIZER, checkpoint_step, resolve_checkpoint
+from training.checkpoint.format import TOKENIZER, checkpoint_step
 from training.checkpoint.load import read_weights
-from training.checkpoint.manifest import verify as verify_files
 
 
 @dataclass(frozen=True)
@@ -37,10 +35,10 @@ class InitFrom:
     @classmethod
     def open(cls, path: str, outputs_dir: str = "outputs", verify: bool = True, source: Optional[str] = None,
              warn: Callable[[str], None] = lambda message: None) -> "InitFrom":
-        ckpt = resolve_checkpoint(path, outputs_dir)
-        if verify:
-            verify_files(ckpt, warn=warn)
-        return cls(ckpt, check_checkpoint_consistency(ckpt), source or path)
+        if not Path(path).exists() and path not in ("latest", "best"):
+            raise CheckpointError(f"init_from={path} does not exist; pass a checkpoint directory, a run directory, "
+                                  "'latest', 'best' or a Hugging Face Llama directory")
+        return cls(*open_checkpoint(path, outputs_dir, verify, warn), source or path)
 
     def describe(self) -> str:
         """For the header: where the weights come from."""

@@ -10,12 +10,10 @@ import torch
 from safetensors.torch import load_file
 
 from model import Transformer
-from training.checkpoint.manifest import verify as verify_files
-from training.checkpoint.consistency import check_checkpoint_consistency
+from training.checkpoint.consistency import open_checkpoint
 from training.checkpoint.run_state import read_state
 from training.checkpoint.errors import CheckpointError, first_line
-from training.checkpoint.format import (OPTIMIZER, RNG, TIED_KEY, TOKENIZER, WEIGHTS, nonfinite_tensors,
-                                        resolve_checkpoint)
+from training.checkpoint.format import OPTIMIZER, RNG, TIED_KEY, TOKENIZER, WEIGHTS, nonfinite_tensors
 
 
 def read_weights(model: Transformer, ckpt: Path) -> Dict[str, torch.Tensor]:
@@ -55,10 +53,7 @@ def load_model(path: str, device: str | torch.device = "cpu", dtype: torch.dtype
     files verified against manifest.json (unless `verify` is off), then checked against each other."""
     from tokenizers import Tokenizer  # imported here so checkpoint saving does not need it
 
-    ckpt = resolve_checkpoint(path)
-    if verify:
-        verify_files(ckpt, warn=lambda message: print(message, file=sys.stderr))
-    cfg = check_checkpoint_consistency(ckpt)
+    ckpt, cfg = open_checkpoint(path, verify=verify, warn=lambda message: print(message, file=sys.stderr))
     tokenizer = Tokenizer.from_file(str(ckpt / TOKENIZER))  # readable: checked above
     model = Transformer(cfg)
     load_weights(model, ckpt)

@@ -16,11 +16,10 @@ import torch
 
 from model import ModelConfig
 from training.checkpoint.cleanup import move_aside_later_checkpoints
-from training.checkpoint.consistency import check_checkpoint_consistency, check_resume_fits, check_resume_tokenizer
+from training.checkpoint.consistency import check_resume_fits, check_resume_tokenizer, open_checkpoint
 from training.checkpoint.errors import CheckpointError, first_line
-from training.checkpoint.format import resolve_checkpoint, run_dir_of
+from training.checkpoint.format import run_dir_of
 from training.checkpoint.load import load_optimizer_and_rng, read_weights, restore_rng
-from training.checkpoint.manifest import verify as verify_files
 from training.checkpoint.run_state import RunState, read_state
 from training.checkpoint.state_dicts import load_full_state
 from training.optim.schedule import lr_at
@@ -38,10 +37,7 @@ class Resume:
     @classmethod
     def open(cls, path: str, outputs_dir: str = "outputs", verify: bool = True,
              warn: Callable[[str], None] = lambda message: None) -> "Resume":
-        ckpt = resolve_checkpoint(path, outputs_dir)
-        if verify:
-            verify_files(ckpt, warn=warn)  # bit rot, edits, missing files
-        model = check_checkpoint_consistency(ckpt)  # its files must agree before anything trusts them
+        ckpt, model = open_checkpoint(path, outputs_dir, verify, warn)
         try:
             fields = read_state(ckpt)
         except (OSError, ValueError) as e:
