@@ -41,10 +41,22 @@ def test_bf16_needs_the_margin_not_just_a_win():
 def test_the_measurement_times_the_runs_shapes_where_bf16_is_in_hardware_and_one_small_matmul_where_emulated():
     shapes = [(4096, 64, 96), (4096, 64, 96), (8, 32, 16)]
     full = P.measure(shapes, full=True)
-    assert full.what == "the run's 2 matmul shapes, best of 11 interleaved rounds"  # repeated shapes once
+    assert full.what == "the run's 2 matmul shapes, best of 11 interleaved rounds of one thread's CPU time"  # once each
     assert full.bf16_s > 0 and full.fp32_s > 0
     small = P.measure(shapes, full=False)
-    assert small.what.startswith("one 256³ matmul") and small.what.endswith("best of 3 interleaved rounds")
+    assert small.what.startswith("one 256³ matmul") and small.what.endswith("best of 3 interleaved rounds of one thread's CPU time")
+
+
+def test_the_timed_thread_does_the_work_and_the_thread_count_comes_back(monkeypatch):
+    """The timing is this thread's CPU time, so the matmuls must run on it: were they handed to worker threads,
+    the clock would see only their dispatch. No core does a 256³ fp32 matmul (33.5 MFLOP) at 1 TFLOP/s, so a
+    round under 33 µs of this thread's time means the work ran elsewhere."""
+    before, run, threads = torch.get_num_threads(), P._run, set()
+    monkeypatch.setattr(P, "_run", lambda pairs, repeats: threads.add(torch.get_num_threads()) or run(pairs, repeats))
+    timing = P.measure([(256, 256, 256)], full=True)
+    assert threads == {1}  # with two threads, half the work would run where this clock cannot see it
+    assert timing.fp32_s > 2 * 256 ** 3 / 1e12 and timing.bf16_s > 2 * 256 ** 3 / 1e12
+    assert torch.get_num_threads() == before
 
 
 def test_each_dtype_is_timed_by_its_least_disturbed_round(monkeypatch):

@@ -15,13 +15,15 @@ PRECISIONS = ("auto", "bf16", "fp32")
 
 # bf16 must measure at least this much faster than fp32 to be chosen: at parity bf16 only loses precision.
 BF16_MARGIN = 1.2
-# Each dtype's time is its best round of ROUNDS, fp32 and bf16 interleaved. Another process can only add time
-# to a round, so the least disturbed one is the dtype's speed: on a 2-core AMD EPYC with AVX512-BF16 (idle:
-# bf16 2.5× faster), beside three busy processes, 30 decisions measured 2.05-4.9× this way and 1.3-3.5× as
-# a median of rounds (one median of 7 fell to 1.20×, and auto flipped to fp32).
+# Each dtype's time is the CPU time of its best round of ROUNDS, fp32 and bf16 interleaved, on one thread. What
+# is asked is how fast this CPU's kernels run bf16, and a busy machine must not change the answer: wall time
+# with two threads counts every time slice another process takes, and a thread waiting for its descheduled
+# partner. On a 2-core AMD EPYC with AVX512-BF16 (idle: bf16 2.2-2.4× faster), beside two busy processes, 40
+# decisions measured 2.0-2.5× this way; two threads' wall time (best of 11 rounds) gave 1.1-4.2×, and fp32
+# once in 40.
 ROUNDS = 11
-ROUND_S = 0.005  # each dtype's share of a round lasts at least this long: above a scheduler time slice's noise
-MAX_ROWS = 1024  # the run's matmuls with at most this many rows (tokens): the shapes' kernels, not their length
+ROUND_S = 0.005  # each dtype's share of a round lasts at least this long: well above the clock's resolution
+MAX_ROWS = 512  # the run's matmuls with at most this many rows (tokens): the shapes' kernels, not their length
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,7 @@ class Timing:
     """Seconds of one round of the run's matmuls in each dtype (its best round), and how it was measured."""
     bf16_s: float
     fp32_s: float
-    what: str  # e.g. "the run's 6 matmul shapes, best of 11 interleaved rounds"
+    what: str  # e.g. "the run's 4 matmul shapes, best of 11 interleaved rounds"
 
     @property
     def speedup(self) -> float:
@@ -76,14 +78,24 @@ DEFAULT_SHAPES = ((4096, 192, 192), (4096, 192, 1024), (4096, 512, 192), (4096, 
 
 
 def measure(shapes: Sequence[tuple], full: bool = True) -> Timing:
-    """Time the matmuls `shapes` in fp32 and bf16, interleaved. `full=False` (bf16 emulated, where the run's
-    shapes would take seconds) times one 256³ matmul per dtype instead: emulation shows at any size.
+    """Time the matmuls `shapes` in fp32 and bf16, interleaved, on one thread, in CPU time. `full=False` (bf16
+    emulated, where the run's shapes would take seconds) times one 256³ matmul per dtype instead: emulation
+    shows at any size.
     Operands come from a private generator: the training RNG stream is untouched (resume stays bitwise)."""
     if not full:
         shapes, what = [(256, 256, 256)], "one 256³ matmul (the run's shapes would take seconds emulated)"
     else:
         shapes = [(min(m, MAX_ROWS), k, n) for m, k, n in dict.fromkeys(shapes)]
         what = f"the run's {len(shapes)} matmul shape{'s' * (len(shapes) > 1)}"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the calling thread does all the work, so its CPU time is the work's
+    try:
+        return _measure(shapes, what, full)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _measure(shapes: list, what: str, full: bool) -> Timing:
     gen = torch.Generator().manual_seed(0)
     operands = {dtype: [(torch.randn(m, k, generator=gen).to(dtype), torch.randn(k, n, generator=gen).to(dtype))
                         for m, k, n in shapes] for dtype in (torch.float32, torch.bfloat16)}
@@ -98,15 +110,16 @@ def measure(shapes: Sequence[tuple], full: bool = True) -> Timing:
             times[dtype].append(_run(operands[dtype], repeats[dtype]) / repeats[dtype])
     rounds = len(times[torch.float32])
     return Timing(bf16_s=min(times[torch.bfloat16]), fp32_s=min(times[torch.float32]),
-                  what=f"{what}, best of {rounds} interleaved rounds")
+                  what=f"{what}, best of {rounds} interleaved rounds of one thread's CPU time")
 
 
 def _run(pairs: list, repeats: int) -> float:
-    start = time.perf_counter()
+    """CPU seconds this thread spent on `repeats` rounds of the matmuls `pairs`: time descheduled is not counted."""
+    start = time.thread_time()
     for _ in range(repeats):
         for a, b in pairs:
             a @ b
-    return time.perf_counter() - start
+    return time.thread_time() - start
 
 
 def resume_precision(requested: str, device: torch.device, trained_in: Optional[str], step: int,
