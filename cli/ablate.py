@@ -148,9 +148,13 @@ def main(argv=None) -> int:
     proto = open_protocol(args)
     models, budgets = validate(proto.spec, typed_config)
     values = cell_values(proto.spec, override_values)
+    probe_steps = args.probe_steps if args.probe_steps is not None else (0 if args.dry_run else PROBE_STEPS)
+    # A dry run writes nothing, not even its plan (a directory left behind would be a protocol begun); one
+    # told to time (--probe-steps N) writes its timing runs, and the manifest that names them.
+    proto.writes = not (args.dry_run and probe_steps == 0 and not args.report_only)
     proto.save(models=models)
-    print(("resuming " if proto.resumed else "protocol directory: ") + str(proto.dir))
+    print(("resuming " if proto.resumed else "protocol directory: ") + str(proto.dir)
+          + ("" if proto.writes else " (a dry run: nothing is written)"))
     if args.report_only:
         return report(proto)
-    probe_steps = args.probe_steps if args.probe_steps is not None else (0 if args.dry_run else PROBE_STEPS)
     return run_stages(proto, budgets, values, probe_steps, args.dry_run)

@@ -33,10 +33,13 @@ class Protocol:
         self.launcher = launcher or (stored or {}).get("launcher_overrides", [])
         self.resumed = stored is not None
         self.runs_dir = self.dir / "runs"
+        self.writes = True  # False for a dry run: the manifest is kept in memory only
 
     def save(self, **fields) -> None:
         self.data.update(fields, spec=self.spec.to_dict(), launcher_overrides=self.launcher,
                          command=self.command)
+        if not self.writes:
+            return
         self.dir.mkdir(parents=True, exist_ok=True)
         manifest.save(self.dir, self.data)
 
