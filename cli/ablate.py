@@ -71,7 +71,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--probe-steps", type=int, default=None, help="steps of the timing run per size before "
                    "the cost is printed (default 10, and 0 with --dry-run: a dry run trains nothing unless told "
                    "to time; 0: no timing run, the cost is estimated once stage 1 has runs)")
-    p.add_argument("--dry-run", action="store_true", help="print the plan and its cost, then stop")
+    p.add_argument("--dry-run", action="store_true", help="print the plan, its power and (once timed) its cost; "
+                   "write nothing")
     p.add_argument("--report-only", action="store_true", help="only write the report from what has finished")
     return p.parse_intermixed_args(argv)  # overrides may come before, between or after the options
 

@@ -1,40 +1,27 @@
 """Every `python train.py …` command that README.md and docs/ show composes into a run train.py would start:
 its overrides pass every check resolve_config makes, and its model builds (on the meta device). A documented
 command that ends in `error:` as written fails here, not in a newcomer's terminal."""
-import re
-import shlex
-from pathlib import Path
-
 import pytest
 
 from cli.config import check_override_keys, compose_run_config
+from tests.doc_commands import DOCS, fenced_python_commands, has_placeholder
 from training.build import run_matmul_shapes
-
-REPO = Path(__file__).resolve().parents[1]
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 
 
 def documented_train_commands(paths=DOCS) -> list:
-    """(where, overrides) of each `python train.py` line in a code block. Left out: `resume=` and `init_from=`
+    """(where, overrides) of each `python train.py` command in a code block. Left out: `resume=` and `init_from=`
     (they need a run on disk: test_faults.py, test_init_from.py cover them) and placeholders like `<run>` or `…`.
     A sweep (`-m k=a,b`) is checked as its first job."""
     found = []
-    for path in paths:
-        in_code = False
-        for number, line in enumerate(path.read_text().splitlines(), 1):
-            if line.lstrip().startswith("```"):
-                in_code = not in_code
-                continue
-            command = re.sub(r"^\s*(\.venv/bin/)?python ", "python ", line)
-            if not in_code or not command.startswith("python train.py"):
-                continue
-            words = shlex.split(command, comments=True)[2:]
-            if any(w.startswith(("resume=", "init_from=")) or "<" in w or "…" in w for w in words):
-                continue
-            if "-m" in words:  # a sweep: each of its jobs composes like its first one
-                words = [w if "=" not in w else w.split(",")[0] for w in words if w != "-m"]
-            where = path.relative_to(REPO) if REPO in path.parents else path.name
-            found.append((f"{where}:{number}", words))
+    for where, words in fenced_python_commands(paths):
+        if words[:1] != ["train.py"]:
+            continue
+        words = words[1:]
+        if any(w.startswith(("resume=", "init_from=")) for w in words) or has_placeholder(words):
+            continue
+        if "-m" in words:  # a sweep: each of its jobs composes like its first one
+            words = [w if "=" not in w else w.split(",")[0] for w in words if w != "-m"]
+        found.append((where, words))
     return found
 
 
