@@ -1,4 +1,5 @@
 """The token cache: a second run is instant, any change that alters the tokens misses, a crash leaves nothing valid."""
+import contextlib
 import dataclasses
 import os
 import subprocess
@@ -32,6 +33,28 @@ def test_second_run_is_a_cache_hit(tmp_path, corpus, monkeypatch):
     assert second.dir == first.dir and second.meta == first.meta
     assert os.stat(second.dir / "train.bin").st_mtime_ns == stamp and "using cache" in messages[0]
     assert sorted(p.name for p in first.dir.iterdir()) == ["meta.json", "tokenizer.json", "train.bin", "val.bin"]
+
+
+def test_a_waiter_reads_the_cache_built_while_it_waited(tmp_path, corpus, monkeypatch):
+    """A miss takes the build lock; whoever held it may have built this very cache meanwhile (the other rank of
+    a torchrun job, a run started beside this one). The waiter must find it and build nothing. Here the other
+    builder runs, start to end, at the moment this process asks for the lock — every time, not only when a real
+    race goes that way: dropping the re-check under the lock passed the whole suite in 2 runs of 5."""
+    real_build, real_lock, builds, others = data.preparation._build, data.preparation._build_lock, [], []
+    monkeypatch.setattr(data.preparation, "_build", lambda *a, **k: builds.append(1) or real_build(*a, **k))
+
+    @contextlib.contextmanager
+    def lock_after_another_builder(cache_root, warn):
+        monkeypatch.setattr(data.preparation, "_build_lock", real_lock)  # the other builder's own, plain lock
+        others.append(prepare(config(tmp_path, corpus), **QUIET))
+        assert builds == [1]  # it missed and built
+        with real_lock(cache_root, warn):
+            yield
+
+    monkeypatch.setattr(data.preparation, "_build_lock", lock_after_another_builder)
+    mine, (other,) = prepare(config(tmp_path, corpus), **QUIET), others
+    assert builds == [1] and mine.dir == other.dir and mine.meta == other.meta  # nothing built twice
+    assert cache_entries(tmp_path / "cache") == [other.dir.name]
 
 
 @pytest.mark.parametrize("change", [dict(vocab_size=300), dict(val_fraction=0.1), dict(seed=1),
