@@ -304,6 +304,30 @@ def test_a_changed_setup_is_not_resumed_into_the_same_directory(finished, capsys
     assert status == 1 and "was started with train.py overrides" in capsys.readouterr().err
 
 
+def test_a_dry_run_prices_the_plan_from_the_protocols_stored_throughput(tmp_path, capsys):
+    """Before anything has run, a dry run's cost comes from planning_tokens_per_s (a timing run on one machine,
+    named in the output): per run, the budget's tokens at that rate plus its evals. An override that changes
+    what a step costs leaves the cost unknown rather than wrong; nothing is written either way."""
+    from analysis.ablation import cost
+    from analysis.ablation.protocol import Spec
+    from cli.ablate import typed_config, validate
+    spec = {**PROTOCOL, "planning_tokens_per_s": {"base": 1000.0}, "planning_tokens_per_s_source": "a test machine"}
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(spec))
+    args = ["--protocol", str(tmp_path / "p.yaml"), "--dir", str(tmp_path / "p"), "--dry-run"]
+    assert main([*args, "trainer.max_steps=50"]) == 0
+    out = capsys.readouterr().out
+    budget = validate(Spec(**spec, train_overrides=["trainer.max_steps=50"]), typed_config)[1]["base"]
+    seconds = budget.max_steps * budget.tokens_per_step / 1000 + budget.evals * budget.eval_tokens / 3 / 1000 + 3
+    assert cost.seconds_at(budget, 1000.0) == pytest.approx(seconds)
+    assert re.search(rf"^base +[\d.]+M +{seconds:.0f} s ", out, re.M), out
+    assert "per-run time from the protocol's stored throughput, a test machine (another machine may be" in out
+    assert main([*args, "trainer.micro_batch_size=2"]) == 0  # another step: the stored rate does not hold
+    assert "per-run time from nothing yet" in capsys.readouterr().out
+    assert not (tmp_path / "p").exists()
+    with pytest.raises(ValueError, match="planning_tokens_per_s: base: -1.0 must be > 0"):
+        Spec(**{**spec, "planning_tokens_per_s": {"base": -1}})
+
+
 def test_a_dry_run_trains_nothing_unless_told_to_time(tmp_path, capsys):
     """`--dry-run` once trained timing runs for minutes and left their directories; now it prints the plan and
     trains nothing — `--probe-steps N` with it asks for the timing run (docs/ablation/README.md's example)."""

@@ -49,11 +49,15 @@ def run_seconds(budget: Budget, runs: Sequence[Run]) -> Optional[float]:
     rates = [r for r in map(tokens_per_s, runs) if r]
     if not rates:
         return None
-    tps = statistics.median(rates)
-    train_s = budget.max_steps * budget.tokens_per_step / tps
     measured = [e for e in map(eval_seconds, runs) if e is not None]
-    per_eval = statistics.median(measured) if measured else budget.eval_tokens * EVAL_COST / tps
-    return train_s + budget.evals * per_eval + JOB_OVERHEAD_S
+    return seconds_at(budget, statistics.median(rates), statistics.median(measured) if measured else None)
+
+
+def seconds_at(budget: Budget, tps: float, per_eval: Optional[float] = None) -> float:
+    """Seconds one run of `budget` takes at `tps` training tokens/s; each eval `per_eval` seconds, or its
+    FLOP estimate at that throughput."""
+    per_eval = budget.eval_tokens * EVAL_COST / tps if per_eval is None else per_eval
+    return budget.max_steps * budget.tokens_per_step / tps + budget.evals * per_eval + JOB_OVERHEAD_S
 
 
 @dataclass

@@ -49,6 +49,11 @@ class Spec:
     planning_sd: Optional[float] = None  # bpb: spread of per-seed paired differences the plan assumes
     planning_sd_source: str = ""  # where planning_sd was measured (--spread-from fills it in)
     max_seeds: int = 10  # seeds: auto never plans more
+    # The cost a dry run prints before anything here has run: size → training tokens/s a timing run measured
+    # on one machine (planning_tokens_per_s_source names it). Another machine may be 2-4× off; a protocol's
+    # own runs, or --probe-steps N, replace it.
+    planning_tokens_per_s: Dict[str, float] = field(default_factory=dict)
+    planning_tokens_per_s_source: str = ""
     # μP transfer (docs/mup.md): a size whose stage-1 LRs every size reuses — the LR sweep runs only there,
     # every cell trains under model.parametrization=mup with that size's width as the base. Sizes must then
     # differ in width alone: μP makes the best LR width-independent, not depth-independent.
@@ -116,6 +121,9 @@ class Spec:
         _require(self.target_mde > 0, f"target_mde={self.target_mde} must be > 0 (bpb)")
         _require(self.planning_sd is None or self.planning_sd > 0, f"planning_sd={self.planning_sd} must be > 0")
         _require(self.max_seeds >= MIN_SEEDS, f"max_seeds={self.max_seeds} must be >= {MIN_SEEDS}")
+        self.planning_tokens_per_s = {str(k): float(v) for k, v in (self.planning_tokens_per_s or {}).items()}
+        for size, rate in self.planning_tokens_per_s.items():
+            _require(rate > 0, f"planning_tokens_per_s: {size}: {rate} must be > 0 (training tokens per second)")
 
     def _check_transfer(self) -> None:
         if self.transfer_from is None:

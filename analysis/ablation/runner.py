@@ -137,7 +137,7 @@ def measure(proto: Protocol, budgets: dict, probe_steps: int, values: dict) -> t
     states = proto.states(probes, probe_dir)
     if not all(s.state == C.FINISHED for s in states.values()):
         if probe_steps <= 0:
-            return {size: None for size in spec.sizes}, "nothing yet (no timing run: --probe-steps N times each size first)"
+            return stored_estimate(spec, budgets)
         print(f"timing run: {probe_steps} steps of {spec.reference} at each size, to estimate the cost", flush=True)
         extra = [f"trainer.max_steps={probe_steps}", f"trainer.eval_interval={probe_steps}",
                  f"trainer.ckpt_interval={probe_steps}", f"trainer.log_interval={max(1, probe_steps // 5)}",
@@ -150,6 +150,22 @@ def measure(proto: Protocol, budgets: dict, probe_steps: int, values: dict) -> t
     steps = {s.run.max_steps for s in states.values()}.pop()
     return ({s.cell.size: cost.run_seconds(budgets[s.cell.size], [s.run]) for s in states.values()},
             f"a {steps}-step timing run of each size")
+
+
+# Overrides that change what a run costs in steps, not what a step costs: a stored throughput still holds.
+SAME_THROUGHPUT = ("trainer.max_steps", "trainer.max_epochs", "trainer.eval_interval", "trainer.ckpt_interval",
+                   "trainer.log_interval", "data.cache_dir", "logger.")
+
+
+def stored_estimate(spec, budgets: dict) -> tuple:
+    """({size: seconds per run or None}, source) from the protocol's stored throughput (planning_tokens_per_s),
+    where it covers every size and no override changes what a step costs; else nothing."""
+    stored = spec.planning_tokens_per_s
+    if set(spec.sizes) <= set(stored) and all(o.split("=")[0].startswith(SAME_THROUGHPUT) for o in spec.train_overrides):
+        return ({size: cost.seconds_at(budgets[size], stored[size]) for size in spec.sizes},
+                f"the protocol's stored throughput, {spec.planning_tokens_per_s_source} (another machine may be 2-4× "
+                "off: --probe-steps 10 times each size here)")
+    return {size: None for size in spec.sizes}, "nothing yet (no timing run: --probe-steps N times each size first)"
 
 
 def print_cost(proto: Protocol, seconds: dict, source: str, before: str = "stage1") -> None:
