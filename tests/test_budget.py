@@ -14,36 +14,10 @@ from safetensors.torch import load_file
 
 from tests.fault_injection import step_clock
 from tests.train_helpers import read_metrics, run_dirs, run_faulty, train_in_process
-from training.budget import MIN_WINDOW_STEPS, PROBE_STEPS, WARMUP_STEPS, Costs, events_between, steps_for_budget
+from training.budget import MIN_WINDOW_STEPS, PROBE_STEPS, WARMUP_STEPS
 from training.config import OptimConfig
 from training.optim.schedule import lr_at, planned_lr_at, wsd_decay_start
 from training.checkpoint.run_state import read_state
-
-
-def test_events_between_counts_multiples_in_the_half_open_interval():
-    assert events_between(0, 10, 5) == 2 and events_between(5, 10, 5) == 1 and events_between(6, 9, 5) == 0
-
-
-def test_the_most_steps_that_fit_the_budget_with_their_evals_and_checkpoints():
-    costs = Costs(step=1.0, eval=10.0, save=5.0)
-    # Spent 20 s by step 13; evals every 100, checkpoints every 50, each run also ends with both.
-    n = steps_for_budget(600.0, 20.0, 13, costs, eval_interval=100, ckpt_interval=50)
-    def total(m):
-        evals = events_between(13, m, 100) + (m % 100 != 0)
-        saves = events_between(13, m, 50) + (m % 50 != 0)
-        return 20 + (m - 13) + 10 * evals + 5 * saves
-    assert total(n) <= 600 < total(n + 1)
-    assert n == 13 + (600 - 20) - 10 * 5 - 5 * 10  # 500 steps later: 5 evals, 10 checkpoints
-
-
-def test_a_plan_made_at_an_evaluation_step_counts_that_evaluation_still_to_come():
-    # At step 100 (an eval and a checkpoint are due after the plan): 100 s left, steps of 1 s, eval 10 s, save 5 s.
-    n = steps_for_budget(200.0, 100.0, 100, Costs(1.0, 10.0, 5.0), eval_interval=100, ckpt_interval=100)
-    assert n == 100 + 100 - 2 * (10 + 5)  # the evaluation and checkpoint at 100, and the final ones at n
-
-
-def test_a_probe_that_used_up_the_budget_ends_the_run_where_it_is():
-    assert steps_for_budget(10.0, 30.0, 13, Costs(1.0, 1.0, 1.0), 100, 100) == 13
 
 
 COSINE = OptimConfig(lr=1e-2, min_lr=1e-3, warmup_steps=10)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from training.checkpoint import run_state
+from training.runtime.loop_cost import LoopCost
 from training.runtime import distributed as D
 
 WARMUP_STEPS = 3  # compiling happens at the first step; the next two settle the caches
@@ -29,42 +30,12 @@ UNPLANNED_END = 10 ** 9
 
 
 @dataclass
-class Costs:
-    """Seconds the rest of the run will spend, per event, as measured."""
-    step: float
-    eval: float  # one validation (all its batches, the activation RMS batch, the sample)
-    save: float  # one checkpoint
-
-
-@dataclass
 class Mark:
     """Where a speed window starts: the step, the clock, and the clock's paused and compiling seconds then."""
     step: int
     wall: float
     paused: dict
     compile_s: float
-
-
-def events_between(first: int, last: int, interval: int) -> int:
-    """Multiples of `interval` in (first, last]."""
-    return last // interval - first // interval
-
-
-def steps_for_budget(budget_s: float, spent_s: float, at_step: int, costs: Costs, eval_interval: int,
-                     ckpt_interval: int) -> int:
-    """The most steps whose whole run — the `spent_s` seconds to `at_step`, then the remaining steps, their
-    evaluations and checkpoints (those due at `at_step` itself included: a plan is made before them), the
-    final ones included — fits `budget_s`. At least `at_step` (a run past its budget ends where it is)."""
-    def total(n: int) -> float:
-        evals = events_between(at_step - 1, n, eval_interval) + (n % eval_interval != 0)
-        saves = events_between(at_step - 1, n, ckpt_interval) + (n % ckpt_interval != 0)
-        return spent_s + (n - at_step) * costs.step + evals * costs.eval + saves * costs.save
-
-    lo, hi = at_step, max(at_step + 1, at_step + int(2 * budget_s / max(costs.step, 1e-9)) + 1)
-    while lo < hi:  # total() grows with n: the largest n with total(n) <= budget_s
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if total(mid) <= budget_s else (lo, mid - 1)
-    return lo
 
 
 class TimeBudget:
@@ -97,27 +68,30 @@ class TimeBudget:
         if not (state.step >= self.next_plan or at_eval) or state.step >= state.max_steps or state.step == self.mark.step:
             return
         now = self._mark(state.step, log)
-        costs = self._costs(now, validator, checkpointer, state)
-        trainer = validator.cfg.trainer
         spent = state.elapsed_s()
-        decided = steps_for_budget(self.budget_s, spent, state.step, costs, trainer.eval_interval, trainer.ckpt_interval)
-        gap_s = min(REPLAN_SHARE * self.budget_s, (decided - state.step) * costs.step / 2)
-        next_plan = state.step + max(MIN_WINDOW_STEPS, math.ceil(gap_s / max(costs.step, 1e-9)))
+        costs = self._costs(now, validator, checkpointer, state, spent)
+        trainer = validator.cfg.trainer
+        # The whole run within the budget: what is spent, then the steps after this one, their evaluations and
+        # checkpoints (those due at this step included: the plan comes before them), the final ones included.
+        decided = costs.most_steps_within(self.budget_s, trainer.eval_interval, trainer.ckpt_interval, start=state.step)
+        gap_s = min(REPLAN_SHARE * self.budget_s, (decided - state.step) * costs.step_s / 2)
+        next_plan = state.step + max(MIN_WINDOW_STEPS, math.ceil(gap_s / max(costs.step_s, 1e-9)))
         # Every rank ends at the same step and plans at the same steps (rank 0's clock may differ).
         decided, later = D.agree_max([decided, -next_plan], info)
         before = state.max_steps if state.plans else None
         self.mark, self.next_plan, self.last_plan = now, -later, state.step
-        state.plan_budget(self.minutes, decided, costs.step, spent, self.next_plan)
+        state.plan_budget(self.minutes, decided, costs.step_s, spent, self.next_plan)
         log.set_total(decided)
         if before is None:
             log.write(describe(self.minutes, decided, costs, tokens_per_step, self.first_step))
         elif abs(decided - before) >= NOTE_CHANGE * before:
             log.write(f"time budget: re-planned at step {state.step}: {decided:,} steps (was {before:,}) at "
-                      f"{tokens_per_step / costs.step:,.0f} tok/s, {spent / 60:.2f} of {self.minutes:g} min spent")
+                      f"{tokens_per_step / costs.step_s:,.0f} tok/s, {spent / 60:.2f} of {self.minutes:g} min spent")
 
-    def _costs(self, now: Mark, validator, checkpointer, state) -> Costs:
-        """The step's seconds since the last mark (its evaluations, checkpoints and compiling taken out); an
-        evaluation's and a checkpoint's from those the window saw, else measured once (the probe)."""
+    def _costs(self, now: Mark, validator, checkpointer, state, spent_s: float) -> LoopCost:
+        """The rest of the run's costs: the step's seconds since the last mark (its evaluations, checkpoints and
+        compiling taken out); an evaluation's and a checkpoint's from those the window saw, else measured once
+        (the probe); and `spent_s`, the seconds already spent."""
         last, steps = self.mark, max(now.step - self.mark.step, 1)
         paused = sum(now.paused[k][0] - last.paused.get(k, (0.0, 0))[0] for k in now.paused)
         step_s = max(now.wall - last.wall - paused - (now.compile_s - last.compile_s), 1e-6) / steps
@@ -128,7 +102,7 @@ class TimeBudget:
             seen_s, seen = last.paused.get(kind, (0.0, 0))
             if count > seen:
                 setattr(self, f"{kind}_s", (seconds - seen_s) / (count - seen))
-        return Costs(step=step_s, eval=self.eval_s, save=self.save_s)
+        return LoopCost(step_s=step_s, eval_s=self.eval_s, save_s=self.save_s, fixed_s=spent_s)
 
     def _mark(self, step: int, log) -> Mark:
         if self.device.type == "cuda":  # note: a CPU-GPU sync point, once per plan
@@ -145,9 +119,9 @@ def schedule_ends(state) -> list:
     return [(0, UNPLANNED_END)] + [(plan["at_step"], plan["max_steps"]) for plan in state.plans]
 
 
-def describe(minutes: float, max_steps: int, costs: Costs, tokens_per_step: int, first_step: int = 0) -> str:
+def describe(minutes: float, max_steps: int, costs: LoopCost, tokens_per_step: int, first_step: int = 0) -> str:
     """The first plan, as the run prints it."""
-    return (f"time budget {minutes:g} min → {max_steps:,} steps at {tokens_per_step / costs.step:,.0f} tok/s "
-            f"(step {costs.step * 1000:.0f} ms, eval {costs.eval:.1f} s, checkpoint {costs.save:.1f} s, "
+    return (f"time budget {minutes:g} min → {max_steps:,} steps at {tokens_per_step / costs.step_s:,.0f} tok/s "
+            f"(step {costs.step_s * 1000:.0f} ms, eval {costs.eval_s:.1f} s, checkpoint {costs.save_s:.1f} s, "
             f"measured over steps {first_step + WARMUP_STEPS + 1}–{first_step + WARMUP_STEPS + PROBE_STEPS}); "
             f"planned again at every evaluation and at least every {REPLAN_SHARE * minutes * 60:.0f} s")

@@ -1,11 +1,12 @@
 """What the protocol will cost: seconds per run at each size, from measured throughput (a short
-timing run, or runs already finished), times the number of runs still to do."""
-import math
+timing run, runs already finished, or the protocol's stored throughput), times the number of runs still to
+do. A run's seconds come from the project's one cost model, training/runtime/loop_cost.py."""
 import statistics
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
 from analysis.runs import Run
+from training.runtime.loop_cost import LoopCost, event_counts, steady_tokens_per_s
 
 # Per job in a multirun: building the model, the final checkpoint, Python-side setup. Measured on the
 # 2-core CPU (≈2–3 s); a GPU job adds compilation, which the timing run then also shows.
@@ -24,15 +25,13 @@ class Budget:
 
     @property
     def evals(self) -> int:
-        return math.ceil(self.max_steps / self.eval_interval)
+        return event_counts(self.max_steps, self.eval_interval, self.max_steps)[0]
 
 
 def tokens_per_s(run: Run) -> Optional[float]:
-    """Median training throughput over the run's log intervals, the first (warm-up) left out when
-    there are others."""
-    rates = [r["tokens_per_s"] for r in run.trains if r.get("tokens_per_s")]
-    rates = rates[1:] if len(rates) > 2 else rates
-    return statistics.median(rates) if rates else None
+    """The run's steady training throughput (training/runtime/loop_cost.py: its log intervals' median, the first,
+    warm-up, left out when there are others)."""
+    return steady_tokens_per_s(run.trains)
 
 
 def eval_seconds(run: Run) -> Optional[float]:
@@ -55,9 +54,10 @@ def run_seconds(budget: Budget, runs: Sequence[Run]) -> Optional[float]:
 
 def seconds_at(budget: Budget, tps: float, per_eval: Optional[float] = None) -> float:
     """Seconds one run of `budget` takes at `tps` training tokens/s; each eval `per_eval` seconds, or its
-    FLOP estimate at that throughput."""
+    FLOP estimate at that throughput; checkpoints of these small models are not counted."""
     per_eval = budget.eval_tokens * EVAL_COST / tps if per_eval is None else per_eval
-    return budget.max_steps * budget.tokens_per_step / tps + budget.evals * per_eval + JOB_OVERHEAD_S
+    loop = LoopCost.at_throughput(budget.tokens_per_step, tps, eval_s=per_eval, fixed_s=JOB_OVERHEAD_S)
+    return loop.seconds(budget.max_steps, budget.eval_interval, ckpt_interval=budget.max_steps)
 
 
 @dataclass

@@ -3,6 +3,7 @@ trains those steps, its final checkpoint is scored on the whole validation split
 aside and redone. Composing a config and scoring a checkpoint are passed in (cli/speedrun.py)."""
 import contextlib
 import json
+import math
 import os
 import sys
 import tempfile
@@ -199,7 +200,7 @@ def measure(c: Campaign, name: str, seed: int, cal: dict) -> dict:
         if c.evaluate(RunFiles(run_dir).checkpoints / checkpoint_name(steps), out / "eval.json") != 0:
             raise SpeedrunError(f"{name} seed {seed}: evaluation failed; see {out / 'eval.log'}")
     scored = json.loads((out / "eval.json").read_text())
-    tps = T.steady_tokens_per_s(rows)
+    tps = T.steady_tokens_per_s(rows) or math.nan  # no timed row: every comparison with it is false
     result = {"recipe": name, "seed": seed, "max_steps": steps, "tokens": state["tokens_seen"],
               "loop_s": state["elapsed_s"], "budget_s": c.spec.budget_s, "tokens_per_s": tps,
               "bpb": scored["bits_per_byte"], "loss": scored["loss"], "eval_tokens": scored["tokens"],

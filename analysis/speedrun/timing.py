@@ -1,11 +1,14 @@
 """The speedrun's arithmetic: calibrating trainer.max_steps to a wall-clock budget from a short probe
-run, and checking each measured run against that budget (analysis/speedrun/campaign.py runs them)."""
+run, and checking each measured run against that budget (analysis/speedrun/campaign.py runs them). The cost
+model itself — loop_s(N) = fixed_s + N·step_s + evals(N)·eval_s + saves(N)·save_s — is the project's one,
+training/runtime/loop_cost.py; here the probe is decomposed into its terms."""
 import math
 import statistics
 from dataclasses import asdict, dataclass
 from typing import List, Optional, Sequence
 
 from analysis.speedrun.spec import SpeedrunError
+from training.runtime.loop_cost import LoopCost, event_counts, steady_tokens_per_s
 
 # A run is "slow" (the machine was probably busy) when its throughput falls this far below the probe's.
 SLOW_FRACTION = 0.05
@@ -20,12 +23,11 @@ def probe_overrides(probe_steps: int) -> List[str]:
 
 
 @dataclass(frozen=True)
-class Timing:
-    """What the loop costs, from a probe: loop_s(N) = fixed_s + N·step_s + evals(N)·eval_s + saves(N)·save_s."""
-    step_s: float  # one optimizer step, steady state
-    eval_s: float  # one evaluation: validation loss, the sample, the `best` checkpoint
-    save_s: float  # one periodic checkpoint
-    fixed_s: float  # once per run: compiling (training and eval graphs), the first steps' warm-up
+class Timing(LoopCost):
+    """What the loop costs, from a probe (LoopCost's terms; its final checkpoint is written after the loop
+    clock stops, so a speedrun counts only the periodic ones): step_s one optimizer step, steady state; eval_s
+    one evaluation (validation loss, the sample, the `best` checkpoint); save_s one periodic checkpoint;
+    fixed_s once per run (compiling the training and eval graphs, the first steps' warm-up)."""
     compile_s: float  # the part of fixed_s torch.compile reported
     tokens_per_s: float  # steady training throughput, to compare the measured runs with
     probe_loop_s: float
@@ -68,17 +70,16 @@ def scaled(t: Timing, step_cost: float) -> Timing:
 
 def n_evals(steps: int, eval_interval: int) -> int:
     """Evaluations in a run: every eval_interval steps, and at the last step."""
-    return math.ceil(steps / eval_interval)
+    return event_counts(steps, eval_interval, steps, final_save=False)[0]
 
 
 def n_saves(steps: int, ckpt_interval: int) -> int:
     """Periodic checkpoints before the last step (the final one is written after the loop clock stops)."""
-    return (steps - 1) // ckpt_interval
+    return event_counts(steps, steps, ckpt_interval, final_save=False)[1]
 
 
 def predict_loop_s(t: Timing, steps: int, eval_interval: int, ckpt_interval: int) -> float:
-    return (t.fixed_s + steps * t.step_s + n_evals(steps, eval_interval) * t.eval_s
-            + n_saves(steps, ckpt_interval) * t.save_s)
+    return t.seconds(steps, eval_interval, ckpt_interval, final_save=False)
 
 
 def steps_for_budget(t: Timing, budget_s: float, eval_interval: int, ckpt_interval: int) -> int:
@@ -86,22 +87,10 @@ def steps_for_budget(t: Timing, budget_s: float, eval_interval: int, ckpt_interv
     if predict_loop_s(t, 1, eval_interval, ckpt_interval) > budget_s:
         raise SpeedrunError(f"even one step takes longer than the {budget_s:g} s budget (compile and warm-up "
                             f"{t.fixed_s:.1f} s, a step {t.step_s:.2f} s); raise --budget")
-    steps = max(1, int((budget_s - t.fixed_s) / t.step_s))
-    while predict_loop_s(t, steps, eval_interval, ckpt_interval) > budget_s:
-        steps -= 1
-    while predict_loop_s(t, steps + 1, eval_interval, ckpt_interval) <= budget_s:
-        steps += 1
-    return steps
+    return t.most_steps_within(budget_s, eval_interval, ckpt_interval, final_save=False)
 
 
 # ---- checking a measured run -------------------------------------------------------------------------
-
-def steady_tokens_per_s(rows: Sequence[dict]) -> float:
-    """Median throughput over a run's log intervals, the first (warm-up) left out when there are others."""
-    rates = [r["tokens_per_s"] for r in rows if r.get("kind", "train") == "train" and r.get("tokens_per_s")]
-    rates = rates[1:] if len(rates) > 2 else rates
-    return statistics.median(rates) if rates else math.nan
-
 
 def run_flags(loop_s: float, budget_s: float, tolerance: float, tokens_per_s: float,
               probe_tokens_per_s: float) -> List[str]:

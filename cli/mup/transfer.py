@@ -12,7 +12,6 @@ import contextlib
 import functools
 import math
 import shutil
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -26,6 +25,7 @@ from cli.config import compose_train_config
 from cli.entry import description
 from data import prepare
 from training.loop import RunSpec, train
+from training.runtime.loop_cost import LoopCost, steady_tokens_per_s
 from training.runtime.distributed import process_info
 from training.runtime.run_files import RunFiles
 from training.step import NonFiniteLoss
@@ -105,11 +105,12 @@ def probe_seconds(spec: TransferSpec, threads: int, steps: int) -> dict:
                 run_dir = Path(tmp) / cell.name
                 probe = train_one(cell, run_dir, spec, threads, extra=(f"trainer.max_steps={steps}",
                                                                         f"trainer.log_interval={max(1, steps // 4)}"))
-                tokens_per_step = cfg.trainer.micro_batch_size * cfg.trainer.seq_len * cfg.trainer.grad_accum_steps
-                rates = [r["tokens_per_s"] for r in read_run(run_dir).trains if "tokens_per_s" in r]
-                rate = statistics.median(rates[1:] or rates)  # the first interval warms up allocator and threads
-                rest = (cfg.trainer.max_steps - steps) * tokens_per_step / rate
-                seconds[(optimizer, width)] = probe["wall_s"] + rest
+                t = cfg.trainer
+                rate = steady_tokens_per_s(read_run(run_dir).trains)  # the first interval warms up: left out
+                step_s = t.micro_batch_size * t.seq_len * t.grad_accum_steps / rate
+                # The probe's own wall time (start, eval, save included), then the rest of max_steps' steps.
+                loop = LoopCost(step_s=step_s, eval_s=0.0, save_s=0.0, fixed_s=probe["wall_s"] - steps * step_s)
+                seconds[(optimizer, width)] = loop.seconds(t.max_steps, t.eval_interval, t.ckpt_interval)
                 print(f"  timing: {optimizer} width {width}: {seconds[(optimizer, width)]:.0f} s per run", flush=True)
     return seconds
 
