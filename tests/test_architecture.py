@@ -328,7 +328,7 @@ def test_the_module_allow_list_sees_an_import_it_does_not_allow():
 
 # A resume's steps, each called from one place: training/checkpoint/resume.py (issue 37: resume is one call).
 RESUME_STEPS = ("check_resume_fits", "check_resume_tokenizer", "load_optimizer_and_rng", "restore_rng",
-                "move_aside_later_checkpoints", "load_full_state", "from_json")
+                "move_aside_later_checkpoints", "load_full_state", "from_json", "rewind_metrics")
 
 
 def callers_of(names, files) -> dict:

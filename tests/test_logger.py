@@ -1,5 +1,5 @@
 """training/logger.py (and the metrics.jsonl it writes): offline without a key, never a login prompt,
-resume truncates rows, rank 0 alone writes."""
+a resume (Resume.restore: rewind_metrics) drops the rows after its step, rank 0 alone writes."""
 import errno
 import json
 from pathlib import Path
@@ -11,7 +11,7 @@ import yaml
 from training.checkpoint.write_errors import WriteError
 from training.config import LoggerConfig, TrainerConfig
 from training.logger import Logger, wandb_mode, wandb_values
-from training.metrics import MetricsError, read_metrics
+from training.metrics import MetricsError, read_metrics, rewind_metrics
 from training.checkpoint.run_state import RunState
 from training.runtime.distributed import DistInfo
 
@@ -22,6 +22,8 @@ def RunLogger(run_dir: Path, cfg: LoggerConfig, run_name: str, config: dict, ena
     run = SimpleNamespace(run_dir=run_dir, resume=resume_step is not None and run_dir, config_yaml=yaml.safe_dump(config),
                           cfg=SimpleNamespace(trainer=trainer or TrainerConfig(), logger=cfg, run_name=run_name))
     state = state or RunState(step=resume_step or 0, max_steps=100)
+    if resume_step is not None and enabled:
+        rewind_metrics(run_dir, resume_step)  # what Resume.restore does on rank 0 before the loop opens its Logger
     ctx = SimpleNamespace(run=run, cfg=run.cfg, info=DistInfo(rank=0 if enabled else 1), state=state,
                           parts=SimpleNamespace(compute_loss=None), data=SimpleNamespace(meta={"train_tokens": 1000}),
                           tokens_per_step=16, flops_per_token=1.0, peak=1.0)  # training/context.py's RunContext

@@ -68,7 +68,7 @@ class Logger:
         self.compile_reported = 0.0
         self.metrics, self.wandb = None, None
         if info.is_main:  # before the bar: wandb's notice gets a line of its own, not the bar's
-            self.metrics = MetricsFile(run.run_dir, state.step if run.resume else None)
+            self.metrics = MetricsFile(run.run_dir)  # a resume has rewound it (checkpoint/resume.py)
             self.wandb = open_wandb(run.run_dir, cfg.logger, cfg.run_name, yaml.safe_load(run.config_yaml))
         # A time budget's first plan comes after its probe: until then the bar has no end (not a stale max_steps).
         total = None if cfg.trainer.time_budget and not state.plans else state.max_steps

@@ -1,5 +1,5 @@
-"""metrics.jsonl, the run's one metrics file: rows appended as JSON lines while training, truncated on
-resume, read by the studies (analysis/) and the tools. This module is the only one that writes or parses it."""
+"""metrics.jsonl, the run's one metrics file: rows appended as JSON lines while training, rewound on
+resume (by the checkpoint package's Resume, with the rest of a run's position), read by the studies (analysis/) and the tools. This module is the only one that writes or parses it."""
 import json
 import os
 import sys
@@ -18,12 +18,10 @@ class MetricsError(ValueError):
 class MetricsFile:
     """The run directory's metrics.jsonl, open for appending (line-buffered: a kill loses at most one row)."""
 
-    def __init__(self, run_dir: Path, resume_step=None):
+    def __init__(self, run_dir: Path):
         self.path = RunFiles(run_dir).metrics
         self.failed = False  # a write was refused: said once, in one line
         try:
-            if resume_step is not None:
-                self._truncate_after(resume_step)  # rows past the checkpoint will be logged again
             self.file = open(self.path, "a", buffering=1)
         except OSError as e:
             raise WriteError(f"cannot write metrics: {write_error_cause(e, self.path)}") from e
@@ -47,14 +45,19 @@ class MetricsFile:
             if not self.failed:
                 raise WriteError(f"cannot write metrics: {write_error_cause(e, self.path)}") from e
 
-    def _truncate_after(self, step: int) -> None:
-        if not self.path.exists():
-            return
-        rows = [row for row in read_metrics(self.path) if row.get("step", 0) <= step]
-        # Rewritten under a temp name and renamed: a kill now cannot lose the rows it keeps.
-        temp = self.path.with_name(self.path.name + ".tmp")
+def rewind_metrics(run_dir: Path, step: int) -> None:
+    """A resume's metrics position: the rows after `step` go (the resumed run logs those steps again). Rewritten
+    under a temp name and renamed, so a kill now cannot lose the rows it keeps."""
+    path = RunFiles(run_dir).metrics
+    if not path.exists():
+        return
+    rows = [row for row in read_metrics(path) if row.get("step", 0) <= step]
+    temp = path.with_name(path.name + ".tmp")
+    try:
         temp.write_text("".join(json.dumps(row) + "\n" for row in rows))
-        os.replace(temp, self.path)
+        os.replace(temp, path)
+    except OSError as e:
+        raise WriteError(f"cannot write metrics: {write_error_cause(e, path)}") from e
 
 
 def read_metrics(path: Path, warn: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> List[dict]:

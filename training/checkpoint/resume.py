@@ -3,10 +3,10 @@
 `Resume.open` resolves `resume=` (a checkpoint, a run directory, `latest`, `best`), verifies its files against
 the manifest, checks they agree with each other and reads state.json — before any data is prepared.
 `restore` then puts back every resumable part — weights, optimizer state, RNG, the RunState (data
-position, budget plans, precision, best so far) — and tidies the branch the resume abandons. The
-checks a resume needs run once each: the architecture when the config is resolved (`check_fits`), the
-tokenizer once the data is prepared (`check_tokenizer`). The metrics position is the RunState's step
-(training/metrics.py drops the rows after it).
+position, budget plans, precision, best so far) and the metrics position (metrics.jsonl's rows after the
+step go: they are logged again) — and tidies the branch the resume abandons. The checks a resume needs run
+once each: the architecture when the config is resolved (`check_fits`), the tokenizer once the data is
+prepared (`check_tokenizer`).
 """
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +22,7 @@ from training.checkpoint.format import run_dir_of
 from training.checkpoint.load import load_optimizer_and_rng, read_weights, restore_rng
 from training.checkpoint.run_state import RunState, read_state
 from training.checkpoint.state_dicts import load_full_state
+from training.metrics import rewind_metrics
 from training.optim.schedule import lr_at
 from training.runtime import distributed as D
 from training.runtime.run_files import RunFiles
@@ -97,6 +98,7 @@ class Resume:
             moved = move_aside_later_checkpoints(RunFiles(self.run_dir).checkpoints, state.step)
             if moved:
                 say(f"resume: moved {len(moved)} later checkpoint(s) of the abandoned branch to {moved[0].parent}")
+            rewind_metrics(self.run_dir, state.step)  # the metrics position: rows past it are logged again
         if state.world_size != info.world_size:
             say(f"warning: resuming a {state.world_size}-process run on {info.world_size}: each step's global "
                 f"batch changes with the world size; adjust trainer.micro_batch_size to keep tokens per step")
