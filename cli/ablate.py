@@ -26,12 +26,12 @@ import sys
 import time
 from pathlib import Path
 
-from analysis.ablation import manifest
-from analysis.ablation.configs import apply_transfer, cell_values, validate
-from analysis.ablation.planning import spread_from
+from studies.ablation import manifest
+from studies.ablation.configs import apply_transfer, cell_values, validate
+from studies.ablation.planning import spread_from
 from analysis.looks import check_added_seeds
-from analysis.ablation.protocol import ProtocolError, Spec, load_spec_file, merge_overrides, parse_sizes, split_overrides
-from analysis.ablation.runner import Protocol, report, run_stages
+from studies.ablation.protocol import ProtocolError, Spec, load_spec_file, merge_overrides, parse_sizes, split_overrides
+from studies.ablation.runner import Protocol, report, run_stages
 from cli import REPO
 from cli.config import compose_train_config, override_values
 from cli.entry import description

@@ -1,6 +1,6 @@
 """Hydra callbacks of train.py runs: OutputDirCheck (every run, configs/train.yaml: an unwritable outputs_dir
 is one `error:` line before Hydra tries to create the run directory) and JobStatusFile (the ablation
-protocol's sweeps, analysis/ablation/configs.py: each job's status for the protocol to read)."""
+protocol's sweeps, studies/ablation/configs.py: each job's status for the protocol to read)."""
 import shutil
 import sys
 import tempfile

@@ -24,9 +24,9 @@ import platform
 from pathlib import Path
 
 from analysis.looks import check_added_seeds
-from analysis.speedrun.campaign import Campaign, calibrate, check_step_cost, cost, measure
-from analysis.speedrun.report import report
-from analysis.speedrun.spec import SpeedrunError, load_spec
+from studies.speedrun.campaign import Campaign, calibrate, check_step_cost, cost, measure
+from studies.speedrun.report import report
+from studies.speedrun.spec import SpeedrunError, load_spec
 from cli import REPO
 from cli.config import compose_run_config
 from cli.entry import description, one_line

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from matplotlib import image
 
-from analysis.ablation.manifest import MANIFEST
+from studies.ablation.manifest import MANIFEST
 from cli.ablate import main
 from cli.entry import exit_status
 from tests import forked
@@ -32,9 +32,9 @@ pytestmark = pytest.mark.serial  # trains: one at a time under make test's two w
 @pytest.fixture(scope="module")
 def forking():
     """In-process protocols fork their train.py multiruns from the preloaded server (tests/forked.py)."""
-    import analysis.jobs
+    import studies.jobs
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(analysis.jobs.subprocess, "Popen", forked.popen_forking_train_py(subprocess.Popen))
+        patch.setattr(studies.jobs.subprocess, "Popen", forked.popen_forking_train_py(subprocess.Popen))
         yield
 
 PROTOCOL = {"reference": "ref", "variants": {"ref": [], "gelu": ["model.mlp=gelu"]},
@@ -200,7 +200,7 @@ def test_seeds_are_not_added_after_a_look_unless_sequential(finished, tmp_path, 
 
 
 def test_a_pilot_protocol_gives_the_planning_spread(finished, tmp_path, capsys):
-    from analysis.ablation.planning import spread_from
+    from studies.ablation.planning import spread_from
     sd, dof, _ = spread_from(finished[0])
     status = main(["--protocol", str(finished[0].parent / "protocol.yaml"), "--dir", str(tmp_path / "p"), "--spread-from", str(finished[0]), "--dry-run", "--probe-steps", "0",
                    *tiny()])
@@ -308,8 +308,8 @@ def test_a_dry_run_prices_the_plan_from_the_protocols_stored_throughput(tmp_path
     """Before anything has run, a dry run's cost comes from planning_tokens_per_s (a timing run on one machine,
     named in the output): per run, the budget's tokens at that rate plus its evals. An override that changes
     what a step costs leaves the cost unknown rather than wrong; nothing is written either way."""
-    from analysis.ablation import cost
-    from analysis.ablation.protocol import Spec
+    from studies.ablation import cost
+    from studies.ablation.protocol import Spec
     from cli.ablate import typed_config, validate
     spec = {**PROTOCOL, "planning_tokens_per_s": {"base": 1000.0}, "planning_tokens_per_s_source": "a test machine"}
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(spec))

@@ -11,8 +11,8 @@ import torch
 import yaml
 from matplotlib import image
 
-from analysis.ablation.configs import apply_transfer, validate
-from analysis.ablation.protocol import ProtocolError, Spec, load_spec_file
+from studies.ablation.configs import apply_transfer, validate
+from studies.ablation.protocol import ProtocolError, Spec, load_spec_file
 from cli.ablate import DEFAULT_PROTOCOL
 from cli.config import compose
 from model import Transformer
@@ -218,7 +218,7 @@ def test_every_cell_of_the_default_protocol_composes_with_parameters_matched():
 def test_the_stored_planning_spread_is_the_first_protocols_measured_one():
     """default.yaml's planning_sd is traceable: pooled per-seed paired differences of its primaries in the
     stored manifest of the first protocol run."""
-    from analysis.ablation.planning import spread_from
+    from studies.ablation.planning import spread_from
     spec = load_spec_file(DEFAULT_PROTOCOL)
     sd, dof, source = spread_from(REPO / "docs" / "ablation" / "protocol" / "protocol.yaml", ["layernorm", "gelu"])
     assert spec.planning_sd == pytest.approx(sd, abs=5e-6) and dof == 16

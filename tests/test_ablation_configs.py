@@ -1,9 +1,9 @@
-"""analysis/ablation/configs.py: a cell's generated config and the multirun command."""
+"""studies/ablation/configs.py: a cell's generated config and the multirun command."""
 import pytest
 import yaml
 
-from analysis.ablation.configs import cell_config, sweep_command, write_cells
-from analysis.ablation.protocol import Cell
+from studies.ablation.configs import cell_config, sweep_command, write_cells
+from studies.ablation.protocol import Cell
 
 CELL = Cell("wide", "no_norm", 3e-3, 2)
 

@@ -10,8 +10,8 @@ import yaml
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-from analysis.ablation.export import manifest_rows
-from analysis.ablation.planning import manifest_values, paired_differences
+from studies.ablation.export import manifest_rows
+from studies.ablation.planning import manifest_values, paired_differences
 from analysis.verdicts import judge
 from tests.train_helpers import REPO
 

@@ -1,4 +1,4 @@
-"""analysis/ablation/report.py on a hand-written two-size protocol with known numbers: an LR extension and a
+"""studies/ablation/report.py on a hand-written two-size protocol with known numbers: an LR extension and a
 variant diverging everywhere, the four verdicts, Holm within each family at both LR choices, the literature
 paragraph, the power, the data files beside the report — and a protocol only half done."""
 import csv
@@ -10,10 +10,10 @@ import yaml
 from matplotlib import image
 from scipy import stats
 
-from analysis.ablation import cells as C
-from analysis.ablation import export
-from analysis.ablation import report as protocol_report
-from analysis.ablation.protocol import Spec, stage2_cells
+from studies.ablation import cells as C
+from studies.ablation import export
+from studies.ablation import report as protocol_report
+from studies.ablation.protocol import Spec, stage2_cells
 from tests.run_helpers import write_run
 from training.runtime.run_files import JOB_STATUS
 

@@ -13,14 +13,15 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 HYDRA = {"hydra", "omegaconf"}
-PACKAGES = ("model", "data", "training", "interop", "analysis", "cli", "devtools")
+PACKAGES = ("model", "data", "training", "interop", "analysis", "studies", "cli", "devtools")
 RUN_NOT_IMPORTED = {"train", "scripts"}  # train.py and scripts/*.py are started, never imported
 NEVER = {  # package → top-level modules it must never import (the "never" column of the doc)
-    "model": {"data", "training", "interop", "analysis", "cli", "devtools"} | RUN_NOT_IMPORTED | HYDRA,
-    "data": {"model", "training", "interop", "analysis", "cli", "devtools"} | RUN_NOT_IMPORTED | HYDRA,
-    "training": {"interop", "analysis", "cli", "devtools"} | RUN_NOT_IMPORTED | HYDRA,
-    "interop": {"analysis", "cli", "devtools"} | RUN_NOT_IMPORTED | HYDRA,
-    "analysis": {"interop", "cli", "devtools"} | RUN_NOT_IMPORTED | HYDRA,
+    "model": {"data", "training", "interop", "analysis", "studies", "cli", "devtools"} | RUN_NOT_IMPORTED | HYDRA,
+    "data": {"model", "training", "interop", "analysis", "studies", "cli", "devtools"} | RUN_NOT_IMPORTED | HYDRA,
+    "training": {"interop", "analysis", "studies", "cli", "devtools"} | RUN_NOT_IMPORTED | HYDRA,
+    "interop": {"analysis", "studies", "cli", "devtools"} | RUN_NOT_IMPORTED | HYDRA,
+    "analysis": {"interop", "studies", "cli", "devtools"} | RUN_NOT_IMPORTED | HYDRA,  # statistics run nothing
+    "studies": {"interop", "cli", "devtools"} | RUN_NOT_IMPORTED | HYDRA,
     "cli": {"devtools"} | RUN_NOT_IMPORTED,  # the user's programs never need the developers' tools
     "devtools": RUN_NOT_IMPORTED,
 }
@@ -290,16 +291,17 @@ def test_the_package_table_check_finds_a_module_and_a_package_the_doc_leaves_out
     assert "model/mlp.py" in missing and "data/ (no row)" in missing and "model/norm.py" not in missing
 
 
-# Module → module imports across packages that the map allows, where it makes a claim: analysis/ and interop/ read
-# training's files (their names, rows, state and checkpoints); analysis/ prices runs with training's one cost model
-# (runtime/loop_cost.py, also the time budget's); and coord_check.py trains its widths the way train.py does, through
-# build.py and TrainStep. A new import from training into either fails here until the map says why.
+# Module → module imports across packages that the map allows, where it makes a claim: analysis/, studies/ and
+# interop/ read training's files (their names, rows, state and checkpoints); studies/ prices runs with training's one
+# cost model (runtime/loop_cost.py, also the time budget's); and coord_check.py trains its widths the way train.py
+# does, through build.py and TrainStep. A new import from training into any of them fails here until the map says why.
 TRAINING_FILES = {"training.runtime.run_files", "training.metrics", "training.checkpoint.run_state", "training.checkpoint",
                   "training.checkpoint.format", "training.checkpoint.manifest"}
 MAY_IMPORT_FROM_TRAINING = {
-    "analysis": {"*": TRAINING_FILES | {"training.runtime.loop_cost"},
-                 "analysis.mup.coord_check": {"training.build", "training.config", "training.optim", "training.step",
-                                              "training.runtime.distributed"}},
+    "analysis": {"*": TRAINING_FILES},
+    "studies": {"*": TRAINING_FILES | {"training.runtime.loop_cost"},
+                "studies.mup.coord_check": {"training.build", "training.config", "training.optim", "training.step",
+                                            "training.runtime.distributed"}},
     "interop": {"*": TRAINING_FILES},
 }
 
@@ -315,12 +317,12 @@ def imports_from_training_beyond_the_map(graph: dict) -> list:
     return found
 
 
-def test_analysis_and_interop_import_from_training_only_what_the_map_allows():
+def test_analysis_studies_and_interop_import_from_training_only_what_the_map_allows():
     assert imports_from_training_beyond_the_map(import_graph()) == []
 
 
 def test_the_module_allow_list_sees_an_import_it_does_not_allow():
-    graph = {"analysis.runs": ["training.metrics", "training.loop"], "analysis.mup.coord_check": ["training.step"],
+    graph = {"analysis.runs": ["training.metrics", "training.loop"], "studies.mup.coord_check": ["training.step"],
              "analysis.stats": ["training.loss"], "cli.x": ["training.loop"]}
     assert imports_from_training_beyond_the_map(graph) == ["analysis.runs → training.loop",
                                                             "analysis.stats → training.loss"]

@@ -1,8 +1,8 @@
-"""analysis/ablation/cells.py: a cell's state from its run directory, the LR choice over states, moving aside."""
+"""studies/ablation/cells.py: a cell's state from its run directory, the LR choice over states, moving aside."""
 import yaml
 
-from analysis.ablation import cells as C
-from analysis.ablation.protocol import Cell, Spec
+from studies.ablation import cells as C
+from studies.ablation.protocol import Cell, Spec
 from tests.run_helpers import write_run
 from training.runtime.run_files import JOB_STATUS
 

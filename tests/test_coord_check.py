@@ -1,4 +1,4 @@
-"""The coordinate check (analysis/mup/coord_check.py) on widths 32–256, 10 steps at lr 1e-2: under μP every
+"""The coordinate check (studies/mup/coord_check.py) on widths 32–256, 10 steps at lr 1e-2: under μP every
 layer's activation RMS is flat in width, under SP the logits grow with it — for AdamW and for Muon.
 
 Thresholds from measurement (seeds 0–3, docs/mup.md): under μP the fitted slopes of log RMS against log
@@ -10,8 +10,8 @@ slope of -0.54…-0.64: this test fails on it.
 import pytest
 import torch
 
-from analysis.mup.coord_check import LAYERS, CoordSetup, coord_check, fitted_slope
-from analysis.mup.plots import plot_coord_check
+from studies.mup.coord_check import LAYERS, CoordSetup, coord_check, fitted_slope
+from studies.mup.plots import plot_coord_check
 
 FLAT, GROWS = 0.3, 0.4
 

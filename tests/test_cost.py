@@ -1,7 +1,7 @@
-"""analysis/ablation/cost.py: seconds per run from measured throughput, and the cost table's arithmetic."""
+"""studies/ablation/cost.py: seconds per run from measured throughput, and the cost table's arithmetic."""
 import pytest
 
-from analysis.ablation import cost
+from studies.ablation import cost
 from analysis.runs import Run
 
 

@@ -1,4 +1,4 @@
-"""analysis/jobs.py: Ctrl-C forwarding to a multirun, its exit status, and the CPU lock."""
+"""studies/jobs.py: Ctrl-C forwarding to a multirun, its exit status, and the CPU lock."""
 import contextlib
 import fcntl
 import io
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from analysis.jobs import cpu_lock, run_sweep
+from studies.jobs import cpu_lock, run_sweep
 
 
 CHILD = textwrap.dedent("""
@@ -30,7 +30,7 @@ CHILD = textwrap.dedent("""
 PARENT = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from analysis.jobs import run_sweep
+    from studies.jobs import run_sweep
     sys.exit(run_sweep([sys.executable, "-c", {child!r}], cwd=Path.cwd()))
 """)
 

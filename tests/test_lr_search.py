@@ -1,8 +1,8 @@
-"""analysis/ablation/lr_search.py: the LR choice, and a best LR at the grid's edge extending the grid, once
+"""studies/ablation/lr_search.py: the LR choice, and a best LR at the grid's edge extending the grid, once
 per round, until it is interior or the cap is reached; deterministic in the results, so a resume agrees."""
 import pytest
 
-from analysis.ablation.lr_search import at_grid_edge, beyond, choose_lr, edge_note, sweep
+from studies.ablation.lr_search import at_grid_edge, beyond, choose_lr, edge_note, sweep
 
 GRID = [5e-4, 1e-3, 2e-3, 4e-3, 8e-3]
 

@@ -1,9 +1,9 @@
-"""analysis/ablation/manifest.py: the protocol manifest round-trips, and a resume may add cells but never
+"""studies/ablation/manifest.py: the protocol manifest round-trips, and a resume may add cells but never
 change what an existing name means."""
 import pytest
 
-from analysis.ablation import manifest
-from analysis.ablation.protocol import ProtocolError, Spec
+from studies.ablation import manifest
+from studies.ablation.protocol import ProtocolError, Spec
 
 
 def spec(**changes) -> Spec:

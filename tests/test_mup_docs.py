@@ -4,8 +4,8 @@ moved, the seed noise) follow from it."""
 import json
 import statistics
 
-from analysis.mup.transfer import TransferSpec, read_results
-from analysis.mup.transfer_report import best_lrs, drift, markdown, mean_losses
+from studies.mup.transfer import TransferSpec, read_results
+from studies.mup.transfer_report import best_lrs, drift, markdown, mean_losses
 from tests.train_helpers import REPO
 
 STORED = REPO / "docs" / "mup" / "transfer"

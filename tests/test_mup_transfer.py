@@ -1,4 +1,4 @@
-"""The μP transfer experiment (analysis/mup/transfer.py, transfer_report.py, cli/mup/transfer.py): the default
+"""The μP transfer experiment (studies/mup/transfer.py, transfer_report.py, cli/mup/transfer.py): the default
 plan is the issue's grid and every cell composes; the runner records each run once, continues where it
 stopped, moves a cut-off run aside; the report finds each width's best lr; one tiny real run end to end."""
 import dataclasses
@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from analysis.mup.transfer import (DIVERGED, FINISHED, STOPPED, Cell, TransferError, TransferSpec, open_experiment,
+from studies.mup.transfer import (DIVERGED, FINISHED, STOPPED, Cell, TransferError, TransferSpec, open_experiment,
                                    read_results, run_cells)
-from analysis.mup.transfer_report import best_lrs, markdown, mean_losses, write_report
+from studies.mup.transfer_report import best_lrs, markdown, mean_losses, write_report
 from cli.config import compose_train_config
 from cli.mup import transfer as program
 

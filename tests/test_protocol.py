@@ -1,11 +1,11 @@
-"""analysis/ablation/protocol.py: the spec's checks (the pre-registration among them), the cells of each
+"""studies/ablation/protocol.py: the spec's checks (the pre-registration among them), the cells of each
 stage, and the LR choice."""
 import math
 
 import pytest
 import yaml
 
-from analysis.ablation.protocol import (Cell, ProtocolError, Spec, at_grid_edge, choose_lr, load_spec_file, merge_overrides,
+from studies.ablation.protocol import (Cell, ProtocolError, Spec, at_grid_edge, choose_lr, load_spec_file, merge_overrides,
                                parse_sizes, split_overrides,
                                stage1_cells, stage2_cells)
 

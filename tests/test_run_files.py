@@ -9,7 +9,7 @@ from training.runtime import run_files as F
 from training.runtime.run_files import RunFiles
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("model", "data", "training", "interop", "analysis", "cli", "devtools", "scripts")
+PACKAGES = ("model", "data", "training", "interop", "analysis", "studies", "cli", "devtools", "scripts")
 CODE = [REPO / "train.py", *(p for pkg in PACKAGES for p in sorted((REPO / pkg).rglob("*.py")))]
 # The same name in another format, not a run's file: `datasets.save_to_disk` writes a state.json of its own.
 NOT_A_RUN_FILE = {("data/sources.py", F.STATE)}

@@ -1,4 +1,4 @@
-"""scripts/speedrun.py (cli/speedrun.py, analysis/speedrun/campaign.py) end to end on a tiny model (2
+"""scripts/speedrun.py (cli/speedrun.py, studies/speedrun/campaign.py) end to end on a tiny model (2
 recipes × 2 seeds, a budget of seconds), its resume and its bad input, and the report's judgement.
 The calibration arithmetic: test_speedrun_timing.py; the CPU lock: test_jobs.py."""
 import contextlib
@@ -13,9 +13,9 @@ import sys
 import pytest
 import yaml
 
-import analysis.jobs
+import studies.jobs
 from analysis import speedrun as S
-from analysis.speedrun.campaign import ALWAYS, Campaign, check_step_cost
+from studies.speedrun.campaign import ALWAYS, Campaign, check_step_cost
 from analysis.looks import LookError
 from analysis.stats import decimals, paired_t
 from cli.speedrun import compose, main, parse_args
@@ -26,7 +26,7 @@ from tests.train_helpers import REPO
 def test_report_marks_a_win_that_had_more_loop_time_than_the_reference():
     """Fixed step counts land near the budget, not on it: the report says how much time each recipe had
     relative to the reference, and marks a recipe that had more beyond the tolerance."""
-    from analysis.speedrun.report import report
+    from studies.speedrun.report import report
     spec = S.Spec(recipes={"base": [], "slow": ["optim.lr=1e-2"], "quick": ["optim.lr=2e-2"]}, reference="base",
                   budget_s=100.0, tolerance=0.03)
 
@@ -64,7 +64,7 @@ def speedrun(root, cache, *args):
             if str(command[1:2]).endswith("train.py']"):
                 CACHES.append(env["TORCHINDUCTOR_CACHE_DIR"])
             return fork(command, env=env, **kwargs)
-        mp.setattr(analysis.jobs.subprocess, "Popen", popen)
+        mp.setattr(studies.jobs.subprocess, "Popen", popen)
         status = main(["--recipes", str(root / "recipes.yaml"), "--dir", str(root / "runs"), *args, *TINY,
                        f"data.cache_dir={cache}"])
     assert status == 0, out.getvalue()[-3000:]

@@ -1,4 +1,4 @@
-"""The speedrun's calibration (analysis/speedrun/timing.py, spec.py): the arithmetic against a loop timed
+"""The speedrun's calibration (studies/speedrun/timing.py, spec.py): the arithmetic against a loop timed
 by hand, the event counts against a simulated loop, a recipe calibrated from the reference's probe, and
 the recipes' checks."""
 import json
@@ -90,7 +90,7 @@ def test_a_step_cost_recipe_is_calibrated_from_the_references_probe_scaled(tmp_p
     """No probe of its own: the reference's stored timing, the step time × the factor, the steps refit."""
     import argparse
     from dataclasses import asdict
-    from analysis.speedrun.campaign import ALWAYS, Campaign, calibrate
+    from studies.speedrun.campaign import ALWAYS, Campaign, calibrate
     rows, loop_s = hand_timed_probe()
     t = S.timing_from_probe(rows, loop_s, 40, TOKENS, best_step=40)
     spec = S.Spec(recipes={"ref": [], "muon": ["optim=muon"]}, reference="ref", budget_s=300.0, step_cost={"muon": 2.0})

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import torch
 
-from analysis.mup.coord_check import LAYERS, CoordSetup, coord_check
-from analysis.mup.plots import NAMES, plot_coord_check
+from studies.mup.coord_check import LAYERS, CoordSetup, coord_check
+from studies.mup.plots import NAMES, plot_coord_check
 from cli.entry import description
 
 

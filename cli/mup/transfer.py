@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from analysis.mup.transfer import (DIVERGED, FINISHED, STOPPED, Cell, TransferSpec, cost_table, open_experiment,
+from studies.mup.transfer import (DIVERGED, FINISHED, STOPPED, Cell, TransferSpec, cost_table, open_experiment,
                                    read_results, run_cells, seconds_per_run)
-from analysis.mup.transfer_report import write_report
+from studies.mup.transfer_report import write_report
 from analysis.runs import read_run
 from cli.config import compose_train_config
 from cli.entry import description

@@ -5,8 +5,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-from analysis.ablation.protocol import Cell, Spec, lr_sweep, stage1_cells
-from analysis.jobs import move_aside as move_run_aside
+from studies.ablation.protocol import Cell, Spec, lr_sweep, stage1_cells
+from studies.jobs import move_aside as move_run_aside
 from analysis.runs import Run, RunsError, read_run
 from training.runtime.run_files import RunFiles
 

@@ -8,13 +8,13 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 import yaml
 
-from analysis.ablation.cost import Budget
-from analysis.ablation.protocol import Cell, ProtocolError, Spec
-from analysis.jobs import quoted
+from studies.ablation.cost import Budget
+from studies.ablation.protocol import Cell, ProtocolError, Spec
+from studies.jobs import quoted
 from model import Transformer
 
 CELL_GROUP = "cell"
-# Writes job_status.yaml into every job's run directory (analysis/ablation/cells.py reads it).
+# Writes job_status.yaml into every job's run directory (studies/ablation/cells.py reads it).
 CALLBACK = "+hydra.callbacks.ablate_status._target_=cli.callbacks.JobStatusFile"
 UNKNOWN_EVAL_WINDOWS = 256  # trainer.eval_windows=all: the split's size is only known once data is prepared
 

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Sequence, Union
 
 from analysis import power
-from analysis.ablation.lr_search import Sweep, at_grid_edge, choose_lr, sweep
+from studies.ablation.lr_search import Sweep, at_grid_edge, choose_lr, sweep
 from analysis.spec_file import read_spec_fields
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")  # directory- and Hydra-safe: it names cells' directories

@@ -6,7 +6,7 @@ from typing import Dict, Optional, Sequence
 
 import matplotlib
 
-from analysis.mup.coord_check import LAYERS, CoordResult
+from studies.mup.coord_check import LAYERS, CoordResult
 from analysis.plots import figure, save
 
 NAMES = {"sp": "SP", "mup": "μP", "adamw": "AdamW", "muon": "Muon"}

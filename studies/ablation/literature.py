@@ -5,7 +5,7 @@ by the variant's name."""
 from dataclasses import dataclass
 from typing import Dict, List, Sequence
 
-from analysis.ablation.contrasts import LR_CHOICES, LR_WORDS, Contrast
+from studies.ablation.contrasts import LR_CHOICES, LR_WORDS, Contrast
 from analysis.verdicts import BETTER, CANT_TELL, EQUIVALENT, WORSE
 
 

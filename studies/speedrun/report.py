@@ -7,7 +7,7 @@ from typing import Dict, List, Optional
 
 from analysis import power
 from analysis.looks import alpha_for
-from analysis.speedrun.spec import Spec
+from studies.speedrun.spec import Spec
 from analysis.stats import CI, TTest, compare, decimals, format_p, p_text, paired_t, pooled_paired_t, summarize
 
 MIN_OWN_SEEDS = 3  # a paired test on its own spread from 3 seeds (2 dof); with fewer, the pooled spread

@@ -5,11 +5,11 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from analysis import power
-from analysis.ablation import contrasts as K
-from analysis.ablation import export, literature
-from analysis.ablation.cells import FINISHED, CellState, done_bpb
-from analysis.ablation.lr_search import edge_note
-from analysis.ablation.protocol import TIERS, Cell, Spec, lr_sweep
+from studies.ablation import contrasts as K
+from studies.ablation import export, literature
+from studies.ablation.cells import FINISHED, CellState, done_bpb
+from studies.ablation.lr_search import edge_note
+from studies.ablation.protocol import TIERS, Cell, Spec, lr_sweep
 from analysis.delta_plots import plot_delta_vs_size, plot_forest
 from analysis.plots import has_activation_rms, plot_activation_rms, plot_lr_sweep, plot_val_curves
 from analysis.runs import Variant

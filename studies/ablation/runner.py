@@ -7,14 +7,14 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
-from analysis.ablation import cells as C
-from analysis.ablation import cost, manifest
-from analysis.ablation import report as protocol_report
-from analysis.ablation.configs import cell_config, sweep_command, write_cells
-from analysis.ablation.lr_search import edge_note
-from analysis.ablation.planning import power_table
-from analysis.ablation.protocol import ProtocolError, Spec, lr_sweep, stage2_cells
-from analysis.jobs import TRAIN_PY, run_sweep
+from studies.ablation import cells as C
+from studies.ablation import cost, manifest
+from studies.ablation import report as protocol_report
+from studies.ablation.configs import cell_config, sweep_command, write_cells
+from studies.ablation.lr_search import edge_note
+from studies.ablation.planning import power_table
+from studies.ablation.protocol import ProtocolError, Spec, lr_sweep, stage2_cells
+from studies.jobs import TRAIN_PY, run_sweep
 from analysis.looks import alpha_for
 from analysis.looks import record as looks_record
 

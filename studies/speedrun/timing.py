@@ -1,5 +1,5 @@
 """The speedrun's arithmetic: calibrating trainer.max_steps to a wall-clock budget from a short probe
-run, and checking each measured run against that budget (analysis/speedrun/campaign.py runs them). The cost
+run, and checking each measured run against that budget (studies/speedrun/campaign.py runs them). The cost
 model itself — loop_s(N) = fixed_s + N·step_s + evals(N)·eval_s + saves(N)·save_s — is the project's one,
 training/runtime/loop_cost.py; here the probe is decomposed into its terms."""
 import math
@@ -7,7 +7,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import List, Optional, Sequence
 
-from analysis.speedrun.spec import SpeedrunError
+from studies.speedrun.spec import SpeedrunError
 from training.runtime.loop_cost import LoopCost, event_counts, steady_tokens_per_s
 
 # A run is "slow" (the machine was probably busy) when its throughput falls this far below the probe's.

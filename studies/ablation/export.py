@@ -7,10 +7,10 @@ import math
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from analysis.ablation.cells import CellState
-from analysis.ablation.contrasts import Contrast
-from analysis.ablation.planning import manifest_values
-from analysis.ablation.protocol import Cell, Spec
+from studies.ablation.cells import CellState
+from studies.ablation.contrasts import Contrast
+from studies.ablation.planning import manifest_values
+from studies.ablation.protocol import Cell, Spec
 
 CELL_FIELDS = ["stage", "size", "variant", "lr", "seed", "state", "val_loss", "val_bpb", "tokens", "precision"]
 CONTRAST_FIELDS = ["lr_choice", "family", "size", "variant", "reference", "lr", "reference_lr", "seeds", "delta",

@@ -12,10 +12,10 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Callable, Optional
 
-from analysis.jobs import TRAIN_PY, cpu_lock, move_aside, quoted, run_job
+from studies.jobs import TRAIN_PY, cpu_lock, move_aside, quoted, run_job
 from analysis.looks import record as looks_record
-from analysis.speedrun import timing as T
-from analysis.speedrun.spec import SpeedrunError, Spec
+from studies.speedrun import timing as T
+from studies.speedrun.spec import SpeedrunError, Spec
 from training.checkpoint import checkpoint_name
 from training.metrics import read_metrics
 from training.checkpoint.run_state import read_state

@@ -6,8 +6,8 @@ import statistics
 from pathlib import Path
 from typing import Dict, Optional
 
-from analysis.mup.plots import NAMES, plot_transfer
-from analysis.mup.transfer import DIVERGED, Cell, TransferSpec, read_results
+from studies.mup.plots import NAMES, plot_transfer
+from studies.mup.transfer import DIVERGED, Cell, TransferSpec, read_results
 
 Losses = Dict[tuple, Dict[int, Dict[float, Optional[float]]]]  # [(optimizer, parametrization)][width][lr]
 

@@ -9,7 +9,7 @@ from typing import Optional
 
 import yaml
 
-from analysis.ablation.protocol import ProtocolError, Spec
+from studies.ablation.protocol import ProtocolError, Spec
 from analysis.runs import NOT_A_VARIANT
 
 MANIFEST = "protocol.yaml"

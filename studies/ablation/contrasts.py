@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 from analysis import scale
-from analysis.ablation.cells import DIVERGED, FINISHED, CellState
-from analysis.ablation.protocol import TIERS, Cell, Spec
+from studies.ablation.cells import DIVERGED, FINISHED, CellState
+from studies.ablation.protocol import TIERS, Cell, Spec
 from analysis.verdicts import Verdict, judge, method_name, table_cells
 
 LR_CHOICES = ("own", "shared")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
-from analysis.jobs import move_aside
+from studies.jobs import move_aside
 from training.metrics import read_metrics
 
 SPEC_FILE, RESULTS_FILE = "spec.json", "results.jsonl"
