@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 import studies.jobs
-from analysis import speedrun as S
+from studies import speedrun as S
 from studies.speedrun.campaign import ALWAYS, Campaign, check_step_cost
 from analysis.looks import LookError
 from analysis.stats import decimals, paired_t

@@ -1,7 +1,7 @@
 """studies/speedrun/report.py's verdicts: 3 paired seeds on their own spread, 2 against the pooled spread of
 every recipe's paired differences (stated), none on 1 degree of freedom; a sequential look at α / looks."""
 from analysis import power
-from analysis import speedrun as S
+from studies import speedrun as S
 from analysis.looks import record
 from studies.speedrun.report import report
 from analysis.stats import decimals, format_p, paired_t, pooled_paired_t

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from analysis import speedrun as S
+from studies import speedrun as S
 
 # ---- calibration arithmetic ---------------------------------------------------------------------------
 
