@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from studies.ablation import manifest
+from studies.ablation import manifest, registration
 from studies.ablation.configs import apply_transfer, cell_values, validate
 from studies.ablation.planning import spread_from
 from analysis.looks import check_added_seeds
@@ -130,6 +130,7 @@ def open_protocol(args) -> Protocol:
     spec = build_spec(args, manifest.spec_of(stored) if stored else None, train_overrides)
     apply_transfer(spec, typed_config)  # before the comparison: a stored spec holds the μP overrides it added
     if stored:
+        registration.check(stored, manifest.spec_of(stored), directory / manifest.MANIFEST)  # not edited by hand
         manifest.check_continuable(manifest.spec_of(stored), spec, directory / manifest.MANIFEST)
         check_added_seeds(stored.get("looks") or [], {"stage2": spec.seeds}, args.sequential,
                           "or start a new --dir")
@@ -153,9 +154,18 @@ def main(argv=None) -> int:
     # A dry run writes nothing, not even its plan (a directory left behind would be a protocol begun); one
     # told to time (--probe-steps N) writes its timing runs, and the manifest that names them.
     proto.writes = not (args.dry_run and probe_steps == 0 and not args.report_only)
+    registered = registration.register(proto.data, proto.spec, proto.command) \
+        if proto.writes and not args.report_only else None  # before the first cell trains
     proto.save(models=models)
     print(("resuming " if proto.resumed else "protocol directory: ") + str(proto.dir)
           + ("" if proto.writes else " (a dry run: nothing is written)"))
+    if registered:
+        print(("pre-registration amended (" + ", ".join(registered["amends"]) + ")" if "amends" in registered
+               else "pre-registered") + f": SHA-256 {registered['sha256']} at {registered['registered']} "
+              "(publish it before the results exist)")
+    elif not proto.writes:
+        sha = registration.fingerprint(registration.preregistered(proto.spec))
+        print(f"pre-registration: SHA-256 {sha} (recorded when the protocol starts)")
     if args.report_only:
         return report(proto)
     return run_stages(proto, budgets, values, probe_steps, args.dry_run)

@@ -189,6 +189,25 @@ def test_transfer_from_sweeps_lrs_at_the_narrow_width_only_and_trains_every_widt
     assert "reuse the LRs chosen at **w32**" in (tmp_path / "p" / "report" / "results.md").read_text()
 
 
+def test_the_pre_registration_is_recorded_before_training_and_a_hand_edit_is_refused(finished, tmp_path, capsys):
+    """protocol.yaml holds the pre-registered part's SHA-256 from before the first cell; the report prints it; a
+    margin loosened by hand in protocol.yaml afterwards stops both a report and a resume, in one line."""
+    protocol = tmp_path / "p"
+    shutil.copytree(finished[0], protocol)
+    (record,) = yaml.safe_load((protocol / MANIFEST).read_text())["registrations"]
+    assert f"pre-registered: SHA-256 {record['sha256']}" in finished[1]  # said when the protocol started
+    assert f"Pre-registered {record['registered']}, SHA-256 {record['sha256']}." in \
+        (protocol / "report" / "results.md").read_text()
+    stored = yaml.safe_load((protocol / MANIFEST).read_text())
+    stored["spec"]["equivalence_margin"] = 0.5
+    (protocol / MANIFEST).write_text(yaml.safe_dump(stored, sort_keys=False))
+    for args in (["--report-only"], ["--dry-run"]):
+        status = exit_status(main, ["--dir", str(protocol), *args])
+        err = capsys.readouterr().err
+        assert status == 1 and err.count("\n") == 1 and "the spec's equivalence_margin no longer match(es) its " \
+            f"pre-registration {record['sha256'][:12]}" in err, err
+
+
 def test_seeds_are_not_added_after_a_look_unless_sequential(finished, tmp_path, capsys):
     protocol = tmp_path / "p"
     shutil.copytree(finished[0], protocol)

@@ -20,15 +20,17 @@ States = Dict[Cell, CellState]
 
 
 def write(spec: Spec, states: States, chosen: Dict[str, Dict[str, Optional[float]]], out: Path, title: str,
-          planning_source: str = "the spec's planning_sd", level: tuple = (None, 1)) -> str:
+          planning_source: str = "the spec's planning_sd", level: tuple = (None, 1), registered: str = "") -> str:
     """Write results.md, the figures and the data files into `out`; return the markdown. Works on a partial
     protocol too (it reports what has finished and says what has not). level: (α, looks) of a sequential
-    design (analysis/looks.py), (None, 1) for the spec's α."""
+    design (analysis/looks.py), (None, 1) for the spec's α; registered: the pre-registration's line
+    (studies/ablation/registration.py)."""
     out.mkdir(parents=True, exist_ok=True)
     contrasts = K.judge_protocol(spec, states, chosen, level[0])
     sequential = (f"Sequential design: seeds were added after a look, so every family is judged at α / {level[1]} "
                   f"looks = {level[0]:.3g}.\n" if level[1] > 1 else "")
-    sections = [f"# {title}\n", _setup(spec, states) + sequential, _verdicts(spec, contrasts),
+    sections = [f"# {title}\n", _setup(spec, states) + sequential + (registered + "\n" if registered else ""),
+                _verdicts(spec, contrasts),
                 _power(spec, contrasts, planning_source), _lr_section(spec, states, chosen, out)]
     rankings, forest, params = {}, {}, {}
     for size in spec.sizes:

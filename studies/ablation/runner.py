@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from studies.ablation import cells as C
-from studies.ablation import cost, manifest
+from studies.ablation import cost, manifest, registration
 from studies.ablation import report as protocol_report
 from studies.ablation.configs import cell_config, sweep_command, write_cells
 from studies.ablation.lr_search import edge_note
@@ -262,9 +262,10 @@ def report(proto: Protocol) -> int:
     chosen = C.chosen_lrs(spec, states)
     states.update(proto.states(stage2_cells(spec, chosen)))
     out = proto.dir / "report"
+    registered = registration.check(proto.data, spec, proto.dir / manifest.MANIFEST)  # a spec edited by hand: refused
     looks = looks_record(proto.data.get("looks") or [], {"stage2": spec.seeds}, proto.sequential)
     text = protocol_report.write(spec, states, chosen, out, f"Ablation protocol {proto.data['id']}",
-                                 proto.planning_source, alpha_for(spec.alpha, looks, "stage2"))
+                                 proto.planning_source, alpha_for(spec.alpha, looks, "stage2"), registered)
     proto.save(looks=looks)
     proto.record(states, chosen)
     print(text)

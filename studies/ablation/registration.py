@@ -1,0 +1,68 @@
+"""The pre-registration, made tamper-evident: before the first cell trains, the manifest records the SHA-256 of
+the spec's pre-registered part — what is compared (reference, variants, sizes, families), how it is judged
+(α, the correction, the equivalence margin, power, the target MDE), the measuring seeds and the LR rule — with
+the time and the command. A resume that changes any of it through ablate.py (a variant or an LR added, as
+check_continuable allows) records an amendment beside it; a spec edited any other way matches no record,
+and a resume or a report then refuses in one line. The hash is printed so it can be published before the
+results exist (a commit, a post): that, not this file, is what a reader outside the machine can check."""
+import hashlib
+import json
+import time
+from typing import List, Optional
+
+from studies.ablation.protocol import ProtocolError, Spec
+
+# The fields decided before any cell trains. planning_sd and the stored throughput only plan; they are not here.
+PREREGISTERED = ("experiment", "train_overrides", "reference", "variants", "sizes", "variant_sizes", "primary",
+                 "secondary", "alpha", "multitest", "equivalence_margin", "power", "target_mde", "seeds", "lr_grid",
+                 "stage1_seed", "lr_extensions", "min_lr_ratio", "transfer_from")
+
+
+def preregistered(spec: Spec) -> dict:
+    """The spec's pre-registered part, as plain data."""
+    data = spec.to_dict()
+    return {key: data[key] for key in PREREGISTERED}
+
+
+def fingerprint(part: dict) -> str:
+    """SHA-256 of the part as canonical JSON (sorted keys): the same spec hashes the same on every machine."""
+    return hashlib.sha256(json.dumps(part, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def register(manifest: dict, spec: Spec, command: str) -> Optional[dict]:
+    """Record the spec's pre-registration in `manifest` (before its first cell trains), or an amendment when a
+    resume changed it; the new record, or None when the spec is the one last registered."""
+    part = preregistered(spec)
+    records: List[dict] = manifest.setdefault("registrations", [])
+    sha = fingerprint(part)
+    if records and records[-1]["sha256"] == sha:
+        return None
+    record = {"sha256": sha, "registered": time.strftime("%Y-%m-%d %H:%M:%S %z"), "command": command,
+              "preregistered": part}
+    if records:
+        before = records[-1]["preregistered"]
+        record["amends"] = sorted(key for key in PREREGISTERED if before.get(key) != part[key])
+    records.append(record)
+    return record
+
+
+def check(manifest: dict, spec: Spec, where: str) -> str:
+    """One line naming the registration the spec matches; a ProtocolError when it matches none, or when a record
+    no longer hashes to its own SHA-256 (edited by hand). A protocol from before registration says so."""
+    records = manifest.get("registrations") or []
+    if not records:
+        return "Pre-registration: none recorded (this protocol predates registered hashes)."
+    for record in records:
+        if fingerprint(record["preregistered"]) != record["sha256"]:
+            raise ProtocolError(f"{where}: the pre-registration of {record['registered']} no longer hashes to its "
+                                f"recorded {record['sha256'][:12]}: the manifest was edited by hand; restore it "
+                                "(git, a backup) or start a new --dir")
+    last, part = records[-1], preregistered(spec)
+    if fingerprint(part) != last["sha256"]:
+        changed = sorted(key for key in PREREGISTERED if last["preregistered"].get(key) != part[key])
+        raise ProtocolError(f"{where}: the spec's {', '.join(changed)} no longer match(es) its pre-registration "
+                            f"{last['sha256'][:12]} of {last['registered']}: it was edited outside ablate.py; restore "
+                            "it, or start a new --dir")
+    first = records[0]
+    amended = "".join(f"; amended {r['registered']} ({', '.join(r['amends'])}: {r['sha256'][:12]})" for r in records[1:])
+    return f"Pre-registered {first['registered']}, SHA-256 {first['sha256']}{amended}."

@@ -1,0 +1,61 @@
+"""studies/ablation/registration.py: the pre-registration's SHA-256, recorded before the first cell trains;
+amendments made through ablate.py recorded beside it; a spec or a record edited by hand refused in one line."""
+import dataclasses
+
+import pytest
+
+from studies.ablation import registration as R
+from studies.ablation.protocol import ProtocolError, Spec
+
+SPEC = dict(reference="ref", variants={"ref": [], "gelu": ["model.mlp=gelu"]}, lr_grid=[1e-3, 1e-2], seeds=[0, 1],
+            primary=["gelu"])
+
+
+def test_a_new_protocol_is_registered_once_with_its_hash_time_and_command():
+    manifest, spec = {}, Spec(**SPEC)
+    record = R.register(manifest, spec, "ablate.py --dir p")
+    assert record["sha256"] == R.fingerprint(R.preregistered(spec)) and len(record["sha256"]) == 64
+    assert record["command"] == "ablate.py --dir p" and record["preregistered"]["alpha"] == 0.05
+    assert R.register(manifest, Spec(**SPEC), "ablate.py --dir p") is None  # the same spec: nothing new
+    assert R.check(manifest, spec, "p") == f"Pre-registered {record['registered']}, SHA-256 {record['sha256']}."
+
+
+def test_what_only_plans_is_not_registered():
+    """planning_sd and the stored throughput only estimate power and cost: changing them changes no verdict."""
+    spec = Spec(**SPEC)
+    planned = dataclasses.replace(spec, planning_sd=0.03, planning_tokens_per_s={"base": 1000.0})
+    assert R.fingerprint(R.preregistered(planned)) == R.fingerprint(R.preregistered(spec))
+
+
+def test_an_amendment_through_ablate_is_recorded_and_named():
+    manifest = {}
+    R.register(manifest, Spec(**SPEC), "first")
+    grown = Spec(**{**SPEC, "variants": {**SPEC["variants"], "relu2": ["model.mlp=relu2"]}})
+    record = R.register(manifest, grown, "second")
+    assert record["amends"] == ["secondary", "variants"]  # relu2 joins the secondary family
+    line = R.check(manifest, grown, "p")
+    assert line.startswith(f"Pre-registered {manifest['registrations'][0]['registered']}") and \
+        f"; amended {record['registered']} (secondary, variants: {record['sha256'][:12]})" in line
+
+
+@pytest.mark.parametrize("field, value", [("alpha", 0.1), ("equivalence_margin", 0.05), ("seeds", [0, 1, 2]),
+                                          ("primary", []), ("lr_grid", [1e-3])])
+def test_a_spec_edited_by_hand_is_refused_in_one_line(field, value):
+    manifest = {}
+    R.register(manifest, Spec(**SPEC), "first")
+    edited = Spec(**{**SPEC, field: value, **({"secondary": ["gelu"]} if field == "primary" else {})})
+    with pytest.raises(ProtocolError, match=rf"^p: the spec's .*{field}.* no longer match\(es\) its pre-registration "
+                                            r"[0-9a-f]{12} of .*: it was edited outside ablate.py; restore it, or start"):
+        R.check(manifest, edited, "p")
+
+
+def test_a_record_edited_by_hand_no_longer_hashes_to_itself():
+    manifest = {}
+    R.register(manifest, Spec(**SPEC), "first")
+    manifest["registrations"][0]["preregistered"]["alpha"] = 0.1  # the record moved along with the spec
+    with pytest.raises(ProtocolError, match=r"no longer hashes to its recorded [0-9a-f]{12}: the manifest was edited"):
+        R.check(manifest, Spec(**{**SPEC, "alpha": 0.1}), "p")
+
+
+def test_a_protocol_from_before_registration_says_so():
+    assert R.check({}, Spec(**SPEC), "p") == "Pre-registration: none recorded (this protocol predates registered hashes)."
