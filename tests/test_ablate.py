@@ -196,8 +196,9 @@ def test_the_pre_registration_is_recorded_before_training_and_a_hand_edit_is_ref
     shutil.copytree(finished[0], protocol)
     (record,) = yaml.safe_load((protocol / MANIFEST).read_text())["registrations"]
     assert f"pre-registered: SHA-256 {record['sha256']}" in finished[1]  # said when the protocol started
-    assert f"Pre-registered {record['registered']}, SHA-256 {record['sha256']}." in \
-        (protocol / "report" / "results.md").read_text()
+    results = (protocol / "report" / "results.md").read_text()
+    assert f"Pre-registered {record['registered']}, SHA-256 {record['sha256']}." in results
+    assert re.search(r"; margin [+-]\d\.\d{3} bpb over the runner-up\)", results), results  # each choice's margin
     stored = yaml.safe_load((protocol / MANIFEST).read_text())
     stored["spec"]["equivalence_margin"] = 0.5
     (protocol / MANIFEST).write_text(yaml.safe_dump(stored, sort_keys=False))

@@ -105,9 +105,9 @@ def test_lr_sweeps_extend_past_the_edge_and_the_choice_follows(finished):
     assert chosen == CHOSEN
     small = section(text, "**small** (final val bpb", "**deep**")
     assert "| variant | lr 0.0005 | lr 0.001 | lr 0.002 | lr 0.004 | lr 0.008 | chosen |" in small
-    assert "| gelu | — | 2.6000 | 2.5000 | **2.4500** | 2.5500† | 0.004 (interior after 1 extension(s)) |" in small
+    assert "| gelu | — | 2.6000 | 2.5000 | **2.4500** | 2.5500† | 0.004 (interior after 1 extension(s); margin +0.050 bpb over the runner-up) |" in small
     assert "| none | diverged† | diverged | diverged | diverged | — | diverged at every LR, down to 0.0005 |" in small
-    assert "| ref | — | 2.5000 | **2.4000** | 2.4500 | — | 0.002 (interior) |" in small
+    assert "| ref | — | 2.5000 | **2.4000** | 2.4500 | — | 0.002 (interior; margin +0.050 bpb over the runner-up) |" in small
 
 
 def test_primary_verdicts_at_both_lr_choices_are_holm_adjusted_within_their_family(finished):

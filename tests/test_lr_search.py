@@ -2,7 +2,7 @@
 per round, until it is interior or the cap is reached; deterministic in the results, so a resume agrees."""
 import pytest
 
-from studies.ablation.lr_search import at_grid_edge, beyond, choose_lr, edge_note, sweep
+from studies.ablation.lr_search import at_grid_edge, beyond, choose_lr, edge_note, margin, sweep
 
 GRID = [5e-4, 1e-3, 2e-3, 4e-3, 8e-3]
 
@@ -72,3 +72,28 @@ def test_choose_lr_and_grid_edge():
     assert choose_lr({1e-3: 2.0, 3e-3: 2.0}) == 1e-3 and choose_lr({1e-3: None}) is None
     assert at_grid_edge(5e-4, GRID) and at_grid_edge(8e-3, GRID) and not at_grid_edge(2e-3, GRID)
     assert not at_grid_edge(1e-3, [1e-3])
+
+
+def test_a_near_tie_within_the_stated_tolerance_goes_to_the_smaller_lr():
+    results = {1e-3: 2.110, 2e-3: 2.104, 4e-3: 2.100, 8e-3: 2.180}
+    assert choose_lr(results) == 4e-3  # no tolerance: the lowest bpb
+    assert choose_lr(results, tolerance=0.005) == 2e-3  # 2.104 is within 0.005 of 2.100
+    assert choose_lr(results, tolerance=0.01) == 1e-3
+    assert choose_lr({1e-3: None, 2e-3: 2.2}, tolerance=1.0) == 2e-3  # a diverged LR never ties
+    s = sweep([1e-3, 2e-3, 4e-3, 8e-3], {**results, 5e-4: 2.3}, cap=1, tolerance=0.005)
+    assert s.best == 2e-3 and s.extensions == 0  # interior once the tie is resolved: no extension
+
+
+def test_the_margin_is_the_runner_up_bpb_less_the_chosen_ones():
+    results = {1e-3: 2.110, 2e-3: 2.104, 4e-3: 2.100, 8e-3: None}
+    assert margin(results, 4e-3) == pytest.approx(0.004)
+    assert margin(results, 2e-3) == pytest.approx(-0.004)  # a tie won by the smaller LR: below the best
+    assert margin({1e-3: 2.0}, 1e-3) is None and margin(results, None) is None
+
+
+def test_the_tolerance_is_a_stated_bpb_margin():
+    from studies.ablation.protocol import ProtocolError, Spec
+    spec = dict(reference="a", variants={"a": [], "b": []}, lr_grid=[1e-3, 2e-3], seeds=[0])
+    assert Spec(**spec).lr_tie_tolerance == 0.0  # unstated: the lowest bpb alone, as protocols before it chose
+    with pytest.raises(ProtocolError, match=r"lr_tie_tolerance=-0.01 must be a bpb margin in \[0, 1\)"):
+        Spec(**spec, lr_tie_tolerance=-0.01)

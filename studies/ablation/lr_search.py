@@ -1,6 +1,7 @@
 """Honest learning-rate selection for one variant at one size: the lowest final bpb over a log-spaced
-grid, on a seed no measurement uses; a best LR at the grid's edge adds one more point beyond that edge
-(same spacing), again and again until the best is interior or the stated cap is reached."""
+grid, on a seed no measurement uses, a near-tie going to the smaller LR; a best LR at the grid's edge adds
+one more point beyond that edge (same spacing), again and again until the best is interior or the stated
+cap is reached."""
 import math
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
@@ -21,11 +22,28 @@ class Sweep:
         return not self.pending
 
 
-def choose_lr(final_bpb: Results) -> Optional[float]:
-    """The LR with the lowest final val bpb among the runs that finished with a finite value
-    (diverged runs are None); None when no LR did. A tie goes to the smaller, safer LR."""
-    finite = {lr: bpb for lr, bpb in final_bpb.items() if bpb is not None and math.isfinite(bpb)}
-    return min(finite, key=lambda lr: (finite[lr], lr)) if finite else None
+def finite_results(final_bpb: Results) -> Results:
+    return {lr: bpb for lr, bpb in final_bpb.items() if bpb is not None and math.isfinite(bpb)}
+
+
+def choose_lr(final_bpb: Results, tolerance: float = 0.0) -> Optional[float]:
+    """The LR with the lowest final val bpb among the runs that finished with a finite value (diverged runs
+    are None); None when no LR did. A near-tie — within `tolerance` bpb of the lowest (the spec's
+    lr_tie_tolerance, stated before the run) — goes to the smaller, safer LR: one stage-1 seed cannot tell
+    LRs that close apart."""
+    finite = finite_results(final_bpb)
+    if not finite:
+        return None
+    lowest = min(finite.values())
+    return min(lr for lr, bpb in finite.items() if bpb <= lowest + tolerance)
+
+
+def margin(final_bpb: Results, chosen: Optional[float]) -> Optional[float]:
+    """How much lower the chosen LR's bpb is than the best other finite LR's (negative when a near-tie went
+    to the smaller LR); None without a chosen LR or a finite rival."""
+    finite = finite_results(final_bpb)
+    rivals = [bpb for lr, bpb in finite.items() if lr != chosen]
+    return None if chosen not in finite or not rivals else min(rivals) - finite[chosen]
 
 
 def at_grid_edge(lr: float, grid: Sequence[float]) -> bool:
@@ -41,7 +59,7 @@ def beyond(lrs: Sequence[float], upward: bool) -> float:
     return float(f"{lr:.6g}")
 
 
-def sweep(grid: Sequence[float], results: Results, cap: int) -> Sweep:
+def sweep(grid: Sequence[float], results: Results, cap: int, tolerance: float = 0.0) -> Sweep:
     """Where the sweep of one (size, variant) stands, given the results so far. Deterministic in the
     results, so a resumed protocol finds the same extensions. Everything diverging counts as an
     edge too: the next point is below the smallest LR."""
@@ -50,7 +68,7 @@ def sweep(grid: Sequence[float], results: Results, cap: int) -> Sweep:
         pending = [lr for lr in lrs if lr not in results]
         if pending:
             return Sweep(lrs, pending, None, len(lrs) - len(grid), False)
-        best = choose_lr({lr: results[lr] for lr in lrs})
+        best = choose_lr({lr: results[lr] for lr in lrs}, tolerance)
         edge = len(lrs) > 1 and (best is None or at_grid_edge(best, lrs))
         if not edge:
             return Sweep(lrs, [], best, len(lrs) - len(grid), False)

@@ -60,7 +60,7 @@ def check_continuable(stored: Spec, new: Spec, manifest_path: Path) -> None:
         raise ProtocolError(f"{where} train.py overrides {' '.join(identity(stored.train_overrides)) or '(none)'}, "
                             f"not {' '.join(identity(new.train_overrides)) or '(none)'}; pass the same ones, or none "
                             "to reuse them, or use a new --dir")
-    for name in ("reference", "min_lr_ratio", "stage1_seed", "lr_extensions", "alpha", "multitest",
+    for name in ("reference", "min_lr_ratio", "stage1_seed", "lr_extensions", "lr_tie_tolerance", "alpha", "multitest",
                  "equivalence_margin", "transfer_from"):
         if getattr(stored, name) != getattr(new, name):
             raise ProtocolError(f"{where} {name}={getattr(stored, name)}, not {getattr(new, name)}; the LR choice and "

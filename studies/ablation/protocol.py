@@ -36,6 +36,7 @@ class Spec:
     experiment: Optional[str] = None  # the train.py preset (configs/experiment/<name>.yaml) every cell starts from
     train_overrides: List[str] = field(default_factory=list)  # applied to every cell, e.g. trainer.max_steps=…
     lr_extensions: int = 2  # a best LR at the grid's edge adds a point beyond it, at most this many times
+    lr_tie_tolerance: float = 0.0  # bpb: stage-1 LRs within this of the best are a tie, and the smallest wins
     variant_sizes: Dict[str, List[str]] = field(default_factory=dict)  # variant → the only sizes it runs at
     # The pre-registration: which contrasts (variant vs reference) are primary, which secondary (each
     # tier a family, Holm-adjusted over its contrasts × sizes), the margin of "equivalent", the plan's power.
@@ -74,6 +75,8 @@ class Spec:
                  f"lr_grid {self.lr_grid} must list positive, finite learning rates, e.g. 1e-3,2e-3,4e-3")
         _require(len(set(self.lr_grid)) == len(self.lr_grid), f"lr_grid {self.lr_grid} repeats a value")
         _require(self.lr_extensions >= 0, f"lr_extensions={self.lr_extensions} must be >= 0")
+        _require(0 <= self.lr_tie_tolerance < 1, f"lr_tie_tolerance={self.lr_tie_tolerance} must be a bpb margin in "
+                                                 "[0, 1), e.g. 0.01")
         _require(0 <= self.min_lr_ratio <= 1, f"min_lr_ratio={self.min_lr_ratio} must be in [0, 1], e.g. 0.1")
         self.variant_sizes = {str(k): [str(x) for x in v or []] for k, v in (self.variant_sizes or {}).items()}
         for variant, sizes in self.variant_sizes.items():
@@ -207,7 +210,7 @@ def lr_sweep(spec: Spec, size: str, variant: str, done: Optional[Dict[Cell, Opti
     """Where one (size, variant)'s LR sweep stands, from the finished (or diverged) stage-1 cells."""
     results = {c.lr: bpb for c, bpb in (done or {}).items()
                if (c.size, c.variant, c.seed) == (size, variant, spec.stage1_seed)}
-    return sweep(spec.lr_grid, results, spec.lr_extensions)
+    return sweep(spec.lr_grid, results, spec.lr_extensions, spec.lr_tie_tolerance)
 
 
 def stage2_cells(spec: Spec, chosen: Dict[str, Dict[str, Optional[float]]]) -> List[Cell]:

@@ -15,7 +15,7 @@ from studies.ablation.protocol import ProtocolError, Spec
 # The fields decided before any cell trains. planning_sd and the stored throughput only plan; they are not here.
 PREREGISTERED = ("experiment", "train_overrides", "reference", "variants", "sizes", "variant_sizes", "primary",
                  "secondary", "alpha", "multitest", "equivalence_margin", "power", "target_mde", "seeds", "lr_grid",
-                 "stage1_seed", "lr_extensions", "min_lr_ratio", "transfer_from")
+                 "stage1_seed", "lr_extensions", "lr_tie_tolerance", "min_lr_ratio", "transfer_from")
 
 
 def preregistered(spec: Spec) -> dict:
@@ -58,8 +58,11 @@ def check(manifest: dict, spec: Spec, where: str) -> str:
                                 f"recorded {record['sha256'][:12]}: the manifest was edited by hand; restore it "
                                 "(git, a backup) or start a new --dir")
     last, part = records[-1], preregistered(spec)
-    if fingerprint(part) != last["sha256"]:
-        changed = sorted(key for key in PREREGISTERED if last["preregistered"].get(key) != part[key])
+    # A field added to PREREGISTERED after this record was made is compared with its default: the behaviour then.
+    defaults = preregistered(Spec(variants={"x": []}, reference="x", lr_grid=[1.0], seeds=[0]))
+    changed = sorted([key for key in last["preregistered"] if last["preregistered"][key] != part.get(key)]
+                     + [key for key in PREREGISTERED if key not in last["preregistered"] and part[key] != defaults[key]])
+    if changed:
         raise ProtocolError(f"{where}: the spec's {', '.join(changed)} no longer match(es) its pre-registration "
                             f"{last['sha256'][:12]} of {last['registered']}: it was edited outside ablate.py; restore "
                             "it, or start a new --dir")

@@ -8,7 +8,7 @@ from analysis import power
 from studies.ablation import contrasts as K
 from studies.ablation import export, literature
 from studies.ablation.cells import FINISHED, CellState, done_bpb
-from studies.ablation.lr_search import edge_note
+from studies.ablation.lr_search import edge_note, margin
 from studies.ablation.protocol import TIERS, Cell, Spec, lr_sweep
 from analysis.delta_plots import plot_delta_vs_size, plot_forest
 from analysis.plots import has_activation_rms, plot_activation_rms, plot_lr_sweep, plot_val_curves
@@ -85,7 +85,9 @@ def _setup(spec: Spec, states: States) -> str:
         f"Variants ({spec.reference} is the reference): {variants}.", f"Sizes: {sizes}.",
         f"Stage 1 (LR choice) on seed {spec.stage1_seed}, never a measuring seed: LR grid {grid} (min_lr = "
         f"{spec.min_lr_ratio:g} × lr); a best LR at the grid's edge adds one point beyond it, up to "
-        f"{spec.lr_extensions} times. Stage 2 (measurement) on seeds {_seeds(spec.seeds)}: every variant at its "
+        f"{spec.lr_extensions} times"
+        + (f"; LRs within {spec.lr_tie_tolerance:g} bpb of the best are a tie, won by the smallest"
+           if spec.lr_tie_tolerance else "") + f". Stage 2 (measurement) on seeds {_seeds(spec.seeds)}: every variant at its "
         f"own best LR and at {spec.reference}'s (the shared LR).",
         f"Pre-registered before training: primary contrasts {', '.join(spec.primary) or '(none)'}; secondary "
         f"{', '.join(spec.secondary) or '(none)'} (each vs {spec.reference}). Each family (one tier's contrasts × "
@@ -149,6 +151,12 @@ def _power(spec: Spec, contrasts: List[K.Contrast], source: str) -> str:
     return "\n".join(lines)
 
 
+def _margin_note(results: dict, best: float) -> str:
+    """'; margin …' — how far the chosen LR's bpb is below the runner-up's (one seed: a small margin is a near-tie)."""
+    m = margin(results, best)
+    return "" if m is None else f"; margin {m:+.3f} bpb over the runner-up"
+
+
 def _lr_section(spec: Spec, states: States, chosen, out: Path) -> str:
     done = done_bpb({c: s for c, s in states.items() if c.seed == spec.stage1_seed})
     sweeps, lines = {size: {} for size in spec.sizes}, ["## Stage 1: learning-rate sweep\n"]
@@ -163,8 +171,8 @@ def _lr_section(spec: Spec, states: States, chosen, out: Path) -> str:
             if results:
                 sweeps[size][variant] = results
             best = chosen.get(size, {}).get(variant)
-            note = (f"{best:g} ({edge_note(sweep, spec.lr_extensions)})" if best is not None else
-                    edge_note(sweep, spec.lr_extensions)) if sweep.settled else "still sweeping"
+            note = (f"{best:g} ({edge_note(sweep, spec.lr_extensions)}{_margin_note(results, best)})"
+                    if best is not None else edge_note(sweep, spec.lr_extensions)) if sweep.settled else "still sweeping"
             cells = [_bpb_cell(results, lr, best, lr not in spec.lr_grid) for lr in lrs]
             lines.append("| " + " | ".join([variant] + cells + [note]) + " |")
         lines.append("")
