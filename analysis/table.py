@@ -58,8 +58,10 @@ def verdict(rows: Sequence[Row]) -> str:
     best, second = rows[0].variant.label, rows[1].variant.label
     comparison = runner_up(rows)
     outcome, sentence = comparison.outcome, comparison.verdict()
-    if outcome == "worse":  # the runner-up is worse than the best: the lead is real
-        return f"**{best} beats the runner-up {second}**: {second} is {sentence}."
+    if outcome == "worse":  # the runner-up is worse than the best. Not in bold: the two were picked from the table
+        # after the fact and the test is unadjusted, so it is a description, never a pre-registered verdict.
+        return (f"{best} is ahead of the runner-up {second} (a post-hoc, unadjusted comparison of the table's two "
+                f"best, not a verdict): {second} is {sentence}.")
     if outcome == "none":
         return (f"**Not conclusive:** {best} leads {second} by {rows[1].val_bpb.mean - rows[0].val_bpb.mean:.4f} "
                 f"bpb, but with {sentence[len('no verdict: '):]}; run more seeds (e.g. seed=0,1,2).")

@@ -146,3 +146,16 @@ def test_the_docs_state_the_epoch_depth_verdicts_and_bold_only_the_established_o
     docs = (REPO / "docs" / "ablation" / "README.md").read_text()
     assert "| no normalisation | **−0.053 ± 0.016 at 1.6e-2, Holm p = 0.0026: better** | **+0.552 ± 0.015" in docs
     assert "**+0.0027 ± 0.0043, TOST Holm p = 0.013: equivalent within ±0.01**" in docs
+
+
+def test_no_post_hoc_comparison_is_bold_and_the_interpretation_is_labelled():
+    """A table's best against its runner-up is picked after the fact and tested unadjusted: never in bold, where
+    the pre-registered verdicts are. And "what the norm buys is the learning rate it tolerates" compares runs that
+    differ in steps, depth and LR grid: wherever it is said, it is labelled as a reading, not a result."""
+    docs = [REPO / "README.md", *sorted((REPO / "docs" / "ablation").rglob("*.md"))]
+    for path in docs:
+        text = " ".join(path.read_text().split())
+        bold = re.findall(r"\*\*(.+?)\*\*", text)
+        assert not [b for b in bold if "runner-up" in b or " beats " in b], path
+        for at in [m.start() for m in re.finditer(r"learning rate it tolerates", text)]:
+            assert "our reading" in text[max(0, at - 250):at], (path, text[max(0, at - 250):at + 30])
