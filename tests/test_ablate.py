@@ -207,6 +207,18 @@ def test_the_pre_registration_is_recorded_before_training_and_a_hand_edit_is_ref
         err = capsys.readouterr().err
         assert status == 1 and err.count("\n") == 1 and "the spec's equivalence_margin no longer match(es) its " \
             f"pre-registration {record['sha256'][:12]}" in err, err
+    # A consistent forgery — the edited spec registered afresh — is caught by the runs: each names its hash.
+    from studies.ablation import registration
+    from studies.ablation.manifest import spec_of
+    (tag,) = {yaml.safe_load(p.read_text())["logger"]["tags"][-1] for p in protocol.glob("runs/*/*/*/config.yaml")}
+    assert tag == f"registration={record['sha256'][:12]}"
+    stored.pop("registrations")
+    registration.register(stored, spec_of(stored), "forged")
+    (protocol / MANIFEST).write_text(yaml.safe_dump(stored, sort_keys=False))
+    status = exit_status(main, ["--dir", str(protocol), "--report-only"])
+    err = capsys.readouterr().err
+    assert status == 1 and f"ran under pre-registration {record['sha256'][:12]}, which this manifest does not " \
+        "record" in err, err
 
 
 def test_seeds_are_not_added_after_a_look_unless_sequential(finished, tmp_path, capsys):

@@ -14,6 +14,7 @@ from studies.jobs import quoted
 from model import Transformer
 
 CELL_GROUP = "cell"
+REGISTRATION_TAG = "registration="  # a cell's logger tag: the first 12 hex digits of its pre-registration's SHA-256
 # Writes job_status.yaml into every job's run directory (studies/ablation/cells.py reads it).
 CALLBACK = "+hydra.callbacks.ablate_status._target_=cli.callbacks.JobStatusFile"
 UNKNOWN_EVAL_WINDOWS = 256  # trainer.eval_windows=all: the split's size is only known once data is prepared
@@ -126,14 +127,16 @@ def check_overlaps(spec: Spec) -> None:
 
 
 def cell_config(cell: Cell, values: dict, min_lr_ratio: float, group: str, stage: str,
-                resume: Optional[Path] = None) -> dict:
+                resume: Optional[Path] = None, registration: Optional[str] = None) -> dict:
     """The cell's config, merged after every other group: the variant's and size's values, its
-    LR (min_lr scaled along), seed, run name (= its directory) and wandb group and tags."""
+    LR (min_lr scaled along), seed, run name (= its directory) and wandb group and tags — among them the
+    pre-registration it runs under, so every run directory's config.yaml names it too."""
     config = copy.deepcopy(values)
     config.setdefault("optim", {}).update(lr=cell.lr, min_lr=cell.lr * min_lr_ratio)
     config.update(seed=cell.seed, run_name=cell.run_name)
     config["logger"] = {**config.get("logger", {}), "group": group,
-                        "tags": ["ablate", stage, f"variant={cell.variant}", f"size={cell.size}", f"lr={cell.lr:g}"]}
+                        "tags": ["ablate", stage, f"variant={cell.variant}", f"size={cell.size}", f"lr={cell.lr:g}"]
+                        + ([f"{REGISTRATION_TAG}{registration[:12]}"] if registration else [])}
     if resume is not None:
         config["resume"] = str(resume)
     return config

@@ -8,8 +8,9 @@ results exist (a commit, a post): that, not this file, is what a reader outside 
 import hashlib
 import json
 import time
-from typing import List, Optional
+from typing import Iterable, List, Optional
 
+from studies.ablation.configs import REGISTRATION_TAG
 from studies.ablation.protocol import ProtocolError, Spec
 
 # The fields decided before any cell trains. planning_sd and the stored throughput only plan; they are not here.
@@ -69,3 +70,23 @@ def check(manifest: dict, spec: Spec, where: str) -> str:
     first = records[0]
     amended = "".join(f"; amended {r['registered']} ({', '.join(r['amends'])}: {r['sha256'][:12]})" for r in records[1:])
     return f"Pre-registered {first['registered']}, SHA-256 {first['sha256']}{amended}."
+
+
+def current(manifest: dict) -> Optional[str]:
+    """The SHA-256 the protocol runs under now (its last record), or None before registration existed."""
+    records = manifest.get("registrations") or []
+    return records[-1]["sha256"] if records else None
+
+
+def check_cells(manifest: dict, states: Iterable, where) -> None:
+    """Every cell that names a pre-registration in its config.yaml (a logger tag) must name one the manifest
+    records: a manifest replaced by one registered afresh for an edited spec is refused, because the runs
+    themselves still carry the hash they ran under. Cells from before registration name none."""
+    recorded = {record["sha256"][:12] for record in manifest.get("registrations") or []}
+    for state in states:
+        tags = ((state.run.config or {}).get("logger") or {}).get("tags") or [] if state.run is not None else []
+        for tag in tags:
+            if str(tag).startswith(REGISTRATION_TAG) and str(tag)[len(REGISTRATION_TAG):] not in recorded:
+                raise ProtocolError(f"{where}: {state.cell.run_name} ran under pre-registration "
+                                    f"{str(tag)[len(REGISTRATION_TAG):]}, which this manifest does not record: it was "
+                                    "replaced or registered afresh after runs existed; restore it or start a new --dir")

@@ -79,7 +79,7 @@ def run_cells(proto: Protocol, cells, stage: str, sweep_dir: Path, extra=(), val
                   f"{C.move_aside(s, proto.dir / 'discarded')}, running it again")
         resume = s.path if s.state == C.RESUMABLE else None
         configs[s.cell.option] = cell_config(s.cell, values[(s.cell.size, s.cell.variant)], proto.spec.min_lr_ratio,
-                                             proto.data["id"], stage, resume)
+                                             proto.data["id"], stage, resume, registration.current(proto.data))
     config_dir = proto.dir / "configs" / stage
     write_cells(config_dir, configs)
     resumed = sum(s.state == C.RESUMABLE for s in todo)
@@ -263,6 +263,7 @@ def report(proto: Protocol) -> int:
     states.update(proto.states(stage2_cells(spec, chosen)))
     out = proto.dir / "report"
     registered = registration.check(proto.data, spec, proto.dir / manifest.MANIFEST)  # a spec edited by hand: refused
+    registration.check_cells(proto.data, states.values(), proto.dir / manifest.MANIFEST)  # or a manifest replaced
     looks = looks_record(proto.data.get("looks") or [], {"stage2": spec.seeds}, proto.sequential)
     text = protocol_report.write(spec, states, chosen, out, f"Ablation protocol {proto.data['id']}",
                                  proto.planning_source, alpha_for(spec.alpha, looks, "stage2"), registered)
