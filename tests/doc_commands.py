@@ -10,7 +10,8 @@ DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 
 def fenced_python_commands(paths=DOCS) -> list:
     """(where, words) of each `python …` command in a code block (`.venv/bin/python` too), a line continued
-    with a backslash joined to the next, its comment dropped; words: what follows `python`."""
+    with a backslash joined to the next, its comment dropped; words: what follows `python`. A `torchrun … train.py`
+    line counts as the `python train.py` each of its ranks runs (torchrun's own options dropped)."""
     found = []
     for path in paths:
         in_code, lines = False, path.read_text().splitlines()
@@ -25,6 +26,7 @@ def fenced_python_commands(paths=DOCS) -> list:
             while in_code and line.rstrip().endswith("\\") and number < len(lines):
                 line, number = line.rstrip()[:-1] + " " + lines[number].strip(), number + 1
             command = re.sub(r"^\s*(\.venv/bin/)?python ", "python ", line)
+            command = re.sub(r"^\s*torchrun\s(.*?\s)?train\.py\b", "python train.py", command)
             if in_code and command.startswith("python ") and not command.startswith("python -"):
                 found.append((f"{where}:{start}", shlex.split(command, comments=True)[1:]))
     return found

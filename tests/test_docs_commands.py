@@ -1,4 +1,4 @@
-"""Every `python train.py …` command that README.md and docs/ show composes into a run train.py would start:
+"""Every `python train.py …` (and `torchrun … train.py …`) command that README.md and docs/ show composes into a run train.py would start:
 its overrides pass every check resolve_config makes, and its model builds (on the meta device). A documented
 command that ends in `error:` as written fails here, not in a newcomer's terminal."""
 import pytest
@@ -29,7 +29,7 @@ COMMANDS = documented_train_commands()
 
 
 def test_the_docs_show_train_commands():
-    assert len(COMMANDS) >= 15  # the collection itself works: README's and docs/training.md's examples
+    assert len(COMMANDS) >= 20  # the collection itself works: README's and docs/training.md's examples, torchrun's
 
 
 @pytest.mark.parametrize("where, overrides", COMMANDS, ids=[w for w, _ in COMMANDS])
@@ -42,5 +42,7 @@ def test_a_documented_train_command_composes_and_its_model_builds(where, overrid
 def test_the_collection_reads_code_blocks_only_and_strips_comments(tmp_path):
     doc = tmp_path / "x.md"
     doc.write_text("python train.py in prose\n```bash\npython train.py model.n_layers=2   # two\n"
-                   "python train.py resume=latest\n.venv/bin/python train.py data.path='my/*.txt'\n```\n")
-    assert [w for _, w in documented_train_commands([doc])] == [["model.n_layers=2"], ["data.path=my/*.txt"]]
+                   "python train.py resume=latest\n.venv/bin/python train.py data.path='my/*.txt'\n"
+                   "torchrun --standalone --nproc_per_node=8 train.py trainer=gpu \\\n    trainer.parallel=fsdp\n```\n")
+    assert [w for _, w in documented_train_commands([doc])] == [["model.n_layers=2"], ["data.path=my/*.txt"],
+                                                                ["trainer=gpu", "trainer.parallel=fsdp"]]
