@@ -19,7 +19,6 @@ from cli.config import compose_run_config
 from cli.entry import description
 from model import Transformer
 from model.flops import training_flops_per_token
-from training.runtime.loop_cost import LoopCost
 from training.loss import CausalLMLoss
 from training.metrics import read_metrics
 from training.runtime.memory import StepMemory, current_memory_bytes, simulate_step_memory
@@ -228,11 +227,9 @@ def print_time(args, cfg, peak: tuple, flops, tokens: int, world: int) -> None:
     ideal = per_step / (peak[0] * world)
     print(f"time per step at {peak[0] / 1e12:,.2f} TFLOP/s per device ({peak[1]}): {ideal:,.2f} s at 100 % MFU")
     if mfu:
-        seconds, t = ideal / mfu, cfg.trainer
-        loop = LoopCost(step_s=seconds, eval_s=0.0, save_s=0.0, fixed_s=0.0)  # evaluations and checkpoints: not estimated
+        seconds = ideal / mfu
         print(f"  at MFU {100 * mfu:.1f} % ({mfu_source}): {seconds:,.2f} s per step, "
-              f"{loop.seconds(t.max_steps, t.eval_interval, t.ckpt_interval) / 3600:,.2f} h of steps for "
-              f"trainer.max_steps={t.max_steps}")
+              f"{seconds * cfg.trainer.max_steps / 3600:,.2f} h of steps for trainer.max_steps={cfg.trainer.max_steps}")
     else:
         print(f"  MFU: {mfu_source}")
 

@@ -97,3 +97,13 @@ def test_the_tolerance_is_a_stated_bpb_margin():
     assert Spec(**spec).lr_tie_tolerance == 0.0  # unstated: the lowest bpb alone, as protocols before it chose
     with pytest.raises(ProtocolError, match=r"lr_tie_tolerance=-0.01 must be a bpb margin in \[0, 1\)"):
         Spec(**spec, lr_tie_tolerance=-0.01)
+
+
+def test_the_protocol_s_sweep_applies_the_spec_s_tolerance():
+    """The rule reaches the choice the protocol makes (lr_sweep, which stage 2 and the report read), not only
+    choose_lr: 2e-3 is within 0.01 bpb of the best, 4e-3."""
+    from studies.ablation.protocol import Cell, Spec, lr_sweep
+    base = dict(reference="a", variants={"a": []}, lr_grid=[1e-3, 2e-3, 4e-3, 8e-3], seeds=[0], lr_extensions=0)
+    done = {Cell("base", "a", lr, 100): bpb for lr, bpb in {1e-3: 2.2, 2e-3: 2.105, 4e-3: 2.1, 8e-3: 2.3}.items()}
+    assert lr_sweep(Spec(**base), "base", "a", done).best == 4e-3
+    assert lr_sweep(Spec(**base, lr_tie_tolerance=0.01), "base", "a", done).best == 2e-3

@@ -59,3 +59,16 @@ def test_a_record_edited_by_hand_no_longer_hashes_to_itself():
 
 def test_a_protocol_from_before_registration_says_so():
     assert R.check({}, Spec(**SPEC), "p") == "Pre-registration: none recorded (this protocol predates registered hashes)."
+
+
+def test_a_field_registered_later_is_compared_with_its_default():
+    """A record made before lr_tie_tolerance existed holds no such key: the rule then was the lowest bpb alone
+    (tolerance 0), so a spec at 0 still matches it and one that now says 0.01 does not."""
+    manifest = {}
+    R.register(manifest, Spec(**SPEC), "first")
+    record = manifest["registrations"][0]
+    record["preregistered"].pop("lr_tie_tolerance")
+    record["sha256"] = R.fingerprint(record["preregistered"])
+    assert R.check(manifest, Spec(**SPEC), "p").startswith("Pre-registered ")
+    with pytest.raises(ProtocolError, match="the spec's lr_tie_tolerance no longer match"):
+        R.check(manifest, Spec(**SPEC, lr_tie_tolerance=0.01), "p")

@@ -5,6 +5,7 @@ the time and the command. A resume that changes any of it through ablate.py (a v
 check_continuable allows) records an amendment beside it; a spec edited any other way matches no record,
 and a resume or a report then refuses in one line. The hash is printed so it can be published before the
 results exist (a commit, a post): that, not this file, is what a reader outside the machine can check."""
+import dataclasses
 import hashlib
 import json
 import time
@@ -60,7 +61,8 @@ def check(manifest: dict, spec: Spec, where: str) -> str:
                                 "(git, a backup) or start a new --dir")
     last, part = records[-1], preregistered(spec)
     # A field added to PREREGISTERED after this record was made is compared with its default: the behaviour then.
-    defaults = preregistered(Spec(variants={"x": []}, reference="x", lr_grid=[1.0], seeds=[0]))
+    defaults = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                for f in dataclasses.fields(Spec) if f.name in PREREGISTERED and f.name not in last["preregistered"]}
     changed = sorted([key for key in last["preregistered"] if last["preregistered"][key] != part.get(key)]
                      + [key for key in PREREGISTERED if key not in last["preregistered"] and part[key] != defaults[key]])
     if changed:
