@@ -32,9 +32,9 @@ pytestmark = pytest.mark.serial  # trains: one at a time under make test's two w
 @pytest.fixture(scope="module")
 def forking():
     """In-process protocols fork their train.py multiruns from the preloaded server (tests/forked.py)."""
-    import studies.jobs
+    import studies.launcher
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(studies.jobs.subprocess, "Popen", forked.popen_forking_train_py(subprocess.Popen))
+        patch.setattr(studies.launcher.subprocess, "Popen", forked.popen_forking_train_py(subprocess.Popen))
         yield
 
 PROTOCOL = {"reference": "ref", "variants": {"ref": [], "gelu": ["model.mlp=gelu"]},

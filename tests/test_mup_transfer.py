@@ -33,6 +33,7 @@ def test_the_default_plan_is_the_issues_grid_and_every_cell_composes():
 
 
 def fake_training(losses: dict, calls: list):
+    """train_cells for run_cells: each run's outcome as it ends, none started once the caller stops reading."""
     def train_cell(cell, run_dir):
         calls.append(cell.name)
         run_dir.mkdir(parents=True)
@@ -40,7 +41,7 @@ def fake_training(losses: dict, calls: list):
         if value == STOPPED:
             return {"status": STOPPED}
         return {"status": DIVERGED if value is None else FINISHED, "val_loss": value, "wall_s": 1.0}
-    return train_cell
+    return lambda pairs: ((cell, train_cell(cell, run_dir)) for cell, run_dir in pairs)
 
 
 def test_the_runner_records_each_run_once_and_continues_where_it_stopped(tmp_path):
@@ -111,7 +112,7 @@ def test_a_tiny_experiment_runs_end_to_end_and_a_rerun_has_nothing_to_do(tmp_pat
     assert [(r["width"], r["status"]) for r in rows] == [(64, FINISHED), (32, FINISHED)]
     assert all(math.isfinite(r["val_loss"]) for r in rows)
     run = tmp_path / "exp" / "runs" / rows[0]["cell"]
-    assert "parametrization mup (m = 2 over base width 32)" in (run / "train.log").read_text()
+    assert "parametrization mup (m = 2 over base width 32)" in (run.parent / f"{run.name}.log").read_text()
     assert not (run / "checkpoints").exists() and (tmp_path / "exp" / "transfer.png").exists()
     assert program.main(["--dir", str(tmp_path / "exp"), "--jobs", "1"]) == 0  # the plan comes from spec.json
     assert "2 runs done, 0 to do" in capsys.readouterr().out

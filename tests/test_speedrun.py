@@ -13,7 +13,7 @@ import sys
 import pytest
 import yaml
 
-import studies.jobs
+import studies.launcher
 from studies import speedrun as S
 from studies.speedrun.campaign import ALWAYS, Campaign, check_step_cost
 from analysis.looks import LookError
@@ -64,7 +64,7 @@ def speedrun(root, cache, *args):
             if str(command[1:2]).endswith("train.py']"):
                 CACHES.append(env["TORCHINDUCTOR_CACHE_DIR"])
             return fork(command, env=env, **kwargs)
-        mp.setattr(studies.jobs.subprocess, "Popen", popen)
+        mp.setattr(studies.launcher.subprocess, "Popen", popen)
         status = main(["--recipes", str(root / "recipes.yaml"), "--dir", str(root / "runs"), *args, *TINY,
                        f"data.cache_dir={cache}"])
     assert status == 0, out.getvalue()[-3000:]

@@ -7,7 +7,6 @@ import netrc
 import os
 import sys
 from pathlib import Path
-from typing import Optional
 
 import torch
 import yaml

@@ -1,5 +1,5 @@
 """μP's learning-rate transfer experiment (docs/mup.md): SP and μP, AdamW and Muon, a width ladder × a ×2 lr
-grid × seeds on one token budget, each run train.py's loop in this process (or in --jobs processes); then
+grid × seeds on one token budget, each run a train.py process (--jobs at a time); then
 the table (results.md) and the figure (transfer.png) in --dir.
 
 Usage: python scripts/mup_transfer.py --dir DIR --dry-run   # the plan and its cost (a few seconds' timing)
@@ -8,25 +8,21 @@ Usage: python scripts/mup_transfer.py --dir DIR --dry-run   # the plan and its c
 Grid options (--widths, --lrs, ...) only for a new DIR: a rerun takes the plan DIR was started with.
 """
 import argparse
-import contextlib
 import functools
 import math
 import shutil
 import tempfile
-import time
 from pathlib import Path
 from typing import Optional
 
-from studies.mup.transfer import (DIVERGED, FINISHED, STOPPED, Cell, TransferSpec, cost_table, open_experiment,
-                                   read_results, run_cells, seconds_per_run)
+from studies.launcher import COMPLETED, NOT_RUN, Ended, Launcher
+from studies.mup.transfer import (DIVERGED, FINISHED, STOPPED, Cell, TransferError, TransferSpec, cost_table,
+                                   open_experiment, read_results, run_cells, seconds_per_run)
 from studies.mup.transfer_report import write_report
 from analysis.runs import read_run
 from cli.config import compose_train_config
 from cli.entry import description
-from data import prepare
-from training.loop import RunSpec, train
 from training.runtime.loop_cost import LoopCost, steady_tokens_per_s
-from training.runtime.distributed import process_info
 from training.runtime.run_files import RunFiles
 from training.step import NonFiniteLoss
 
@@ -67,29 +63,32 @@ def spec_from_args(args) -> Optional[TransferSpec]:
     return TransferSpec(**fields, overrides=tuple(args.set))
 
 
-def train_one(cell: Cell, run_dir: Path, spec: TransferSpec, threads: int, keep_checkpoints: bool = False,
-              extra: tuple = ()) -> dict:
-    """One run of train.py's loop in this process, its output in run_dir/train.log; what run_cells records."""
-    cfg, config_yaml = compose_train_config([f"experiment={spec.experiment}", *cell.overrides(spec.min_lr_ratio),
-                                             *spec.overrides, f"trainer.num_threads={threads}", *extra])
-    data = prepare(cfg.data, seq_len=cfg.trainer.seq_len, model_vocab_size=cfg.model.vocab_size, log=lambda *a: None)
-    run_dir.mkdir(parents=True)
-    RunFiles(run_dir).write_config(config_yaml)
-    start = time.time()
-    with open(run_dir / "train.log", "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-        try:
-            outcome = train(RunSpec(cfg, run_dir, config_yaml), process_info(cfg.trainer.device), data)
-        except NonFiniteLoss as e:
-            print(f"error: {e}")
-            return {"status": DIVERGED, "val_loss": None, "wall_s": time.time() - start}
+def train_cells(pairs: list, spec: TransferSpec, threads: int, jobs: int = 1, keep_checkpoints: bool = False,
+                extra: tuple = ()):
+    """(cell, what run_cells records) as each run of train.py ends, `jobs` processes at a time; its output
+    in runs/<cell>.log. A run that fails other than by diverging is a TransferError naming its log."""
+    cells = {run_dir: cell for cell, run_dir in pairs}
+    with tempfile.TemporaryDirectory(prefix="mup-jobs-") as options:
+        launcher = Launcher(Path(options), [f"experiment={spec.experiment}", *spec.overrides,
+                                            f"trainer.num_threads={threads}", *extra], workers=jobs)
+        for ended in launcher.run([cell.job(run_dir, spec.min_lr_ratio) for cell, run_dir in pairs]):
+            yield cells[ended.job.run_dir], outcome(ended, keep_checkpoints)
+
+
+def outcome(ended: Ended, keep_checkpoints: bool) -> dict:
+    """What run_cells records of one ended run."""
+    if ended.status == NOT_RUN and ended.exit_code >= 128:  # a signal stopped it, or it never started
+        return {"status": STOPPED}
+    if ended.status != COMPLETED and NonFiniteLoss.__name__ not in ended.error_types:
+        raise TransferError(f"{ended.job.run_dir.name} failed (exit {ended.exit_code}): "
+                            f"{ended.error or 'no error line'}; see {ended.job.log_path}")
+    run_dir = ended.job.run_dir
     if not keep_checkpoints:  # ~80 MB a run at width 512 with Adam's moments: a study reads only the metrics
         shutil.rmtree(RunFiles(run_dir).checkpoints, ignore_errors=True)
-    if outcome.signum is not None:
-        return {"status": STOPPED}
-    loss = outcome.last_eval["val_loss"] if outcome.last_eval else float("nan")
+    evals = read_run(run_dir).evals if ended.status == COMPLETED else []
+    loss = evals[-1]["val_loss"] if evals else float("nan")
     finite = math.isfinite(loss)
-    return {"status": FINISHED if finite else DIVERGED, "val_loss": loss if finite else None,
-            "wall_s": time.time() - start}
+    return {"status": FINISHED if finite else DIVERGED, "val_loss": loss if finite else None, "wall_s": ended.wall_s}
 
 
 def probe_seconds(spec: TransferSpec, threads: int, steps: int) -> dict:
@@ -103,8 +102,8 @@ def probe_seconds(spec: TransferSpec, threads: int, steps: int) -> dict:
                 cfg, _ = compose_train_config([f"experiment={spec.experiment}", *cell.overrides(spec.min_lr_ratio),
                                                *spec.overrides])
                 run_dir = Path(tmp) / cell.name
-                probe = train_one(cell, run_dir, spec, threads, extra=(f"trainer.max_steps={steps}",
-                                                                        f"trainer.log_interval={max(1, steps // 4)}"))
+                (_, probe), = train_cells([(cell, run_dir)], spec, threads, keep_checkpoints=True,
+                                          extra=(f"trainer.max_steps={steps}", f"trainer.log_interval={max(1, steps // 4)}"))
                 t = cfg.trainer
                 rate = steady_tokens_per_s(read_run(run_dir).trains)  # the first interval warms up: left out
                 step_s = t.micro_batch_size * t.seq_len * t.grad_accum_steps / rate
@@ -146,8 +145,9 @@ def main(argv=None) -> int:
         seconds = measured if known else probe_seconds(spec, args.threads, args.probe_steps)
         print(cost_table(spec, [c for c in spec.cells() if c.name not in results], seconds, args.jobs))
         return 0
-    worker = functools.partial(train_one, spec=spec, threads=args.threads, keep_checkpoints=args.keep_checkpoints)
-    status = run_cells(spec, args.dir, worker, jobs=args.jobs)
+    runs = functools.partial(train_cells, spec=spec, threads=args.threads, jobs=args.jobs,
+                             keep_checkpoints=args.keep_checkpoints)
+    status = run_cells(spec, args.dir, runs)
     if read_results(args.dir):
         print("written: " + ", ".join(map(str, write_report(spec, args.dir))))
     return status

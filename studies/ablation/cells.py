@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from studies.ablation.protocol import Cell, Spec, lr_sweep, stage1_cells
-from studies.jobs import move_aside as move_run_aside
+from studies.launcher import move_aside as move_run_aside
 from analysis.runs import Run, RunsError, read_run
 from training.runtime.run_files import RunFiles
 

@@ -1,22 +1,17 @@
 """The protocol's cells as train.py configs: each composed and built (meta device) before anything
-trains, so a typo fails in seconds, then written as a generated Hydra option (`+cell=<name>`) that ONE
-`python train.py -m` multirun per stage runs. Composing and parsing overrides are passed in (cli.config)."""
+trains, so a typo fails in seconds, then run by studies/launcher.py as generated Hydra options (`+job=<name>`),
+ONE `python train.py -m` multirun per stage. Composing and parsing overrides are passed in (cli.config)."""
 import copy
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
-import yaml
 
 from studies.ablation.cost import Budget
 from studies.ablation.protocol import Cell, ProtocolError, Spec
-from studies.jobs import quoted
 from model import Transformer
 
-CELL_GROUP = "cell"
 REGISTRATION_TAG = "registration="  # a cell's logger tag: the first 12 hex digits of its pre-registration's SHA-256
-# Writes job_status.yaml into every job's run directory (studies/ablation/cells.py reads it).
-CALLBACK = "+hydra.callbacks.ablate_status._target_=cli.callbacks.JobStatusFile"
 UNKNOWN_EVAL_WINDOWS = 256  # trainer.eval_windows=all: the split's size is only known once data is prepared
 
 Compose = Callable[[List[str]], object]  # overrides → the TrainConfig train.py would run
@@ -140,21 +135,3 @@ def cell_config(cell: Cell, values: dict, min_lr_ratio: float, group: str, stage
     if resume is not None:
         config["resume"] = str(resume)
     return config
-
-
-def write_cells(config_dir: Path, configs: Dict[str, dict]) -> None:
-    """{option: config} → config_dir/cell/<option>.yaml, each a global-package config."""
-    group = config_dir / CELL_GROUP
-    group.mkdir(parents=True, exist_ok=True)
-    for option, config in configs.items():
-        (group / f"{option}.yaml").write_text("# @package _global_\n" + yaml.safe_dump(config, sort_keys=False))
-
-
-def sweep_command(python: str, train_py: Path, experiment: Optional[str], overrides: Sequence[str],
-                  config_dir: Path, sweep_dir: Path, options: Sequence[str]) -> List[str]:
-    """`train.py -m` over the cells. Each job's directory is sweep_dir/<run_name> (not Hydra's job
-    number), so a cell keeps its directory however many cells a later resume runs."""
-    return [python, str(train_py), "-m", *([f"experiment={experiment}"] if experiment else []), *overrides,
-            f"hydra.sweep.dir={quoted(sweep_dir.resolve())}", "hydra.sweep.subdir=${run_name}",
-            f"hydra.searchpath=[{quoted('file://' + str(config_dir.resolve()))}]", CALLBACK,
-            f"+{CELL_GROUP}={','.join(options)}"]

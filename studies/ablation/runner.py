@@ -10,11 +10,11 @@ from typing import List, Optional
 from studies.ablation import cells as C
 from studies.ablation import cost, manifest, registration
 from studies.ablation import report as protocol_report
-from studies.ablation.configs import cell_config, sweep_command, write_cells
+from studies.ablation.configs import cell_config
 from studies.ablation.lr_search import edge_note
 from studies.ablation.planning import power_table
 from studies.ablation.protocol import ProtocolError, Spec, lr_sweep, stage2_cells
-from studies.jobs import TRAIN_PY, run_sweep
+from studies.launcher import Job, Launcher
 from analysis.looks import alpha_for
 from analysis.looks import record as looks_record
 
@@ -72,24 +72,27 @@ def run_cells(proto: Protocol, cells, stage: str, sweep_dir: Path, extra=(), val
     todo = [s for s in states.values() if s.state not in C.DONE]
     if not todo:
         return 0
-    configs = {}
+    jobs = []
     for s in todo:
         if s.state in (C.FAILED, C.RESTART):
             print(f"{stage}: {s.cell.run_name} {s.state}{': ' + s.error if s.error else ''}; moved to "
                   f"{C.move_aside(s, proto.dir / 'discarded')}, running it again")
         resume = s.path if s.state == C.RESUMABLE else None
-        configs[s.cell.option] = cell_config(s.cell, values[(s.cell.size, s.cell.variant)], proto.spec.min_lr_ratio,
-                                             proto.data["id"], stage, resume, registration.current(proto.data))
-    config_dir = proto.dir / "configs" / stage
-    write_cells(config_dir, configs)
+        config = cell_config(s.cell, values[(s.cell.size, s.cell.variant)], proto.spec.min_lr_ratio, proto.data["id"],
+                             stage, resume, registration.current(proto.data))
+        jobs.append(Job(sweep_dir / s.cell.run_name, config, name=s.cell.option))
     resumed = sum(s.state == C.RESUMABLE for s in todo)
     print(f"\n==> {stage}: {len(todo)} of {len(cells)} runs to do" + (f" ({resumed} resumed)" if resumed else ""),
           flush=True)
     overrides = [o for o in proto.spec.train_overrides if o.split("=", 1)[0] not in {e.split("=", 1)[0] for e in extra}]
-    command = sweep_command(sys.executable, TRAIN_PY, proto.spec.experiment, [*overrides, *extra, *proto.launcher],
-                            config_dir, sweep_dir, list(configs))
+    preset = [f"experiment={proto.spec.experiment}"] if proto.spec.experiment else []
+    # One multirun a stage: its jobs one after another in one process, or on a cluster (hydra/launcher=…).
+    launcher = Launcher(proto.dir / "configs" / stage, [*preset, *overrides, *extra], one_process=True,
+                        cluster=proto.launcher)
     start = time.time()
-    status = run_sweep(command, cwd=Path.cwd())
+    for _ in launcher.run(jobs, root=sweep_dir):  # each cell's state is read from its directory below
+        pass
+    status = launcher.status
     wall = time.time() - start
     print(f"==> {stage}: {len(todo)} runs took {wall / 60:.1f} min ({wall / len(todo):.0f} s per run)", flush=True)
     walls = dict(proto.data.get("wall_s") or {})

@@ -3,7 +3,7 @@ widths train a few steps on the same batches, and each step the RMS of every lay
 fixed probe batch is recorded, and how far they moved from init. Under μP both are flat in width; under
 SP the logits grow with it (and, with Adam, the blocks' outputs too)."""
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Dict, List, Sequence
 
 import numpy as np

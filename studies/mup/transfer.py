@@ -1,8 +1,8 @@
 """The learning-rate transfer experiment (Tensor Programs V, Figure 1): for SP and μP, with AdamW and with
 Muon, every width of a ladder trains at every lr of a ×2 grid with a few seeds, on one token budget. Each
 finished run's final validation loss is appended to results.jsonl in the experiment directory, so a rerun
-does only what is missing. How one run trains is the caller's (cli/mup/transfer.py: train.py's loop in
-process); this module plans, schedules, records and prices."""
+does only what is missing. How the runs train is the caller's (cli/mup/transfer.py: studies/launcher.py's
+jobs); this module plans, schedules, records and prices."""
 import dataclasses
 import json
 import os
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
-from studies.jobs import move_aside
+from studies.launcher import Job, move_aside
 from training.metrics import read_metrics
 
 SPEC_FILE, RESULTS_FILE = "spec.json", "results.jsonl"
@@ -34,6 +34,12 @@ class Cell:
     @property
     def name(self) -> str:
         return f"{self.optimizer}_{self.parametrization}_w{self.width}_lr{self.lr:.6g}_s{self.seed}"
+
+    def job(self, run_dir: Path, min_lr_ratio: float) -> Job:
+        """The run as a launcher job: what overrides() says, as config values."""
+        return Job(run_dir, {"model": {"parametrization": self.parametrization, "hidden_size": self.width},
+                             "optim": {"lr": self.lr, "min_lr": self.lr * min_lr_ratio}, "seed": self.seed},
+                   {"optim": self.optimizer})
 
     def overrides(self, min_lr_ratio: float) -> List[str]:
         """What this run sets on top of the experiment preset (train.py's syntax)."""
@@ -119,10 +125,11 @@ def record(directory: Path, cell: Cell, outcome: dict) -> None:
         os.fsync(f.fileno())
 
 
-def run_cells(spec: TransferSpec, directory: Path, train_cell: Callable, jobs: int = 1, say=print) -> int:
-    """Train every cell results.jsonl lacks; `train_cell(cell, run_dir)` returns {"status": finished |
-    diverged | stopped, "val_loss", "wall_s"}. A run directory left by a cut-off run is moved aside
-    first (never deleted). Returns 0 when all are done, 130 when a run was stopped (rerun to go on)."""
+def run_cells(spec: TransferSpec, directory: Path, train_cells: Callable, say=print) -> int:
+    """Train every cell results.jsonl lacks; `train_cells([(cell, run_dir), …])` yields (cell, {"status":
+    finished | diverged | stopped, "val_loss", "wall_s"}) as each run ends, and starts no run after the
+    caller stops reading. A run directory left by a cut-off run is moved aside first (never deleted).
+    Returns 0 when all are done, 130 when a run was stopped (rerun to go on)."""
     done = read_results(directory)
     todo = [c for c in spec.cells() if c.name not in done]
     say(f"{len(done)} runs done, {len(todo)} to do")
@@ -130,8 +137,7 @@ def run_cells(spec: TransferSpec, directory: Path, train_cell: Callable, jobs: i
         if (directory / "runs" / cell.name).exists():
             move_aside(directory / "runs" / cell.name, directory / "discarded", cell.name)
     stopped = False
-    for n, (cell, outcome) in enumerate(_completed(train_cell, [(c, directory / "runs" / c.name) for c in todo],
-                                                   todo, jobs), 1):
+    for n, (cell, outcome) in enumerate(train_cells([(c, directory / "runs" / c.name) for c in todo]), 1):
         if outcome["status"] == STOPPED:  # a signal: the other jobs got it too; no new run starts
             stopped = True
             break
@@ -141,22 +147,6 @@ def run_cells(spec: TransferSpec, directory: Path, train_cell: Callable, jobs: i
     if stopped:
         say("stopped; the finished runs are recorded: continue with the same command")
     return 130 if stopped else 0
-
-
-def _completed(function: Callable, args: list, keys: list, jobs: int):
-    """(key, function(*a)) as each finishes: in this process, in order, or in `jobs` fresh processes."""
-    if jobs == 1:
-        yield from ((key, function(*a)) for key, a in zip(keys, args))
-        return
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {pool.submit(function, *a): key for key, a in zip(keys, args)}
-        try:
-            yield from ((futures[f], f.result()) for f in as_completed(futures))
-        finally:
-            for f in futures:
-                f.cancel()
 
 
 def seconds_per_run(directory: Path) -> Dict[tuple, float]:

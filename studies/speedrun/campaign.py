@@ -4,15 +4,13 @@ aside and redone. Composing a config and scoring a checkpoint are passed in (cli
 import contextlib
 import json
 import math
-import os
-import sys
 import tempfile
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Callable, Optional
 
-from studies.jobs import TRAIN_PY, cpu_lock, move_aside, quoted, run_job
+from studies.launcher import Job, Launcher, cpu_lock, move_aside
 from analysis.looks import record as looks_record
 from studies.speedrun import timing as T
 from studies.speedrun.spec import SpeedrunError, Spec
@@ -100,13 +98,12 @@ def _max_seed(recipe_dir: Path) -> int:
 
 def train(overrides: list, run_dir: Path, log_path: Path, lock) -> tuple:
     """Run train.py into run_dir under the lock: (exit status, wall seconds, load average before and after)."""
-    command = [sys.executable, str(TRAIN_PY), *overrides, f"hydra.run.dir={quoted(run_dir)}"]
     # Every probe and run compiles cold, in an inductor cache of its own: with one shared cache the first
     # probe paid ~30 s of compiling that later runs skipped, so they all ran 5-11 % under the budget.
-    with cpu_lock(lock), tempfile.TemporaryDirectory(prefix="speedrun-inductor-") as cache:
-        load_before, start = os.getloadavg()[0], time.time()
-        code = run_job(command, log_path, env={"TORCHINDUCTOR_CACHE_DIR": cache})
-        return code, time.time() - start, load_before, os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="speedrun-job-") as options:
+        launcher = Launcher(Path(options), overrides, lock=lock, cold_compile=True)
+        ended, = launcher.run([Job(run_dir, log=log_path)])
+    return ended.exit_code, ended.wall_s, *ended.load
 
 
 def final_state(run_dir: Path, steps: int) -> dict:

@@ -2,7 +2,6 @@
 run, and checking each measured run against that budget (studies/speedrun/campaign.py runs them). The cost
 model itself — loop_s(N) = fixed_s + N·step_s + evals(N)·eval_s + saves(N)·save_s — is the project's one,
 training/runtime/loop_cost.py; here the probe is decomposed into its terms."""
-import math
 import statistics
 from dataclasses import asdict, dataclass
 from typing import List, Optional, Sequence
