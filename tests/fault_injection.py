@@ -70,7 +70,7 @@ def step_clock(segments: list, setattr_=setattr) -> None:
     setattr_(step_module.TrainStep, "__call__", counted_call)
     setattr_(run_state.RunState, "from_json", classmethod(counted_from_json))
     setattr_(validator.Validator, "time_one", lambda self: 0.0)
-    setattr_(checkpointer.Checkpointer, "time_one", lambda self, state: 0.0)
+    setattr_(checkpointer.Checkpointer, "time_one", lambda self: 0.0)
 
 
 def install(spec: dict) -> None:

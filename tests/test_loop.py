@@ -342,8 +342,8 @@ def test_a_signal_saves_the_step_it_stopped_at_once_and_says_how_to_resume(tmp_p
     """SIGTERM during step 3 of 8: the step finishes, the loop stops before the next one and saves step 3 — once,
     even when step 3 is a periodic save too — says how to resume, and puts the handlers it replaced back."""
     saves, real_save = [], training.loop.Checkpointer.save
-    monkeypatch.setattr(training.loop.Checkpointer, "save", lambda self, state: saves.append(state.step)
-                        or real_save(self, state))
+    monkeypatch.setattr(training.loop.Checkpointer, "save", lambda self: saves.append(self.state.step)
+                        or real_save(self))
     raise_at_step(monkeypatch, 2, lambda: signal.raise_signal(signal.SIGTERM))
     handler = signal.getsignal(signal.SIGTERM)
     run = tmp_path / "run"

@@ -42,8 +42,12 @@ class TimeBudget:
     """Plans state.max_steps after a probe (WARMUP_STEPS + PROBE_STEPS steps after the start or a resume),
     then again at every evaluation and whenever the window it planned for has passed."""
 
-    def __init__(self, minutes: float, state, device, log):
-        self.minutes, self.budget_s, self.device = minutes, 60.0 * minutes, device
+    def __init__(self, ctx, log, validator, checkpointer):
+        """ctx: the run's RunContext (its state is planned); log, validator, checkpointer: the parts it times."""
+        state = ctx.state
+        self.minutes = ctx.cfg.trainer.time_budget
+        self.budget_s, self.device, self.info, self.state = 60.0 * self.minutes, ctx.info.device, ctx.info, state
+        self.tokens_per_step, self.log, self.validator, self.checkpointer = ctx.tokens_per_step, log, validator, checkpointer
         self.first_step = state.step  # 0, or where a resume starts
         self.mark: Optional[Mark] = None
         self.eval_s: Optional[float] = None
@@ -56,8 +60,9 @@ class TimeBudget:
             state.max_steps = UNPLANNED_END
             log.set_total(None)
 
-    def after_step(self, state, validator, checkpointer, log, tokens_per_step: int, info) -> None:
+    def after_step(self) -> None:
         """The loop calls this after every step (before that step's evaluation and checkpoint)."""
+        state, validator, log, info, tokens_per_step = self.state, self.validator, self.log, self.info, self.tokens_per_step
         if self.mark is None:
             if state.step == self.first_step + WARMUP_STEPS:
                 self.mark = self._mark(state.step, log)
@@ -69,7 +74,7 @@ class TimeBudget:
             return
         now = self._mark(state.step, log)
         spent = state.elapsed_s()
-        costs = self._costs(now, validator, checkpointer, state, spent)
+        costs = self._costs(now, spent)
         trainer = validator.cfg.trainer
         # The whole run within the budget: what is spent, then the steps after this one, their evaluations and
         # checkpoints (those due at this step included: the plan comes before them), the final ones included.
@@ -88,7 +93,7 @@ class TimeBudget:
             log.write(f"time budget: re-planned at step {state.step}: {decided:,} steps (was {before:,}) at "
                       f"{tokens_per_step / costs.step_s:,.0f} tok/s, {spent / 60:.2f} of {self.minutes:g} min spent")
 
-    def _costs(self, now: Mark, validator, checkpointer, state, spent_s: float) -> LoopCost:
+    def _costs(self, now: Mark, spent_s: float) -> LoopCost:
         """The rest of the run's costs: the step's seconds since the last mark (its evaluations, checkpoints and
         compiling taken out); an evaluation's and a checkpoint's from those the window saw, else measured once
         (the probe); and `spent_s`, the seconds already spent."""
@@ -96,7 +101,7 @@ class TimeBudget:
         paused = sum(now.paused[k][0] - last.paused.get(k, (0.0, 0))[0] for k in now.paused)
         step_s = max(now.wall - last.wall - paused - (now.compile_s - last.compile_s), 1e-6) / steps
         if self.eval_s is None:
-            self.eval_s, self.save_s = validator.time_one(), checkpointer.time_one(state)
+            self.eval_s, self.save_s = self.validator.time_one(), self.checkpointer.time_one()
         for kind in ("eval", "save"):
             seconds, count = now.paused.get(kind, (0.0, 0))
             seen_s, seen = last.paused.get(kind, (0.0, 0))

@@ -1,6 +1,7 @@
 """What a training run's parts read, assembled once: RunSpec (what train.py resolved) and RunContext (the spec
 plus this process's place in the job, the built model/loss/optimizers, the data, the state), handed whole to
-the Checkpointer, the Logger, the Validator and the header instead of six to nine arguments each."""
+the TrainStep, the Checkpointer, the Logger, the Validator, the time budget and the header instead of six to nine
+arguments each; each part reads the state from it, so no call passes it again."""
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -30,6 +31,7 @@ class RunContext:
     info: DistInfo
     parts: Parts
     data: object  # data.PreparedData: meta, tokenizer, the token files
+    batches: object  # the training batches (data/loader.py): a pure function of (seed, step, micro-batch, rank)
     windows: object  # this rank's validation windows
     state: RunState  # where the run stands; the parts read it, the loop advances it
     tokens_per_step: int  # over every micro-batch and rank

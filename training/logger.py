@@ -93,8 +93,9 @@ class Logger:
         if self.first_skipped < 0:
             self.first_skipped = record["first_bad"]
 
-    def log_train(self, state, grad_norm: torch.Tensor, lr: float) -> None:
+    def log_train(self, grad_norm: torch.Tensor, lr: float) -> None:
         """One row: the mean loss over ranks and steps since the last log, throughput, epochs, memory."""
+        state = self.state
         losses = D.all_reduce_mean(torch.stack(self.pending), self.info).tolist()  # note: a CPU-GPU sync point
         self.pending = []
         finite = [loss for loss in losses if math.isfinite(loss)]

@@ -41,14 +41,12 @@ def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
     tokens_before = state.tokens_seen
     batches, windows = data_views(cfg, data, info)
     peak, peak_source = peak_flops(info.device, parts.precision, cfg.trainer.peak_tflops, cfg.trainer.peak_cache)
-    ctx = RunContext(run, info, parts, data, windows, state, tokens_per_step, peak, peak_source)
+    ctx = RunContext(run, info, parts, data, batches, windows, state, tokens_per_step, peak, peak_source)
     say(report.header(ctx))
-    step = TrainStep(parts.compute_loss, batches, parts.optimizers, parts.autocast, cfg.trainer.grad_accum_steps,
-                     cfg.optim.grad_clip, info.device, cfg.trainer.skip_nonfinite_steps)
-    checkpointer, log, validator = Checkpointer(ctx), Logger(ctx), Validator(ctx)
+    step, checkpointer, log, validator = TrainStep.for_run(ctx), Checkpointer(ctx), Logger(ctx), Validator(ctx)
     stop, last_eval, signum, t0 = StopFlag(), None, None, run_state.clock()
     state.started = t0
-    budget = TimeBudget(cfg.trainer.time_budget, state, info.device, log) if cfg.trainer.time_budget else None
+    budget = TimeBudget(ctx, log, validator, checkpointer) if cfg.trainer.time_budget else None
     parts.loss_module.train()
     if parts.compute_loss is not parts.loss_module:
         say("compile: the first training step and the first eval compile model + loss (up to a minute or two "
@@ -60,22 +58,22 @@ def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
             state.advance(tokens_per_step)
             log.step_done(result.loss)
             if budget is not None:  # plans state.max_steps from the speed measured since its last plan
-                budget.after_step(state, validator, checkpointer, log, tokens_per_step, info)
+                budget.after_step()
             if log.should_log(state.step) or validator.should_validate(state.step) or checkpointer.should_save(state.step):
                 record = step.guard.check(state.step, checkpointer.last_good())  # never eval or save past a bad step
                 state.skipped_steps += record["skipped"]
                 log.note_skipped(record)
             if log.should_log(state.step):
-                log.log_train(state, result.grad_norm, lr)
+                log.log_train(result.grad_norm, lr)
             if validator.should_validate(state.step):
                 with log.clock.paused("eval"):  # evaluation time is not training throughput
-                    last_eval = validator.validate(state, log)
+                    last_eval = validator.validate(log)
                     keep_best_or_stop(last_eval, state, cfg.trainer, checkpointer, log)
             if checkpointer.should_save(state.step):
                 with log.clock.paused("save"):
-                    checkpointer.save(state)
+                    checkpointer.save()
         if signum is not None and checkpointer.saved_step != state.step:  # not twice if it just saved
-            checkpointer.save(state)
+            checkpointer.save()
     except RuntimeError as e:
         gone = D.peer_lost(e, info)
         if gone:  # a rank died: say so, not gloo's "Connection reset by peer" traceback
@@ -96,7 +94,7 @@ def keep_best_or_stop(ev: dict, state: RunState, trainer, checkpointer: Checkpoi
     """The run's policy on a validation: a new lowest bpb becomes checkpoints/best (trainer.keep_best), and
     trainer.early_stopping evaluations in a row without one end the run at this step (saved as its last)."""
     if state.improves_best(ev["val_bpb"]) and trainer.keep_best:  # the best is tracked either way
-        checkpointer.save_best(state)
+        checkpointer.save_best()
     if trainer.early_stopping and state.evals_since_best >= trainer.early_stopping:
         state.stop_early()
         log.write(f"step {state.step}: stopping early — no lower validation bpb in {state.evals_since_best} "

@@ -36,6 +36,14 @@ class TrainStep:
         self.params = [p for opt in optimizers for group in opt.param_groups for p in group["params"]]
         self.guard = NonFiniteGuard(device, tolerated)
 
+    @classmethod
+    def for_run(cls, ctx) -> "TrainStep":
+        """A run's step, from its RunContext (training/context.py): the built loss, optimizers and autocast, the
+        batches, and the trainer's accumulation and non-finite tolerance and optim.grad_clip."""
+        trainer = ctx.cfg.trainer
+        return cls(ctx.parts.compute_loss, ctx.batches, ctx.parts.optimizers, ctx.parts.autocast,
+                   trainer.grad_accum_steps, ctx.cfg.optim.grad_clip, ctx.info.device, trainer.skip_nonfinite_steps)
+
     def __call__(self, step: int) -> StepResult:
         total = torch.zeros((), device=self.device)
         for micro in range(self.accum):

@@ -35,14 +35,14 @@ class Validator:
             (time_call(self.sample) if trainer.sample_tokens > 0 and parts.parallel != "fsdp" and self.info.is_main else 0.0)
         return n_batches * per_batch + extra
 
-    def validate(self, state, log) -> dict:
+    def validate(self, log) -> dict:
         """The validation at this step: its row logged, its sample written; the result returned to the loop."""
         parts, trainer = self.parts, self.cfg.trainer
         ev = evaluate(parts.compute_loss, self.windows, trainer.micro_batch_size, parts.autocast, self.data.meta,
                       self.info)
         if trainer.activation_rms:  # every rank runs it: under FSDP the forward has collectives
             ev["act_rms"] = self.activation_rms()
-        log.log_eval(state.step, state.tokens_seen, ev)
+        log.log_eval(self.state.step, self.state.tokens_seen, ev)
         if trainer.sample_tokens > 0 and parts.parallel != "fsdp" and self.info.is_main:
             log.write(self.sample())
         return ev

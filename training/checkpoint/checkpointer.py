@@ -34,23 +34,23 @@ class Checkpointer:
     def should_save(self, step: int) -> bool:
         return step % self.interval == 0 or step == self.state.end
 
-    def save(self, state) -> Path:
+    def save(self) -> Path:
         """checkpoints/step_N: weights, optimizer, RNG and the RunState, written atomically."""
-        self.last_path = self._write(state, self.ckpt_root, self.keep_last)
-        self.saved_step = state.step
+        self.last_path = self._write(self.ckpt_root, self.keep_last)
+        self.saved_step = self.state.step
         return self.last_path
 
-    def save_best(self, state) -> Path:
+    def save_best(self) -> Path:
         """checkpoints/best/step_N: the lowest validation bpb so far. The new one is renamed into place
         before the old one is pruned, so a best checkpoint exists at every moment."""
-        return self._write(state, self.ckpt_root / BEST, keep_last=1)
+        return self._write(self.ckpt_root / BEST, keep_last=1)
 
-    def time_one(self, state) -> float:
+    def time_one(self) -> float:
         """Seconds one checkpoint takes, by writing one where nothing looks for it (a time budget's probe)."""
         probe = self.ckpt_root / ".budget-probe"
         start = time.time()
         try:
-            self._write(state, probe, keep_last=0)
+            self._write(probe, keep_last=0)
             return time.time() - start
         finally:
             if self.info.is_main:
@@ -60,8 +60,8 @@ class Checkpointer:
         """The newest complete step checkpoint whose weights are finite."""
         return last_good_checkpoint(self.ckpt_root)
 
-    def _write(self, state, root: Path, keep_last: int) -> Path:
-        info = self.info
+    def _write(self, root: Path, keep_last: int) -> Path:
+        info, state = self.info, self.state
         (bad,) = D.agree_max([int(not weights_finite(self.raw_model))], info)
         if bad:
             last = self.last_good()
