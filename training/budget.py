@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from training.checkpoint import run_state
+from training.checkpoint.run_state import UNPLANNED_END
 from training.runtime.loop_cost import LoopCost
 from training.runtime import distributed as D
 
@@ -24,9 +25,6 @@ PROBE_STEPS = 20  # the first plan's speed: a mean over this many steps
 REPLAN_SHARE = 0.05  # plan again at least every 5 % of the budget (30 s of a 10-minute run)
 MIN_WINDOW_STEPS = 5  # a plan's speed is a mean over at least this many steps
 NOTE_CHANGE = 0.02  # say a new plan when it moves the end by at least 2 % (state.json keeps every plan)
-# Before the first plan the schedule runs towards an end this far away: past the warmup the learning rate then
-# stays at its peak, so nothing trained before the plan depends on an end nobody knew yet.
-UNPLANNED_END = 10 ** 9
 
 
 @dataclass
@@ -114,14 +112,6 @@ class TimeBudget:
             import torch
             torch.cuda.synchronize(self.device)
         return Mark(step, run_state.clock(), dict(log.clock.paused_by_kind), log.clock.compile_s())
-
-
-def schedule_ends(state) -> list:
-    """What the learning-rate schedule follows (training/optim/schedule.py): [] without a time budget (it runs to
-    state.max_steps); with one, the far end it runs towards before the first plan, then each plan's end."""
-    if not state.plans and state.max_steps != UNPLANNED_END:
-        return []
-    return [(0, UNPLANNED_END)] + [(plan["at_step"], plan["max_steps"]) for plan in state.plans]
 
 
 def describe(minutes: float, max_steps: int, costs: LoopCost, tokens_per_step: int, first_step: int = 0) -> str:

@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Optional
 
 from training import report
-from training.budget import TimeBudget, schedule_ends
+from training.budget import TimeBudget
 from training.build import build, data_views, planned_steps
 from training.checkpoint import Checkpointer, run_state
 from training.checkpoint.run_state import RunState
@@ -53,7 +53,7 @@ def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
             "on a CPU); the progress bar waits meanwhile")
     try:
         while (signum := agreed_signal(stop, info)) is None and state.step < state.end:
-            lr = apply_schedule(parts.optimizers, state.step, cfg.optim, state.max_steps, schedule_ends(state))
+            lr = apply_schedule(parts.optimizers, state.step, cfg.optim, state.max_steps, state.schedule_ends)
             result = step(state.step)
             state.advance(tokens_per_step)
             log.step_done(result.loss)

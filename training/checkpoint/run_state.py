@@ -10,6 +10,11 @@ from typing import Optional
 
 from training.runtime.run_files import STATE
 
+# A time budget's end before its first plan (training/budget.py): the schedule runs towards an end this far away,
+# so past the warmup the learning rate stays at its peak and nothing trained before the plan depends on an end
+# nobody knew yet.
+UNPLANNED_END = 10 ** 9
+
 
 def clock() -> float:
     """Wall seconds: the one clock a run's training time and its time budget are read from (a test drives it by
@@ -40,6 +45,14 @@ class RunState:
     def end(self) -> int:
         """The step this process stops at."""
         return min(self.max_steps, self.stop_at or self.max_steps)
+
+    @property
+    def schedule_ends(self) -> list:
+        """What the learning-rate schedule follows (training/optim/schedule.py): [] without a time budget (it runs
+        to max_steps); with one, the far end it runs towards before the first plan, then each plan's end."""
+        if not self.plans and self.max_steps != UNPLANNED_END:
+            return []
+        return [(0, UNPLANNED_END)] + [(plan["at_step"], plan["max_steps"]) for plan in self.plans]
 
     @property
     def budget_decided(self) -> bool:
