@@ -140,9 +140,15 @@ def _refuse_changes_a_resume_cannot_make(ckpt: Path, saved: DictConfig, override
     data.cache_dir), never the model, the tokens or the optimizer kind. Say so before anything runs,
     instead of advice a resume would then refuse."""
     saved_optimizer = OmegaConf.select(saved, "optim.name")
+    saved_sampling = OmegaConf.select(saved, "data.sampling", default="random")  # older configs: all random
     for key, value in override_values(overrides):
         section, _, field = key.partition(".")
-        if section == "data" and field not in RESUMABLE_DATA_KEYS:
+        if key == "data.sampling":  # the same tokens, but another order than the one the run is part-way through
+            if value != saved_sampling:
+                raise ConfigError(f"cannot resume {ckpt} with data.sampling={value}: its run draws batches with "
+                                  f"data.sampling={saved_sampling} and a resume continues that order; drop the "
+                                  f"override, or start a new run from its weights: init_from={ckpt}")
+        elif section == "data" and field not in RESUMABLE_DATA_KEYS:
             raise ConfigError(f"cannot resume {ckpt} with {key}={value}: a resume trains on the checkpoint's data "
                               "and tokenizer; it may change trainer.*, optim.* values, logger.* and data.cache_dir — "
                               f"for other data, start a new run from its weights: init_from={ckpt}")

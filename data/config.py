@@ -2,6 +2,8 @@
 from dataclasses import dataclass, field
 from typing import List, Optional
 
+from data.loader import SAMPLERS
+
 SOURCES = ("shakespeare", "hub", "tinystories", "fineweb_edu", "local")
 
 
@@ -41,3 +43,12 @@ class DataConfig:
     # forked map workers lose that (tokenizers turns its threads off after a fork).
     num_proc: int = 1
     seed: int = 1234
+    # How training windows are drawn: random (with replacement; one epoch's worth of tokens leaves ~37 % of
+    # windows undrawn) or epochs (every window once per epoch, a new offset and order each epoch). Not part of
+    # the token cache: the same tokens, read in another order. The default stays random until paired seeds show
+    # epochs no worse (docs/training.md, "How batches are drawn").
+    sampling: str = "random"
+
+    def __post_init__(self):
+        if self.sampling not in SAMPLERS:
+            raise ValueError(f"data.sampling={self.sampling!r} is unknown; choose one of {', '.join(SAMPLERS)}")

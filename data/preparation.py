@@ -80,7 +80,8 @@ def prepare(cfg: DataConfig, *, seq_len: Optional[int] = None, model_vocab_size:
 def cache_identity(cfg: DataConfig, tokenizer_identity: Optional[dict] = None) -> dict:
     """What the token cache's key is made of: every setting that changes what the cache holds — the corpus
     (fingerprint), the tokenizer and the token budgets. Settings that change only where or how fast it is built
-    (cache_dir, num_proc) stay out, so they reuse a cache (tests/test_data_cache.py keeps both lists)."""
+    (cache_dir, num_proc), or how training reads it (sampling: the same tokens in another order), stay out, so
+    they reuse a cache (tests/test_data_cache.py keeps both lists)."""
     tokenizer_identity = tokenizer_identity if tokenizer_identity is not None else _tokenizer_identity(cfg)[0]
     return {"data": fingerprint(cfg), "tokenizer": tokenizer_identity,
             "budgets": [cfg.token_budget, cfg.val_token_budget]}

@@ -194,7 +194,8 @@ CONTENT_CHANGES = {  # field → another value, on a local text corpus (hub-only
 }
 HUB_ONLY_CHANGES = {"name": "sample-10BT", "data_files": ["train-*.parquet"]}
 TOKENIZER_FILE_FIELD = "tokenizer_path"  # keyed by the file's hash (test_given_tokenizer_reproduces_the_trained_one)
-NOT_CONTENT = {"cache_dir": "where the cache lives", "num_proc": "how many processes tokenize: the same tokens"}
+NOT_CONTENT = {"cache_dir": "where the cache lives", "num_proc": "how many processes tokenize: the same tokens",
+               "sampling": "how training draws windows from the tokens, not which tokens there are"}
 
 
 def test_every_data_field_is_classified():
@@ -220,10 +221,11 @@ def test_each_hub_setting_is_in_the_cache_key(field):
 
 
 @pytest.mark.parametrize("field", sorted(NOT_CONTENT))
-def test_where_and_how_fast_do_not_change_the_key(tmp_path, field):
+def test_where_how_fast_and_in_what_order_do_not_change_the_key(tmp_path, field):
     (tmp_path / "plays.txt").write_text("To be, or not to be.\n")
     base = DataConfig(source="local", path=str(tmp_path / "plays.txt"), vocab_size=320)
-    changed = dataclasses_replace(base, field, {"cache_dir": str(tmp_path / "elsewhere"), "num_proc": 2}[field])
+    changed = dataclasses_replace(base, field, {"cache_dir": str(tmp_path / "elsewhere"), "num_proc": 2,
+                                                "sampling": "epochs"}[field])
     assert data.preparation.cache_identity(changed) == data.preparation.cache_identity(base)
 
 

@@ -1,9 +1,10 @@
-"""TrainBatches and eval_windows: shift-by-one, determinism from (seed, step), rank disjointness, fixed eval set."""
+"""TrainBatches, EpochBatches and eval_windows: shift-by-one, determinism from (seed, step), rank disjointness,
+every window once per epoch (data.sampling=epochs), fixed eval set."""
 import numpy as np
 import pytest
 import torch
 
-from data import DataError, TrainBatches, eval_windows
+from data import SAMPLERS, DataConfig, DataError, EpochBatches, TrainBatches, eval_windows, windows_per_epoch
 
 # Token i is i (mod 2**16): a window's first input is its start offset, and shifts are visible.
 TOKENS = np.arange(200_000, dtype=np.int64).astype(np.uint16)
@@ -168,3 +169,105 @@ def test_batches_default_to_one_process():
     assert all(torch.equal(a, b) for a, b in zip(default.get(5, 1), explicit.get(5, 1)))
     with pytest.raises(DataError, match="0 <= rank < world_size, got 4, 1, 1"):  # rank 1 of one process
         TrainBatches(tokens, 8, 4, seed=3, rank=1)
+
+
+# ---- data.sampling=epochs: EpochBatches ------------------------------------------------------------------------
+
+def drawn(batches, steps: int) -> list:
+    """Every window start one process draws over `steps` steps, in sample order: (step, micro_step, row)."""
+    return [start for step in range(steps) for micro in range(batches.grad_accum_steps)
+            for start in batches.get(step, micro)[0][:, 0].tolist()]
+
+
+def test_every_window_is_drawn_exactly_once_per_epoch_at_a_new_offset_and_order():
+    """61 windows per epoch and 6 per step (3 rows × 2 micro-steps): steps cross epoch ends mid-batch. Each epoch
+    is one offset in [0, seq_len) plus a permutation of the 61 non-overlapping windows from there."""
+    tokens = np.arange(1_000, dtype=np.int64)  # token i is i: a window's first input is its start
+    batches = EpochBatches(tokens, seq_len=16, micro_batch_size=3, seed=0, grad_accum_steps=2)
+    per_epoch = batches.windows_per_epoch
+    assert per_epoch == (1_000 - 16) // 16 == 61
+    starts = drawn(batches, steps=-(-8 * per_epoch // 6))
+    epochs = [starts[e * per_epoch:(e + 1) * per_epoch] for e in range(8)]
+    offsets, orders = [], []
+    for epoch in epochs:
+        offset = epoch[0] % 16
+        assert all(start % 16 == offset for start in epoch)
+        order = [(start - offset) // 16 for start in epoch]
+        assert sorted(order) == list(range(per_epoch))  # each window once
+        assert max(epoch) + 17 <= 1_000  # the last window's last target is inside the split
+        offsets.append(offset)
+        orders.append(order)
+    assert len(set(offsets)) > 1 and all(a != b for a, b in zip(orders, orders[1:]))
+    assert orders[0] != sorted(orders[0])  # shuffled, not read front to back
+
+
+def test_an_epoch_makes_nearly_every_training_token_a_target_where_random_windows_reach_63_percent():
+    """One epoch's worth of windows: epochs sampling scores all but at most two windows' worth of tokens; random
+    draws with replacement leave about 1/e of the windows undrawn (the 36.6 % of issue 40)."""
+    tokens = np.arange(64_000, dtype=np.int64)
+    reach = {}
+    for name, sampler in SAMPLERS.items():
+        batches = sampler(tokens, seq_len=32, micro_batch_size=40, seed=5)
+        per_epoch = windows_per_epoch(len(tokens), 32)
+        targets = np.zeros(len(tokens), dtype=bool)
+        for step in range(per_epoch // 40):  # 1,999 windows: 49 whole steps, still inside epoch 0
+            targets[batches.get(step)[1].flatten().numpy()] = True
+        reach[name] = targets.mean()
+    assert reach["epochs"] >= (49 * 40 * 32) / 64_000  # every window drawn was a new one
+    assert reach["epochs"] > 0.97 and 0.55 < reach["random"] < 0.70, reach
+
+
+def test_epoch_batches_are_a_pure_function_of_seed_step_micro_step_and_rank():
+    """A fresh object (a resumed run) gives the same batch; the order asked in does not matter (the epoch's
+    order is memoised, not state); the seed changes it."""
+    a = EpochBatches(TOKENS, 16, 4, seed=3, grad_accum_steps=2)
+    sequential = {(step, micro): a.get(step, micro)[0] for step in range(0, 3_000, 7) for micro in (0, 1)}
+    b = EpochBatches(TOKENS, 16, 4, seed=3, grad_accum_steps=2)
+    for key in reversed(list(sequential)):
+        assert torch.equal(b.get(*key)[0], sequential[key])
+    assert not torch.equal(a.get(0)[0], EpochBatches(TOKENS, 16, 4, seed=4, grad_accum_steps=2).get(0)[0])
+
+
+def test_epoch_batches_split_ranks_as_one_process_with_their_batch_would():
+    """2 ranks × 3 rows = 1 process × 6 rows, micro-step by micro-step; the ranks never share a window; the
+    micro-steps of one step are distinct windows; a micro-step outside the step's accumulation is refused."""
+    single = EpochBatches(TOKENS, 16, micro_batch_size=6, seed=1, grad_accum_steps=2)
+    pair = [EpochBatches(TOKENS, 16, micro_batch_size=3, seed=1, rank=r, world_size=2, grad_accum_steps=2)
+            for r in range(2)]
+    for step in (0, 1, 1_041, 2_083):  # 12,499 windows per epoch, 12 a step: 1041 and 2083 cross an epoch's end
+        step_starts = []
+        for micro in (0, 1):
+            whole = single.get(step, micro)
+            parts = [batches.get(step, micro) for batches in pair]
+            assert torch.equal(whole[0], torch.cat([p[0] for p in parts]))
+            assert torch.equal(whole[1], torch.cat([p[1] for p in parts]))
+            assert not starts(parts[0][0]) & starts(parts[1][0])
+            step_starts += whole[0][:, 0].tolist()
+        assert len(set(step_starts)) == 12
+    with pytest.raises(DataError, match=r"micro_step=2 is outside 0..1 \(grad_accum_steps=2\)"):
+        single.get(0, 2)
+    with pytest.raises(DataError, match=r"grad_accum_steps=0 must be at least 1"):
+        EpochBatches(TOKENS, 16, 6, seed=1, grad_accum_steps=0)
+
+
+@pytest.mark.parametrize("num_tokens", [34, 40, 63, 64, 65, 95, 96, 97, 1_000])
+def test_windows_per_epoch_fit_at_every_offset(num_tokens):
+    """The count is the most that fits at every offset in [0, seq_len) (one more does not fit at the last), so
+    every epoch is as long; a split of fewer than two windows still has one, its offsets narrowed to fit."""
+    seq_len, count = 32, windows_per_epoch(num_tokens, 32)
+    last_window_end = lambda offset, n: offset + (n - 1) * seq_len + seq_len + 1  # noqa: E731
+    if num_tokens >= 2 * seq_len:
+        assert all(last_window_end(offset, count) <= num_tokens for offset in range(seq_len))
+        assert last_window_end(seq_len - 1, count + 1) > num_tokens
+    else:
+        assert count == 1
+    batches = EpochBatches(np.arange(num_tokens, dtype=np.int64), seq_len, 8, seed=0)
+    for step in range(20):
+        x, y = batches.get(step)
+        assert int(y.max()) <= num_tokens - 1 and x.shape == (8, seq_len)
+
+
+def test_data_sampling_names_a_sampler():
+    assert DataConfig().sampling == "random"  # the default until paired seeds show epochs no worse
+    with pytest.raises(ValueError, match=r"^data.sampling='sequential' is unknown; choose one of random, epochs$"):
+        DataConfig(sampling="sequential")

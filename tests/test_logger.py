@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
+from data import DataConfig
 from training.checkpoint.write_errors import WriteError
 from training.config import LoggerConfig, TrainerConfig
 from training.logger import Logger, wandb_mode, wandb_values
@@ -20,13 +21,15 @@ def RunLogger(run_dir: Path, cfg: LoggerConfig, run_name: str, config: dict, ena
               trainer=None, state=None):
     """The loop's Logger for a run in run_dir, on rank 0 (enabled) or rank 1, resuming at resume_step."""
     run = SimpleNamespace(run_dir=run_dir, resume=resume_step is not None and run_dir, config_yaml=yaml.safe_dump(config),
-                          cfg=SimpleNamespace(trainer=trainer or TrainerConfig(), logger=cfg, run_name=run_name))
+                          cfg=SimpleNamespace(trainer=trainer or TrainerConfig(), logger=cfg, run_name=run_name,
+                                              data=DataConfig()))
     state = state or RunState(step=resume_step or 0, max_steps=100)
     if resume_step is not None and enabled:
         rewind_metrics(run_dir, resume_step)  # what Resume.restore does on rank 0 before the loop opens its Logger
     ctx = SimpleNamespace(run=run, cfg=run.cfg, info=DistInfo(rank=0 if enabled else 1), state=state,
                           parts=SimpleNamespace(compute_loss=None), data=SimpleNamespace(meta={"train_tokens": 1000}),
-                          tokens_per_step=16, flops_per_token=1.0, peak=1.0)  # training/context.py's RunContext
+                          tokens_per_step=16, flops_per_token=1.0, peak=1.0,
+                          epoch_tokens=1000)  # training/context.py's RunContext
     return Logger(ctx)
 
 

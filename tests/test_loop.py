@@ -3,7 +3,9 @@ inside a real run of the loop (in this process, `debug=tiny`), so a refactor tha
 stops calling it fails here. docs/testing.md's promise map points at these tests."""
 import math
 import signal
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -13,9 +15,11 @@ import training.compile
 import training.loop
 import training.precision
 from analysis.runs import read_run
+from data import SAMPLERS, prepare, windows_per_epoch
 from tests.train_helpers import compose_train_config, read_metrics, train_in_process
 from training.checkpoint.run_state import read_state
 from training.loss import CausalLMLoss
+from training.runtime.distributed import DistInfo
 
 pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (conftest.py)
 
@@ -197,6 +201,62 @@ def test_max_epochs_plans_the_steps_from_the_tokens_of_a_step(tmp_path, tiny_dat
     outcome = train_in_process(tmp_path / "run", f"trainer.max_epochs={epochs}", "trainer.grad_accum_steps=2",
                                "trainer.eval_interval=100", "trainer.ckpt_interval=100", cache_dir=tiny_data_cache)
     assert outcome.state.step == outcome.state.max_steps == 4
+
+
+def test_max_epochs_under_epochs_sampling_is_that_many_passes_over_every_window():
+    """data.sampling=epochs: steps = ceil(epochs × windows per epoch ÷ (micro batch × world size × accumulation)),
+    the fewest steps whose windows cover the epochs; random keeps its epoch-equivalents of training tokens."""
+    for epochs, batch, accum, world in [(1, 7, 1, 1), (2, 1, 1, 1), (2.5, 3, 2, 2), (4, 5, 3, 1)]:
+        cfg, _ = compose_train_config(["debug=tiny", "data.sampling=epochs", f"trainer.max_epochs={epochs}",
+                                       f"trainer.micro_batch_size={batch}", f"trainer.grad_accum_steps={accum}"])
+        per_step = batch * world * accum
+        steps = training.build.planned_steps(cfg, 1_000, per_step * 64)
+        per_epoch = windows_per_epoch(1_000, 64)  # (1000 - 64) // 64 = 14 windows of 64
+        assert per_epoch == 14 and steps == math.ceil(epochs * per_epoch / per_step)
+        assert (steps - 1) * per_step < epochs * per_epoch <= steps * per_step
+    cfg.data.sampling = "random"  # 4 epoch-equivalents: 4 × 1000 tokens ÷ (5 × 3 × 64), drawn with replacement
+    assert training.build.planned_steps(cfg, 1_000, 5 * 3 * 64) == math.ceil(4 * 1_000 / (5 * 3 * 64)) == 5
+
+
+@pytest.mark.parametrize("sampling", ["random", "epochs"])
+def test_the_run_reads_its_batches_with_the_sampler_data_sampling_names(sampling):
+    cfg, _ = compose_train_config(["debug=tiny", f"data.sampling={sampling}", "trainer.grad_accum_steps=3"])
+    tokens = np.arange(10_000, dtype=np.int64)
+    data = SimpleNamespace(train_tokens=lambda: tokens, val_tokens=lambda: tokens)
+    batches, _ = training.build.data_views(cfg, data, DistInfo())
+    assert type(batches) is SAMPLERS[sampling] and batches.grad_accum_steps == 3
+
+
+def test_epochs_sampling_trains_its_epochs_and_resumes_bitwise(tmp_path, tiny_data_cache, capsys):
+    """data.sampling=epochs end to end: trainer.max_epochs plans its passes, the logged epochs count them,
+    state.json records the sampler, and a run stopped part-way resumes to the uninterrupted run's weights bit
+    for bit. A resume with another sampler is refused before it trains; one with another batch is warned of."""
+    cfg, _ = compose_train_config(["debug=tiny", f"data.cache_dir={tiny_data_cache}"])
+    train_tokens = prepare(cfg.data, seq_len=64, log=lambda *a: None).meta["train_tokens"]
+    per_epoch = windows_per_epoch(train_tokens, 64)
+    epochs = 5.5 * 8 / per_epoch  # five and a half steps of 2 micro-steps × 4 windows: 6 steps
+    args = ["data.sampling=epochs", f"trainer.max_epochs={epochs}", "trainer.grad_accum_steps=2",
+            "trainer.eval_interval=100", "trainer.ckpt_interval=100", "trainer.log_interval=1",
+            "trainer.activation_rms=false"]
+    whole = train_in_process(tmp_path / "whole", *args, cache_dir=tiny_data_cache)
+    assert whole.state.step == 6 and f"steps 0→6 (trainer.max_epochs={epochs:g}: passes over every window)" in \
+        capsys.readouterr().out
+    logged = [r["epochs"] for r in read_metrics(tmp_path / "whole") if r["kind"] == "train"]
+    assert logged == pytest.approx([step * 8 / per_epoch for step in range(1, 7)])
+    part = train_in_process(tmp_path / "part", *args, "trainer.stop_at_step=3", cache_dir=tiny_data_cache)
+    assert read_state(part.checkpoint)["data_position"] == {"seed": 0, "next_step": 3, "sampling": "epochs"}
+    random_args = [a for a in args if not a.startswith(("data.sampling", "trainer.max_epochs"))]
+    with pytest.raises(ValueError, match=r"drew its batches with data.sampling=epochs, this run with "
+                                         r"data.sampling=random; resume with data.sampling=epochs"):
+        train_in_process(tmp_path / "part", *random_args, cache_dir=tiny_data_cache, resume_ckpt=part.checkpoint)
+    resumed = train_in_process(tmp_path / "part", *args, cache_dir=tiny_data_cache, resume_ckpt=part.checkpoint)
+    assert "data.sampling=epochs run trained" not in capsys.readouterr().out
+    ends = [load_file(outcome.checkpoint / "model.safetensors") for outcome in (whole, resumed)]
+    assert resumed.state.step == 6 and all(torch.equal(ends[0][k], ends[1][k]) for k in ends[0])
+    train_in_process(tmp_path / "part", *args, "trainer.micro_batch_size=2", "trainer.stop_at_step=4",
+                     cache_dir=tiny_data_cache, resume_ckpt=part.checkpoint)
+    assert ("warning: this data.sampling=epochs run trained 1,536 tokens in 3 steps, not 3 × 256 (this resume's "
+            "tokens per step)") in capsys.readouterr().out
 
 
 def test_stop_at_step_stops_there_and_the_checkpoint_says_where_the_data_order_continues(tmp_path, tiny_data_cache):

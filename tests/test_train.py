@@ -40,7 +40,7 @@ def test_tiny_run_learns_and_writes_outputs(tmp_path, cache_dir):
     # Epochs are logged, and passing trainer.epoch_warning warns exactly once.
     epochs = [r["epochs"] for r in train_rows]
     assert epochs == sorted(epochs) and epochs[-1] == pytest.approx(40 * 4 * 64 / rows_train_tokens(proc))
-    assert proc.stdout.count("epochs over the") == 1
+    assert proc.stdout.count("epoch-equivalents (tokens drawn ÷ training tokens) over the") == 1  # random windows
     assert all(r["peak_memory_gb"] > 0 for r in train_rows)
     # The run directory holds what the run wrote, nothing empty: Hydra's own train.log is off (minillama prints).
     assert sorted(p.name for p in run.iterdir() if not p.name.startswith(".")) == [
@@ -132,6 +132,7 @@ def test_new_run_never_overwrites_an_existing_run(tmp_path, cache_dir):
     ("trainer.skip_nonfinite_steps=-2", "trainer.skip_nonfinite_steps=-2 must be >= 0"),
     ("trainer.eval_windows=some", "trainer.eval_windows='some' must be a positive number of windows or 'all'"),
     ("trainer.compile=maybe", "trainer.compile='maybe' is unknown"),
+    ("data.sampling=sequential", "data.sampling='sequential' is unknown; choose one of random, epochs"),
 ])
 def test_bad_values_fail_at_composition_naming_the_field(override, message):
     """resolve_config (the step before any data is prepared) turns them into one ValueError each."""
@@ -249,8 +250,9 @@ def test_a_resume_keeps_the_runs_bookkeeping(tmp_path, cache_dir):
 
 
 def test_a_resume_says_what_it_cannot_change(tmp_path, cache_dir):
-    """A resume continues a run: another optimizer kind, other data or a checkpoint without a training
-    config are refused in one line before anything trains, with advice a resume can follow."""
+    """A resume continues a run: another optimizer kind, other data, another data order (data.sampling) or a
+    checkpoint without a training config are refused in one line before anything trains, with advice a resume
+    can follow."""
     run_train(tmp_path, "trainer.max_steps=8", "trainer.stop_at_step=4", "trainer.ckpt_interval=4", cache_dir=cache_dir)
     (run,) = run_dirs(tmp_path)
     ckpt = run / "checkpoints" / "step_0000004"
@@ -259,7 +261,10 @@ def test_a_resume_says_what_it_cannot_change(tmp_path, cache_dir):
              (["data.vocab_size=600"], f"cannot resume {ckpt} with data.vocab_size=600: a resume trains on the "
                                        "checkpoint's data and tokenizer; it may change trainer.*, optim.* values, "
                                        "logger.* and data.cache_dir — for other data, start a new run from its "
-                                       f"weights: init_from={ckpt}")]
+                                       f"weights: init_from={ckpt}"),
+             (["data.sampling=epochs"], f"cannot resume {ckpt} with data.sampling=epochs: its run draws batches with "
+                                        "data.sampling=random and a resume continues that order; drop the override, "
+                                        f"or start a new run from its weights: init_from={ckpt}")]
     for overrides, message in cases:
         proc = run_train(tmp_path, f"resume={run}", *overrides, cache_dir=cache_dir, check=False)
         assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].startswith(f"error: {message}"), proc.stderr

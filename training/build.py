@@ -8,7 +8,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from data import TrainBatches, eval_windows
+from data import SAMPLERS, eval_windows, windows_per_epoch
 from model import Transformer
 from model.flops import matmul_shapes
 from training.checkpoint.init_from import InitFrom
@@ -78,8 +78,8 @@ def run_matmul_shapes(cfg: TrainConfig) -> list:
 def data_views(cfg: TrainConfig, data, info: D.DistInfo) -> tuple:
     """(training batches, this rank's validation windows)."""
     seq_len = cfg.trainer.seq_len
-    batches = TrainBatches(data.train_tokens(), seq_len, cfg.trainer.micro_batch_size, cfg.seed,
-                           info.rank, info.world_size)
+    batches = SAMPLERS[cfg.data.sampling](data.train_tokens(), seq_len, cfg.trainer.micro_batch_size, cfg.seed,
+                                          info.rank, info.world_size, cfg.trainer.grad_accum_steps)
     if cfg.trainer.num_eval_windows is None:  # every token of the split, each scored once
         windows = full_split_windows(data.val_tokens(), seq_len, data.meta["eos_id"], rank=info.rank,
                                      world_size=info.world_size)
@@ -89,7 +89,18 @@ def data_views(cfg: TrainConfig, data, info: D.DistInfo) -> tuple:
 
 
 def planned_steps(cfg: TrainConfig, train_tokens: int, tokens_per_step: int) -> int:
-    """trainer.max_steps, or what trainer.max_epochs makes of it (at least one step)."""
+    """trainer.max_steps, or what trainer.max_epochs makes of it (at least one step): ceil(epochs × epoch_tokens
+    ÷ tokens per step). Under data.sampling=epochs that is max_epochs passes over every window, ceil(epochs ×
+    windows per epoch ÷ windows per step); under random, epoch-equivalents of windows drawn with replacement."""
     if cfg.trainer.max_epochs is None:
         return cfg.trainer.max_steps
-    return max(1, math.ceil(cfg.trainer.max_epochs * train_tokens / tokens_per_step))
+    return max(1, math.ceil(cfg.trainer.max_epochs * epoch_tokens(cfg, train_tokens) / tokens_per_step))
+
+
+def epoch_tokens(cfg: TrainConfig, train_tokens: int) -> int:
+    """The tokens one epoch trains on: every window's targets under data.sampling=epochs (a true pass: windows
+    per epoch × seq_len); the training split under random, so its epochs are epoch-equivalents (tokens drawn ÷
+    training tokens)."""
+    if cfg.data.sampling == "epochs":
+        return windows_per_epoch(train_tokens, cfg.trainer.seq_len) * cfg.trainer.seq_len
+    return train_tokens

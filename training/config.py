@@ -75,13 +75,14 @@ class TrainerConfig:
     # Stop once this many evaluations in a row have not lowered the validation bpb (checkpoints/best holds
     # the lowest; the summary names it); null = train to the end.
     early_stopping: Optional[int] = None
-    # Train this many passes over the training split: max_steps = epochs × train tokens ÷ tokens per step
-    # (small corpora think in epochs; null = trainer.max_steps).
+    # Train this many epochs (small corpora think in epochs; null = trainer.max_steps): under data.sampling=epochs
+    # that many passes over every window, max_steps = ceil(epochs × windows per epoch ÷ windows per step); under
+    # random, epoch-equivalents of windows drawn with replacement, ceil(epochs × train tokens ÷ tokens per step).
     max_epochs: Optional[float] = None
     # Non-finite loss or gradient: the update is always skipped; 0 stops the run at the first one,
     # N > 0 tolerates up to N-1 in a row (counted and logged) and stops at the N-th (OLMo's spike guard).
     skip_nonfinite_steps: int = 0
-    epoch_warning: float = 4.0  # warn once when a run passes this many epochs over its training split
+    epoch_warning: float = 4.0  # warn once past this many epochs (epoch-equivalents under random sampling)
     num_threads: Optional[int] = None  # torch CPU threads; None = torch's default
     parallel: str = "auto"  # auto (ddp if world size > 1) | none | ddp | fsdp
     dist_timeout_s: int = 300  # a rank that stops answering fails the run instead of hanging it

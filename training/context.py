@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from training.build import Parts
+from training.build import Parts, epoch_tokens
 from training.checkpoint.init_from import InitFrom
 from training.checkpoint.resume import Resume
 from training.checkpoint.run_state import RunState
@@ -41,6 +41,11 @@ class RunContext:
     @property
     def cfg(self) -> TrainConfig:
         return self.run.cfg
+
+    @property
+    def epoch_tokens(self) -> int:
+        """The tokens one epoch trains on (training/build.py's epoch_tokens): what the logged epochs count."""
+        return epoch_tokens(self.cfg, self.data.meta["train_tokens"])
 
     @property
     def flops_per_token(self) -> float:

@@ -59,6 +59,8 @@ class Logger:
         run, cfg, info, state = ctx.run, ctx.cfg, ctx.info, ctx.state
         self.info, self.data, self.state = info, ctx.data, state
         self.interval, self.epoch_warning = cfg.trainer.log_interval, cfg.trainer.epoch_warning
+        # data.sampling=epochs counts true passes; random counts epoch-equivalents (tokens drawn ÷ training tokens).
+        self.epoch_tokens, self.true_epochs = ctx.epoch_tokens, cfg.data.sampling == "epochs"
         self.tokens_per_step, self.flops_per_token, self.peak = ctx.tokens_per_step, ctx.flops_per_token, ctx.peak
         self.clock = Throughput(ctx.parts.compute_loss)
         self.pending = []  # each step's loss, on the device, until the next log reads them (one sync)
@@ -102,7 +104,7 @@ class Logger:
         loss = sum(finite) / len(finite) if finite else math.nan
         steps, seconds = self.clock.lap()
         tps = steps * self.tokens_per_step / seconds
-        epochs = state.tokens_seen / (self.data.meta["train_tokens"] or 1)
+        epochs = state.tokens_seen / (self.epoch_tokens or 1)
         compile_s = self.clock.compile_s()
         self.log({"kind": "train", "step": state.step, "loss": loss,
                   "lr": lr, "grad_norm": grad_norm.item(), "tokens": state.tokens_seen, "epochs": epochs,
@@ -119,7 +121,8 @@ class Logger:
         self.skipped, self.first_skipped = 0, -1
         if epochs > self.epoch_warning and not self.epoch_warned:
             self.epoch_warned = True
-            self.write(f"warning: {epochs:.1f} epochs over the {self.data.meta['train_tokens']:,}-token training "
+            what = "epochs" if self.true_epochs else "epoch-equivalents (tokens drawn ÷ training tokens)"
+            self.write(f"warning: {epochs:.1f} {what} over the {self.data.meta['train_tokens']:,}-token training "
                        "split: later steps repeat data, so expect the validation loss to rise (checkpoints/best keeps "
                        "the lowest); more data helps more than more steps")
         self.progress.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.1e}", tok_s=f"{tps:,.0f}",

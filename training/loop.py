@@ -36,8 +36,8 @@ def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
     max_steps = planned_steps(cfg, data.meta["train_tokens"], tokens_per_step)
     state = run.resume.restore(parts.raw_model, parts.optimizers, parts.precision, cfg, max_steps, info, say) \
         if run.resume else RunState(
-        seed=cfg.seed, world_size=info.world_size, max_steps=max_steps, stop_at=cfg.trainer.stop_at_step,
-        precision=parts.precision)
+        seed=cfg.seed, sampling=cfg.data.sampling, world_size=info.world_size, max_steps=max_steps,
+        stop_at=cfg.trainer.stop_at_step, precision=parts.precision)
     tokens_before = state.tokens_seen
     batches, windows = data_views(cfg, data, info)
     peak, peak_source = peak_flops(info.device, parts.precision, cfg.trainer.peak_tflops, cfg.trainer.peak_cache)

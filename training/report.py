@@ -37,8 +37,10 @@ def _end(cfg, state) -> str:
     if trainer.time_budget:
         return (f"? (trainer.time_budget={trainer.time_budget:g} min decides: a first plan after step "
                 f"{state.step + WARMUP_STEPS + PROBE_STEPS}, then again at every evaluation and as the end nears)")
-    if trainer.max_epochs:
-        return f"{state.max_steps} (trainer.max_epochs={trainer.max_epochs:g})"
+    if trainer.max_epochs and cfg.data.sampling == "epochs":
+        return f"{state.max_steps} (trainer.max_epochs={trainer.max_epochs:g}: passes over every window)"
+    if trainer.max_epochs:  # random windows: tokens drawn ÷ training tokens, not passes
+        return f"{state.max_steps} (trainer.max_epochs={trainer.max_epochs:g} epoch-equivalents of random windows)"
     return f"{state.max_steps} (trainer.max_steps)"
 
 

@@ -27,7 +27,8 @@ CLAIMS = (
           "and Applications?*): GELU should be **worse**",
           agree=(WORSE,), disagree=(BETTER, EQUIVALENT),
           why_not_here="those gains were measured at ~10⁸ parameters and ~10⁹–10¹⁰ tokens; here the models are "
-                       "under 10⁶ parameters trained for one epoch of ~2M Shakespeare tokens on a CPU, where "
+                       "under 10⁶ parameters trained on one epoch's worth of ~2M Shakespeare tokens (random "
+                       "windows, drawn with replacement) on a CPU, where "
                        "the gate's extra multiplicative path has had little data to pay off, and a gap of the "
                        "papers' size (a few hundredths of a nat) is close to this study's detectable effect"),
     Claim("model.norm=layernorm", "RMSNorm vs LayerNorm",

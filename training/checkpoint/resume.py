@@ -6,7 +6,7 @@ the manifest, checks they agree with each other and reads state.json — before 
 position, budget plans, precision, best so far) and the metrics position (metrics.jsonl's rows after the
 step go: they are logged again) — and tidies the branch the resume abandons. The checks a resume needs run
 once each: the architecture when the config is resolved (`check_fits`), the tokenizer once the data is
-prepared (`check_tokenizer`).
+prepared (`check_tokenizer`), the data order (data.sampling, windows per step) in `restore`.
 """
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,11 +72,12 @@ class Resume:
         """Load the weights, optimizer state and RNG into the built run (unwrapped model; `cfg` a TrainConfig);
         the RunState it continues with. `max_steps` is what this config plans (a time budget's plans go on
         instead, if it still has one); `precision` is what this process trains in."""
+        state = RunState.from_json(self.fields)
+        self._check_data_order(state, cfg, info, say)  # before loading anything: it may refuse
         optim_state, rng = load_optimizer_and_rng(self.path)
         load_full_state(raw_model, optimizers, read_weights(raw_model, self.path), optim_state)
         if not restore_rng(rng, info.rank, info.world_size):  # last: nothing after this may draw from it
             say("warning: the checkpoint holds no RNG state for this world size: dropout draws restart from the seed")
-        state = RunState.from_json(self.fields)
         state.precision = precision  # what this process trains in (state.json says what the run trained in)
         trainer = cfg.trainer
         if not (state.budget_decided and trainer.time_budget):  # a budget's plans go on; else the config's end
@@ -104,6 +105,22 @@ class Resume:
                 f"batch changes with the world size; adjust trainer.micro_batch_size to keep tokens per step")
         state.seed, state.world_size = cfg.seed, info.world_size  # what this process trains with
         return state
+
+    def _check_data_order(self, state: RunState, cfg, info: D.DistInfo, say) -> None:
+        """The resumed run continues its run's data order: the same data.sampling (refused otherwise: a default
+        that changes must not switch a run's sampler silently), and under epochs the same windows per step, or
+        the epoch under way skips or repeats windows (said, as a world-size change is)."""
+        if state.sampling != cfg.data.sampling:
+            raise ValueError(f"{self.path} drew its batches with data.sampling={state.sampling}, this run with "
+                             f"data.sampling={cfg.data.sampling}; resume with data.sampling={state.sampling}, or "
+                             f"start a new run from its weights: init_from={self.path}")
+        t = cfg.trainer
+        tokens_per_step = t.micro_batch_size * t.seq_len * t.grad_accum_steps * info.world_size
+        if state.sampling == "epochs" and state.tokens_seen != state.step * tokens_per_step:
+            say(f"warning: this data.sampling=epochs run trained {state.tokens_seen:,} tokens in {state.step} steps, "
+                f"not {state.step} × {tokens_per_step:,} (this resume's tokens per step): the epoch under way skips "
+                "or repeats windows; keep trainer.micro_batch_size × grad_accum_steps × world size to continue its "
+                "order exactly")
 
     def _schedule_change(self, state: RunState, optim) -> str:
         """A line when this resume moves the schedule's end (a new trainer.max_steps): what happens to the learning

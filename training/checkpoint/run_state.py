@@ -31,6 +31,7 @@ class RunState:
     best_val_bpb: float = math.inf
     best_step: Optional[int] = None
     seed: int = 0  # with `step`, where the data order continues (data/loader.py draws batch n from it)
+    sampling: str = "random"  # data.sampling: which order that is; a resume must keep it
     world_size: int = 1
     max_steps: int = 0  # where the schedule ends: trainer.max_steps, or what a time budget decided
     stop_at: Optional[int] = None  # trainer.stop_at_step: stop early there, as if interrupted
@@ -88,7 +89,10 @@ class RunState:
         """state.json's fields (the writer adds weights_finite: it refuses non-finite weights)."""
         return {"step": self.step, "tokens_seen": self.tokens_seen, "elapsed_s": self.elapsed_s(),
                 "max_steps": self.max_steps,  # where the schedule was heading: a resume says if that moves
-                "data_position": {"seed": self.seed, "next_step": self.step}, "world_size": self.world_size,
+                # sampling only when not random: a checkpoint without it (every older one) drew at random.
+                "data_position": {"seed": self.seed, "next_step": self.step,
+                                  **({"sampling": self.sampling} if self.sampling != "random" else {})},
+                "world_size": self.world_size,
                 "skipped_steps": self.skipped_steps,
                 "best_val_bpb": self.best_val_bpb if math.isfinite(self.best_val_bpb) else None,
                 "best_step": self.best_step, "evals_since_best": self.evals_since_best,
@@ -109,6 +113,7 @@ class RunState:
                    best_step=fields.get("best_step"), evals_since_best=fields.get("evals_since_best", 0),
                    stopped_early=fields.get("stopped_early", False), precision=fields.get("precision", ""),
                    seed=fields.get("data_position", {}).get("seed", 0),
+                   sampling=fields.get("data_position", {}).get("sampling", "random"),
                    world_size=fields.get("world_size", 1), max_steps=budget.get("max_steps", 0),
                    budget_minutes=budget.get("minutes"), plans=plans)
 
