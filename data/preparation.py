@@ -17,6 +17,7 @@ from data.cache import CACHE_VERSION, META_FILE, cache_key, publish, read_meta, 
 from data.config import DataConfig
 from data.errors import DataError
 from data.sources import check_config, fingerprint, load_splits
+from data.encoding import fast_encoder
 from data.token_files import DocumentEncoder, write_split
 from data.tokenizer import (batched_texts, check_vocab_size, file_hash, load_tokenizer, max_token_id,
                             read_special_tokens, special_token_ids, train_tokenizer, write_special_tokens)
@@ -163,15 +164,22 @@ def _make_cache(cfg: DataConfig, directory: Path, cache_root: Path, log) -> Dict
     log(f"data: preparing {cfg.source} into {directory}")
     with publish(directory) as work:
         splits = load_splits(cfg, cache_root / "hf_datasets")
+        tokenizer_start = time.perf_counter()
         tokenizer = _make_tokenizer(cfg, splits, work / TOKENIZER_FILE, log)
+        tokenizer_seconds = time.perf_counter() - tokenizer_start
         ids = special_token_ids(tokenizer, roles=read_special_tokens(work))
         vocab_size = tokenizer.get_vocab_size()
         dtype = "uint16" if vocab_size < 65536 else "uint32"
         encoder = DocumentEncoder(tokenizer, splits.text_column, ids["eos_id"])
+        fast, why_not = fast_encoder(work / TOKENIZER_FILE)
+        log("data: encoding with tiktoken (the same ids as tokenizers, checked on each split's first documents)"
+            if fast is not None else f"data: encoding with tokenizers: {why_not}")
         scratch = work / "scratch"  # datasets' intermediate Arrow files; never published
         stats = {}
+        encode_start = time.perf_counter()
         for name, split, budget in (("train", splits.train, cfg.token_budget), ("val", splits.val, cfg.val_token_budget)):
-            stats[name] = write_split(split, encoder, work / f"{name}.bin", dtype, budget, cfg.num_proc, name, scratch)
+            stats[name] = write_split(split, encoder, work / f"{name}.bin", dtype, budget, cfg.num_proc, name, scratch,
+                                      fast, log)
             if stats[name].documents == 0:
                 raise DataError(f"the {name} split of {cfg.path or cfg.source} has no text after dropping empty documents "
                                 f"(all {stats[name].dropped:,} are empty or have no '{splits.text_column}' field); "
@@ -183,8 +191,10 @@ def _make_cache(cfg: DataConfig, directory: Path, cache_root: Path, log) -> Dict
             "vocab_size": vocab_size, "dtype": dtype, **ids,
             "val_rule": splits.val_rule, "val_files": splits.val_files,
             **{f"{name}_{field}": getattr(s, field) for name, s in stats.items()
-               for field in ("tokens", "bytes", "documents", "dropped")},
+               for field in ("tokens", "bytes", "documents", "dropped", "encoder")},
             "prepare_seconds": round(time.perf_counter() - start, 3),
+            "tokenizer_seconds": round(tokenizer_seconds, 3),  # training (or copying) the tokenizer
+            "encode_seconds": round(time.perf_counter() - encode_start, 3),
         }
         write_json(work / META_FILE, meta)  # last: a directory with meta.json is complete
     log(f"data: {meta['train_tokens']:,} train / {meta['val_tokens']:,} val tokens, "

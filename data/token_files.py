@@ -1,7 +1,10 @@
-"""Tokenize a split with `datasets.map` and write it as one flat file of token ids, EOS after each document."""
+"""Tokenize a split and write it as one flat file of token ids, EOS after each document: with tiktoken's
+encoder where the tokenizer qualifies (data/encoding.py; checked against `tokenizers` on the split's first
+documents), else `tokenizers` through `datasets.map`."""
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, Iterator, Optional, Tuple
 
 import numpy as np
 import pyarrow.compute as pc
@@ -9,6 +12,7 @@ from tokenizers import Tokenizer
 from tqdm.auto import tqdm
 
 BATCH_SIZE = 1000  # documents per `encode_batch` call: enough to keep every core busy
+CHECK_BYTES = 512 * 1024  # the fast encoder's ids are compared with `tokenizers`' on this much of each split
 
 
 @dataclass
@@ -17,6 +21,7 @@ class SplitStats:
     bytes: int = 0  # UTF-8 bytes of the documents behind the tokens: the denominator of bits-per-byte
     documents: int = 0
     dropped: int = 0  # documents without text: empty, whitespace only, or missing the text field
+    encoder: str = "tokenizers"  # or "tiktoken": which encoded the split (the same ids either way)
 
 
 class DocumentEncoder:
@@ -42,31 +47,34 @@ class DocumentEncoder:
 
 
 def write_split(dataset, encoder: DocumentEncoder, out: Path, dtype: str, budget: Optional[int],
-                num_proc: int, name: str, work_dir: Path) -> SplitStats:
+                num_proc: int, name: str, work_dir: Path, fast=None, log=print) -> SplitStats:
     """Tokenize `dataset` into `out`, stopping after the document that reaches `budget` tokens.
 
     Stopping at a document boundary keeps the byte count exact (bits-per-byte needs it); the
     overshoot is at most one document. Batches are written as they come, so memory stays flat
-    however long the stream is.
+    however long the stream is. `fast`: a tiktoken Encoding of the same tokenizer (data/encoding.py),
+    used once its ids match `tokenizers`' on the split's first CHECK_BYTES.
     """
     import datasets
 
-    tokenized = _tokenize(dataset, encoder, num_proc, name, work_dir, dtype)
-    stats = SplitStats()
     streaming = isinstance(dataset, datasets.IterableDataset)  # map-style shows datasets' own bar
-    progress = tqdm(total=budget, unit="tok", unit_scale=True, desc=f"Writing {name}", disable=not streaming)
+    if fast is not None and not agrees(fast, encoder, dataset):
+        log(f"data: tiktoken's ids differ from tokenizers' on the {name} split's first documents: encoding it "
+            "with tokenizers (slower)")
+        fast = None
+    batches = _fast_batches(dataset, encoder, fast) if fast is not None else \
+        _mapped_batches(_tokenize(dataset, encoder, num_proc, name, work_dir, dtype))
+    stats = SplitStats(encoder="tokenizers" if fast is None else "tiktoken")
+    progress = tqdm(total=budget, unit="tok", unit_scale=True, desc=f"Writing {name}",
+                    disable=not (streaming or fast is not None))
     with open(out, "wb") as file:
-        for table in tokenized.with_format("arrow").iter(batch_size=BATCH_SIZE):
-            empty = pc.equal(pc.list_value_length(table.column("ids")), 0)
-            stats.dropped += int(pc.sum(empty).as_py() or 0)
-            table = table.filter(pc.invert(empty))
-            ids, lengths = table.column("ids"), pc.list_value_length(table.column("ids")).to_numpy()
-            num_bytes = table.column("num_bytes").to_numpy()
+        for ids, lengths, num_bytes, dropped in batches:
+            stats.dropped += dropped
             kept = len(lengths)
             if budget is not None and kept:
                 ends = np.cumsum(lengths)
                 kept = min(kept, int(np.searchsorted(ends, budget - stats.tokens)) + 1)
-            flat = pc.list_flatten(ids.slice(0, kept)).to_numpy().astype(dtype, copy=False)
+            flat = ids[:int(lengths[:kept].sum())].astype(dtype, copy=False)
             file.write(flat.tobytes())
             stats.tokens += len(flat)
             stats.bytes += int(num_bytes[:kept].sum())
@@ -76,6 +84,51 @@ def write_split(dataset, encoder: DocumentEncoder, out: Path, dtype: str, budget
                 break  # for a stream this stops the download too
     progress.close()
     return stats
+
+
+def _mapped_batches(tokenized) -> Iterator[Tuple[np.ndarray, np.ndarray, np.ndarray, int]]:
+    """(the batch's ids, EOS included, flat; each document's length; its bytes; documents dropped) from
+    datasets.map's output."""
+    for table in tokenized.with_format("arrow").iter(batch_size=BATCH_SIZE):
+        empty = pc.equal(pc.list_value_length(table.column("ids")), 0)
+        table = table.filter(pc.invert(empty))
+        yield (pc.list_flatten(table.column("ids")).to_numpy(), pc.list_value_length(table.column("ids")).to_numpy(),
+               table.column("num_bytes").to_numpy(), int(pc.sum(empty).as_py() or 0))
+
+
+def _texts(dataset, column: str) -> Iterator[Tuple[list, np.ndarray, int]]:
+    """(the batch's documents with text, their UTF-8 bytes, how many had none), batch by batch."""
+    for table in dataset.select_columns([column]).with_format("arrow").iter(batch_size=BATCH_SIZE):
+        rows = table.column(column).to_pylist()
+        kept = [t for t in rows if t and not t.isspace()]
+        yield kept, np.array([len(t.encode("utf-8")) for t in kept], dtype=np.int64), len(rows) - len(kept)
+
+
+def _fast_batches(dataset, encoder: DocumentEncoder, fast) -> Iterator[Tuple[np.ndarray, np.ndarray, np.ndarray, int]]:
+    """What _mapped_batches gives, encoded by tiktoken on every core: the ids go from its lists into one
+    array per document in C, never through Python one token at a time."""
+    threads = max(1, len(os.sched_getaffinity(0)))
+    eos = np.array([encoder.eos_id], dtype=np.int64)
+    for texts, num_bytes, dropped in _texts(dataset, encoder.text_column):
+        encoded = fast.encode_batch(texts, num_threads=threads, allowed_special="all") if texts else []
+        pieces = [part for ids in encoded for part in (np.array(ids, dtype=np.int64), eos)]
+        flat = np.concatenate(pieces) if pieces else np.empty(0, dtype=np.int64)
+        yield flat, np.array([len(ids) + 1 for ids in encoded], dtype=np.int64), num_bytes, dropped
+
+
+def agrees(fast, encoder: DocumentEncoder, dataset) -> bool:
+    """Whether tiktoken and `tokenizers` give the same ids on the split's first CHECK_BYTES of documents."""
+    sample, seen = [], 0
+    for texts, num_bytes, _ in _texts(dataset, encoder.text_column):
+        for text, size in zip(texts, num_bytes):
+            sample.append(text)
+            seen += int(size)
+            if seen >= CHECK_BYTES:
+                break
+        if seen >= CHECK_BYTES:
+            break
+    ours = [e.ids for e in encoder.tokenizer.encode_batch(sample)]
+    return ours == fast.encode_batch(sample, allowed_special="all")
 
 
 def _tokenize(dataset, encoder: DocumentEncoder, num_proc: int, name: str, work_dir: Path, dtype: str):

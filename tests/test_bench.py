@@ -1,5 +1,6 @@
 """The benchmarks (devtools/bench/) run end to end at tiny sizes and report what they claim (bench_model,
 bench_loss)."""
+import json
 import re
 import subprocess
 import sys
@@ -104,3 +105,18 @@ def test_bench_checkpoint_reports_save_and_verify_costs(capsys):
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[2].endswith(" MB") and float(cells[2].split()[0]) > 0
     assert all(c.endswith(" s") and float(c.split()[0]) >= 0 for c in cells[3:6])
+
+
+def test_bench_corpus_prepares_a_json_lines_corpus_with_each_encoder(tmp_path, monkeypatch):
+    """The local-corpus benchmark at 0.3 MB: the corpus it builds, both encoders' runs and the memory rows."""
+    from devtools.bench import corpus as bench_corpus
+    size = bench_corpus.python_corpus(tmp_path / "c.jsonl", 0.3)
+    rows = [json.loads(line) for line in (tmp_path / "c.jsonl").read_text().splitlines()]
+    assert size >= 0.3 and rows and all(set(r) == {"text"} for r in rows)
+    results = bench_corpus.measure_corpus(0.3, repeats=1)
+    assert set(results) == {("tiktoken", "small"), ("tiktoken", "big"), ("tokenizers", "big")}
+    assert results[("tiktoken", "big")]["train_encoder"] == "tiktoken"
+    assert results[("tokenizers", "big")]["train_encoder"] == "tokenizers"
+    assert results[("tiktoken", "big")]["train_tokens"] == results[("tokenizers", "big")]["train_tokens"]
+    table = "\n".join(bench_corpus.report_corpus(results))
+    assert table.count("| tiktoken |") == 2 and table.count("| tokenizers |") == 1 and " MB |" in table

@@ -1,7 +1,8 @@
 """Benchmark the data pipeline: cold Shakespeare preparation (tokenizer training included), its
-phases, a cache hit, and batch loading next to a training step of the default CPU model.
+phases, a cache hit, and batch loading next to a training step of the default CPU model; then a
+--corpus-mb MB local corpus of JSON lines with each encoder (devtools/bench/corpus.py).
 
-Usage: python scripts/bench_data.py [--repeats 3] [--no-model] [--write]
+Usage: python scripts/bench_data.py [--repeats 3] [--no-model] [--corpus-mb 30] [--write]
   --write replaces the "## Data pipeline" section of BENCHMARKS.md with the results.
 """
 import argparse
@@ -15,8 +16,10 @@ import time
 from analysis.benchmarks_doc import write_section
 from cli import REPO
 from cli.entry import description
+from devtools.bench.corpus import measure_corpus, report_corpus
 from data import DataConfig, TrainBatches, eval_windows, prepare
 from data.shakespeare import load_plays
+from data.encoding import fast_encoder
 from data.tokenizer import train_tokenizer
 
 HEADING = "## Data pipeline (scripts/bench_data.py)"
@@ -78,6 +81,11 @@ def measure(repeats: int, with_model: bool) -> dict:
     results["train_tokenizer"] = timed(lambda: train_tokenizer([texts], 4096), repeats)
     tokenizer = train_tokenizer([texts], 4096)
     results["encode"] = timed(lambda: tokenizer.encode_batch(texts), repeats)
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer.save(f"{tmp}/tokenizer.json")
+        fast, _ = fast_encoder(f"{tmp}/tokenizer.json")
+    results["encode_fast"] = timed(lambda: fast.encode_batch(texts, num_threads=os.cpu_count(), allowed_special="all"),
+                                   repeats)
     with tempfile.TemporaryDirectory() as cache:
         prepared = prepare(DataConfig(cache_dir=cache), log=lambda message: None)
         results["cache_hit"] = timed(lambda: prepare(DataConfig(cache_dir=cache), log=lambda message: None), 20)
@@ -104,7 +112,9 @@ def report(r: dict) -> str:
         f"| same, `num_proc=2` | {r['cold_2']:.2f} s | {mb / r['cold_2']:.2f} MB/s |",
         f"| - markdown -> plain text, 38 plays | {r['clean'] * 1e3:.0f} ms | {mb / r['clean']:.1f} MB/s |",
         f"| - BPE training, vocab 4096 | {r['train_tokenizer']:.2f} s | {mb / r['train_tokenizer']:.1f} MB/s |",
-        f"| - `encode_batch` of all plays | {r['encode']:.2f} s | {mb / r['encode']:.1f} MB/s |",
+        f"| - `encode_batch` of all plays (`tokenizers`) | {r['encode']:.2f} s | {mb / r['encode']:.1f} MB/s |",
+        f"| - the same with tiktoken (data/encoding.py, the same ids) | {r['encode_fast']:.2f} s | "
+        f"{mb / r['encode_fast']:.1f} MB/s |",
         f"| cache hit (`prepare` again) | {r['cache_hit'] * 1e3:.1f} ms | |",
         f"| `TrainBatches.get`, 16 x 256 from the memmap | {r['get_16x256'] * 1e6:.0f} µs | |",
         f"| `TrainBatches.get`, 32 x 1024 | {r['get_32x1024'] * 1e6:.0f} µs | |",
@@ -115,8 +125,8 @@ def report(r: dict) -> str:
         lines.append(f"| forward + backward, default CPU model, 16 x 256 ({r['precision']}) "
                      f"| {r['model_step'] * 1e3:.0f} ms | batch loading = {share:.3f}% of it |")
     lines += ["", "The rest of a cold prepare is interpreter start-up and imports (`datasets` alone ~1 s), "
-              "Arrow writes and the token files. `num_proc=1` is the default: `encode_batch` already uses every "
-              "core from Rust, while forked `datasets.map` workers pay start-up and lose that parallelism.", ""]
+              "the tokenizer's training and the token files. Both encoders use every core from Rust (tiktoken's "
+              "`encode_batch` threads, `tokenizers`' rayon); `num_proc` only matters to the `tokenizers` path.", ""]
     return "\n".join(lines)
 
 
@@ -124,9 +134,13 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-model", action="store_true", help="skip the model step (batch loading alone)")
+    parser.add_argument("--corpus-mb", type=float, default=30.0,
+                        help="the local JSON-lines corpus's size in MB (0: skip it)")
     parser.add_argument("--write", action="store_true", help="write the results into BENCHMARKS.md")
     args = parser.parse_args(argv)
     body = report(measure(args.repeats, not args.no_model))
+    if args.corpus_mb > 0:
+        body += "\n".join(report_corpus(measure_corpus(args.corpus_mb, args.repeats)))
     print(f"{HEADING}\n\n{body}")
     if args.write:
         write_section(REPO / "BENCHMARKS.md", HEADING, body)
