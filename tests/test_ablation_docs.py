@@ -159,3 +159,57 @@ def test_no_post_hoc_comparison_is_bold_and_the_interpretation_is_labelled():
         assert not [b for b in bold if "runner-up" in b or " beats " in b], path
         for at in [m.start() for m in re.finditer(r"learning rate it tolerates", text)]:
             assert "our reading" in text[max(0, at - 250):at], (path, text[max(0, at - 250):at + 30])
+
+
+# A published contrast: "+0.039 ± 0.012, … Holm p = 0.003" (or "p < 0.001"), as README and the docs write them.
+CONTRAST = re.compile(r"([+−-]\d+\.\d+) ± (\d+\.\d+)(?:(?!\|).){0,80}?Holm p ([=<]) (\d+\.\d+)")
+VERDICT_WORDS = {"better": "better", "worse": "worse", "can't tell": "can't tell", "equivalent": "equivalent"}
+
+
+def published_contrasts(text: str) -> list:
+    """(Δ, ±, p relation, p, the claim around it: its table cell, else its sentence) for every contrast in text."""
+    found = []
+    for m in CONTRAST.finditer(text):
+        cell_start, cell_end = text.rfind("|", 0, m.start()), text.find("|", m.end())
+        line_start = text.rfind("\n", 0, m.start())
+        if cell_start > line_start:  # a table cell
+            claim = text[cell_start:cell_end]
+        else:  # the sentence, from the previous full stop to the next
+            start = max(text.rfind(". ", 0, m.start()), text.rfind("\n\n", 0, m.start()), 0)
+            claim = text[start:text.find(". ", m.end()) % len(text)]
+        found.append((float(m[1].replace("−", "-")), float(m[2]), m[3], float(m[4]), claim, m[0]))
+    return found
+
+
+def close(shown: float, actual: float, text: str) -> bool:
+    """Whether `actual` rounds to `shown` at the decimals it was written with."""
+    decimals = len(text.split(".")[1])
+    return abs(actual - shown) <= 0.5 * 10 ** -decimals + 1e-12
+
+
+def test_every_published_verdict_comes_from_contrasts_csv_and_states_its_scope():
+    """Each Δ ± CI, Holm p that README and docs/ablation/README.md publish for the epoch-depth run is a row of its
+    contrasts.csv (to the digits shown), named with that row's verdict; and every paragraph that states one says
+    the scope it holds at — depth, width and tokens — so a verdict never reads broader than its run."""
+    rows = list(csv.DictReader(open(REPO / "docs" / "ablation" / "epoch-depth" / "contrasts.csv")))
+    readme = (REPO / "README.md").read_text()
+    docs = (REPO / "docs" / "ablation" / "README.md").read_text()
+    sections = {"README": readme[readme.index("What the default protocol's run supports"):],
+                "docs/ablation": docs[docs.index("## The epoch-depth run"):docs.index("## A width ladder")]}
+    checked = 0
+    for where, section in sections.items():
+        section = section[:section.find("\n\n**", 1) if where == "README" else len(section)]
+        assert all(word in section for word in ("layers", "width 96", "tokens")), (where, "scope")
+        for delta, half, relation, p, claim, shown in published_contrasts(section):
+            delta_text, half_text, p_text = CONTRAST.match(shown).group(1, 2, 4)
+            matches = [r for r in rows if close(delta, float(r["delta"]), delta_text)
+                       and close(half, (float(r["ci_high"]) - float(r["ci_low"])) / 2, half_text)]
+            assert matches, (where, shown)
+            column = "tost_p_adjusted" if "TOST" in shown else "p_adjusted"  # equivalence is TOST's p
+            row = next((r for r in matches if (float(r[column]) < p if relation == "<"
+                                                else close(p, float(r[column]), p_text))), None)
+            assert row is not None, (where, shown, [r["p_adjusted"] for r in matches])
+            word = "equivalent" if row["verdict"].startswith("equivalent") else row["verdict"]
+            assert word in claim.replace("’", "'"), (where, shown, row["verdict"], claim)
+            checked += 1
+    assert checked >= 8  # README's four and the docs' tables: a regex that stopped matching fails here
