@@ -118,7 +118,7 @@ README_BOLD = {
         [("shared", "d2", "gelu"), ("shared", "d6", "gelu")],
     "no normalisation is better at its own 8× higher LR": [("own", "d2", "no_norm")],
     "and far worse at the reference's": [("shared", "d2", "no_norm")],
-    "QK-norm is ahead": [("own", "d2", "qk_norm")],
+    "QK-norm is better": [("own", "d2", "qk_norm")],
     "RMSNorm without its fp32 upcast is equivalent within ±0.01 bpb": [("shared", "d2", "rmsnorm_bf16")],
 }
 
