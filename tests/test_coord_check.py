@@ -10,7 +10,8 @@ slope of -0.54…-0.64: this test fails on it.
 import pytest
 import torch
 
-from studies.mup.coord_check import LAYERS, CoordSetup, coord_check, fitted_slope
+from cli.mup import coord_check as program
+from studies.mup.coord_check import ATTENTION_LOGITS, LAYERS, CoordSetup, coord_check, fitted_slope
 from studies.mup.plots import plot_coord_check
 
 FLAT, GROWS = 0.3, 0.4
@@ -39,7 +40,7 @@ def test_under_mup_every_layer_is_flat_in_width(results, optimizer):
     assert result.rms["logits"].shape == (11, 4)  # init and after each of the 10 steps, per width
     for moved in (False, True):  # the RMS itself, and how far it moved from init
         slopes = result.slopes(moved=moved)
-        assert all(abs(s) < FLAT for s in slopes.values()), slopes
+        assert all(abs(slopes[layer]) < FLAT for layer in LAYERS), slopes
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "muon"])
@@ -51,3 +52,24 @@ def test_under_sp_the_logits_and_the_blocks_outputs_grow_with_width(results, opt
 def test_the_figure_has_a_panel_per_layer_and_run(results, tmp_path):
     plot_coord_check(list(results.values()), tmp_path / "coord.png")
     assert (tmp_path / "coord.png").stat().st_size > 10_000 and len(LAYERS) == 4
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_the_attention_logits_shrink_with_width_under_mup_at_init(results, optimizer):
+    """q·k × scale at init: under SP (init std fixed, scale 1/sqrt(head_dim)) its RMS grows ∝ width; under μP
+    the 1/sqrt(m) init of q and k and the 1/head_dim scale take width^-1.5 off that, so it shrinks ∝ width^-0.5
+    — at width 512 the softmax starts near uniform. Recorded at every step beside the layers."""
+    sp, mup = (results[(optimizer, p)].slopes(step=0)[ATTENTION_LOGITS] for p in ("sp", "mup"))
+    assert sp == pytest.approx(1.0, abs=0.1) and mup == pytest.approx(-0.5, abs=0.1)
+    assert results[(optimizer, "mup")].rms[ATTENTION_LOGITS].shape == (11, 4)
+
+
+def test_as_trained_uses_the_transfer_runs_schedule_clipping_and_weight_decay(capsys, monkeypatch):
+    seen = []
+    monkeypatch.setattr(program, "coord_check", lambda setup, p: seen.append(setup) or coord_check(setup, p))
+    assert program.main(["--as-trained", "--widths", "32,64", "--steps", "3", "--optimizers", "adamw",
+                         "--out", "/dev/null"]) == 0
+    setup = seen[0]
+    assert (setup.steps, setup.warmup_steps > 0, setup.min_lr, setup.weight_decay > 0, setup.grad_clip > 0) == \
+        (3, True, pytest.approx(1e-3), True, True)
+    assert ATTENTION_LOGITS in capsys.readouterr().out

@@ -1,7 +1,10 @@
 """The coordinate check of μP (Tensor Programs V, §5; the mup package's coord_check): models of several
 widths train a few steps on the same batches, and each step the RMS of every layer's activations on a
 fixed probe batch is recorded, and how far they moved from init. Under μP both are flat in width; under
-SP the logits grow with it (and, with Adam, the blocks' outputs too)."""
+SP the logits grow with it (and, with Adam, the blocks' outputs too). Beside them, the RMS of the attention
+logits (q·k times the attention scale, over the causal entries), which μP's 1/d scale is about. By default
+the raw update rule (a constant lr, no clipping, no weight decay); CoordSetup's optim fields give the
+transfer runs' own settings (scripts/coord_check.py --as-trained)."""
 import math
 from dataclasses import dataclass
 from typing import Dict, List, Sequence
@@ -11,6 +14,7 @@ import torch
 
 from data import DataConfig
 from model import ModelConfig, Transformer
+from model.rope import apply_rope
 from training.build import build
 from training.config import LoggerConfig, OptimConfig, TrainConfig, TrainerConfig
 from training.optim import apply_schedule
@@ -18,6 +22,7 @@ from training.runtime.distributed import DistInfo
 from training.step import TrainStep
 
 LAYERS = ("embedding", "attention", "mlp", "logits")  # what each block part hands on, averaged over blocks
+ATTENTION_LOGITS = "attention logits"  # q·k × scale before the softmax, every block: recorded beside LAYERS
 
 
 @dataclass(frozen=True)
@@ -26,8 +31,12 @@ class CoordSetup:
     widths: tuple = (64, 128, 256, 512, 1024)
     base_width: int = 64  # mup_base_width: μP equals SP here
     optimizer: str = "adamw"  # adamw | muon (Muon for the blocks' matrices, AdamW for the rest)
-    lr: float = 1e-2  # constant: no warmup, no decay, no clipping, no weight decay — the raw update rule
+    lr: float = 1e-2  # the peak; constant unless warmup_steps or min_lr say otherwise
     steps: int = 5
+    warmup_steps: int = 0  # these four at their defaults: the raw update rule; else the run's schedule and
+    min_lr: float = None  # regularisation (cosine from lr to min_lr over `steps`; None: min_lr = lr)
+    weight_decay: float = 0.0
+    grad_clip: float = 0.0
     n_layers: int = 2
     n_heads: int = 4  # fixed: head_dim grows with width (model/parametrization.py assumes so)
     vocab_size: int = 256
@@ -42,7 +51,8 @@ class CoordSetup:
 
 @dataclass
 class CoordResult:
-    """rms[layer] and moved[layer]: arrays (steps + 1, len(widths)); row t is after t updates."""
+    """rms[layer] and moved[layer]: arrays (steps + 1, len(widths)); row t is after t updates. The layers are
+    LAYERS and ATTENTION_LOGITS."""
     setup: CoordSetup
     parametrization: str
     rms: Dict[str, np.ndarray]
@@ -82,7 +92,7 @@ def coord_check(setup: CoordSetup, parametrization: str) -> CoordResult:
 
     def table(kind: int) -> Dict[str, np.ndarray]:  # (steps + 1, widths) per layer
         return {layer: np.array([[w[kind][t][layer] for w in per_width] for t in range(setup.steps + 1)])
-                for layer in LAYERS}
+                for layer in (*LAYERS, ATTENTION_LOGITS)}
     return CoordResult(setup, parametrization, table(0), table(1))
 
 
@@ -97,9 +107,9 @@ class _Batches:
 
 
 def run_config(setup: CoordSetup, width: int, parametrization: str) -> TrainConfig:
-    """The width as a training run: fp32, eager, one process, constant LR, no clipping, no weight decay."""
-    optim = OptimConfig(name=setup.optimizer, lr=setup.lr, min_lr=setup.lr, warmup_steps=0, weight_decay=0.0,
-                        grad_clip=0.0)
+    """The width as a training run: fp32, eager, one process, the setup's schedule, clipping and weight decay."""
+    optim = OptimConfig(name=setup.optimizer, lr=setup.lr, min_lr=setup.lr if setup.min_lr is None else setup.min_lr,
+                        warmup_steps=setup.warmup_steps, weight_decay=setup.weight_decay, grad_clip=setup.grad_clip)
     trainer = TrainerConfig(device="cpu", precision="fp32", compile="false", parallel="none", time_budget=None,
                             max_steps=setup.steps, micro_batch_size=setup.batch_size, seq_len=setup.seq_len)
     return TrainConfig(model=setup.model_config(width, parametrization), data=DataConfig(), optim=optim,
@@ -130,10 +140,16 @@ def _train_width(setup: CoordSetup, width: int, parametrization: str, batches, p
 
 @torch.no_grad()
 def _activations(model: Transformer, ids: torch.Tensor) -> Dict[str, torch.Tensor]:
-    """What each layer kind outputs on `ids`: block outputs stacked over blocks."""
-    found = {"attention": [], "mlp": []}
+    """What each layer kind outputs on `ids`: block outputs stacked over blocks; and the attention logits."""
+    found = {"attention": [], "mlp": [], ATTENTION_LOGITS: []}
     hooks = [block.attn.register_forward_hook(lambda m, a, out: found["attention"].append(out))
              for block in model.layers]
+    for block in model.layers:  # q and k after their norms; the logits once RoPE's tables are known
+        seen = {}
+        hooks += [block.attn.q_norm.register_forward_hook(lambda m, a, out, seen=seen: seen.__setitem__("q", out)),
+                  block.attn.k_norm.register_forward_hook(lambda m, a, out, seen=seen: seen.__setitem__("k", out)),
+                  block.attn.register_forward_hook(lambda m, a, out, seen=seen: found[ATTENTION_LOGITS].append(
+                      _attention_logits(m, seen["q"], seen["k"], a[1], a[2])))]
     hooks += [block.mlp.register_forward_hook(lambda m, a, out: found["mlp"].append(out)) for block in model.layers]
     hooks.append(model.embed_tokens.register_forward_hook(lambda m, a, out: found.__setitem__("embedding", out)))
     try:
@@ -142,7 +158,17 @@ def _activations(model: Transformer, ids: torch.Tensor) -> Dict[str, torch.Tenso
         for hook in hooks:
             hook.remove()
     return {"embedding": found["embedding"], "attention": torch.stack(found["attention"]),
-            "mlp": torch.stack(found["mlp"]), "logits": logits}
+            "mlp": torch.stack(found["mlp"]), "logits": logits, ATTENTION_LOGITS: torch.cat(found[ATTENTION_LOGITS])}
+
+
+def _attention_logits(attn, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """The causal entries of q·kᵀ × the attention's scale, as its SDPA call computes them: (entries,)."""
+    q, k = apply_rope(q, cos, sin).transpose(1, 2), apply_rope(k, cos, sin).transpose(1, 2)  # (B, H, T, hd)
+    k = k.repeat_interleave(attn.n_heads // attn.n_kv_heads, dim=1)  # grouped-query heads share k
+    scale = attn.scale if attn.scale is not None else attn.head_dim ** -0.5  # None: SDPA's default
+    logits = (q @ k.transpose(-2, -1)) * scale  # (B, H, T, T)
+    T = logits.shape[-1]
+    return logits[..., torch.tril(torch.ones(T, T, dtype=torch.bool))].flatten()
 
 
 def _rms(t: torch.Tensor) -> float:

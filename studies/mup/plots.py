@@ -6,7 +6,7 @@ from typing import Dict, Optional, Sequence
 
 import matplotlib
 
-from studies.mup.coord_check import LAYERS, CoordResult
+from studies.mup.coord_check import ATTENTION_LOGITS, LAYERS, CoordResult
 from analysis.plots import figure, save
 
 NAMES = {"sp": "SP", "mup": "μP", "adamw": "AdamW", "muon": "Muon"}
@@ -16,12 +16,13 @@ def plot_coord_check(results: Sequence[CoordResult], path: Path) -> None:
     """One column per (optimizer, parametrization), one row per layer kind; x width, y RMS (both log),
     one line per step from init (light) to the last (dark). Rows share their y-axis: SP's growth and
     μP's flat lines are read against the same scale."""
-    fig, axes = figure(len(LAYERS), len(results), figsize=(3.6 * len(results), 2.8 * len(LAYERS)), squeeze=False,
+    rows = (*LAYERS, ATTENTION_LOGITS)
+    fig, axes = figure(len(rows), len(results), figsize=(3.6 * len(results), 2.8 * len(rows)), squeeze=False,
                        sharey="row")
     for col, result in enumerate(results):
         widths, steps = result.setup.widths, result.setup.steps
         slopes = result.slopes()
-        for row, layer in enumerate(LAYERS):
+        for row, layer in enumerate(rows):
             ax = axes[row][col]
             for t, values in enumerate(result.rms[layer]):
                 ax.plot(widths, values, marker="o", ms=3, color=matplotlib.colormaps["viridis"](t / max(steps, 1)),
@@ -31,7 +32,7 @@ def plot_coord_check(results: Sequence[CoordResult], path: Path) -> None:
             ax.set_title(f"{NAMES[result.setup.optimizer]} · {NAMES[result.parametrization]}: {layer} "
                          f"(slope {slopes[layer]:+.2f})", fontsize=9)
             ax.grid(alpha=0.3)
-            if row == len(LAYERS) - 1:
+            if row == len(rows) - 1:
                 ax.set_xlabel("width (hidden_size)")
             if col == 0:
                 ax.set_ylabel("activation RMS")
