@@ -132,6 +132,8 @@ def _saved_training_config(ckpt: Path) -> DictConfig:
         raise ConfigError(f"{ckpt}/config.yaml holds no training config (no {', '.join(missing)}: empty, or an imported "
                           "checkpoint), so it cannot be resumed; generate.py, evaluate.py and export_hf.py do not "
                           "need it")
+    if OmegaConf.select(saved, "data.sampling") is None:  # saved before data.sampling existed: those runs drew at
+        saved.data.sampling = "random"  # random, whatever the default is now, and a resume continues their order
     return saved
 
 

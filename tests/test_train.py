@@ -403,3 +403,14 @@ def test_the_sample_a_run_prints_is_what_generate_py_makes_of_its_checkpoint(tmp
     code = exit_status(generate.main, [str(run / "checkpoints" / "step_0000010"), "--prompt", "ROMEO:", "--seed", "0",
                                        "--max-new-tokens", "12", "--device", "cpu"])
     assert code == 0 and capsys.readouterr().out == sample + "\n"
+
+
+def test_a_run_saved_before_data_sampling_existed_resumes_with_random_windows(tmp_path):
+    """Its config.yaml has no data.sampling, and it drew at random: a resume must continue that order whatever
+    the default is now, not fall on the dataclass's default and then be refused by its own checkpoint."""
+    from cli.config import _saved_training_config
+    (tmp_path / "config.yaml").write_text("model: {hidden_size: 64}\ndata: {source: shakespeare}\noptim: {lr: 0.001}\n"
+                                          "trainer: {max_steps: 10}\n")
+    assert _saved_training_config(tmp_path).data.sampling == "random"
+    (tmp_path / "config.yaml").write_text("model: {}\ndata: {sampling: epochs}\noptim: {}\ntrainer: {}\n")
+    assert _saved_training_config(tmp_path).data.sampling == "epochs"
