@@ -12,7 +12,8 @@ from tokenizers import Tokenizer
 from tqdm.auto import tqdm
 
 BATCH_SIZE = 1000  # documents per `encode_batch` call: enough to keep every core busy
-CHECK_BYTES = 512 * 1024  # the fast encoder's ids are compared with `tokenizers`' on this much of each split
+ENCODE_BYTES = 4 * 1024 * 1024  # text per tiktoken call (memory, not speed: see _fast_batches)
+CHECK_BYTES = 256 * 1024  # the fast encoder's ids are compared with `tokenizers`' on this much of each split
 
 
 @dataclass
@@ -110,10 +111,20 @@ def _fast_batches(dataset, encoder: DocumentEncoder, fast) -> Iterator[Tuple[np.
     threads = max(1, len(os.sched_getaffinity(0)))
     eos = np.array([encoder.eos_id], dtype=np.int64)
     for texts, num_bytes, dropped in _texts(dataset, encoder.text_column):
-        encoded = fast.encode_batch(texts, num_threads=threads, allowed_special="all") if texts else []
-        pieces = [part for ids in encoded for part in (np.array(ids, dtype=np.int64), eos)]
-        flat = np.concatenate(pieces) if pieces else np.empty(0, dtype=np.int64)
-        yield flat, np.array([len(ids) + 1 for ids in encoded], dtype=np.int64), num_bytes, dropped
+        # At most ENCODE_BYTES of text per call (one bigger document goes alone): its ids are Python lists (~36
+        # bytes a token) until they are copied out, so memory follows this, not the documents' size or the corpus's.
+        first, size = 0, 0
+        for i, n in enumerate(num_bytes):
+            size += int(n)
+            if size < ENCODE_BYTES and i < len(texts) - 1:
+                continue
+            encoded = fast.encode_batch(texts[first:i + 1], num_threads=threads, allowed_special="all")
+            pieces = [part for ids in encoded for part in (np.array(ids, dtype=np.int64), eos)]
+            yield (np.concatenate(pieces), np.array([len(ids) + 1 for ids in encoded], dtype=np.int64),
+                   num_bytes[first:i + 1], dropped)
+            first, size, dropped = i + 1, 0, 0  # the batch's dropped documents are counted once
+        if not texts:
+            yield np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), num_bytes, dropped
 
 
 def agrees(fast, encoder: DocumentEncoder, dataset) -> bool:

@@ -65,8 +65,9 @@ def prepared(tmp_path, name, monkeypatch=None, **overrides):
     return prepare(cfg, log=messages.append), messages
 
 
-@pytest.mark.parametrize("budget", [None, 5000])
-def test_a_cache_from_the_fast_path_is_the_one_tokenizers_builds(tmp_path, monkeypatch, budget):
+@pytest.mark.parametrize("budget, encode_bytes", [(None, 4 << 20), (5000, 4 << 20), (None, 2000)])
+def test_a_cache_from_the_fast_path_is_the_one_tokenizers_builds(tmp_path, monkeypatch, budget, encode_bytes):
+    monkeypatch.setattr(data.token_files, "ENCODE_BYTES", encode_bytes)  # 2000: a batch in many calls, as a big corpus
     fast, messages = prepared(tmp_path, "fast", token_budget=budget)
     assert fast.meta["train_encoder"] == fast.meta["val_encoder"] == "tiktoken" and any("encoding with tiktoken" in m for m in messages)
     monkeypatch.setattr(data.preparation, "fast_encoder", lambda path: (None, "switched off by the test"))

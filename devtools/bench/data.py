@@ -72,7 +72,8 @@ def model_step_seconds(batch, repeats: int = 3) -> tuple:
 
 
 def measure(repeats: int, with_model: bool) -> dict:
-    results = {"cores": os.cpu_count(), "load": os.getloadavg()[0]}
+    from training.runtime.cpu import cpu_class
+    results = {"cores": os.cpu_count(), "load": os.getloadavg()[0], "cpu": cpu_class().name}
     results["cold_1"] = statistics.median(cold_prepare_seconds(1) for _ in range(repeats))
     results["cold_2"] = statistics.median(cold_prepare_seconds(2) for _ in range(repeats))
     results["clean"] = timed(load_plays, repeats)
@@ -104,7 +105,7 @@ def measure(repeats: int, with_model: bool) -> dict:
 def report(r: dict) -> str:
     mb = r["megabytes"]
     lines = [
-        f"`python scripts/bench_data.py --repeats 3 --write` on {r['cores']} CPU cores "
+        f"`python scripts/bench_data.py --repeats 3 --write` on {r['cores']} CPU cores, class {r['cpu']} "
         f"(1-minute load average {r['load']:.1f} when it ran); medians.", "",
         "| what | time | throughput |", "|---|---|---|",
         f"| cold prepare, full Shakespeare ({mb:.2f} MB, {r['tokens']:,} tokens), fresh process, `num_proc=1` "
