@@ -61,7 +61,7 @@ class _TrainWindows:
 
 class TrainBatches(_TrainWindows):
     """Random `(input_ids, targets)` windows drawn with replacement, a pure function of (seed, step,
-    micro_step, rank) (data.sampling=random, the default).
+    micro_step, rank) (data.sampling=random; the default is epochs, EpochBatches).
 
     Each (seed, step, micro_step) draws one global batch of `micro_batch_size * world_size`
     window starts and rank r takes rows [r*b, (r+1)*b). So a resumed run sees exactly the batches

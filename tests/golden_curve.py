@@ -27,11 +27,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "golden" / "loss_curves.json"
 STEPS = 30
-VARIANTS = {  # the default recipe and one other norm and MLP
-    "rmsnorm_swiglu": [],
-    "layernorm_gelu": ["model.norm=layernorm", "model.mlp=gelu"],
+VARIANTS = {  # the default recipe and one other norm and MLP, on random windows; and the default data order
+    "rmsnorm_swiglu": ["data.sampling=random"],
+    "layernorm_gelu": ["data.sampling=random", "model.norm=layernorm", "model.mlp=gelu"],
+    "rmsnorm_swiglu_epochs": ["data.sampling=epochs"],  # fp32: one curve on every CPU, so no class to re-bless
 }
-BF16_VARIANT = ["trainer.precision=bf16"]  # the default recipe under bf16 autocast
+BF16_VARIANT = ["data.sampling=random", "trainer.precision=bf16"]  # the default recipe under bf16 autocast
 COMMON = [f"trainer.max_steps={STEPS}", "trainer.log_interval=1", "trainer.precision=fp32", "trainer.eval_interval=1000",
           "trainer.ckpt_interval=1000", "trainer.keep_best=false", "model.dropout=0.0"]
 # Instruction-set caps that make an AMX machine compute as each class does.

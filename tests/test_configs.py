@@ -168,3 +168,15 @@ def test_train_help_lists_the_groups_train_py_uses_and_their_every_option():
                           cwd=root, timeout=120)
     assert proc.returncode == 0 and "\nmodel: cpu, tiny, 25m, 125m\n" in proc.stdout and "\nprotocol: " not in proc.stdout
     assert "hidden_size: 192" in proc.stdout  # the composed config follows
+
+
+RECIPES = {"small_corpus"}  # presets a user trains with: they take the default data order; every other is a study
+
+
+@pytest.mark.parametrize("experiment", sorted(p.stem for p in (Path(__file__).parents[1] / "configs" / "experiment")
+                                              .glob("*.yaml") if p.stem not in RECIPES))
+def test_every_study_preset_pins_its_data_order(experiment):
+    """The studies' published runs drew windows at random (data.sampling=random); the default is now epochs. A
+    preset that did not pin its order would change its study's data under it (and refuse its own resumes)."""
+    assert compose_train_config([])[0].data.sampling == "epochs"
+    assert compose_train_config([f"experiment={experiment}"])[0].data.sampling == "random"
