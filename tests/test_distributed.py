@@ -23,7 +23,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from data import TrainBatches, prepare
+from data import SAMPLERS, prepare
 from model import Transformer
 from tests.train_helpers import (REPO, compose_train_config, launch, read_metrics, run_dirs, run_ranks,
                                  run_train, running, tiny_args, torchrun_worker, train_in_process, wait_for_step)
@@ -101,7 +101,8 @@ def first_step_by_hand(cache_dir):
     data = prepare(cfg.data, seq_len=cfg.trainer.seq_len, log=lambda *a: None)
     torch.manual_seed(cfg.seed)
     model = Transformer(cfg.model)
-    batches = TrainBatches(data.train_tokens(), cfg.trainer.seq_len, cfg.trainer.micro_batch_size, cfg.seed)
+    batches = SAMPLERS[cfg.data.sampling](data.train_tokens(), cfg.trainer.seq_len, cfg.trainer.micro_batch_size,
+                                          cfg.seed, grad_accum_steps=cfg.trainer.grad_accum_steps)
     losses = []
     for micro in range(cfg.trainer.grad_accum_steps):
         x, y = batches.get(0, micro)

@@ -245,7 +245,8 @@ def test_epochs_sampling_trains_its_epochs_and_resumes_bitwise(tmp_path, tiny_da
     assert logged == pytest.approx([step * 8 / per_epoch for step in range(1, 7)])
     part = train_in_process(tmp_path / "part", *args, "trainer.stop_at_step=3", cache_dir=tiny_data_cache)
     assert read_state(part.checkpoint)["data_position"] == {"seed": 0, "next_step": 3, "sampling": "epochs"}
-    random_args = [a for a in args if not a.startswith(("data.sampling", "trainer.max_epochs"))]
+    random_args = [*(a for a in args if not a.startswith(("data.sampling", "trainer.max_epochs"))),
+                   "data.sampling=random"]
     with pytest.raises(ValueError, match=r"drew its batches with data.sampling=epochs, this run with "
                                          r"data.sampling=random; resume with data.sampling=epochs"):
         train_in_process(tmp_path / "part", *random_args, cache_dir=tiny_data_cache, resume_ckpt=part.checkpoint)
@@ -266,7 +267,7 @@ def test_stop_at_step_stops_there_and_the_checkpoint_says_where_the_data_order_c
                                "trainer.eval_interval=100", "trainer.ckpt_interval=100", cache_dir=tiny_data_cache)
     assert (outcome.state.step, outcome.state.max_steps, outcome.checkpoint.name) == (2, 6, "step_0000002")
     state = read_state(outcome.checkpoint)
-    assert (state["data_position"], state["world_size"]) == ({"seed": 7, "next_step": 2}, 1)
+    assert (state["data_position"], state["world_size"]) == ({"seed": 7, "next_step": 2, "sampling": "epochs"}, 1)
 
 
 @pytest.mark.parametrize("precision, measured", [("bf16", "bfloat16"), ("fp32", "float32")])
