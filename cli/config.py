@@ -142,7 +142,7 @@ def _refuse_changes_a_resume_cannot_make(ckpt: Path, saved: DictConfig, override
     data.cache_dir), never the model, the tokens or the optimizer kind. Say so before anything runs,
     instead of advice a resume would then refuse."""
     saved_optimizer = OmegaConf.select(saved, "optim.name")
-    saved_sampling = OmegaConf.select(saved, "data.sampling", default="random")  # older configs: all random
+    saved_sampling = saved.data.sampling  # _saved_training_config fills it in for configs older than the setting
     for key, value in override_values(overrides):
         section, _, field = key.partition(".")
         if key == "data.sampling":  # the same tokens, but another order than the one the run is part-way through

@@ -31,7 +31,8 @@ def windows_per_epoch(num_tokens: int, seq_len: int) -> int:
 
 
 class _TrainWindows:
-    """What both samplers share: the checks, this rank's rows of a global batch, and the gather."""
+    """What both samplers share: the checks and the gather. Each sampler says where its windows start:
+    `_starts(step, micro_step)`, this rank's (micro_batch_size,) starts."""
 
     def __init__(self, tokens: np.ndarray, seq_len: int, micro_batch_size: int, seed: int,
                  rank: int = 0, world_size: int = 1, grad_accum_steps: int = 1):
@@ -53,10 +54,6 @@ class _TrainWindows:
         # One fancy-index gathers every window from the memmap in a single pass.
         windows = torch.from_numpy(np.asarray(self.tokens[starts[:, None] + self._window], dtype=np.int64))  # (B, T+1)
         return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
-
-    def _starts(self, step: int, micro_step: int) -> np.ndarray:
-        """This rank's window starts for (step, micro_step), (micro_batch_size,)."""
-        raise NotImplementedError
 
 
 class TrainBatches(_TrainWindows):
