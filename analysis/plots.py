@@ -1,5 +1,5 @@
-"""Curves per variant: validation loss over training, per-layer residual-stream RMS, and final val
-bpb against the learning rate (the protocol's stage-1 sweep)."""
+"""Curves per variant: validation loss over training and against wall-clock time, per-layer residual-stream RMS,
+and final val bpb against the learning rate (the protocol's stage-1 sweep)."""
 from pathlib import Path
 from typing import Callable, Dict, Optional, Sequence
 
@@ -57,6 +57,33 @@ def plot_val_curves(variants: Sequence[Variant], path: Path) -> None:
         ax.set_xlabel(f"training tokens ({unit})")
         ax.set_ylabel("val loss (nats/token)")
         ax.grid(alpha=0.3)
+    legend_below(fig, full)
+    save(fig, path)
+
+
+def plot_time_to_quality(variants: Sequence[Variant], path: Path) -> None:
+    """Validation bpb against wall-clock seconds of the training loop, one line per run (seeds of a variant share
+    its colour): what a user with N minutes gets. Left whole, right the second half of the time zoomed."""
+    fig, (full, zoom) = figure(1, 2, figsize=(12, 4.5))
+    palette = colours(variants)
+    curves = [(v.label, np.array(r.eval_seconds(), dtype=float)) for v in variants for r in v.runs if r.eval_seconds()]
+    end = max(curve[-1, 0] for _, curve in curves)
+    tails = np.concatenate([curve[curve[:, 0] >= end / 2, 1] for _, curve in curves])
+    for ax in (full, zoom):
+        named = set()
+        for label, curve in curves:
+            ax.plot(curve[:, 0], curve[:, 1], color=palette[label], marker=".", lw=1.4,
+                    label=None if label in named else label)
+            named.add(label)
+        ax.set_xlabel("wall-clock seconds of the training loop (compilation and evaluations included)")
+        ax.set_ylabel("validation bits per byte")
+        ax.grid(alpha=0.3)
+    if len(tails):
+        pad = 0.05 * (tails.max() - tails.min()) + 1e-6
+        zoom.set_ylim(tails.min() - pad, tails.max() + pad)
+    zoom.set_xlim(end / 2, end * 1.02)
+    full.set_title("validation bpb against time (one line per run)")
+    zoom.set_title("second half of the time, zoomed")
     legend_below(fig, full)
     save(fig, path)
 

@@ -3,10 +3,12 @@ import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import yaml
 
+from training.checkpoint import run_checkpoints
+from training.checkpoint.run_state import read_state
 from training.metrics import MetricsError, read_metrics
 from training.runtime.run_files import METRICS, RunFiles
 
@@ -28,6 +30,7 @@ class Run:
     config: dict  # the resolved config.yaml train.py wrote
     evals: List[dict]  # eval rows of metrics.jsonl, in step order
     trains: List[dict]
+    planned_end: Optional[int] = None  # the newest checkpoint's state.json: its max_steps, or its step if it stopped early
 
     @property
     def seed(self) -> int:
@@ -35,7 +38,9 @@ class Run:
 
     @property
     def max_steps(self) -> int:
-        return self.config["trainer"]["max_steps"]
+        """Where the run was heading: its newest checkpoint's end (what a time budget planned, what max_epochs
+        made of the data, or where early stopping ended it), else trainer.max_steps."""
+        return self.planned_end or self.config["trainer"]["max_steps"]
 
     @property
     def complete(self) -> bool:
@@ -57,6 +62,16 @@ class Run:
         slow first interval (allocator and thread-pool warm-up)."""
         rates = [r["tokens_per_s"] for r in self.trains if "tokens_per_s" in r]
         return statistics.median(rates) if rates else float("nan")
+
+    def eval_seconds(self) -> List[tuple]:
+        """(seconds into the training loop, val bpb) of each evaluation: when its row was written, from the loop's
+        start (a train row's wall-clock stamp less its elapsed_s), so compilation and evaluations count, as a
+        user waiting for the loss sees them. Empty for runs whose rows lack the stamps."""
+        timed = [r for r in self.trains if "time" in r and "elapsed_s" in r]
+        if not timed:
+            return []
+        start = timed[0]["time"] - timed[0]["elapsed_s"]
+        return [(e["time"] - start, e["val_bpb"]) for e in self.evals if "time" in e and "val_bpb" in e]
 
     def wall_time_s(self) -> float:
         """Training wall time including evals and checkpoints (not interpreter start-up or data prep)."""
@@ -100,7 +115,20 @@ def read_run(path: Path) -> Run:
     except MetricsError as e:
         raise RunsError(str(e))
     by_step = lambda kind: sorted((r for r in rows if r.get("kind") == kind), key=lambda r: r["step"])
-    return Run(path, config, by_step("eval"), by_step("train"))
+    return Run(path, config, by_step("eval"), by_step("train"), planned_end(path))
+
+
+def planned_end(path: Path) -> Optional[int]:
+    """The step the run ends at by its newest checkpoint's state.json (None without a readable one): trainer.max_steps
+    is only the schedule's length when neither a time budget nor max_epochs nor early stopping decided it."""
+    checkpoints = run_checkpoints(RunFiles(path).checkpoints)
+    if not checkpoints:
+        return None
+    try:
+        state = read_state(checkpoints[-1])
+    except (OSError, ValueError):
+        return None
+    return state["step"] if state.get("stopped_early") else state.get("max_steps")
 
 
 def read_complete_runs(paths: Sequence[Path], warn=lambda m: print(m, file=sys.stderr)) -> tuple:

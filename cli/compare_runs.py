@@ -3,7 +3,8 @@ variant (95 % CI, paired t-test, Welch beside it), validation curves, per-layer 
 
 Usage: python scripts/compare_runs.py multirun/<date>/<time> [more run or sweep dirs] [--out DIR]
            [--reference model.norm=rmsnorm model.mlp=swiglu]
-Writes results.md, val_curves.png, activation_rms.png and forest.png into --out (default:
+Writes results.md, val_curves.png, time_to_quality.png (val bpb against wall-clock seconds), activation_rms.png
+and forest.png into --out (default:
 <first input>/comparison) and prints the tables. Runs that differ only in seed are one variant;
 incomplete runs are skipped with a warning; no complete run, or an unreadable one, is a one-line
 error and exit status 1. For a protocol directory of scripts/ablate.py use `ablate.py --report-only`.
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from analysis import reference as ref
 from analysis.delta_plots import plot_forest
-from analysis.plots import has_activation_rms, plot_activation_rms, plot_val_curves
+from analysis.plots import has_activation_rms, plot_activation_rms, plot_time_to_quality, plot_val_curves
 from analysis.runs import RunsError, group_variants, read_complete_runs
 from analysis.table import markdown, summarize_variants
 from cli.entry import description
@@ -58,6 +59,9 @@ def main(argv=None) -> int:
     (out / "results.md").write_text(table)
     plot_val_curves(variants, out / "val_curves.png")
     written = ["results.md", "val_curves.png"]
+    if any(r.eval_seconds() for v in variants for r in v.runs):
+        plot_time_to_quality(variants, out / "time_to_quality.png")
+        written.append("time_to_quality.png")
     if any(p.comparison.test for p in pairs):  # with one seed there is no interval to draw
         plot_forest({"": [(p.variant.label, p.comparison.test, p.comparison.outcome) for p in pairs]},
                     out / "forest.png", pairs[0].reference.label)

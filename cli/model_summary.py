@@ -135,10 +135,14 @@ def print_parametrization(cfg: ModelConfig) -> None:
         return
     m, hd = P.width_multiplier(cfg), cfg.head_dim
     block_std = cfg.init_std * P.hidden_init_scale(cfg)
-    print(f"  blocks' matrices: init std {cfg.init_std:g} × 1/sqrt(m) = {block_std:.4g}; "
+    print(f"  blocks' matrices: init std {cfg.init_std:g} × 1/sqrt(m) = {block_std:.4g}"
+          f"{' (queries 0: model.zero_query_init)' if cfg.zero_query_init else ''}; "
           "AdamW lr × 1/m, Muon lr × 1/sqrt(m)")
-    print(f"  attention: q·k × sqrt(base head_dim {P.base_head_dim(cfg):g}) / head_dim {hd} = "
-          f"{P.attention_scale(cfg):.4g} (sp: 1/sqrt({hd}) = {hd ** -0.5:.4g})")
+    if P.attention_scale(cfg) is None:  # the experiment's arm (docs/mup.md)
+        print(f"  attention: q·k × 1/sqrt(head_dim {hd}) = {hd ** -0.5:.4g}, sp's (model.mup_attention_scale=sp)")
+    else:
+        print(f"  attention: q·k × sqrt(base head_dim {P.base_head_dim(cfg):g}) / head_dim {hd} = "
+              f"{P.attention_scale(cfg):.4g} (sp: 1/sqrt({hd}) = {hd ** -0.5:.4g})")
     print(f"  logits: the LM head's input × 1/m = {1 / m:.4g}; embedding, head and norms keep init and lr")
     if not float(P.base_head_dim(cfg)).is_integer():
         print(f"  warning: the base width {cfg.mup_base_width} is not a multiple of n_heads={cfg.n_heads}, so no base "

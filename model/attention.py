@@ -1,4 +1,4 @@
-"""Causal self-attention with RoPE, grouped-query heads, optional QK-norm, SDPA, and a KV cache."""
+"""Causal self-attention with RoPE, grouped-query heads, optional QK-norm, SDPA or plain matmuls, and a KV cache."""
 from typing import Optional
 
 import torch
@@ -31,6 +31,8 @@ class Attention(nn.Module):
         self.dropout = cfg.dropout
         # None: SDPA's 1/sqrt(head_dim) (sp). mup: ∝ 1/head_dim, as q and k grow correlated with width.
         self.scale = attention_scale(cfg)
+        self.kernel = cfg.attention_kernel
+        self.zero_query = cfg.zero_query_init
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 cache: Optional[KVCache] = None) -> torch.Tensor:
@@ -48,24 +50,67 @@ class Attention(nn.Module):
             past = cache.length
             k, v = cache.update(self.layer_idx, k, v)  # (B, n_kv_heads, past + T, head_dim)
         dropout_p = self.dropout if self.training else 0.0
-        sdpa = _sdpa_outside_compile if dropout_p and x.device.type == "cpu" else F.scaled_dot_product_attention
-        out = sdpa(
-            q, k, v,
-            attn_mask=_causal_mask(T, past, x.device),
-            is_causal=past == 0 and T > 1,
-            dropout_p=dropout_p,
-            # Each group of n_heads/n_kv_heads query heads shares one k/v head.
-            enable_gqa=self.n_kv_heads != self.n_heads,
-            scale=self.scale,
-        )  # (B, n_heads, T, head_dim)
+        if uses_matmul_attention(self.kernel, q, past + T):
+            out = matmul_attention(q, k, v, self.scale, dropout_p)  # (B, n_heads, T, head_dim)
+        else:
+            sdpa = _sdpa_outside_compile if dropout_p and x.device.type == "cpu" else F.scaled_dot_product_attention
+            out = sdpa(
+                q, k, v,
+                attn_mask=_causal_mask(T, past, x.device),
+                is_causal=past == 0 and T > 1,
+                dropout_p=dropout_p,
+                # Each group of n_heads/n_kv_heads query heads shares one k/v head.
+                enable_gqa=self.n_kv_heads != self.n_heads,
+                scale=self.scale,
+            )  # (B, n_heads, T, head_dim)
         return self.o_proj(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
 
     def init_weights(self, std: float, out_std: float) -> None:
         for proj in (self.q_proj, self.k_proj, self.v_proj):
             nn.init.normal_(proj.weight, mean=0.0, std=std)
+        if self.zero_query:  # every score 0 at init, attention uniform (μP's TP5, Appendix D.2); after k and v's draws
+            nn.init.zeros_(self.q_proj.weight)
         nn.init.normal_(self.o_proj.weight, mean=0.0, std=out_std)  # writes into the residual stream
         self.q_norm.init_weights(std, out_std)
         self.k_norm.init_weights(std, out_std)
+
+
+# Up to this many keys, "auto" attends with plain matmuls in a compiled bf16 model on a CPU (BENCHMARKS.md, "The
+# bf16 step's levers"): the (T, T) scores are small, inductor fuses scale, mask and softmax around two bf16 GEMMs,
+# and the CPU flash kernel's bf16 path is the slow one — the default step ran 1.05x faster at T = 256, head_dim 64,
+# but 0.96x at T = 512, and in fp32 (oneDNN capped to AVX2) 0.96x.
+MATMUL_ATTENTION_MAX_KEYS = 256
+
+
+def uses_matmul_attention(kernel: str, q: torch.Tensor, keys: int) -> bool:
+    """Whether `kernel` attends with matmul_attention for these queries: "matmul" always, "sdpa" never, "auto"
+    while torch.compile traces a CPU model whose q is bf16 (autocast) over at most MATMUL_ATTENTION_MAX_KEYS keys
+    (eager, fp32 and every GPU keep SDPA's fused kernels, which materialise no scores)."""
+    if kernel == "auto":
+        return (q.device.type == "cpu" and q.dtype == torch.bfloat16 and keys <= MATMUL_ATTENTION_MAX_KEYS
+                and torch.compiler.is_compiling())
+    return kernel == "matmul"
+
+
+def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: Optional[float],
+                     dropout_p: float = 0.0) -> torch.Tensor:
+    """SDPA's causal attention as two matmuls: softmax(q kᵀ · scale, causal) v, the softmax in fp32, and
+    dropout on the attention weights as SDPA applies it (compiled too: no graph break, unlike SDPA's on a CPU).
+
+    q (B, H, T, hd); k, v (B, H_kv, S, hd) with S >= T: the T queries are the last T positions (a cache's
+    earlier keys are all visible, bottom-right aligned). The scores round to the matmul's dtype first, as
+    Hugging Face's eager Llama attention does; the softmax and its backward are fp32.
+    """
+    T, S, n_rep = q.shape[-2], k.shape[-2], q.shape[1] // k.shape[1]
+    if n_rep > 1:  # grouped-query heads: each k/v head serves n_rep consecutive query heads, as SDPA's enable_gqa
+        k, v = k.repeat_interleave(n_rep, dim=1), v.repeat_interleave(n_rep, dim=1)
+    softmax_dtype = torch.promote_types(q.dtype, torch.float32)  # fp32 at least (float64 stays float64)
+    scores = (q @ k.transpose(-2, -1)).to(softmax_dtype) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    visible = torch.ones(T, S, dtype=torch.bool, device=q.device).tril(S - T)
+    weights = torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1)
+    if dropout_p:
+        weights = F.dropout(weights, dropout_p)
+    return weights.to(v.dtype) @ v
 
 
 @torch.compiler.disable

@@ -12,6 +12,8 @@ from model.norm import NORMS
 from model.parametrization import PARAMETRIZATIONS
 from model.rounding import find_multiple
 
+ATTENTION_KERNELS = ("auto", "sdpa", "matmul")  # model/attention.py: uses_matmul_attention
+
 
 @dataclass
 class ModelConfig:
@@ -39,6 +41,13 @@ class ModelConfig:
     # width so that the best lr stays put as hidden_size grows (model/parametrization.py, docs/mup.md).
     parametrization: str = "sp"
     mup_base_width: int = 256  # the hidden_size at which mup and sp are the same network
+    # Arms of the width-512 AdamW experiment (docs/mup.md): mup's attention scale sqrt(d0)/d ("mup") or sp's
+    # 1/sqrt(d) under mup too ("sp"); and the query projection initialised to zero (TP5's D.2: scores start at 0).
+    mup_attention_scale: str = "mup"
+    zero_query_init: bool = False
+    # How attention is computed (the same function): sdpa (torch's fused kernels), matmul (two matmuls and an
+    # fp32 softmax), or auto: matmul in a compiled bf16 CPU model over <= 256 keys, where it is faster; sdpa elsewhere.
+    attention_kernel: str = "auto"
 
     @classmethod
     def from_dict(cls, fields: dict) -> "ModelConfig":
@@ -60,9 +69,15 @@ class ModelConfig:
         if self.parametrization not in PARAMETRIZATIONS:
             raise ValueError(f"model.parametrization={self.parametrization!r} is unknown; choose one of "
                              f"{list(PARAMETRIZATIONS)}")
+        if self.mup_attention_scale not in ("mup", "sp"):
+            raise ValueError(f"model.mup_attention_scale={self.mup_attention_scale!r} is unknown; choose mup "
+                             "(sqrt(d0)/d) or sp (1/sqrt(d))")
         if self.mup_base_width <= 0:
             raise ValueError(f"model.mup_base_width={self.mup_base_width} must be a positive integer (the "
                              "hidden_size at which mup equals sp, e.g. 256)")
+        if self.attention_kernel not in ATTENTION_KERNELS:
+            raise ValueError(f"model.attention_kernel={self.attention_kernel!r} is unknown; choose one of "
+                             f"{list(ATTENTION_KERNELS)}")
         if self.mlp not in MLPS:
             raise ValueError(f"model.mlp={self.mlp!r} is unknown; choose one of {sorted(MLPS)}")
         if self.multiple_of <= 0:

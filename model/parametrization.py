@@ -46,8 +46,10 @@ def base_head_dim(cfg) -> float:
 
 def attention_scale(cfg) -> Optional[float]:
     """The softmax temperature of q·k: sqrt(base_head_dim)/head_dim under mup (1/head_dim in width, equal
-    to SDPA's default 1/sqrt(head_dim) at the base width); None under sp (SDPA's default)."""
-    return math.sqrt(base_head_dim(cfg)) / cfg.head_dim if cfg.parametrization == "mup" else None
+    to SDPA's default 1/sqrt(head_dim) at the base width); None under sp (SDPA's default), and under mup
+    with model.mup_attention_scale=sp (an arm of docs/mup.md's AdamW experiment)."""
+    mup = cfg.parametrization == "mup" and cfg.mup_attention_scale == "mup"
+    return math.sqrt(base_head_dim(cfg)) / cfg.head_dim if mup else None
 
 
 def as_standard(cfg, state: Dict[str, torch.Tensor]) -> Tuple[object, Dict[str, torch.Tensor]]:
@@ -57,7 +59,8 @@ def as_standard(cfg, state: Dict[str, torch.Tensor]) -> Tuple[object, Dict[str, 
     An sp model comes back unchanged. Used by the Hugging Face export: LlamaForCausalLM has neither knob."""
     if cfg.parametrization == "sp":
         return cfg, state
-    q_factor = attention_scale(cfg) * math.sqrt(cfg.head_dim)  # mup's scale / sp's 1/sqrt(head_dim)
+    scale = attention_scale(cfg)
+    q_factor = 1.0 if scale is None else scale * math.sqrt(cfg.head_dim)  # mup's scale / sp's 1/sqrt(head_dim)
     folded = dict(state)
     for name, tensor in state.items():
         if name.endswith("attn.q_proj.weight"):

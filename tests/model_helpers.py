@@ -87,11 +87,12 @@ def reference_forward(model: Transformer, ids: torch.Tensor) -> torch.Tensor:
     """LLaMA's forward pass (RMSNorm, SwiGLU) in float64: embedding, pre-norm blocks with residual
     additions, final norm, LM head. eps and theta are read from model.cfg, nowhere else. Under μP
     (docs/mup.md) q·k is scaled by sqrt(base head_dim)/head_dim with base head_dim = mup_base_width /
-    n_heads, and the head's input by mup_base_width / hidden_size."""
+    n_heads (1/sqrt(head_dim) with mup_attention_scale=sp), and the head's input by mup_base_width / hidden_size."""
     cfg = model.cfg
     assert cfg.norm == "rmsnorm" and cfg.mlp == "swiglu", "the reference is LLaMA's recipe only"
     mup = cfg.parametrization == "mup"
-    scale = math.sqrt(cfg.mup_base_width / cfg.n_heads) / cfg.head_dim if mup else None
+    mup_scale = mup and cfg.mup_attention_scale == "mup"
+    scale = math.sqrt(cfg.mup_base_width / cfg.n_heads) / cfg.head_dim if mup_scale else None
     output_multiplier = cfg.mup_base_width / cfg.hidden_size if mup else 1.0
     cos, sin = reference_rope(cfg.head_dim, ids.shape[1], cfg.rope_theta)
     x = model.embed_tokens.weight.double()[ids]  # (B, T, D)

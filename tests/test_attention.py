@@ -87,13 +87,13 @@ def test_qk_norm_makes_attention_blind_to_the_scale_of_q_and_k():
         assert torch.allclose(after, before, atol=1e-4) == qk_norm
 
 
-def _compiled_bf16_grads_finite() -> bool:
+def _compiled_bf16_grads_finite(kernel: str = "sdpa") -> bool:
     """Train one step of a compiled 1-layer model with attention dropout under bf16 autocast on the CPU."""
     torch.manual_seed(0)
     torch._dynamo.reset()
     try:
         cfg = ModelConfig(vocab_size=256, hidden_size=64, n_layers=1, n_heads=1, dropout=0.1, max_seq_len=64,
-                          multiple_of=32)
+                          multiple_of=32, attention_kernel=kernel)
         model = Transformer(cfg).train()
         with torch.autocast("cpu", dtype=torch.bfloat16):
             logits = torch.compile(model)(torch.randint(0, 256, (2, 64)))
@@ -103,22 +103,40 @@ def _compiled_bf16_grads_finite() -> bool:
         torch._dynamo.reset()
 
 
-def test_attention_dropout_runs_outside_the_compiled_graph_on_a_cpu_and_trains_finite():
-    """The workaround for inductor's NaN-gradient bug (model/attention.py), on every machine: with dropout,
-    training on a CPU, SDPA is a graph break (run eagerly); without dropout, or in eval, it stays in the graph;
-    and compiled bf16 training with dropout gives finite gradients."""
-    cfg = ModelConfig(vocab_size=256, hidden_size=64, n_layers=2, n_heads=1, dropout=0.1, max_seq_len=64, multiple_of=32)
+def _graph_breaks(cfg: ModelConfig, bf16: bool = False) -> dict:
+    """{train, eval, no dropout: [dynamo's graph-break reasons]} of a model of `cfg` on a CPU batch (under bf16
+    autocast if `bf16`)."""
     x = torch.randint(0, 256, (2, 64))
     breaks = {}
     for name, model in (("train", Transformer(cfg).train()), ("eval", Transformer(cfg).eval()),
                         ("no dropout", Transformer(replace(cfg, dropout=0.0)).train())):
         torch._dynamo.reset()
-        explained = torch._dynamo.explain(model)(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            explained = torch._dynamo.explain(model)(x)
         breaks[name] = [str(r.reason) for r in explained.break_reasons]
     torch._dynamo.reset()
+    return breaks
+
+
+def test_attention_dropout_runs_outside_the_compiled_graph_on_a_cpu_and_trains_finite():
+    """The workaround for inductor's NaN-gradient bug (model/attention.py), on every machine: with dropout,
+    training on a CPU, SDPA is a graph break (run eagerly); without dropout, or in eval, it stays in the graph;
+    and compiled bf16 training with dropout gives finite gradients."""
+    cfg = ModelConfig(vocab_size=256, hidden_size=64, n_layers=2, n_heads=1, dropout=0.1, max_seq_len=64, multiple_of=32,
+                      attention_kernel="sdpa")
+    breaks = _graph_breaks(cfg)
     assert len(breaks["train"]) == cfg.n_layers and all("_sdpa_outside_compile" in r for r in breaks["train"])
     assert breaks["eval"] == breaks["no dropout"] == []
-    assert _compiled_bf16_grads_finite()
+    assert _compiled_bf16_grads_finite("sdpa")
+
+
+def test_auto_attention_compiles_dropout_into_the_graph_on_a_cpu_and_trains_finite():
+    """attention_kernel=auto in a compiled bf16 CPU model: matmul attention, its dropout inside the graph (no break,
+    no eager SDPA), and finite bf16 gradients — the case the workaround above costs a graph break per layer."""
+    cfg = ModelConfig(vocab_size=256, hidden_size=64, n_layers=2, n_heads=1, dropout=0.1, max_seq_len=64, multiple_of=32)
+    assert cfg.attention_kernel == "auto"
+    assert _graph_breaks(cfg, bf16=True) == {"train": [], "eval": [], "no dropout": []}
+    assert _compiled_bf16_grads_finite("auto")
 
 
 def test_the_bug_the_workaround_avoids_where_it_reproduces(monkeypatch):
@@ -129,8 +147,83 @@ def test_the_bug_the_workaround_avoids_where_it_reproduces(monkeypatch):
     import model.attention as attention_module
     from training.runtime.cpu import cpu_class
     monkeypatch.setattr(attention_module, "_sdpa_outside_compile", F.scaled_dot_product_attention)
-    if _compiled_bf16_grads_finite():
+    if _compiled_bf16_grads_finite("sdpa"):
         pytest.skip(f"inductor's NaN-gradient bug does not reproduce on this CPU ({cpu_class().model}; "
                     f"{cpu_class().describe()}, torch {torch.__version__}): nothing for the workaround to avoid here")
     monkeypatch.undo()
-    assert _compiled_bf16_grads_finite()
+    assert _compiled_bf16_grads_finite("sdpa")
+
+
+@pytest.mark.parametrize("n_heads, n_kv_heads, past, scale", [(4, 4, 0, None), (4, 2, 0, None), (4, 1, 0, 0.3),
+                                                              (4, 2, 5, None), (2, 2, 7, 0.1)])
+def test_matmul_attention_is_sdpas_function(n_heads, n_kv_heads, past, scale):
+    """In float64: MHA, GQA, MQA, an explicit scale (μP's), and T new queries after `past` cached keys
+    (bottom-right aligned, every cached key visible), as the SDPA call in Attention.forward computes them."""
+    from model.attention import _causal_mask, matmul_attention
+    gen = torch.Generator().manual_seed(0)
+    T, hd = 6, 8
+    q = torch.randn(2, n_heads, T, hd, generator=gen, dtype=torch.float64)
+    k, v = (torch.randn(2, n_kv_heads, past + T, hd, generator=gen, dtype=torch.float64) for _ in range(2))
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=_causal_mask(T, past, q.device), is_causal=past == 0,
+                                              enable_gqa=n_kv_heads != n_heads, scale=scale)
+    torch.testing.assert_close(matmul_attention(q, k, v, scale), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_matmul_attention_dropout_drops_weights_and_keeps_their_expectation():
+    """Uniform weights over 64 keys and v = 1: without dropout every output is 1; with p = 0.5 each weight is 0 or
+    doubled, so outputs scatter around 1 (inverted dropout keeps the mean) and some keys are dropped."""
+    from model.attention import matmul_attention
+    torch.manual_seed(0)
+    q, k = torch.zeros(1, 1, 64, 4), torch.zeros(1, 1, 64, 4)
+    v = torch.ones(1, 1, 64, 4)
+    torch.testing.assert_close(matmul_attention(q, k, v, None), v)
+    dropped = matmul_attention(q, k, v, None, dropout_p=0.5)[0, 0, 32:, 0]  # rows that see >= 33 keys
+    assert dropped.std() > 0.05 and abs(float(dropped.mean()) - 1) < 0.15
+
+
+@pytest.mark.parametrize("kernel, device, dtype, keys, compiling, expected", [
+    ("auto", "cpu", torch.bfloat16, 256, True, True), ("auto", "cpu", torch.bfloat16, 257, True, False),
+    ("auto", "cpu", torch.float32, 256, True, False), ("auto", "cpu", torch.bfloat16, 256, False, False),
+    ("auto", "meta", torch.bfloat16, 256, True, False),  # any other device (a GPU): SDPA
+    ("matmul", "meta", torch.float32, 4096, False, True), ("sdpa", "cpu", torch.bfloat16, 256, True, False)])
+def test_which_attention_kernel_runs(kernel, device, dtype, keys, compiling, expected, monkeypatch):
+    """auto: matmul attention only while compiling a bf16 CPU model over <= 256 keys; an explicit choice always."""
+    from model.attention import uses_matmul_attention
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: compiling)
+    q = torch.empty(1, 1, 1, 8, dtype=dtype, device=device)
+    assert uses_matmul_attention(kernel, q, keys) is expected
+
+
+def test_unknown_attention_kernel_names_the_choices():
+    with pytest.raises(ValueError, match=r"model.attention_kernel='flash' is unknown; choose one of \['auto', 'sdpa', 'matmul'\]"):
+        ModelConfig(attention_kernel="flash")
+
+
+def test_compiled_auto_attention_is_matmul_attention_and_matches_eager_sdpa(monkeypatch):
+    """The default kernel (auto) in a compiled bf16 CPU model traces matmul_attention in every layer (not in fp32),
+    and its logits are the eager model's (SDPA's) to bf16 rounding; GQA included. The function itself is SDPA's
+    exactly in float64 (test_matmul_attention_is_sdpas_function)."""
+    import model.attention as attention_module
+    traced = []
+    real = attention_module.matmul_attention
+    monkeypatch.setattr(attention_module, "matmul_attention", lambda *a, **k: traced.append(1) or real(*a, **k))
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=256, hidden_size=64, n_layers=2, n_heads=2, n_kv_heads=1, max_seq_len=64, multiple_of=32)
+    model = Transformer(cfg)
+    x = torch.randint(0, 256, (2, 64))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        eager = model(x).float()
+        assert traced == []  # eager: SDPA
+        torch._dynamo.reset()
+        try:
+            compiled = torch.compile(model)(x).float()
+            assert len(traced) == cfg.n_layers
+            torch._dynamo.reset()
+            with torch.autocast("cpu", enabled=False):  # fp32: SDPA's fused kernel stays
+                torch.compile(model)(x)
+        finally:
+            torch._dynamo.reset()
+    assert len(traced) == cfg.n_layers
+    # bf16 rounding apart: the scores round to bf16 before the softmax here, SDPA's flash kernel keeps them fp32
+    torch.testing.assert_close(compiled, eager, rtol=0.05, atol=0.05)
+    assert (compiled - eager).abs().mean() < 0.01

@@ -120,3 +120,76 @@ def test_bench_corpus_prepares_a_json_lines_corpus_with_each_encoder(tmp_path, m
     assert results[("tiktoken", "big")]["train_tokens"] == results[("tokenizers", "big")]["train_tokens"]
     table = "\n".join(bench_corpus.report_corpus(results))
     assert table.count("| tiktoken |") == 2 and table.count("| tokenizers |") == 1 and " MB |" in table
+
+
+def test_bench_roofline_times_levers_side_by_side_and_groups_the_profiled_step(capsys):
+    """Two variants of train.py's own step (the second an override), interleaved; the first profiled into op
+    groups whose times add up to the profiled step, each with its work and share."""
+    from devtools.bench import roofline
+    roofline.main(["debug=tiny", "--variant", "optim=muon", "--steps", "2", "--warmup", "1", "--profile-steps", "2",
+                   "--threads", "1"])
+    out = capsys.readouterr().out
+    assert re.search(r"^\| as configured \| \d+ \| \d+–\d+ \| [\d,]+ \| 1\.000× \|$", out, re.M)
+    assert re.search(r"^\| optim=muon \| \d+ \| \d+–\d+ \| [\d,]+ \| \d+\.\d{3}× \|$", out, re.M)
+    rows = {m.group(1): float(m.group(2)) for m in re.finditer(r"^\| ([^|*]+?) \| (\d+\.\d) \| \d+\.\d % \|", out, re.M)}
+    assert {"matmuls", "LM head matmuls", "attention", "norms", "MLP activation", "optimizer: elementwise"} <= set(rows)
+    step = float(re.search(r"^\| \*\*step \(profiled\)\*\* \| \*\*(\d+\.\d)\*\*", out, re.M).group(1))
+    assert sum(rows.values()) == pytest.approx(step, abs=0.1 * len(rows))  # every op in one group, none twice
+    assert re.search(r"^\| matmuls \| [\d.]+ \| [\d.]+ % \| [\d.,]+ GFLOP \| [\d.]+ TFLOP/s \| \d+ % \|$", out, re.M)
+
+
+@pytest.mark.parametrize("name, shapes, in_optimizer, group", [
+    ("graph_0_cpp_fused__log_softmax__to_copy_nll_loss_forward_9", [], False, "loss (log-softmax, NLL)"),
+    ("aten::_scaled_dot_product_flash_attention_for_cpu_backward", [], False, "attention"),
+    ("aten::bmm", [[48, 256, 64], [48, 64, 256]], False, "attention"),
+    ("graph_0_cpp_fused__softmax_masked_fill_3", [], False, "softmax, mask"),
+    ("aten::mm", [[4096, 192], [192, 4096], [4096, 4096]], False, "LM head matmuls"),  # forward, with inductor's out=
+    ("aten::mm", [[4096, 4096], [4096, 192]], False, "LM head matmuls"),  # a gradient: tokens = vocab here
+    ("aten::mm", [[192, 4096], [4096, 192]], False, "matmuls"),  # a block's weight gradient, same operands' sizes
+    ("aten::addmm", [[1024], [4096, 192], [192, 1024]], False, "matmuls"),
+    ("aten::addmm", [[192, 192], [192, 192], [192, 192]], True, "optimizer: Newton–Schulz matmuls"),
+    ("aten::lerp", [], True, "optimizer: elementwise"),
+    ("graph_0_cpp_fused__to_copy_add_mean_mul_pow_rsqrt_7", [], False, "norms"),
+    ("graph_0_cpp_fused__to_copy_mul_silu_split_4", [], False, "MLP activation"),
+    ("graph_0_cpp_fused__to_copy_add_cat_mul_neg_split_2", [], False, "RoPE"),
+    ("aten::linalg_vector_norm", [], False, "gradient norm, clip"),
+    ("graph_0_cpp_fused__to_copy_t_1", [], False, "casts, copies"),
+])
+def test_roofline_groups_each_op_by_what_it_computes(name, shapes, in_optimizer, group):
+    from devtools.bench.roofline import group_of
+    assert group_of(name, shapes, in_optimizer, (4096, 192, 4096)) == group
+
+
+def test_roofline_work_counts_the_same_flops_as_the_mfu():
+    """The matmul groups' FLOPs add up to model/flops.py's 6·N + attention for the step's tokens (the MFU's
+    numerator), and Muon's Newton–Schulz is counted from its matrices' shapes."""
+    from cli.config import compose_train_config
+    from devtools.bench.roofline import step_work
+    from model import Transformer
+    from model.flops import training_flops_per_token
+    from training.build import build
+    from training.runtime.distributed import DistInfo
+    cfg, _ = compose_train_config(["debug=tiny", "optim=muon"])
+    parts = build(cfg, DistInfo(), say=lambda *a: None)
+    work = step_work(cfg, parts)
+    tokens = cfg.trainer.micro_batch_size * cfg.trainer.seq_len
+    per_token = training_flops_per_token(Transformer(cfg.model), cfg.trainer.seq_len)
+    assert work["matmuls"][0] + work["LM head matmuls"][0] == per_token.weights * tokens
+    assert work["attention"] == (per_token.attention * tokens, "FLOP")
+    shapes = [p.shape for p in parts.optimizers[0].param_groups[0]["params"]]
+    steps = cfg.optim.muon_ns_steps
+    assert work["optimizer: Newton–Schulz matmuls"][0] == sum(steps * (4 * min(s) ** 2 * max(s) + 2 * min(s) ** 3)
+                                                              for s in shapes)
+
+
+def test_bench_newton_schulz_compares_bf16_with_fp32_at_the_runs_shapes(capsys):
+    from devtools.bench import newton_schulz
+    newton_schulz.main(["model=tiny", "--repeats", "1", "--threads", "1"])
+    out = capsys.readouterr().out
+    rows = re.findall(r"^\| (\d+) × (\d+) \| (\d+) \| [\d.]+ \| [\d.]+ \| [\d.]+× \| ([\d.]+) \| ([\d.]+)–([\d.]+) "
+                      r"\| ([\d.]+)–([\d.]+) \|$", out, re.M)
+    assert rows and "**all**" in out
+    for *_, diff, lo32, hi32, lo16, hi16 in rows:
+        assert float(diff) < 0.05  # bf16 rounding, not another answer
+        # bf16 keeps fp32's band (5 steps do not lift a random square matrix's smallest singular values in either)
+        assert abs(float(lo16) - float(lo32)) < 0.05 and abs(float(hi16) - float(hi32)) < 0.05 and float(hi16) < 1.5

@@ -3,6 +3,7 @@ best-vs-runner-up verdict, paired Δ against the reference."""
 from tests import forked
 from pathlib import Path
 
+import json
 import numpy as np
 import pytest
 from matplotlib import image
@@ -199,7 +200,7 @@ def test_figures_are_valid_pngs(tmp_path, capsys):
     out = tmp_path / "elsewhere"
     assert main([str(tmp_path), "--out", str(out)]) == 0
     assert "| ★ rmsnorm + swiglu" in capsys.readouterr().out  # the table is printed too
-    for name in ("val_curves.png", "activation_rms.png", "forest.png"):
+    for name in ("val_curves.png", "time_to_quality.png", "activation_rms.png", "forest.png"):
         assert (out / name).read_bytes()[:8] == PNG_MAGIC
         assert image.imread(out / name).shape[0] > 100
 
@@ -260,3 +261,29 @@ def test_the_legend_sits_below_the_panels_for_many_variants(tmp_path, monkeypatc
         assert all(ax.get_legend() is None for ax in fig.axes)
         (legend,) = fig.legends
         assert len(legend.get_texts()) == 6 and legend._ncols == 3
+
+
+def test_each_evaluation_is_placed_at_its_seconds_into_the_training_loop(tmp_path):
+    """From the rows' wall-clock stamps: the loop's start is the first train row's stamp less its elapsed_s, and
+    an evaluation sits where its row was written (here 10 s a step, the eval row 2 s after its step's)."""
+    from analysis.runs import read_run
+    run = read_run(write_run(tmp_path, "timed", bpb=1.0, max_steps=4))
+    assert run.eval_seconds() == [(22.0, 2.0), (42.0, 1.0)]
+    for row in run.trains:
+        del row["time"]
+    assert run.eval_seconds() == []  # rows from before the stamps: no time axis rather than a wrong one
+
+
+@pytest.mark.parametrize("state, complete", [({"step": 4, "max_steps": 4}, True),  # a budget or max_epochs ended it
+                                             ({"step": 4, "max_steps": 6}, False),  # stopped before its planned end
+                                             ({"step": 4, "max_steps": 6, "stopped_early": True}, True)])
+def test_a_run_is_complete_at_the_end_its_checkpoint_planned_not_at_trainer_max_steps(tmp_path, state, complete):
+    """A time budget or trainer.max_epochs decides a run's length, and early stopping can end it: its config's
+    trainer.max_steps (1000 here) is then only the schedule's ceiling. The newest checkpoint's state.json says."""
+    from analysis.runs import read_run
+    path = write_run(tmp_path, "planned", bpb=1.0, max_steps=1000, last_step=4)
+    assert not read_run(path).complete  # no checkpoint: trainer.max_steps
+    ckpt = path / "checkpoints" / "step_0000004"
+    ckpt.mkdir(parents=True)
+    (ckpt / "state.json").write_text(json.dumps(state))
+    assert read_run(path).complete is complete

@@ -180,3 +180,14 @@ def test_every_study_preset_pins_its_data_order(experiment):
     preset that did not pin its order would change its study's data under it (and refuse its own resumes)."""
     assert compose_train_config([])[0].data.sampling == "epochs"
     assert compose_train_config([f"experiment={experiment}"])[0].data.sampling == "random"
+
+
+@pytest.mark.parametrize("experiment", sorted(p.stem for p in (Path(__file__).parents[1] / "configs" / "experiment")
+                                              .glob("*.yaml") if p.stem not in RECIPES))
+def test_every_study_preset_pins_the_kernels_its_published_runs_used(experiment):
+    """The defaults that changed a compiled CPU step's numbers since the studies ran — attention as matmuls
+    (model.attention_kernel=auto) and Muon's Newton–Schulz in bf16 on bf16 CPUs (optim.muon_ns_dtype=auto) — are
+    pinned back in every study preset, so a rerun computes what its published runs did."""
+    cfg = compose_train_config([f"experiment={experiment}"])[0]
+    assert (cfg.model.attention_kernel, cfg.optim.muon_ns_dtype) == ("sdpa", "fp32")
+    assert compose_train_config([])[0].model.attention_kernel == "auto"

@@ -109,3 +109,14 @@ def test_an_optimizer_state_saved_before_lr_scale_resumes_at_scale_one():
     load_full_state(m, optimizers, full_model_state(m), saved)
     assert apply_schedule(optimizers, 7, cfg, 20) == lr_at(7, cfg, 20)
     assert {g["lr"] for g in optimizers[0].param_groups} == {lr_at(7, cfg, 20)}
+
+
+@pytest.mark.parametrize("exponent, hidden_scale", [(1.0, 1 / 4), (0.5, 1 / 2), (0.0, 1.0)])
+def test_the_hidden_lr_exponent_sets_adamws_mup_scale(exponent, hidden_scale):
+    """optim.mup_hidden_lr_exponent (docs/mup.md's experiment): the blocks' matrices at lr × m^-exponent, m = 4."""
+    m = model(width=128)
+    optimizers = build_optimizers(m, OptimConfig(name="adamw", mup_hidden_lr_exponent=exponent, **SCHEDULE), "cpu")
+    hidden = {n for n, p in m.named_parameters() if any(p is q for q in hidden_matrices(m))}
+    scales = {group["lr_scale"] for opt in optimizers for group in opt.param_groups
+              if any(n in hidden for n, p in m.named_parameters() for q in group["params"] if p is q)}
+    assert len(scales) == 1 and scales.pop() == pytest.approx(hidden_scale)

@@ -115,7 +115,9 @@ def test_resume_through_the_checkpoint_state_dicts_is_bitwise(tmp_path, schedule
 
 
 # fp32 so the only differences left under torchrun are summation order; every step logged.
-FAST = ["optim=muon", "optim.schedule=wsd", "trainer.precision=fp32", "trainer.log_interval=1",
+# fp32 throughout, Newton–Schulz too (auto picks bf16 on bf16 CPUs): rank layouts are compared to 1e-3, which
+# bf16's rounding of the orthogonalised update, taken in another order per layout, would exceed.
+FAST = ["optim=muon", "optim.schedule=wsd", "trainer.precision=fp32", "optim.muon_ns_dtype=fp32", "trainer.log_interval=1",
         "trainer.eval_interval=12", "trainer.ckpt_interval=6", "trainer.max_steps=12"]
 
 
@@ -184,7 +186,8 @@ def test_muon_under_torchrun_matches_one_process(tmp_path, cache_dir, reference_
 
 @pytest.mark.parametrize("device, ns_dtype, expected", [("cpu", "auto", torch.float32), ("cuda", "auto", torch.bfloat16),
                                                         ("cpu", "bf16", torch.bfloat16), ("cuda", "fp32", torch.float32)])
-def test_every_muon_option_reaches_the_optimizer(device, ns_dtype, expected):
+def test_every_muon_option_reaches_the_optimizer(device, ns_dtype, expected, monkeypatch):
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # a CPU that emulates bf16: auto keeps Newton–Schulz in fp32
     cfg = OptimConfig(name="muon", lr=1e-3, muon_lr=0.02, weight_decay=0.05, muon_momentum=0.9, muon_ns_steps=3,
                       muon_ns_dtype=ns_dtype, beta1=0.8, eps=1e-7)
     muon, adamw = build_optimizers(tiny_model(), cfg, device)  # only the choices: nothing steps here
@@ -192,6 +195,21 @@ def test_every_muon_option_reaches_the_optimizer(device, ns_dtype, expected):
     d = muon.defaults
     assert (d["lr"], d["weight_decay"], d["momentum"], d["nesterov"], d["ns_steps"]) == (0.02, 0.05, 0.9, True, 3)
     assert adamw.defaults["lr"] == 1e-3 and adamw.defaults["betas"][0] == 0.8 and adamw.defaults["eps"] == 1e-7
+
+
+@pytest.mark.parametrize("hardware, cap, expected", [("amx", None, torch.bfloat16), ("avx512_bf16", None, torch.bfloat16),
+                                                     ("avx2", None, torch.float32), ("amx", "AVX2", torch.float32),
+                                                     ("amx", "AVX512_CORE_BF16", torch.bfloat16)])
+def test_auto_newton_schulz_is_bf16_where_the_cpu_has_bf16_matmuls(hardware, cap, expected, monkeypatch):
+    """Every CPU class, whatever this machine is: its hardware faked, a cap as ONEDNN_MAX_CPU_ISA sets it."""
+    import training.runtime.cpu as cpu
+    monkeypatch.setattr(cpu, "_hardware_class", lambda: hardware)
+    if cap:
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+    else:
+        monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    muon, _ = build_optimizers(tiny_model(), OptimConfig(name="muon", muon_ns_dtype="auto"), "cpu")
+    assert muon.ns_dtype == expected
 
 
 def test_muon_without_block_matrices_is_a_clear_error():

@@ -41,6 +41,7 @@ def test_sp_is_the_default_and_model_configs_without_the_fields_load_as_sp():
     (dict(parametrization="muP"), "model.parametrization='muP' is unknown; choose one of ['sp', 'mup']"),
     (dict(mup_base_width=0), "model.mup_base_width=0 must be a positive integer"),
     (dict(mup_base_width=-64), "model.mup_base_width=-64 must be a positive integer"),
+    (dict(mup_attention_scale="1/d"), "model.mup_attention_scale='1/d' is unknown; choose mup (sqrt(d0)/d) or sp"),
 ])
 def test_bad_values_are_one_line_errors_naming_the_field(overrides, message):
     with pytest.raises(ValueError) as raised:
@@ -110,7 +111,8 @@ def test_every_path_to_logits_gets_the_output_multiplier(tie):
     assert greedy[0][0] == int(logits[0, 8, :61].argmax())  # padding ids are never generated
 
 
-@pytest.mark.parametrize("overrides", [dict(), dict(tie_embeddings=False), dict(n_kv_heads=1)])
+@pytest.mark.parametrize("overrides", [dict(), dict(tie_embeddings=False), dict(n_kv_heads=1),
+                                       dict(mup_attention_scale="sp")])
 def test_the_folded_sp_model_computes_the_same_logits(overrides):
     model = random_transformer(mup_config(**overrides))
     sp_cfg, state = as_standard(model.cfg, model.state_dict())
@@ -129,3 +131,27 @@ def test_flops_and_parameter_counts_do_not_depend_on_the_parametrization():
         sp, mup = Transformer(tiny_model_config()), Transformer(mup_config())
     assert sp.param_counts() == mup.param_counts()
     assert sp.flops_per_token() == mup.flops_per_token()
+
+
+def test_the_attention_scale_arm_keeps_every_other_mup_scale():
+    """model.mup_attention_scale=sp (docs/mup.md's experiment): SDPA's 1/sqrt(d) under mup, the float64 reference
+    agrees, and the rest of μP (init, output multiplier) is what mup_config gives."""
+    cfg = mup_config(mup_attention_scale="sp")
+    assert attention_scale(cfg) is None and attention_scale(mup_config()) is not None
+    model = random_transformer(cfg)
+    ids = torch.randint(0, 61, (2, 16), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).double(), reference_forward(model, ids), rtol=0, atol=1e-5)
+
+
+def test_zero_query_init_zeroes_only_the_query_projection():
+    """Every score is 0 at init (uniform attention); k, v and every other weight are the draws of the same seed."""
+    torch.manual_seed(0)
+    plain = Transformer(mup_config())
+    torch.manual_seed(0)
+    zero_q = Transformer(mup_config(zero_query_init=True))
+    for (name, a), b in zip(plain.state_dict().items(), zero_q.state_dict().values()):
+        if name.endswith("q_proj.weight"):
+            assert a.abs().sum() > 0 and not b.any(), name
+        else:
+            assert torch.equal(a, b), name

@@ -53,7 +53,8 @@ def build(cfg: TrainConfig, info: D.DistInfo, say, resume: Optional[Resume] = No
     if init is not None and resume is None:  # before wrapping: FSDP2 shards what it finds, DDP broadcasts it
         init.load(raw_model)
     parallel = D.resolve_parallel(cfg.trainer.parallel, info.world_size)
-    loss_module = D.wrap_model(CausalLMLoss(raw_model), raw_model.layers, parallel, info, precision)
+    chunk_above = {"auto": "auto", "true": 0, "false": None}[cfg.trainer.chunked_loss]
+    loss_module = D.wrap_model(CausalLMLoss(raw_model, chunk_above), raw_model.layers, parallel, info, precision)
     optimizers = build_optimizers(loss_module, cfg.optim, info.device.type)
     compute_loss, compile_note = loss_module, "off: trainer.compile=false"
     if cfg.trainer.compile != "false":  # imported only when used: torch._dynamo costs seconds to import

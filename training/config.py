@@ -25,7 +25,10 @@ class OptimConfig:
     muon_lr: Optional[float] = None  # null: optim.lr (Muon's update RMS is matched to AdamW's)
     muon_momentum: float = 0.95  # Nesterov momentum of Muon
     muon_ns_steps: int = 5  # Newton-Schulz iterations that orthogonalise each update
-    muon_ns_dtype: str = "auto"  # auto (bf16 on CUDA, fp32 elsewhere) | bf16 | fp32
+    muon_ns_dtype: str = "auto"  # auto (bf16 where bf16 matmuls are fast: CUDA, AMX, AVX512-BF16; else fp32) | bf16 | fp32
+    # μP's AdamW lr for the blocks' matrices is lr × m^-exponent: 1 is μP's 1/m (Table 3); another value is an arm of
+    # docs/mup.md's width-512 experiment. Unused under sp and by Muon (its own 1/sqrt(m), lr_scale.py).
+    mup_hidden_lr_exponent: float = 1.0
 
     def __post_init__(self):
         """Fail at composition, naming the field and what would be right."""
@@ -56,6 +59,9 @@ class TrainerConfig:
     precision: str = "auto"  # auto (bf16 where its matmuls are fast, else fp32) | bf16 (autocast) | fp32
     tf32: bool = True  # CUDA: fp32 matmuls on TF32 tensor cores (fp32 range, 10-bit mantissa); false = exact fp32
     compile: str = "auto"  # auto (CUDA, or CPU with a working inductor toolchain) | true | false
+    # The cross-entropy in chunks that never hold a micro-batch's full fp32 logits (training/loss.py): auto (above
+    # 2^26 logits, e.g. 16 x 1024 tokens at a 4k vocab) | true | false. A memory setting: at the CPU default it is slower.
+    chunked_loss: str = "auto"
     max_steps: int = 1000  # the schedule's length (warmup + cosine over these steps), unless time_budget is set
     # Minutes of training loop (compile, evals and checkpoints included): the run times its first steps
     # and fixes max_steps to fit (training/budget.py); null = train max_steps.
@@ -112,6 +118,9 @@ class TrainerConfig:
         self.compile = str(self.compile).lower()
         _require(self.compile in ("auto", "true", "false"),
                  f"trainer.compile={self.compile!r} is unknown; choose auto, true or false")
+        self.chunked_loss = str(self.chunked_loss).lower()
+        _require(self.chunked_loss in ("auto", "true", "false"),
+                 f"trainer.chunked_loss={self.chunked_loss!r} is unknown; choose auto, true or false")
         _require(not (self.time_budget and self.max_epochs), "trainer.time_budget and trainer.max_epochs both set "
                  "the run's length; keep one (the other null)")
         self.eval_windows = str(self.eval_windows).lower()

@@ -8,7 +8,6 @@ Prints when the training loop started and ended, its length against the budget, 
 clock, for a before/after on one machine. The clock starts at the header's last line (the loop starts there).
 """
 import argparse
-import json
 import subprocess
 import sys
 import threading

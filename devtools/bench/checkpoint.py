@@ -58,8 +58,8 @@ def measure(model_name: str, repeats: int) -> dict:
 def main(argv=None) -> int:
     args = parse_args(argv)
     rows = [measure(name, args.repeats) for name in args.models.split(",")]
-    print(f"| model | parameters | checkpoint | save (with manifest) | verify on load | verify per GB | "
-          f"verify / save |\n|---|---:|---:|---:|---:|---:|---:|")
+    print("| model | parameters | checkpoint | save (with manifest) | verify on load | verify per GB | "
+          "verify / save |\n|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['model']} | {r['params'] / 1e6:.1f}M | {r['gb'] * 1e3:.2f} MB | {r['save_s']:.2f} s | "
               f"{r['verify_s']:.2f} s | {r['verify_s_per_gb']:.2f} s | {r['verify_s'] / r['save_s']:.0%} |")

@@ -22,6 +22,7 @@ from omegaconf import OmegaConf
 
 from cli import REPO
 from cli.entry import description
+from devtools.bench import timed
 from model import ModelConfig, Transformer
 from training.config import OptimConfig
 from training.loss import CausalLMLoss
@@ -231,16 +232,10 @@ def matmul_shapes(cfg: ModelConfig, tokens: int, dtype: torch.dtype, peak: float
     for out_features, in_features in shapes:
         x = torch.randn(tokens, in_features, generator=gen).to(dtype)
         w = torch.randn(out_features, in_features, generator=gen).to(dtype)
-        best = min(_timed(lambda: x @ w.T) for _ in range(5))
+        best = min(timed(lambda: x @ w.T) for _ in range(5))
         flops = 2 * tokens * in_features * out_features / best
         print(f"| {tokens} × {in_features} @ {in_features} × {out_features} | {flops / 1e12:.3f} "
               f"| {100 * flops / peak:.0f} % |")
-
-
-def _timed(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
 
 
 def main(argv=None) -> None:

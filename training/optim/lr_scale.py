@@ -21,12 +21,13 @@ def _is_mup(cfg: Optional[ModelConfig]) -> bool:
     return cfg is not None and cfg.parametrization == "mup"
 
 
-def adamw_hidden_lr_scale(cfg: Optional[ModelConfig]) -> Optional[float]:
+def adamw_hidden_lr_scale(cfg: Optional[ModelConfig], exponent: float = 1.0) -> Optional[float]:
     """AdamW's lr × 1/m for the blocks' matrices under mup (Table 3: Adam LR 1/fan_in); None under sp.
 
     Adam's update has entries of size ~lr whatever the width, and it is aligned with the activations
-    it next multiplies: ΔW·x sums n coherent terms, ~lr·n. Keeping that Θ(1) takes lr ∝ 1/n."""
-    return 1.0 / width_multiplier(cfg) if _is_mup(cfg) else None
+    it next multiplies: ΔW·x sums n coherent terms, ~lr·n. Keeping that Θ(1) takes lr ∝ 1/n. `exponent`
+    (optim.mup_hidden_lr_exponent) makes it m^-exponent: an arm of docs/mup.md's AdamW experiment."""
+    return width_multiplier(cfg) ** -exponent if _is_mup(cfg) else None
 
 
 def muon_hidden_lr_scale(cfg: Optional[ModelConfig]) -> Optional[float]:
