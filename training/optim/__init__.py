@@ -43,7 +43,7 @@ def build_optimizers(model: torch.nn.Module, cfg: OptimConfig, device_type: str)
 
 def newton_schulz_dtype(requested: str, device_type: str) -> torch.dtype:
     """Muon's Newton–Schulz dtype: optim.muon_ns_dtype, where "auto" is bf16 wherever bf16 matmuls are fast —
-    GPUs (torch's own choice) and CPUs with bf16 in hardware (AMX, AVX512-BF16: 1.5x faster at the default's
+    GPUs (torch's own choice) and CPUs with bf16 in hardware (AMX, AVX512-BF16: 1.7x faster at the default's
     shapes, the same orthogonalisation to bf16's precision; BENCHMARKS.md) — and fp32 where oneDNN would
     emulate bf16 (AVX2-only CPUs, ~100x slower)."""
     if requested == "auto":
