@@ -229,3 +229,14 @@ def test_chunked_loss_in_float64_is_the_float64_math():
     for a, b in zip(ours, ref):
         assert a.grad.dtype == torch.float64
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("setting, chunk_above", [("auto", DEFAULT_CHUNK_ABOVE), ("true", 0), ("false", None)])
+def test_trainer_chunked_loss_reaches_the_loss_train_py_builds(setting, chunk_above):
+    """trainer.chunked_loss through training/build.py: true always chunks, false never, auto above 2^26 logits."""
+    from cli.config import compose_train_config
+    from training.build import build
+    from training.runtime.distributed import DistInfo
+    cfg, _ = compose_train_config(["debug=tiny", f"trainer.chunked_loss={setting}"])
+    loss_module = build(cfg, DistInfo(), say=lambda *a: None).loss_module
+    assert isinstance(loss_module, CausalLMLoss) and loss_module.chunk_above == chunk_above
