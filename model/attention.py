@@ -1,5 +1,5 @@
 """Causal self-attention with RoPE, grouped-query heads, optional QK-norm, SDPA or plain matmuls, and a KV cache."""
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -132,3 +132,27 @@ def _causal_mask(T: int, past: int, device: torch.device) -> Optional[torch.Tens
     q_pos = torch.arange(past, past + T, device=device)[:, None]
     k_pos = torch.arange(past + T, device=device)[None, :]
     return k_pos <= q_pos  # (T, past + T), True = may attend
+
+
+# ---- diagnostics: the attention logits (coordinate check, the validator's per-layer RMS) ------------------
+
+def attention_logits(attn: Attention, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
+                     sin: torch.Tensor) -> torch.Tensor:
+    """The causal entries of q·kᵀ × the attention's scale, as Attention.forward computes them (q and k as its
+    norms leave them, (B, T, heads, head_dim); RoPE applied here): a flat tensor."""
+    q, k = apply_rope(q, cos, sin).transpose(1, 2), apply_rope(k, cos, sin).transpose(1, 2)  # (B, H, T, hd)
+    k = k.repeat_interleave(attn.n_heads // attn.n_kv_heads, dim=1)  # grouped-query heads share k
+    scale = attn.scale if attn.scale is not None else attn.head_dim ** -0.5  # None: SDPA's default
+    logits = (q @ k.transpose(-2, -1)) * scale  # (B, H, T, T)
+    T = logits.shape[-1]
+    return logits[..., torch.ones(T, T, dtype=torch.bool, device=logits.device).tril()].flatten()
+
+
+def hook_attention_logits(attn: Attention, record: Callable[[torch.Tensor], None], rows: Optional[int] = None) -> list:
+    """Forward hooks that pass `record` the attention logits of each forward of `attn` (of its first `rows`
+    sequences if given: a (B, H, T, T) tensor of a large batch is big); the caller removes the returned handles.
+    Hooks on the uncompiled module only, no cache (the logits of cached keys are not recomputed)."""
+    seen = {}
+    return [attn.q_norm.register_forward_hook(lambda m, a, out: seen.__setitem__("q", out[:rows])),
+            attn.k_norm.register_forward_hook(lambda m, a, out: seen.__setitem__("k", out[:rows])),
+            attn.register_forward_hook(lambda m, a, out: record(attention_logits(m, seen["q"], seen["k"], a[1], a[2])))]

@@ -182,6 +182,19 @@ def test_roofline_work_counts_the_same_flops_as_the_mfu():
                                                               for s in shapes)
 
 
+def test_each_matmul_group_is_measured_against_the_peak_of_the_dtype_it_runs_in():
+    """Newton–Schulz may orthogonalise in bf16 while the run computes in fp32 (optim.muon_ns_dtype=auto on a CPU
+    with bf16 in hardware): its % of roof is against its own dtype's peak, the other matmuls' against the run's."""
+    from devtools.bench.roofline import NEWTON_SCHULZ, roofline
+    groups = {"matmuls": 0.5, NEWTON_SCHULZ: 0.1}
+    work = {"matmuls": (1e12, "FLOP"), NEWTON_SCHULZ: (2e11, "FLOP")}  # both achieve 2 TFLOP/s
+    rows = "\n".join(roofline(groups, 0.6, work, matmul_peak=4e12, bandwidth=1e10, group_peaks={NEWTON_SCHULZ: 8e12}))
+    assert "| matmuls | 500.0 | 83.3 % | 1,000.0 GFLOP | 2.00 TFLOP/s | 50 % |" in rows
+    assert f"| {NEWTON_SCHULZ} | 100.0 | 16.7 % | 200.0 GFLOP | 2.00 TFLOP/s | 25 % |" in rows
+    assert f"| {NEWTON_SCHULZ} | 100.0 | 16.7 % | 200.0 GFLOP | 2.00 TFLOP/s | 50 % |" in "\n".join(
+        roofline(groups, 0.6, work, matmul_peak=4e12, bandwidth=1e10))  # without its own peak: the run's
+
+
 def test_bench_newton_schulz_compares_bf16_with_fp32_at_the_runs_shapes(capsys):
     from devtools.bench import newton_schulz
     newton_schulz.main(["model=tiny", "--repeats", "1", "--threads", "1"])

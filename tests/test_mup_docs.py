@@ -1,11 +1,12 @@
 """docs/mup.md's transfer experiment traces to its per-run file: the tables are what the report code makes of
 docs/mup/transfer/results.jsonl, and the verdicts the text states (where each best lr sits, how far it
-moved, the seed noise) follow from it."""
+moved, the seed noise) follow from it; so do the width-512 AdamW experiment's published arms (docs/mup/arms/)."""
 import json
 import statistics
 
 from studies.mup.transfer import TransferSpec, read_results
-from studies.mup.transfer_report import best_lrs, drift, markdown, mean_losses
+from studies.mup.arms import arms_markdown, judge_arm
+from studies.mup.transfer_report import best_lrs, drift, markdown, mean_losses, report_text
 from tests.train_helpers import REPO
 
 STORED = REPO / "docs" / "mup" / "transfer"
@@ -40,3 +41,28 @@ def test_the_stated_verdicts_follow_from_the_runs():
     spread = {o: statistics.median(abs(results[c.name]["val_loss"] - results[c.name[:-1] + "1"]["val_loss"])
                                    for c in spec.cells() if c.optimizer == o and c.seed == 0) for o in spec.optimizers}
     assert round(spread["muon"], 3) == 0.013 and round(spread["adamw"], 3) == 0.046
+
+
+ARMS = REPO / "docs" / "mup" / "arms"
+
+
+def published_arms() -> list:
+    return sorted(p for p in ARMS.iterdir() if (p / "spec.json").exists())
+
+
+def test_each_published_arm_is_its_report_and_the_docs_say_how_far_it_got():
+    """docs/mup/arms/<arm>: results.md is what the report code makes of results.jsonl, every run kept its
+    schedule (attention logits, weight change), and docs/mup.md says how many of the arm's runs are done."""
+    arms, text = published_arms(), (REPO / "docs" / "mup.md").read_text()
+    assert [p.name for p in arms] == ["control", "sp_scale"]
+    for arm in arms:
+        spec = TransferSpec.from_dict(json.loads((arm / "spec.json").read_text()))
+        results = read_results(arm)
+        assert (arm / "results.md").read_text() == report_text(spec, results)
+        assert results and all("schedule" in row for row in results.values())
+        assert f"`{arm.name}`: {len(results)} of {len(spec.cells())} runs" in text
+
+
+def test_the_arms_answers_in_the_docs_are_what_the_rule_makes_of_the_runs():
+    assert arms_markdown([judge_arm(arm) for arm in published_arms()]).rstrip("\n") in \
+        (REPO / "docs" / "mup.md").read_text()

@@ -98,7 +98,10 @@ class TrainerConfig:
     peak_cache: Optional[str] = "~/.cache/minillama/matmul_peaks.json"
     sample_tokens: int = 0  # > 0: print a sample of this many tokens at each eval
     sample_prompt: str = "\n"
-    activation_rms: bool = True  # log per-layer residual-stream RMS at each eval
+    activation_rms: bool = True  # log per-layer RMS at each eval: residual stream, norms' outputs, attention logits
+    # log each block's relative weight change since the previous eval (or since the run started or resumed):
+    # |W - W_prev| / |W_prev| over the block's matrices; keeps a copy of the blocks' weights in host memory
+    weight_change: bool = False
 
     def __post_init__(self):
         """Fail at composition, naming the field — not after data preparation, not in torch's words."""
@@ -115,6 +118,8 @@ class TrainerConfig:
                  f"trainer.precision={self.precision!r} is unknown; choose auto, bf16 or fp32")
         _require(self.parallel in ("auto", "none", "ddp", "fsdp"),
                  f"trainer.parallel={self.parallel!r} is unknown; choose auto, none, ddp or fsdp")
+        _require(not (self.weight_change and self.parallel == "fsdp"),
+                 "trainer.weight_change=true needs whole weights on each rank; use trainer.parallel=ddp or none")
         self.compile = str(self.compile).lower()
         _require(self.compile in ("auto", "true", "false"),
                  f"trainer.compile={self.compile!r} is unknown; choose auto, true or false")

@@ -1,13 +1,15 @@
 """The loop's validator: every trainer.eval_interval steps and at the end, the validation loss, perplexity
 and bits per byte (training/evaluation.py), per-layer activation RMS and a short sample, returned to the loop
-(which keeps the best and decides early stopping: training/loop.py); and the per-layer RMS of the residual
-stream, via forward hooks attached only for the one batch that measures it, so training steps pay nothing."""
+(which keeps the best and decides early stopping: training/loop.py); the per-layer RMS of the residual
+stream, the norms' outputs and the attention logits, via forward hooks attached only for the one batch that
+measures them, so training steps pay nothing; and, if asked, each block's relative weight change."""
 import itertools
 import time
 from typing import Callable, Dict, List, Optional
 
 import torch
 
+from model.attention import hook_attention_logits
 from training.evaluation import Windows, evaluate, score
 
 
@@ -16,6 +18,7 @@ class Validator:
         self.cfg, self.parts, self.data, self.info, self.state = ctx.cfg, ctx.parts, ctx.data, ctx.info, ctx.state
         self.windows = Windows.from_tiles(ctx.windows) if isinstance(ctx.windows, torch.Tensor) else ctx.windows
         self.interval = ctx.cfg.trainer.eval_interval
+        self.weights = block_weights(ctx.parts.raw_model) if ctx.cfg.trainer.weight_change else None
 
     def should_validate(self, step: int) -> bool:
         return step % self.interval == 0 or step == self.state.end
@@ -42,6 +45,8 @@ class Validator:
                       self.info)
         if trainer.activation_rms:  # every rank runs it: under FSDP the forward has collectives
             ev["act_rms"] = self.activation_rms()
+        if trainer.weight_change:
+            ev["weight_change"], self.weights = weight_change(self.weights, block_weights(parts.raw_model))
         log.log_eval(self.state.step, self.state.tokens_seen, ev)
         if trainer.sample_tokens > 0 and parts.parallel != "fsdp" and self.info.is_main:
             log.write(self.sample())
@@ -89,20 +94,36 @@ def _rms(t: torch.Tensor) -> float:
 @torch.no_grad()
 def activation_rms(model: torch.nn.Module, input_ids: torch.Tensor,
                    forward: Optional[Callable[[], object]] = None) -> Dict[str, List[float]]:
-    """{'residual': [after block 0, 1, …], 'attn_in': [...], 'mlp_in': [...]} for one batch.
+    """{'residual': [after block 0, 1, …], 'attn_in': [...], 'mlp_in': [...], 'attn_logits': [...]} for one
+    batch; attn_logits: q·kᵀ × scale over the causal entries of the batch's first sequence, as the attention
+    computes them (what μP's attention scale is meant to keep Θ(1) as width grows: docs/mup.md).
 
     `forward` runs the batch through whatever wraps `model` (under FSDP2 the root module must run,
     so that it gathers the embedding and head); by default `model(input_ids)`.
     """
-    stats: Dict[str, List[float]] = {"residual": [], "attn_in": [], "mlp_in": []}
+    stats: Dict[str, List[float]] = {"residual": [], "attn_in": [], "mlp_in": [], "attn_logits": []}
     hooks = []
     for block in model.layers:
         hooks.append(block.register_forward_hook(lambda m, i, out: stats["residual"].append(_rms(out))))
         hooks.append(block.attn_norm.register_forward_hook(lambda m, i, out: stats["attn_in"].append(_rms(out))))
         hooks.append(block.mlp_norm.register_forward_hook(lambda m, i, out: stats["mlp_in"].append(_rms(out))))
+        hooks += hook_attention_logits(block.attn, lambda logits: stats["attn_logits"].append(_rms(logits)), rows=1)
     try:
         forward() if forward is not None else model(input_ids)
     finally:
         for h in hooks:
             h.remove()
     return stats
+
+
+# ---- how far each block's weights moved: the update size along the real schedule --------------------------
+
+def block_weights(model: torch.nn.Module) -> List[torch.Tensor]:
+    """Each block's matrices, flattened into one fp32 copy in host memory (norm gains and biases left out)."""
+    return [torch.cat([p.detach().float().flatten().cpu() for p in block.parameters() if p.ndim >= 2])
+            for block in model.layers]
+
+
+def weight_change(before: List[torch.Tensor], now: List[torch.Tensor]) -> tuple:
+    """([|W - W_before| / |W_before| per block], now): the relative change since `before` (Frobenius norms)."""
+    return [float((b - a).norm() / a.norm().clamp_min(1e-30)) for a, b in zip(before, now)], now

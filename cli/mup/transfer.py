@@ -5,6 +5,7 @@ the table (results.md) and the figure (transfer.png) in --dir.
 Usage: python scripts/mup_transfer.py --dir DIR --dry-run   # the plan and its cost (a few seconds' timing)
        python scripts/mup_transfer.py --dir DIR [--jobs 2]  # run; the same command again continues
        python scripts/mup_transfer.py --dir DIR --report    # table and figure of what has finished
+       python scripts/mup_transfer.py --arms DIR [DIR ...]  # each arm: widest width no worse at every lr?
 Grid options (--widths, --lrs, ...) only for a new DIR: a rerun takes the plan DIR was started with.
 """
 import argparse
@@ -16,8 +17,10 @@ from pathlib import Path
 from typing import Optional
 
 from studies.launcher import COMPLETED, NOT_RUN, Ended, Launcher
+from studies.mup.arms import arms_markdown, judge_arm
 from studies.mup.transfer import (DIVERGED, FINISHED, STOPPED, Cell, TransferError, TransferSpec, cost_table,
-                                   open_experiment, read_results, run_cells, seconds_per_run)
+                                   open_experiment, read_results, run_cells, schedule,
+                                   seconds_per_run)
 from studies.mup.transfer_report import write_report
 from analysis.runs import read_run
 from cli.config import compose_train_config
@@ -31,7 +34,10 @@ GRID = ("widths", "lrs", "seeds", "optimizers", "parametrizations")
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=description(__doc__))
-    p.add_argument("--dir", type=Path, required=True, help="the experiment directory (created, or continued)")
+    p.add_argument("--dir", type=Path, help="the experiment directory (created, or continued)")
+    p.add_argument("--arms", type=Path, nargs="+", metavar="DIR",
+                   help="instead: for each arm's directory, is its widest width no worse than its narrowest at "
+                        "every lr (paired over seeds; docs/mup.md)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated time; train nothing")
     p.add_argument("--report", action="store_true", help="only write results.md and transfer.png")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time, each its own process (default 2: 2 cores)")
@@ -88,7 +94,9 @@ def outcome(ended: Ended, keep_checkpoints: bool) -> dict:
     evals = read_run(run_dir).evals if ended.status == COMPLETED else []
     loss = evals[-1]["val_loss"] if evals else float("nan")
     finite = math.isfinite(loss)
-    return {"status": FINISHED if finite else DIVERGED, "val_loss": loss if finite else None, "wall_s": ended.wall_s}
+    row = {"status": FINISHED if finite else DIVERGED, "val_loss": loss if finite else None, "wall_s": ended.wall_s}
+    along = schedule(evals)
+    return {**row, "schedule": along} if along else row
 
 
 def probe_seconds(spec: TransferSpec, threads: int, steps: int) -> dict:
@@ -131,6 +139,11 @@ def print_plan(spec: TransferSpec) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.arms:
+        print(arms_markdown([judge_arm(d) for d in args.arms]))
+        return 0
+    if args.dir is None:
+        raise ValueError("--dir DIR is needed (or --arms DIR ...)")
     if args.jobs < 1 or args.threads < 1:
         raise ValueError("--jobs and --threads must be >= 1")
     spec = open_experiment(args.dir, spec_from_args(args), create=not (args.dry_run or args.report))

@@ -19,6 +19,7 @@ import os
 import shlex
 import statistics
 import time
+from typing import Optional
 
 import torch
 import torch._inductor.config as inductor_config
@@ -32,6 +33,8 @@ from training.runtime.cpu import cpu_class, cpu_model
 from training.runtime.distributed import DistInfo
 from training.runtime.mfu import measure_matmul_flops
 from training.step import TrainStep
+
+NEWTON_SCHULZ = "optimizer: Newton–Schulz matmuls"
 
 # (group, test on the kernel's name), first match wins; a compiled graph's kernels are named after the ops
 # inductor fused into them (cpp_fused_<ops>_<n>, recorded with inductor's kernel profiling on), aten ops after
@@ -112,7 +115,7 @@ def time_interleaved(steps: dict, n: int, warmup: int) -> dict:
 def group_of(name: str, shapes: list, in_optimizer: bool, head_dims: tuple) -> str:
     """The op group of one profiled op: its name, its operands' shapes, whether the optimizer ran it."""
     if in_optimizer:
-        return "optimizer: Newton–Schulz matmuls" if is_matmul(name) else "optimizer: elementwise"
+        return NEWTON_SCHULZ if is_matmul(name) else "optimizer: elementwise"
     if is_matmul(name):
         if name in ("aten::bmm", "aten::baddbmm"):  # batched over (batch × heads): attention's scores and output
             return "attention"
@@ -171,7 +174,7 @@ def step_work(cfg, parts) -> dict:
         "matmuls": (6 * n * (matrices - head), "FLOP"),
         "LM head matmuls": (6 * n * head, "FLOP"),
         "attention": (n * 6 * m.n_layers * m.n_heads * m.head_dim * (t.seq_len + 1), "FLOP"),
-        "optimizer: Newton–Schulz matmuls": (sum(ns_steps * (4 * min(s) ** 2 * max(s) + 2 * min(s) ** 3) for s in muon),
+        NEWTON_SCHULZ: (sum(ns_steps * (4 * min(s) ** 2 * max(s) + 2 * min(s) ** 3) for s in muon),
                                              "FLOP"),
         "norms": ((2 * m.n_layers + 1) * 5 * n * d * 4, "B"),  # x, y; x, dy, dx — fp32
         "MLP activation": (m.n_layers * n * f * act * (8 if m.mlp in ("swiglu", "geglu") else 4), "B"),
@@ -193,14 +196,22 @@ def copy_bandwidth(mib: int = 256) -> float:
     return 2 * src.numel() * 4 / best
 
 
-def roofline(groups: dict, wall: float, work: dict, matmul_peak: float, bandwidth: float) -> list:
-    """Markdown rows: group, ms/step, share, work, achieved, % of its roof; the largest groups first."""
+def newton_schulz_dtype(parts) -> Optional[torch.dtype]:
+    """The dtype Muon orthogonalises in (optim.muon_ns_dtype, resolved), or None without Muon."""
+    return next((opt.ns_dtype for opt in parts.optimizers if type(opt).__name__ == "Muon"), None)
+
+
+def roofline(groups: dict, wall: float, work: dict, matmul_peak: float, bandwidth: float,
+             group_peaks: Optional[dict] = None) -> list:
+    """Markdown rows: group, ms/step, share, work, achieved, % of its roof; the largest groups first. A matmul
+    group's roof is `matmul_peak` (the run's precision) unless `group_peaks` gives its own (Newton–Schulz runs in
+    optim.muon_ns_dtype, which need not be the run's)."""
     rows = ["| op group | ms/step | share | work per step | achieved | % of roof |", "|---|---:|---:|---:|---:|---:|"]
     for group, seconds in sorted(groups.items(), key=lambda kv: -kv[1]):
         amount, unit = work.get(group, (None, None))
         if amount and seconds > 0:
             rate = amount / seconds
-            roof = matmul_peak if unit == "FLOP" else bandwidth
+            roof = (group_peaks or {}).get(group, matmul_peak) if unit == "FLOP" else bandwidth
             scale, name = (1e9, "GFLOP") if unit == "FLOP" else (1e6, "MB")
             cells = f"{amount / scale:,.1f} {name} | {rate / scale / 1e3:.2f} {'T' if unit == 'FLOP' else 'G'}{unit}/s " \
                     f"| {100 * rate / roof:.0f} %"
@@ -238,7 +249,12 @@ def main(argv=None) -> None:
                                       (tokens_per_micro, m.hidden_size, m.padded_vocab_size))
         bandwidth = copy_bandwidth()
         peak = max(peak, measure_matmul_flops(torch.device("cpu"), dtype))
+        ns_dtype, group_peaks, ns_roof = newton_schulz_dtype(parts), {}, ""
+        if ns_dtype is not None and ns_dtype != dtype:
+            group_peaks[NEWTON_SCHULZ] = measure_matmul_flops(torch.device("cpu"), ns_dtype)
+            ns_roof = f", Newton–Schulz's {str(ns_dtype).removeprefix('torch.')} peak " \
+                      f"{group_peaks[NEWTON_SCHULZ] / 1e12:.3f} TFLOP/s"
         print(f"\nroofline of 'as configured' ({args.profile_steps} profiled steps; roofs: {parts.precision} matmul peak "
-              f"{peak / 1e12:.3f} TFLOP/s, copy bandwidth {bandwidth / 1e9:.1f} GB/s)\n")
-        print("\n".join(roofline(groups, wall, step_work(cfg, parts), peak, bandwidth)))
+              f"{peak / 1e12:.3f} TFLOP/s{ns_roof}, copy bandwidth {bandwidth / 1e9:.1f} GB/s)\n")
+        print("\n".join(roofline(groups, wall, step_work(cfg, parts), peak, bandwidth, group_peaks)))
     print(f"\nload average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after")

@@ -14,7 +14,7 @@ import torch
 
 from data import DataConfig
 from model import ModelConfig, Transformer
-from model.rope import apply_rope
+from model.attention import hook_attention_logits
 from training.build import build
 from training.config import LoggerConfig, OptimConfig, TrainConfig, TrainerConfig
 from training.optim import apply_schedule
@@ -144,12 +144,8 @@ def _activations(model: Transformer, ids: torch.Tensor) -> Dict[str, torch.Tenso
     found = {"attention": [], "mlp": [], ATTENTION_LOGITS: []}
     hooks = [block.attn.register_forward_hook(lambda m, a, out: found["attention"].append(out))
              for block in model.layers]
-    for block in model.layers:  # q and k after their norms; the logits once RoPE's tables are known
-        seen = {}
-        hooks += [block.attn.q_norm.register_forward_hook(lambda m, a, out, seen=seen: seen.__setitem__("q", out)),
-                  block.attn.k_norm.register_forward_hook(lambda m, a, out, seen=seen: seen.__setitem__("k", out)),
-                  block.attn.register_forward_hook(lambda m, a, out, seen=seen: found[ATTENTION_LOGITS].append(
-                      _attention_logits(m, seen["q"], seen["k"], a[1], a[2])))]
+    for block in model.layers:  # q and k after their norms, the logits once RoPE's tables are known
+        hooks += hook_attention_logits(block.attn, found[ATTENTION_LOGITS].append)
     hooks += [block.mlp.register_forward_hook(lambda m, a, out: found["mlp"].append(out)) for block in model.layers]
     hooks.append(model.embed_tokens.register_forward_hook(lambda m, a, out: found.__setitem__("embedding", out)))
     try:
@@ -159,16 +155,6 @@ def _activations(model: Transformer, ids: torch.Tensor) -> Dict[str, torch.Tenso
             hook.remove()
     return {"embedding": found["embedding"], "attention": torch.stack(found["attention"]),
             "mlp": torch.stack(found["mlp"]), "logits": logits, ATTENTION_LOGITS: torch.cat(found[ATTENTION_LOGITS])}
-
-
-def _attention_logits(attn, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """The causal entries of q·kᵀ × the attention's scale, as its SDPA call computes them: (entries,)."""
-    q, k = apply_rope(q, cos, sin).transpose(1, 2), apply_rope(k, cos, sin).transpose(1, 2)  # (B, H, T, hd)
-    k = k.repeat_interleave(attn.n_heads // attn.n_kv_heads, dim=1)  # grouped-query heads share k
-    scale = attn.scale if attn.scale is not None else attn.head_dim ** -0.5  # None: SDPA's default
-    logits = (q @ k.transpose(-2, -1)) * scale  # (B, H, T, T)
-    T = logits.shape[-1]
-    return logits[..., torch.tril(torch.ones(T, T, dtype=torch.bool))].flatten()
 
 
 def _rms(t: torch.Tensor) -> float:

@@ -73,3 +73,25 @@ def _lr_curves(ax, per_width: Dict[int, Dict[float, Optional[float]]]) -> None:
     ax.grid(alpha=0.3)
     if per_width:  # a panel of a parametrization the plan left out stays empty
         ax.legend(fontsize=8)
+
+
+def plot_schedules(along: Dict[tuple, Dict[int, dict]], quantities: Dict[str, str], path: Path) -> None:
+    """along[(optimizer, parametrization)][width] = {"step": [...], quantity: [...]}: one row per optimizer and
+    parametrization, one panel per quantity against the step, one line per width (log scale: under μP the
+    widths' lines should lie on each other)."""
+    keys = sorted(along)
+    fig, axes = figure(len(keys), len(quantities), figsize=(5.5 * len(quantities), 3.8 * len(keys)), squeeze=False)
+    cmap = matplotlib.colormaps["plasma"]
+    for row, key in enumerate(keys):
+        for col, (quantity, label) in enumerate(quantities.items()):
+            ax = axes[row][col]
+            for i, (width, series) in enumerate(sorted(along[key].items())):
+                if quantity in series:
+                    ax.plot(series["step"], series[quantity], marker="o", color=cmap(i / max(len(along[key]), 2)),
+                            label=f"width {width} (lr {series['lr']:.3g})")
+            ax.set_yscale("log")
+            ax.set_xlabel("step")
+            ax.set_title(f"{NAMES[key[0]]} · {NAMES[key[1]]}: {label}", fontsize=9)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+    save(fig, path)

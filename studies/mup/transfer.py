@@ -125,6 +125,19 @@ def record(directory: Path, cell: Cell, outcome: dict) -> None:
         os.fsync(f.fileno())
 
 
+# What a run's evaluations measured along its schedule (trainer.activation_rms, trainer.weight_change), kept in
+# results.jsonl: the run directories stay on the machine that trained them; results.jsonl is what is published.
+SCHEDULE_KEYS = {"rms_attn_logits": "attn_logits", "weight_change": "weight_change"}
+
+
+def schedule(evals: List[dict]) -> Optional[dict]:
+    """{"step": [...], "attn_logits": [[one per layer] per eval], "weight_change": [...]} from a run's eval rows,
+    for the keys every row has; None when they have neither."""
+    found = {name: [row[key] for row in evals] for key, name in SCHEDULE_KEYS.items()
+             if evals and all(key in row for row in evals)}
+    return {"step": [row["step"] for row in evals], **found} if found else None
+
+
 def run_cells(spec: TransferSpec, directory: Path, train_cells: Callable, say=print) -> int:
     """Train every cell results.jsonl lacks; `train_cells([(cell, run_dir), …])` yields (cell, {"status":
     finished | diverged | stopped, "val_loss", "wall_s"}) as each run ends, and starts no run after the

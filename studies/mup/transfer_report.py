@@ -1,15 +1,19 @@
 """The transfer experiment's report: final validation loss per optimizer, parametrization, width and lr
 (mean over seeds), each width's best lr and how far it moves across the ladder — under μP it should
-stay put, under SP drift down as the model widens — as results.md and transfer.png."""
+stay put, under SP drift down as the model widens — as results.md and transfer.png; and, where the runs
+recorded them, the attention logits' RMS and each block's weight change along the schedule at each width's
+best lr (schedule.png): what μP's scales are meant to keep independent of width."""
 import math
 import statistics
 from pathlib import Path
 from typing import Dict, Optional
 
-from studies.mup.plots import NAMES, plot_transfer
+from studies.mup.plots import NAMES, plot_schedules, plot_transfer
 from studies.mup.transfer import DIVERGED, Cell, TransferSpec, read_results
 
 Losses = Dict[tuple, Dict[int, Dict[float, Optional[float]]]]  # [(optimizer, parametrization)][width][lr]
+Schedules = Dict[tuple, Dict[int, dict]]  # [(optimizer, parametrization)][width] = {"lr", "step", quantity: [...]}
+QUANTITIES = {"attn_logits": "attention-logit RMS", "weight_change": "weight change since the last eval"}
 
 
 def mean_losses(spec: TransferSpec, results: Dict[str, dict]) -> Losses:
@@ -67,18 +71,67 @@ def markdown(spec: TransferSpec, losses: Losses) -> str:
     return "\n".join(out)
 
 
+def schedules(spec: TransferSpec, results: Dict[str, dict], losses: Losses) -> Schedules:
+    """At each width's best lr, each evaluation's attention-logit RMS and weight change, averaged over the layers
+    and then over the seeds that recorded them (results rows with a "schedule"); widths without any left out."""
+    out: Schedules = {}
+    for key, per_width in best_lrs(losses).items():
+        for width, lr in per_width.items():
+            rows = [results.get(Cell(*key, width, lr, s).name, {}).get("schedule") for s in spec.seeds]
+            rows = [r for r in rows if r]
+            if not rows or any(r["step"] != rows[0]["step"] for r in rows):
+                continue
+            along = {"lr": lr, "step": rows[0]["step"]}
+            for quantity in QUANTITIES:
+                if all(quantity in r for r in rows):
+                    along[quantity] = [statistics.fmean(statistics.fmean(r[quantity][i]) for r in rows)
+                                       for i in range(len(along["step"]))]
+            out.setdefault(key, {})[width] = along
+    return out
+
+
+def schedule_markdown(along: Schedules) -> str:
+    out = ["## Along the schedule, at each width's best lr", "",
+           "Each evaluation's value, averaged over the layers and the seeds: the attention logits' RMS (q·kᵀ × "
+           "scale on the first validation sequence) and each block's relative weight change since the previous "
+           "evaluation (|W − W_prev| / |W_prev|; the first: since initialisation).", ""]
+    for key, per_width in sorted(along.items()):
+        steps = next(iter(per_width.values()))["step"]
+        out += [f"### {NAMES[key[0]]} · {NAMES[key[1]]}", "",
+                "| width | lr | quantity | " + " | ".join(f"step {s}" for s in steps) + " |",
+                "|---:|---:|---|" + "---:|" * len(steps)]
+        for width, row in sorted(per_width.items()):
+            for quantity, label in QUANTITIES.items():
+                if quantity in row:
+                    out.append(f"| {width} | {row['lr']:.3g} | {label} | " + " | ".join(f"{v:.4g}" for v in row[quantity])
+                               + " |")
+        out.append("")
+    return "\n".join(out)
+
+
 def _cell(per_lr: Dict[float, Optional[float]], lr: float, best: Optional[float]) -> str:
     if per_lr.get(lr) is None:
         return "×" if lr in per_lr else ""  # diverged, or not run yet
     return f"**{per_lr[lr]:.4f}**" if lr == best else f"{per_lr[lr]:.4f}"
 
 
+def report_text(spec: TransferSpec, results: Dict[str, dict]) -> str:
+    """results.md: the loss tables, then the schedule's table where the runs recorded one."""
+    losses = mean_losses(spec, results)
+    along = schedules(spec, results, losses)
+    return markdown(spec, losses) + ("\n" + schedule_markdown(along) if along else "")
+
+
 def write_report(spec: TransferSpec, directory: Path) -> tuple:
-    """results.md and transfer.png in the experiment directory, from whatever has finished."""
-    losses = mean_losses(spec, read_results(directory))
+    """results.md and transfer.png (and schedule.png) in the experiment directory, from whatever has finished."""
+    results = read_results(directory)
+    losses = mean_losses(spec, results)
     if not losses:
         raise ValueError(f"{directory} has no finished runs to report yet")
     table, figure = directory / "results.md", directory / "transfer.png"
-    table.write_text(markdown(spec, losses))
+    table.write_text(report_text(spec, results))
     plot_transfer(losses, figure)
+    along = schedules(spec, results, losses)
+    if along:
+        plot_schedules(along, QUANTITIES, directory / "schedule.png")
     return table, figure
