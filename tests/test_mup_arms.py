@@ -7,7 +7,8 @@ import pytest
 from scipy import stats
 
 from cli.mup import transfer as program
-from studies.mup.arms import BETTER, CANT_TELL, DIVERGED_WIDE, TOO_FEW, WORSE, arms_markdown, judge_arm
+from studies.mup.arms import (BETTER, CANT_TELL, DIVERGED_WIDE, NARROWS, TOO_FEW, WIDENS, WORSE, arms_markdown,
+                              compare_arms, comparisons_markdown, judge_arm)
 from studies.mup.transfer import DIVERGED, FINISHED, Cell, TransferSpec, open_experiment, record
 
 ARM = TransferSpec(widths=(64, 512), lrs=(0.01, 0.02, 0.04), seeds=(0, 1, 2), optimizers=("adamw",),
@@ -73,3 +74,62 @@ def test_the_command_line_prints_each_arm_and_refuses_no_directory(tmp_path, cap
     assert "#### `control`: width 512 is no worse than 64 at every lr" in capsys.readouterr().out
     with pytest.raises(ValueError, match=r"--dir DIR is needed \(or --arms DIR \.\.\.\)"):
         program.main([])
+
+
+def test_an_arm_against_the_control_pairs_each_seeds_gap_and_holm_adjusts_over_lrs(tmp_path):
+    """Per lr and seed the arm's L(512) − L(64) minus the control's; scipy's paired test on those gaps, Holm × 3."""
+    control = full({0.01: 0.30, 0.02: 0.10, 0.04: 0.0})
+    arm = full({0.01: 0.0, 0.02: 0.10, 0.04: 0.2})
+    for cell, noise in (((512, 0.01, 1), 0.02), ((512, 0.02, 2), 0.05), ((512, 0.04, 0), -0.03)):
+        arm[cell] += noise  # the seeds' gaps differ between the arms, so each lr is a real t-test
+    write_arm(tmp_path / "control", control)
+    write_arm(tmp_path / "arm", arm)
+    comparison = compare_arms(tmp_path / "control", tmp_path / "arm")
+    assert [r.call for r in comparison.rows] == [NARROWS, CANT_TELL, WIDENS]
+    row = comparison.rows[0]
+    gap = {name: [losses[(512, 0.01, s)] - losses[(64, 0.01, s)] for s in ARM.seeds]
+           for name, losses in (("control", control), ("arm", arm))}
+    assert row.control == pytest.approx(gap["control"]) and row.arm == pytest.approx(gap["arm"])
+    assert row.test.delta == pytest.approx(-0.30 + 0.02 / 3) and row.test.n == 3
+    tests = [stats.ttest_rel(r.arm, r.control).pvalue for r in comparison.rows]
+    assert [r.p_holm for r in comparison.rows] == pytest.approx(_holm(tests))
+    assert comparison.answer == "narrows the gap at lr 0.01; widens the gap at lr 0.04"
+    text = comparisons_markdown([comparison])
+    assert "#### `arm` against `control`: narrows the gap at lr 0.01; widens the gap at lr 0.04" in text
+    assert "| 0.01 | 3 | +0.3000 | +0.0067 | -0.29" in text
+
+
+def _holm(ps: list) -> list:
+    """Holm's step-down adjustment written out: the i-th smallest × (m − i), kept monotone, capped at 1."""
+    order, adjusted, running = sorted(range(len(ps)), key=ps.__getitem__), [0.0] * len(ps), 0.0
+    for i, k in enumerate(order):
+        running = max(running, min(1.0, ps[k] * (len(ps) - i)))
+        adjusted[k] = running
+    return adjusted
+
+
+def test_a_seed_with_a_diverged_run_in_either_arm_is_left_out_and_counted(tmp_path):
+    control, arm = full({lr: 0.0 for lr in ARM.lrs}), full({lr: 0.0 for lr in ARM.lrs})
+    arm[(512, 0.04, 0)] = None
+    control[(64, 0.01, 1)] = None
+    del arm[(64, 0.02, 2)], arm[(64, 0.02, 1)]  # lr 0.02: one seed finished both widths in the arm
+    write_arm(tmp_path / "control", control)
+    write_arm(tmp_path / "arm", arm)
+    rows = compare_arms(tmp_path / "control", tmp_path / "arm").rows
+    assert [(len(r.arm), r.left_out, r.call) for r in rows] == [(2, 1, CANT_TELL), (1, 0, TOO_FEW), (2, 1, CANT_TELL)]
+    text = comparisons_markdown([compare_arms(tmp_path / "control", tmp_path / "arm")])
+    assert "| 0.04 | 2 (1 diverged, left out) |" in text and "(one seed) | | fewer than 2 seeds |" in text
+    assert compare_arms(tmp_path / "control", tmp_path / "arm").answer == \
+        "not yet: 1 of 3 lrs have fewer than two seeds in both arms"
+
+
+def test_arms_of_different_grids_are_refused_and_the_command_compares_each_arm_to_the_first(tmp_path, capsys):
+    write_arm(tmp_path / "control", full({lr: 0.0 for lr in ARM.lrs}))
+    write_arm(tmp_path / "arm", full({lr: 0.0 for lr in ARM.lrs}))
+    other = TransferSpec(widths=(64, 256), lrs=ARM.lrs, seeds=ARM.seeds, optimizers=("adamw",), parametrizations=("mup",))
+    open_experiment(tmp_path / "other", other)
+    with pytest.raises(ValueError, match="not arms of one experiment"):
+        compare_arms(tmp_path / "control", tmp_path / "other")
+    assert program.main(["--arms", str(tmp_path / "control"), str(tmp_path / "arm")]) == 0
+    out = capsys.readouterr().out
+    assert "#### `control`: width 512" in out and "#### `arm` against `control`: no lr where it moves the gap" in out

@@ -5,7 +5,7 @@ import json
 import statistics
 
 from studies.mup.transfer import TransferSpec, read_results
-from studies.mup.arms import arms_markdown, judge_arm
+from studies.mup.arms import arms_markdown, compare_arms, comparisons_markdown, judge_arm
 from studies.mup.transfer_report import best_lrs, drift, markdown, mean_losses, report_text
 from tests.train_helpers import REPO
 
@@ -64,5 +64,9 @@ def test_each_published_arm_is_its_report_and_the_docs_say_how_far_it_got():
 
 
 def test_the_arms_answers_in_the_docs_are_what_the_rule_makes_of_the_runs():
-    assert arms_markdown([judge_arm(arm) for arm in published_arms()]).rstrip("\n") in \
-        (REPO / "docs" / "mup.md").read_text()
+    """Each arm's answer, then each arm against the control (the first): what `--arms` prints, in that order."""
+    arms, text = published_arms(), (REPO / "docs" / "mup.md").read_text()
+    control = ARMS / "control"
+    printed = arms_markdown([judge_arm(arm) for arm in [control, *(a for a in arms if a != control)]]) + "\n" + \
+        comparisons_markdown([compare_arms(control, arm) for arm in arms if arm != control])
+    assert printed.rstrip("\n") in text

@@ -6,6 +6,7 @@ Usage: python scripts/mup_transfer.py --dir DIR --dry-run   # the plan and its c
        python scripts/mup_transfer.py --dir DIR [--jobs 2]  # run; the same command again continues
        python scripts/mup_transfer.py --dir DIR --report    # table and figure of what has finished
        python scripts/mup_transfer.py --arms DIR [DIR ...]  # each arm: widest width no worse at every lr?
+                                                            # then each arm's gap against the first's
 Grid options (--widths, --lrs, ...) only for a new DIR: a rerun takes the plan DIR was started with.
 """
 import argparse
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 from studies.launcher import COMPLETED, NOT_RUN, Ended, Launcher
-from studies.mup.arms import arms_markdown, judge_arm
+from studies.mup.arms import arms_markdown, compare_arms, comparisons_markdown, judge_arm
 from studies.mup.transfer import (DIVERGED, FINISHED, STOPPED, Cell, TransferError, TransferSpec, cost_table,
                                    open_experiment, read_results, run_cells, schedule,
                                    seconds_per_run)
@@ -37,7 +38,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--dir", type=Path, help="the experiment directory (created, or continued)")
     p.add_argument("--arms", type=Path, nargs="+", metavar="DIR",
                    help="instead: for each arm's directory, is its widest width no worse than its narrowest at "
-                        "every lr (paired over seeds; docs/mup.md)")
+                        "every lr (paired over seeds; docs/mup.md); then each arm against the first (the control)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated time; train nothing")
     p.add_argument("--report", action="store_true", help="only write results.md and transfer.png")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time, each its own process (default 2: 2 cores)")
@@ -141,6 +142,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.arms:
         print(arms_markdown([judge_arm(d) for d in args.arms]))
+        if len(args.arms) > 1:  # the first is the control: does each other arm move the gap?
+            print(comparisons_markdown([compare_arms(args.arms[0], d) for d in args.arms[1:]]))
         return 0
     if args.dir is None:
         raise ValueError("--dir DIR is needed (or --arms DIR ...)")

@@ -3,13 +3,18 @@ the narrowest at every lr? Per lr, the paired difference over the seeds both wid
 (lower loss is better), with its 95 % interval; a lr is "worse" when the paired t-test, Holm-adjusted over the
 arm's lrs, rejects no difference at 0.05 with the wide width behind, or when only the wide width diverged. An arm
 answers "no worse at every lr" only when every lr has two or more seeds and none is worse; until then it says
-what is missing. The rule is fixed here, before the runs it will judge."""
+what is missing.
+
+Which setting moves the gap: each arm against the control (`compare_arms`), per lr, the paired difference over
+seeds of the two arms' gaps, [L(wide) − L(narrow)] in the arm minus the same in the control (a seed draws the same
+data and, but for what the arm changes, the same initial weights in both), Holm over the lrs; a seed with a diverged
+run in either arm is left out and counted. The rules are fixed here, before the runs they will judge."""
 import json
 import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from analysis.stats import TTest, decimals, format_p, paired_t
 from analysis.verdicts import adjust
@@ -18,6 +23,7 @@ from studies.mup.transfer import DIVERGED, SPEC_FILE, Cell, TransferSpec, read_r
 ALPHA = 0.05
 WORSE, BETTER, CANT_TELL, DIVERGED_WIDE, TOO_FEW = "worse", "better", "can't tell", "diverged at the wide width", \
     "fewer than 2 seeds"
+NARROWS, WIDENS = "narrows the gap", "widens the gap"
 
 
 @dataclass(frozen=True)
@@ -50,28 +56,38 @@ class Arm:
         return f"width {self.wide_width} is no worse than {self.narrow_width} at every lr"
 
 
-def judge_arm(directory: Path) -> Arm:
-    """The arm in `directory` (an experiment of one optimizer, one parametrization, two or more widths)."""
+def _seed_pairs(directory: Path) -> Tuple[TransferSpec, int, int, Dict[float, Dict[int, tuple]]]:
+    """(the arm's spec, narrow width, wide width, {lr: {seed: (narrow run's row, wide run's row)}}) for the seeds
+    whose runs finished at both widths (diverged or not)."""
     spec = TransferSpec.from_dict(json.loads((directory / SPEC_FILE).read_text()))
     if len(spec.optimizers) != 1 or len(spec.parametrizations) != 1:
         raise ValueError(f"{directory}: an arm has one optimizer and one parametrization")
     results, (optimizer,), (parametrization,) = read_results(directory), spec.optimizers, spec.parametrizations
     narrow, wide = min(spec.widths), max(spec.widths)
-    pending = []
+    pairs = {}
     for lr in spec.lrs:
-        pairs = []  # (narrow, wide) rows of each seed both widths finished
+        pairs[lr] = {}
         for seed in spec.seeds:
-            rows = [results.get(Cell(optimizer, parametrization, w, lr, seed).name) for w in (narrow, wide)]
+            rows = tuple(results.get(Cell(optimizer, parametrization, w, lr, seed).name) for w in (narrow, wide))
             if all(rows):
-                pairs.append(rows)
-        pending.append((lr, pairs))
-    finite = {lr: [(a["val_loss"], b["val_loss"]) for a, b in pairs if DIVERGED not in (a["status"], b["status"])]
-              for lr, pairs in pending}
+                pairs[lr][seed] = rows
+    return spec, narrow, wide, pairs
+
+
+def _finite(pair: tuple) -> bool:
+    return all(row["status"] != DIVERGED for row in pair)
+
+
+def judge_arm(directory: Path) -> Arm:
+    """The arm in `directory` (an experiment of one optimizer, one parametrization, two or more widths)."""
+    spec, narrow, wide, pairs = _seed_pairs(directory)
+    finite = {lr: [(a["val_loss"], b["val_loss"]) for a, b in seeds.values() if _finite((a, b))]
+              for lr, seeds in pairs.items()}
     tests = {lr: paired_t([b for _, b in f], [a for a, _ in f]) for lr, f in finite.items() if len(f) >= 2}
     holm = dict(zip(tests, adjust([t.p for t in tests.values()])))
     rows = []
-    for lr, pairs in pending:
-        diverged_wide = any(b["status"] == DIVERGED and a["status"] != DIVERGED for a, b in pairs)
+    for lr, seeds in pairs.items():
+        diverged_wide = any(b["status"] == DIVERGED and a["status"] != DIVERGED for a, b in seeds.values())
         test, p = tests.get(lr), holm.get(lr, math.nan)
         if diverged_wide:
             call = DIVERGED_WIDE
@@ -101,5 +117,80 @@ def arms_markdown(arms: Sequence[Arm]) -> str:
             t, d = row.test, decimals(row.test.half_width)
             out.append(f"| {row.lr:.3g} | {t.n} | {statistics.fmean(row.narrow):.4f} | {statistics.fmean(row.wide):.4f} "
                        f"| {t.delta:+.{d}f} [{t.low:+.{d}f}, {t.high:+.{d}f}] | {format_p(row.p_holm)} | {row.call} |")
+        out.append("")
+    return "\n".join(out)
+
+
+@dataclass(frozen=True)
+class GapRow:
+    lr: float
+    control: List[float]  # each paired seed's gap, L(wide) − L(narrow), in the control arm
+    arm: List[float]  # the same seeds' gaps in the arm
+    left_out: int  # seeds both arms finished at both widths, left out because one of their runs diverged
+    test: Optional[TTest]  # arm − control; None under two seeds
+    p_holm: float
+    call: str
+
+
+@dataclass(frozen=True)
+class GapComparison:
+    control: str
+    arm: str
+    rows: List[GapRow]
+
+    @property
+    def answer(self) -> str:
+        moved = [f"{call} at lr " + ", ".join(f"{r.lr:.3g}" for r in self.rows if r.call == call)
+                 for call in (NARROWS, WIDENS) if any(r.call == call for r in self.rows)]
+        if moved:
+            return "; ".join(moved)
+        missing = sum(r.call == TOO_FEW for r in self.rows)
+        if missing:
+            return f"not yet: {missing} of {len(self.rows)} lrs have fewer than two seeds in both arms"
+        return "no lr where it moves the gap"
+
+
+def compare_arms(control: Path, arm: Path) -> GapComparison:
+    """Does `arm` change the wide width's gap to the narrow one, against `control` (same grid)?"""
+    spec_c, *_, pairs_c = _seed_pairs(control)
+    spec_a, *_, pairs_a = _seed_pairs(arm)
+    if any(getattr(spec_c, k) != getattr(spec_a, k) for k in ("widths", "lrs", "seeds", "optimizers")):
+        raise ValueError(f"{arm} and {control} are not arms of one experiment: their widths, lrs, seeds or "
+                         "optimizers differ")
+    gaps, left_out = {}, {}
+    for lr in spec_c.lrs:
+        both = sorted(set(pairs_c[lr]) & set(pairs_a[lr]))
+        kept = [s for s in both if _finite(pairs_c[lr][s]) and _finite(pairs_a[lr][s])]
+        gaps[lr] = [tuple(p[s][1]["val_loss"] - p[s][0]["val_loss"] for p in (pairs_c[lr], pairs_a[lr]))
+                    for s in kept]
+        left_out[lr] = len(both) - len(kept)
+    tests = {lr: paired_t([a for _, a in g], [c for c, _ in g]) for lr, g in gaps.items() if len(g) >= 2}
+    holm = dict(zip(tests, adjust([t.p for t in tests.values()])))
+    rows = []
+    for lr, g in gaps.items():
+        test, p = tests.get(lr), holm.get(lr, math.nan)
+        call = TOO_FEW if test is None else CANT_TELL if not p < ALPHA else WIDENS if test.delta > 0 else NARROWS
+        rows.append(GapRow(lr, [c for c, _ in g], [a for _, a in g], left_out[lr], test, p, call))
+    return GapComparison(control.name, arm.name, rows)
+
+
+def comparisons_markdown(comparisons: Sequence[GapComparison]) -> str:
+    """One table per arm against the control: each lr's gap in both, the paired difference and its call."""
+    out = []
+    for c in comparisons:
+        out += [f"#### `{c.arm}` against `{c.control}`: {c.answer}", "",
+                f"| lr | seeds | gap in `{c.control}` | gap in `{c.arm}` | Δ gap (arm − control) [95 % CI] | p (Holm) | "
+                "call |", "|---:|---:|---:|---:|---|---:|---|"]
+        for row in c.rows:
+            seeds = f"{len(row.arm)}" + (f" ({row.left_out} diverged, left out)" if row.left_out else "")
+            if row.test is None:
+                gaps = f"{row.control[0]:+.4f} | {row.arm[0]:+.4f} | {row.arm[0] - row.control[0]:+.4f} (one seed)" \
+                    if row.arm else " | | "
+                out.append(f"| {row.lr:.3g} | {seeds} | {gaps} | | {row.call} |")
+                continue
+            t, d = row.test, decimals(row.test.half_width)
+            out.append(f"| {row.lr:.3g} | {seeds} | {statistics.fmean(row.control):+.4f} | "
+                       f"{statistics.fmean(row.arm):+.4f} | {t.delta:+.{d}f} [{t.low:+.{d}f}, {t.high:+.{d}f}] | "
+                       f"{format_p(row.p_holm)} | {row.call} |")
         out.append("")
     return "\n".join(out)
