@@ -94,7 +94,7 @@ def main(argv=None) -> int:
         todo = c.to_do()
         print(cost(c, todo), flush=True)
         check_added_seeds(c.looks(), {n: range(spec.seeds) for n in c.run_names}, args.sequential,
-                          f"or use another --dir")
+                          "or use another --dir")
         if args.dry_run:
             return 0
         check_step_cost(c)

@@ -4,7 +4,6 @@ state.json, so a kill -9 and a resume end bitwise where the uninterrupted run en
 
 The runs here read a step clock (tests/fault_injection.py's step_clock): each step costs the seconds the test
 says, so a machine that slows down, or a start on a busy machine, is the same on every CPU and every run."""
-import json
 import math
 import signal
 

@@ -90,7 +90,7 @@ def test_resume_refuses_architecture_overrides_but_not_dropout(ckpt):
 
 
 def test_resume_refuses_a_data_tokenizer_other_than_the_checkpoints(ckpt, tmp_path):
-    cfg = check_checkpoint_consistency(ckpt)
+    check_checkpoint_consistency(ckpt)
     same = tmp_path / "same.json"
     same.write_text(json.dumps(json.loads((ckpt / "tokenizer.json").read_text()), indent=4))  # reformatted
     check_resume_tokenizer(ckpt, same)

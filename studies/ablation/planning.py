@@ -84,5 +84,5 @@ def power_table(spec: Spec, sd: Optional[float], source: str) -> str:
                  + f" at this spread; planned {len(spec.seeds)}"
                  + ("" if needed and needed <= len(spec.seeds) else " (the target is not met: read 'can't tell' "
                     "as 'too few seeds', never as 'the same')")
-                 + f"; the MDE is proportional to the spread (MDE/sd), which longer runs may shrink")
+                 + "; the MDE is proportional to the spread (MDE/sd), which longer runs may shrink")
     return "\n".join(lines)

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import List, Optional, Sequence
 
 from studies.speedrun.spec import SpeedrunError
-from training.runtime.loop_cost import LoopCost, event_counts, steady_tokens_per_s
+from training.runtime.loop_cost import LoopCost, event_counts
 
 # A run is "slow" (the machine was probably busy) when its throughput falls this far below the probe's.
 SLOW_FRACTION = 0.05
