@@ -130,6 +130,16 @@ def test_arms_of_different_grids_are_refused_and_the_command_compares_each_arm_t
     open_experiment(tmp_path / "other", other)
     with pytest.raises(ValueError, match="not arms of one experiment"):
         compare_arms(tmp_path / "control", tmp_path / "other")
-    assert program.main(["--arms", str(tmp_path / "control"), str(tmp_path / "arm")]) == 0
+    partial = full({lr: 0.1 for lr in ARM.lrs})
+    del partial[(512, 0.04, 1)], partial[(512, 0.04, 2)]  # one seed at lr 0.04: a hollow marker
+    write_arm(tmp_path / "partial", partial)
+    figure = tmp_path / "arms.png"
+    arms = [str(tmp_path / name) for name in ("control", "arm", "partial")]
+    assert program.main(["--arms", *arms, "--figure", str(figure)]) == 0
     out = capsys.readouterr().out
     assert "#### `control`: width 512" in out and "#### `arm` against `control`: no lr where it moves the gap" in out
+    assert "#### `partial` against `control`: widens the gap at lr 0.01, 0.02; not yet: 1 of 3 lrs have fewer " \
+        "than two seeds in both arms" in out
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match="--figure PNG goes with --arms"):
+        program.main(["--dir", str(tmp_path / "control"), "--figure", str(figure)])

@@ -5,7 +5,8 @@ the table (results.md) and the figure (transfer.png) in --dir.
 Usage: python scripts/mup_transfer.py --dir DIR --dry-run   # the plan and its cost (a few seconds' timing)
        python scripts/mup_transfer.py --dir DIR [--jobs 2]  # run; the same command again continues
        python scripts/mup_transfer.py --dir DIR --report    # table and figure of what has finished
-       python scripts/mup_transfer.py --arms DIR [DIR ...]  # each arm: widest width no worse at every lr?
+       python scripts/mup_transfer.py --arms DIR [DIR ...] [--figure PNG]
+                                                            # each arm: widest width no worse at every lr?
                                                             # then each arm's gap against the first's
 Grid options (--widths, --lrs, ...) only for a new DIR: a rerun takes the plan DIR was started with.
 """
@@ -22,6 +23,7 @@ from studies.mup.arms import arms_markdown, compare_arms, comparisons_markdown, 
 from studies.mup.transfer import (DIVERGED, FINISHED, STOPPED, Cell, TransferError, TransferSpec, cost_table,
                                    open_experiment, read_results, run_cells, schedule,
                                    seconds_per_run)
+from studies.mup.plots import plot_arms
 from studies.mup.transfer_report import write_report
 from analysis.runs import read_run
 from cli.config import compose_train_config
@@ -39,6 +41,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--arms", type=Path, nargs="+", metavar="DIR",
                    help="instead: for each arm's directory, is its widest width no worse than its narrowest at "
                         "every lr (paired over seeds; docs/mup.md); then each arm against the first (the control)")
+    p.add_argument("--figure", type=Path, metavar="PNG",
+                   help="with --arms: also draw each arm's gap against the lr into PNG")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated time; train nothing")
     p.add_argument("--report", action="store_true", help="only write results.md and transfer.png")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time, each its own process (default 2: 2 cores)")
@@ -141,10 +145,15 @@ def print_plan(spec: TransferSpec) -> None:
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.arms:
-        print(arms_markdown([judge_arm(d) for d in args.arms]))
+        arms = [judge_arm(d) for d in args.arms]
+        print(arms_markdown(arms))
         if len(args.arms) > 1:  # the first is the control: does each other arm move the gap?
             print(comparisons_markdown([compare_arms(args.arms[0], d) for d in args.arms[1:]]))
+        if args.figure:
+            plot_arms(arms, args.figure)
         return 0
+    if args.figure:
+        raise ValueError("--figure PNG goes with --arms DIR ...: it draws the arms' gaps")
     if args.dir is None:
         raise ValueError("--dir DIR is needed (or --arms DIR ...)")
     if args.jobs < 1 or args.threads < 1:

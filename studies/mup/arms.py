@@ -142,12 +142,10 @@ class GapComparison:
     def answer(self) -> str:
         moved = [f"{call} at lr " + ", ".join(f"{r.lr:.3g}" for r in self.rows if r.call == call)
                  for call in (NARROWS, WIDENS) if any(r.call == call for r in self.rows)]
-        if moved:
-            return "; ".join(moved)
         missing = sum(r.call == TOO_FEW for r in self.rows)
         if missing:
-            return f"not yet: {missing} of {len(self.rows)} lrs have fewer than two seeds in both arms"
-        return "no lr where it moves the gap"
+            moved.append(f"not yet: {missing} of {len(self.rows)} lrs have fewer than two seeds in both arms")
+        return "; ".join(moved) or "no lr where it moves the gap"
 
 
 def compare_arms(control: Path, arm: Path) -> GapComparison:
