@@ -44,6 +44,16 @@ def fake_training(losses: dict, calls: list):
     return lambda pairs: ((cell, train_cell(cell, run_dir)) for cell, run_dir in pairs)
 
 
+def test_one_run_at_a_time_trains_each_seeds_narrow_runs_first_so_every_wide_run_ends_paired(tmp_path):
+    spec = open_experiment(tmp_path, TransferSpec(widths=(64, 512), lrs=(0.01, 0.02), seeds=(0, 1),
+                                                  optimizers=("adamw",), parametrizations=("mup",)))
+    calls = []
+    run_cells(spec, tmp_path, fake_training({}, calls), say=lambda *a, **k: None, one_at_a_time=True)
+    assert calls == [Cell("adamw", "mup", width, lr, seed).name for seed in (0, 1) for width in (64, 512)
+                     for lr in (0.01, 0.02)]
+    assert [c.width for c in spec.cells()][:2] == [512, 512]  # parallel jobs: the long runs first
+
+
 def test_the_runner_records_each_run_once_and_continues_where_it_stopped(tmp_path):
     spec = open_experiment(tmp_path, SMALL)
     calls = []
@@ -110,13 +120,13 @@ def test_a_tiny_experiment_runs_end_to_end_and_a_rerun_has_nothing_to_do(tmp_pat
             "--set", "trainer.activation_rms=true", "--set", "trainer.weight_change=true"]
     assert program.main(args) == 0
     rows = [json.loads(line) for line in (tmp_path / "exp" / "results.jsonl").read_text().splitlines()]
-    assert [(r["width"], r["status"]) for r in rows] == [(64, FINISHED), (32, FINISHED)]
+    assert [(r["width"], r["status"]) for r in rows] == [(32, FINISHED), (64, FINISHED)]  # --jobs 1: narrow first
     assert all(math.isfinite(r["val_loss"]) for r in rows)
-    run = tmp_path / "exp" / "runs" / rows[0]["cell"]
+    run = tmp_path / "exp" / "runs" / rows[1]["cell"]
     assert "parametrization mup (m = 2 over base width 32)" in (run.parent / f"{run.name}.log").read_text()
     assert not (run / "checkpoints").exists() and (tmp_path / "exp" / "transfer.png").exists()
     evals = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "eval"]
-    assert rows[0]["schedule"] == {"step": [2, 3], "attn_logits": [r["rms_attn_logits"] for r in evals],
+    assert rows[1]["schedule"] == {"step": [2, 3], "attn_logits": [r["rms_attn_logits"] for r in evals],
                                    "weight_change": [r["weight_change"] for r in evals]}  # what results.jsonl keeps
     assert "## Along the schedule" in (tmp_path / "exp" / "results.md").read_text()
     assert (tmp_path / "exp" / "schedule.png").stat().st_size > 0

@@ -172,7 +172,7 @@ def main(argv=None) -> int:
         return 0
     runs = functools.partial(train_cells, spec=spec, threads=args.threads, jobs=args.jobs,
                              keep_checkpoints=args.keep_checkpoints)
-    status = run_cells(spec, args.dir, runs)
+    status = run_cells(spec, args.dir, runs, one_at_a_time=args.jobs == 1)
     if read_results(args.dir):
         print("written: " + ", ".join(map(str, write_report(spec, args.dir))))
     return status

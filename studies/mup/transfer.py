@@ -66,10 +66,12 @@ class TransferSpec:
         if unknown:
             raise TransferError(f"unknown optimizer or parametrization {sorted(unknown)}; use adamw/muon, sp/mup")
 
-    def cells(self) -> List[Cell]:
-        """Seed by seed, so the first seed's whole picture comes first; the widest first within a seed, so
-        parallel jobs do not end on one long run."""
-        return [Cell(o, p, w, lr, s) for s in self.seeds for w in sorted(self.widths, reverse=True)
+    def cells(self, narrow_first: bool = False) -> List[Cell]:
+        """Seed by seed, so the first seed's whole picture comes first; within a seed the widest first, so
+        parallel jobs do not end on one long run — or, `narrow_first` (one run at a time), the cheap narrow runs
+        first, so each wide run pairs with its narrow partner the moment it ends, and a session that stops
+        mid-seed leaves no wide run unpaired."""
+        return [Cell(o, p, w, lr, s) for s in self.seeds for w in sorted(self.widths, reverse=not narrow_first)
                 for o in self.optimizers for p in self.parametrizations for lr in self.lrs]
 
     def extends(self, other: "TransferSpec") -> bool:
@@ -138,13 +140,14 @@ def schedule(evals: List[dict]) -> Optional[dict]:
     return {"step": [row["step"] for row in evals], **found} if found else None
 
 
-def run_cells(spec: TransferSpec, directory: Path, train_cells: Callable, say=print) -> int:
+def run_cells(spec: TransferSpec, directory: Path, train_cells: Callable, say=print, one_at_a_time: bool = False) -> int:
     """Train every cell results.jsonl lacks; `train_cells([(cell, run_dir), …])` yields (cell, {"status":
     finished | diverged | stopped, "val_loss", "wall_s"}) as each run ends, and starts no run after the
     caller stops reading. A run directory left by a cut-off run is moved aside first (never deleted).
+    `one_at_a_time`: the runs go one by one, so each seed's narrow runs go first (TransferSpec.cells).
     Returns 0 when all are done, 130 when a run was stopped (rerun to go on)."""
     done = read_results(directory)
-    todo = [c for c in spec.cells() if c.name not in done]
+    todo = [c for c in spec.cells(narrow_first=one_at_a_time) if c.name not in done]
     say(f"{len(done)} runs done, {len(todo)} to do")
     for cell in todo:
         if (directory / "runs" / cell.name).exists():
