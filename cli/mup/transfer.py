@@ -6,7 +6,7 @@ Usage: python scripts/mup_transfer.py --dir DIR --dry-run   # the plan and its c
        python scripts/mup_transfer.py --dir DIR [--jobs 2]  # run; the same command again continues
        python scripts/mup_transfer.py --dir DIR --report    # table and figure of what has finished
        python scripts/mup_transfer.py --arms DIR [DIR ...] [--figure PNG]
-                                                            # each arm: widest width no worse at every lr?
+                                                            # each arm: is its widest width worse at some lr?
                                                             # then each arm's gap against the first's
 Grid options (--widths, --lrs, ...) only for a new DIR: a rerun takes the plan DIR was started with.
 """
@@ -39,8 +39,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=description(__doc__))
     p.add_argument("--dir", type=Path, help="the experiment directory (created, or continued)")
     p.add_argument("--arms", type=Path, nargs="+", metavar="DIR",
-                   help="instead: for each arm's directory, is its widest width no worse than its narrowest at "
-                        "every lr (paired over seeds; docs/mup.md); then each arm against the first (the control)")
+                   help="instead: for each arm's directory, is its widest width worse than its narrowest at some lr "
+                        "(paired over seeds; docs/mup.md); then each arm against the first (the control)")
     p.add_argument("--figure", type=Path, metavar="PNG",
                    help="with --arms: also draw each arm's gap against the lr into PNG")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated time; train nothing")

@@ -1,14 +1,16 @@
 """The width-512 AdamW experiment's question, asked of each arm (docs/mup.md): is the widest width no worse than
 the narrowest at every lr? Per lr, the paired difference over the seeds both widths finished, L(wide) − L(narrow)
 (lower loss is better), with its 95 % interval; a lr is "worse" when the paired t-test, Holm-adjusted over the
-arm's lrs, rejects no difference at 0.05 with the wide width behind, or when only the wide width diverged. An arm
-answers "no worse at every lr" only when every lr has two or more seeds and none is worse; until then it says
-what is missing.
+arm's lrs, rejects no difference at 0.05 with the wide width behind, or when only the wide width diverged. Once
+every lr has two or more seeds and none is worse, an arm answers "not shown worse at any lr", with the largest upper
+bound of its intervals: a test that rejects nothing is not evidence of "no worse" (that would need a margin fixed
+in advance and intervals under it), so the words claim no more than the test; until then it says what is missing.
 
 Which setting moves the gap: each arm against the control (`compare_arms`), per lr, the paired difference over
 seeds of the two arms' gaps, [L(wide) − L(narrow)] in the arm minus the same in the control (a seed draws the same
 data and, but for what the arm changes, the same initial weights in both), Holm over the lrs; a seed with a diverged
-run in either arm is left out and counted. The rules are fixed here, before the runs they will judge."""
+run in either arm is left out and counted; "no lr where it is shown to move the gap" otherwise. The rules are
+fixed here, before the runs they will judge."""
 import json
 import math
 import statistics
@@ -53,7 +55,11 @@ class Arm:
         missing = [r for r in self.rows if r.call == TOO_FEW]
         if missing:
             return f"not yet: {len(missing)} of {len(self.rows)} lrs have fewer than two seeds at both widths"
-        return f"width {self.wide_width} is no worse than {self.narrow_width} at every lr"
+        top = max(r.test.high for r in self.rows)
+        fewest, most = min(r.test.n for r in self.rows), max(r.test.n for r in self.rows)
+        seeds = f"{fewest}" if fewest == most else f"{fewest}–{most}"
+        return (f"width {self.wide_width} is not shown worse than {self.narrow_width} at any lr ({seeds} seeds; "
+                f"upper 95 % bounds up to {top:+.2f} nats)")
 
 
 def _seed_pairs(directory: Path) -> Tuple[TransferSpec, int, int, Dict[float, Dict[int, tuple]]]:
@@ -145,7 +151,7 @@ class GapComparison:
         missing = sum(r.call == TOO_FEW for r in self.rows)
         if missing:
             moved.append(f"not yet: {missing} of {len(self.rows)} lrs have fewer than two seeds in both arms")
-        return "; ".join(moved) or "no lr where it moves the gap"
+        return "; ".join(moved) or "no lr where it is shown to move the gap"
 
 
 def compare_arms(control: Path, arm: Path) -> GapComparison:
