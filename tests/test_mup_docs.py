@@ -70,3 +70,4 @@ def test_the_arms_answers_in_the_docs_are_what_the_rule_makes_of_the_runs():
     printed = arms_markdown([judge_arm(arm) for arm in [control, *(a for a in arms if a != control)]]) + "\n" + \
         comparisons_markdown([compare_arms(control, arm) for arm in arms if arm != control])
     assert printed.rstrip("\n") in text
+    assert "![" in text and "(mup/arms/arms.png)" in text and (ARMS / "arms.png").stat().st_size > 0  # --figure's
