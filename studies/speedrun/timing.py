@@ -7,7 +7,8 @@ from dataclasses import asdict, dataclass
 from typing import List, Optional, Sequence
 
 from studies.speedrun.spec import SpeedrunError
-from training.runtime.loop_cost import LoopCost, event_counts
+# steady_tokens_per_s is part of this module's interface: campaign.py reads it as T.steady_tokens_per_s.
+from training.runtime.loop_cost import LoopCost, event_counts, steady_tokens_per_s  # noqa: F401
 
 # A run is "slow" (the machine was probably busy) when its throughput falls this far below the probe's.
 SLOW_FRACTION = 0.05
