@@ -114,15 +114,7 @@ def arms_markdown(arms: Sequence[Arm]) -> str:
         out += [f"#### `{arm.name}`: {arm.answer}", "", f"Settings: `{arm.settings}`.", "",
                 f"| lr | seeds | loss at {arm.narrow_width} | loss at {arm.wide_width} | Δ ({arm.wide_width} − "
                 f"{arm.narrow_width}) [95 % CI] | p (Holm) | call |", "|---:|---:|---:|---:|---|---:|---|"]
-        for row in arm.rows:
-            if row.test is None:  # one seed at most: its losses and difference, no interval
-                losses = f"{row.narrow[0]:.4f} | {row.wide[0]:.4f} | {row.wide[0] - row.narrow[0]:+.4f} (one seed)" \
-                    if row.wide else " | | "
-                out.append(f"| {row.lr:.3g} | {len(row.wide)} | {losses} | | {row.call} |")
-                continue
-            t, d = row.test, decimals(row.test.half_width)
-            out.append(f"| {row.lr:.3g} | {t.n} | {statistics.fmean(row.narrow):.4f} | {statistics.fmean(row.wide):.4f} "
-                       f"| {t.delta:+.{d}f} [{t.low:+.{d}f}, {t.high:+.{d}f}] | {format_p(row.p_holm)} | {row.call} |")
+        out += [_table_row(r.lr, f"{len(r.wide)}", r.narrow, r.wide, r.test, r.p_holm, r.call) for r in arm.rows]
         out.append("")
     return "\n".join(out)
 
@@ -185,16 +177,21 @@ def comparisons_markdown(comparisons: Sequence[GapComparison]) -> str:
         out += [f"#### `{c.arm}` against `{c.control}`: {c.answer}", "",
                 f"| lr | seeds | gap in `{c.control}` | gap in `{c.arm}` | Δ gap (arm − control) [95 % CI] | p (Holm) | "
                 "call |", "|---:|---:|---:|---:|---|---:|---|"]
-        for row in c.rows:
-            seeds = f"{len(row.arm)}" + (f" ({row.left_out} diverged, left out)" if row.left_out else "")
-            if row.test is None:
-                gaps = f"{row.control[0]:+.4f} | {row.arm[0]:+.4f} | {row.arm[0] - row.control[0]:+.4f} (one seed)" \
-                    if row.arm else " | | "
-                out.append(f"| {row.lr:.3g} | {seeds} | {gaps} | | {row.call} |")
-                continue
-            t, d = row.test, decimals(row.test.half_width)
-            out.append(f"| {row.lr:.3g} | {seeds} | {statistics.fmean(row.control):+.4f} | "
-                       f"{statistics.fmean(row.arm):+.4f} | {t.delta:+.{d}f} [{t.low:+.{d}f}, {t.high:+.{d}f}] | "
-                       f"{format_p(row.p_holm)} | {row.call} |")
+        for r in c.rows:
+            seeds = f"{len(r.arm)}" + (f" ({r.left_out} diverged, left out)" if r.left_out else "")
+            out.append(_table_row(r.lr, seeds, r.control, r.arm, r.test, r.p_holm, r.call, sign="+"))
         out.append("")
     return "\n".join(out)
+
+
+def _table_row(lr: float, seeds: str, first: List[float], second: List[float], test: Optional[TTest], p_holm: float,
+               call: str, sign: str = "") -> str:
+    """One lr's row: the two sides' means (one seed: its values and difference, no interval), second − first with its
+    95 % interval, Holm's p and the call. `sign="+"` signs the sides' values (gaps, not losses)."""
+    if test is None:
+        values = f"{first[0]:{sign}.4f} | {second[0]:{sign}.4f} | {second[0] - first[0]:+.4f} (one seed)" if second \
+            else " | | "
+        return f"| {lr:.3g} | {seeds} | {values} | | {call} |"
+    d = decimals(test.half_width)
+    return (f"| {lr:.3g} | {seeds} | {statistics.fmean(first):{sign}.4f} | {statistics.fmean(second):{sign}.4f} | "
+            f"{test.delta:+.{d}f} [{test.low:+.{d}f}, {test.high:+.{d}f}] | {format_p(p_holm)} | {call} |")
