@@ -134,6 +134,9 @@ def test_arms_of_different_grids_are_refused_and_the_command_compares_each_arm_t
     open_experiment(tmp_path / "other", other)
     with pytest.raises(ValueError, match="not arms of one experiment"):
         compare_arms(tmp_path / "control", tmp_path / "other")
+    with pytest.raises(ValueError, match=r"missing is not an arm's directory \(no spec.json\)"):
+        program.main(["--arms", str(tmp_path / "control"), str(tmp_path / "missing")])
+    assert not (tmp_path / "missing").exists()  # nothing made where nothing was
     partial = full({lr: 0.1 for lr in ARM.lrs})
     del partial[(512, 0.04, 1)], partial[(512, 0.04, 2)]  # one seed at lr 0.04: a hollow marker
     write_arm(tmp_path / "partial", partial)

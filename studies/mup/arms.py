@@ -11,7 +11,6 @@ seeds of the two arms' gaps, [L(wide) − L(narrow)] in the arm minus the same i
 data and, but for what the arm changes, the same initial weights in both), Holm over the lrs; a seed with a diverged
 run in either arm is left out and counted; "no lr where it is shown to move the gap" otherwise. The rules are
 fixed here, before the runs they will judge."""
-import json
 import math
 import statistics
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from analysis.stats import TTest, decimals, format_p, paired_t
 from analysis.verdicts import adjust
-from studies.mup.transfer import DIVERGED, SPEC_FILE, Cell, TransferSpec, read_results
+from studies.mup.transfer import DIVERGED, SPEC_FILE, Cell, TransferSpec, open_experiment, read_results
 
 ALPHA = 0.05
 WORSE, BETTER, CANT_TELL, DIVERGED_WIDE, TOO_FEW = "worse", "better", "can't tell", "diverged at the wide width", \
@@ -65,7 +64,10 @@ class Arm:
 def _seed_pairs(directory: Path) -> Tuple[TransferSpec, int, int, Dict[float, Dict[int, tuple]]]:
     """(the arm's spec, narrow width, wide width, {lr: {seed: (narrow run's row, wide run's row)}}) for the seeds
     whose runs finished at both widths (diverged or not)."""
-    spec = TransferSpec.from_dict(json.loads((directory / SPEC_FILE).read_text()))
+    if not (directory / SPEC_FILE).exists():
+        raise ValueError(f"{directory} is not an arm's directory (no {SPEC_FILE}): pass the --dir of a transfer "
+                         "experiment (docs/mup/arms/<arm>)")
+    spec = open_experiment(directory, None, create=False)  # spec.json as the runner reads it, its errors included
     if len(spec.optimizers) != 1 or len(spec.parametrizations) != 1:
         raise ValueError(f"{directory}: an arm has one optimizer and one parametrization")
     results, (optimizer,), (parametrization,) = read_results(directory), spec.optimizers, spec.parametrizations
