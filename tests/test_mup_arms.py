@@ -148,5 +148,21 @@ def test_arms_of_different_grids_are_refused_and_the_command_compares_each_arm_t
     assert "#### `partial` against `control`: widens the gap at lr 0.01, 0.02; not yet: 1 of 3 lrs have fewer " \
         "than two seeds in both arms" in out
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    with pytest.raises(ValueError, match="--figure PNG goes with --arms"):
+    with pytest.raises(ValueError, match="--figure and --factorial go with --arms"):
         program.main(["--dir", str(tmp_path / "control"), "--figure", str(figure)])
+
+
+def test_the_comparison_counts_the_narrow_runs_that_end_bit_for_bit_at_the_controls_loss(tmp_path):
+    """An arm whose change is the identity at the narrow width reproduces the control's narrow runs exactly; one
+    that does not (another machine, another kernel) shows up as a count below the total."""
+    control = full({lr: 0.0 for lr in ARM.lrs})
+    arm = dict(control)
+    arm[(64, 0.02, 1)] += 1e-12  # one narrow run off in the last digits
+    arm[(64, 0.04, 2)] = None  # a diverged narrow run is not counted
+    del arm[(64, 0.01, 0)]  # nor one not run yet
+    write_arm(tmp_path / "control", control)
+    write_arm(tmp_path / "arm", arm)
+    comparison = compare_arms(tmp_path / "control", tmp_path / "arm")
+    assert comparison.same_narrow == (6, 7)
+    assert "At the narrow width 64, 6 of the 7 runs both finished end at the control's loss to the last digit." in \
+        comparisons_markdown([comparison])

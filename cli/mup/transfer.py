@@ -8,6 +8,8 @@ Usage: python scripts/mup_transfer.py --dir DIR --dry-run   # the plan and its c
        python scripts/mup_transfer.py --arms DIR [DIR ...] [--figure PNG]
                                                             # each arm: is its widest width worse at some lr?
                                                             # then each arm's gap against the first's
+       python scripts/mup_transfer.py --arms CONTROL A B AB --factorial A B AB
+                                                            # and the 2x2: each setting's effect, their interaction
 Grid options (--widths, --lrs, ...) only for a new DIR: a rerun takes the plan DIR was started with.
 """
 import argparse
@@ -20,6 +22,7 @@ from typing import Optional
 
 from studies.launcher import COMPLETED, NOT_RUN, Ended, Launcher
 from studies.mup.arms import arms_markdown, compare_arms, comparisons_markdown, judge_arm
+from studies.mup.factorial import factorial, factorial_markdown
 from studies.mup.transfer import (DIVERGED, FINISHED, STOPPED, Cell, TransferError, TransferSpec, cost_table,
                                    open_experiment, read_results, run_cells, schedule,
                                    seconds_per_run)
@@ -43,6 +46,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "(paired over seeds; docs/mup.md); then each arm against the first (the control)")
     p.add_argument("--figure", type=Path, metavar="PNG",
                    help="with --arms: also draw each arm's gap against the lr into PNG")
+    p.add_argument("--factorial", nargs=3, metavar=("A", "B", "AB"),
+                   help="with --arms: the 2x2 of the arms named A (one setting), B (the other) and AB (both), the "
+                        "first --arms directory being neither")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated time; train nothing")
     p.add_argument("--report", action="store_true", help="only write results.md and transfer.png")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time, each its own process (default 2: 2 cores)")
@@ -142,6 +148,16 @@ def print_plan(spec: TransferSpec) -> None:
           f"final validation loss on {t.eval_windows} windows")
 
 
+def factorial_arms(directories, names) -> list:
+    """The --arms directories named A, B and AB: three different arms, none of them the control (the first)."""
+    by_name = {d.name: d for d in directories[1:]}
+    unknown = [n for n in names if n not in by_name]
+    if unknown or len(set(names)) != 3:
+        raise ValueError(f"--factorial {' '.join(names)}: name three different arms of --arms after the control "
+                         f"({', '.join(by_name) or 'none given'})")
+    return [by_name[n] for n in names]
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.arms:
@@ -149,11 +165,13 @@ def main(argv=None) -> int:
         print(arms_markdown(arms))
         if len(args.arms) > 1:  # the first is the control: does each other arm move the gap?
             print(comparisons_markdown([compare_arms(args.arms[0], d) for d in args.arms[1:]]))
+        if args.factorial:
+            print(factorial_markdown(factorial(args.arms[0], *factorial_arms(args.arms, args.factorial))))
         if args.figure:
             plot_arms(arms, args.figure)
         return 0
-    if args.figure:
-        raise ValueError("--figure PNG goes with --arms DIR ...: it draws the arms' gaps")
+    if args.figure or args.factorial:
+        raise ValueError("--figure and --factorial go with --arms DIR ...: they read the arms' directories")
     if args.dir is None:
         raise ValueError("--dir DIR is needed (or --arms DIR ...)")
     if args.jobs < 1 or args.threads < 1:

@@ -137,6 +137,8 @@ class GapComparison:
     control: str
     arm: str
     rows: List[GapRow]
+    narrow_width: int
+    same_narrow: Tuple[int, int]  # (narrow-width runs ending at the control's loss exactly, runs both arms finished)
 
     @property
     def answer(self) -> str:
@@ -148,20 +150,37 @@ class GapComparison:
         return "; ".join(moved) or "no lr where it is shown to move the gap"
 
 
+def paired_gaps(directories: Sequence[Path]) -> Tuple[TransferSpec, Dict[float, List[tuple]], Dict[float, int]]:
+    """Arms of one experiment (same widths, lrs, seeds, optimizer): (the first's spec, {lr: [(each arm's gap,
+    L(wide) − L(narrow)) for each seed every arm finished at both widths without a diverged run]}, {lr: seeds
+    left out because a run of theirs diverged in some arm})."""
+    specs, pairs = zip(*((spec, p) for spec, _, _, p in map(_seed_pairs, directories)))
+    for directory, spec in zip(directories[1:], specs[1:]):
+        if any(getattr(specs[0], k) != getattr(spec, k) for k in ("widths", "lrs", "seeds", "optimizers")):
+            raise ValueError(f"{directory} and {directories[0]} are not arms of one experiment: their widths, lrs, "
+                             "seeds or optimizers differ")
+    gaps, left_out = {}, {}
+    for lr in specs[0].lrs:
+        every = sorted(set.intersection(*(set(p[lr]) for p in pairs)))
+        kept = [s for s in every if all(_finite(p[lr][s]) for p in pairs)]
+        gaps[lr] = [tuple(p[lr][s][1]["val_loss"] - p[lr][s][0]["val_loss"] for p in pairs) for s in kept]
+        left_out[lr] = len(every) - len(kept)
+    return specs[0], gaps, left_out
+
+
+def same_narrow_runs(control: Path, arm: Path) -> Tuple[int, int]:
+    """(how many of the narrow-width runs both arms finished end at exactly the same loss, how many both finished).
+    An arm whose change is the identity at the narrow (base) width should match every one bit for bit: a
+    mismatch means the arms also differ in something else — code, machine or kernels."""
+    (_, _, _, pc), (_, _, _, pa) = _seed_pairs(control), _seed_pairs(arm)
+    narrow = [(pc[lr][s][0], pa[lr][s][0]) for lr in pc for s in set(pc[lr]) & set(pa.get(lr, {}))]
+    both = [(c, a) for c, a in narrow if c["status"] != DIVERGED and a["status"] != DIVERGED]
+    return sum(c["val_loss"] == a["val_loss"] for c, a in both), len(both)
+
+
 def compare_arms(control: Path, arm: Path) -> GapComparison:
     """Does `arm` change the wide width's gap to the narrow one, against `control` (same grid)?"""
-    spec_c, *_, pairs_c = _seed_pairs(control)
-    spec_a, *_, pairs_a = _seed_pairs(arm)
-    if any(getattr(spec_c, k) != getattr(spec_a, k) for k in ("widths", "lrs", "seeds", "optimizers")):
-        raise ValueError(f"{arm} and {control} are not arms of one experiment: their widths, lrs, seeds or "
-                         "optimizers differ")
-    gaps, left_out = {}, {}
-    for lr in spec_c.lrs:
-        both = sorted(set(pairs_c[lr]) & set(pairs_a[lr]))
-        kept = [s for s in both if _finite(pairs_c[lr][s]) and _finite(pairs_a[lr][s])]
-        gaps[lr] = [tuple(p[s][1]["val_loss"] - p[s][0]["val_loss"] for p in (pairs_c[lr], pairs_a[lr]))
-                    for s in kept]
-        left_out[lr] = len(both) - len(kept)
+    spec, gaps, left_out = paired_gaps([control, arm])
     tests = {lr: paired_t([a for _, a in g], [c for c, _ in g]) for lr, g in gaps.items() if len(g) >= 2}
     holm = dict(zip(tests, adjust([t.p for t in tests.values()])))
     rows = []
@@ -169,7 +188,7 @@ def compare_arms(control: Path, arm: Path) -> GapComparison:
         test, p = tests.get(lr), holm.get(lr, math.nan)
         call = TOO_FEW if test is None else CANT_TELL if not p < ALPHA else WIDENS if test.delta > 0 else NARROWS
         rows.append(GapRow(lr, [c for c, _ in g], [a for _, a in g], left_out[lr], test, p, call))
-    return GapComparison(control.name, arm.name, rows)
+    return GapComparison(control.name, arm.name, rows, min(spec.widths), same_narrow_runs(control, arm))
 
 
 def comparisons_markdown(comparisons: Sequence[GapComparison]) -> str:
@@ -182,7 +201,9 @@ def comparisons_markdown(comparisons: Sequence[GapComparison]) -> str:
         for r in c.rows:
             seeds = f"{len(r.arm)}" + (f" ({r.left_out} diverged, left out)" if r.left_out else "")
             out.append(_table_row(r.lr, seeds, r.control, r.arm, r.test, r.p_holm, r.call, sign="+"))
-        out.append("")
+        same, both = c.same_narrow
+        out += ["", f"At the narrow width {c.narrow_width}, {same} of the {both} runs both finished end at the control's loss to the "
+                "last digit.", ""]
     return "\n".join(out)
 
 
