@@ -163,7 +163,10 @@ def _make_cache(cfg: DataConfig, directory: Path, cache_root: Path, log) -> Dict
     start = time.perf_counter()
     log(f"data: preparing {cfg.source} into {directory}")
     with publish(directory) as work:
-        splits = load_splits(cfg, cache_root / "hf_datasets")
+        # A local corpus's Arrow copy (as big as the corpus) is scratch too: kept, it would stay in the cache
+        # forever, one more copy per edit of the files. Hub downloads keep the shared HF cache (load_splits).
+        arrow = work / "hf_datasets"
+        splits = load_splits(cfg, arrow)
         tokenizer_start = time.perf_counter()
         tokenizer = _make_tokenizer(cfg, splits, work / TOKENIZER_FILE, log)
         tokenizer_seconds = time.perf_counter() - tokenizer_start
@@ -184,7 +187,8 @@ def _make_cache(cfg: DataConfig, directory: Path, cache_root: Path, log) -> Dict
                 raise DataError(f"the {name} split of {cfg.path or cfg.source} has no text after dropping empty documents "
                                 f"(all {stats[name].dropped:,} are empty or have no '{splits.text_column}' field); "
                                 "check data.text_column and the files")
-        shutil.rmtree(scratch, ignore_errors=True)
+        for never_published in (scratch, arrow):
+            shutil.rmtree(never_published, ignore_errors=True)
         meta = {
             "source": cfg.source, "config": asdict(cfg), "cache_version": CACHE_VERSION,
             "tokenizer_hash": file_hash(work / TOKENIZER_FILE), "tokenizer_trained": cfg.tokenizer_path is None,

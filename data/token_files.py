@@ -1,7 +1,10 @@
 """Tokenize a split and write it as one flat file of token ids, EOS after each document: with tiktoken's
 encoder where the tokenizer qualifies (data/encoding.py; checked against `tokenizers` on the split's first
 documents), else `tokenizers` through `datasets.map`."""
+import functools
 import os
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterator, Optional, Tuple
@@ -12,7 +15,7 @@ from tokenizers import Tokenizer
 from tqdm.auto import tqdm
 
 BATCH_SIZE = 1000  # documents per `encode_batch` call: enough to keep every core busy
-ENCODE_BYTES = 4 * 1024 * 1024  # text per tiktoken call (memory, not speed: see _fast_batches)
+ENCODE_BYTES = 4 * 1024 * 1024  # text per window in flight (memory, not speed: see _windows)
 CHECK_BYTES = 256 * 1024  # the fast encoder's ids are compared with `tokenizers`' on this much of each split
 
 
@@ -105,30 +108,52 @@ def _texts(dataset, column: str) -> Iterator[Tuple[list, np.ndarray, int]]:
         yield kept, np.array([len(t.encode("utf-8")) for t in kept], dtype=np.int64), len(rows) - len(kept)
 
 
-def _fast_batches(dataset, encoder: DocumentEncoder, fast) -> Iterator[Tuple[np.ndarray, np.ndarray, np.ndarray, int]]:
-    """What _mapped_batches gives, encoded by tiktoken on every core: the ids go from its lists into one
-    array per document in C, never through Python one token at a time."""
-    threads = max(1, len(os.sched_getaffinity(0)))
-    eos = np.array([encoder.eos_id], dtype=np.int64)
-    for texts, num_bytes, dropped in _texts(dataset, encoder.text_column):
-        # At most ENCODE_BYTES of text per call (one bigger document goes alone): its ids are Python lists (~36
-        # bytes a token) until they are copied out, so memory follows this, not the documents' size or the corpus's.
+def _windows(dataset, column: str) -> Iterator[Tuple[list, np.ndarray, int]]:
+    """_texts cut into windows of at most ENCODE_BYTES of text (one bigger document goes alone): the unit of work
+    in flight, so memory follows it, not the corpus. A batch's dropped documents are counted with its first."""
+    for texts, num_bytes, dropped in _texts(dataset, column):
         first, size = 0, 0
         for i, n in enumerate(num_bytes):
             size += int(n)
-            if size < ENCODE_BYTES and i < len(texts) - 1:
-                continue
-            encoded = fast.encode_batch(texts[first:i + 1], num_threads=threads, allowed_special="all")
-            pieces = [part for ids in encoded for part in (np.array(ids, dtype=np.int64), eos)]
-            yield (np.concatenate(pieces), np.array([len(ids) + 1 for ids in encoded], dtype=np.int64),
-                   num_bytes[first:i + 1], dropped)
-            first, size, dropped = i + 1, 0, 0  # the batch's dropped documents are counted once
+            if size >= ENCODE_BYTES or i == len(texts) - 1:
+                yield texts[first:i + 1], num_bytes[first:i + 1], dropped
+                first, size, dropped = i + 1, 0, 0
         if not texts:
-            yield np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), num_bytes, dropped
+            yield [], num_bytes, dropped
+
+
+def fast_ids(fast, text: str) -> np.ndarray:
+    """One document's ids as a uint32 array straight from tiktoken's buffer: no Python int per token."""
+    return fast.encode_to_numpy(text, allowed_special="all")
+
+
+def _joined(encoded: Iterator[np.ndarray], num_bytes: np.ndarray, dropped: int, eos: np.ndarray):
+    """A window's documents as _mapped_batches gives them: ids with EOS after each, flat; lengths; bytes; dropped."""
+    arrays = list(encoded)
+    if not arrays:
+        return np.empty(0, dtype=np.uint32), np.empty(0, dtype=np.int64), num_bytes, dropped
+    pieces = [part for ids in arrays for part in (ids, eos)]
+    return np.concatenate(pieces), np.array([len(ids) + 1 for ids in arrays], dtype=np.int64), num_bytes, dropped
+
+
+def _fast_batches(dataset, encoder: DocumentEncoder, fast) -> Iterator[Tuple[np.ndarray, np.ndarray, np.ndarray, int]]:
+    """What _mapped_batches gives, encoded by tiktoken on every core: one document per task in a thread pool
+    (tiktoken releases the GIL while it encodes), the next window submitted before this one is joined and
+    written, so the cores stay busy while the writer works; at most two windows in flight."""
+    eos = np.array([encoder.eos_id], dtype=np.uint32)
+    with ThreadPoolExecutor(max_workers=max(1, len(os.sched_getaffinity(0)))) as pool:
+        in_flight = deque()
+        for texts, num_bytes, dropped in _windows(dataset, encoder.text_column):
+            in_flight.append((pool.map(functools.partial(fast_ids, fast), texts), num_bytes, dropped))
+            if len(in_flight) == 2:
+                yield _joined(*in_flight.popleft(), eos)
+        while in_flight:
+            yield _joined(*in_flight.popleft(), eos)
 
 
 def agrees(fast, encoder: DocumentEncoder, dataset) -> bool:
-    """Whether tiktoken and `tokenizers` give the same ids on the split's first CHECK_BYTES of documents."""
+    """Whether tiktoken (as _fast_batches calls it) and `tokenizers` give the same ids on the split's first
+    CHECK_BYTES of documents."""
     sample, seen = [], 0
     for texts, num_bytes, _ in _texts(dataset, encoder.text_column):
         for text, size in zip(texts, num_bytes):
@@ -139,7 +164,7 @@ def agrees(fast, encoder: DocumentEncoder, dataset) -> bool:
         if seen >= CHECK_BYTES:
             break
     ours = [e.ids for e in encoder.tokenizer.encode_batch(sample)]
-    return ours == fast.encode_batch(sample, allowed_special="all")
+    return ours == [fast_ids(fast, text).tolist() for text in sample]
 
 
 def _tokenize(dataset, encoder: DocumentEncoder, num_proc: int, name: str, work_dir: Path, dtype: str):

@@ -75,7 +75,7 @@ def fineweb_layout(root: Path, documents: list, shards: int = 2) -> str:
 
 
 def cache_entries(cache_dir: Path) -> list:
-    """Names in the cache folder other than datasets' own Arrow cache and the builders' lock file (where
+    """Names in the cache folder other than the builders' lock file (where
     concurrent builders meet; a kill -9 mid-build can leave it, and it never looks like a cache)."""
-    ignored = ("hf_datasets", ".prepare.lock")
+    ignored = (".prepare.lock",)
     return sorted(p.name for p in Path(cache_dir).iterdir() if p.name not in ignored) if Path(cache_dir).exists() else []

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -33,6 +34,17 @@ def test_second_run_is_a_cache_hit(tmp_path, corpus, monkeypatch):
     assert second.dir == first.dir and second.meta == first.meta
     assert os.stat(second.dir / "train.bin").st_mtime_ns == stamp and "using cache" in messages[0]
     assert sorted(p.name for p in first.dir.iterdir()) == ["meta.json", "tokenizer.json", "train.bin", "val.bin"]
+
+
+def test_a_local_corpus_leaves_no_arrow_copy_in_the_cache(tmp_path, corpus):
+    """datasets converts local files to Arrow (a copy as big as the corpus); it is scratch of the build, so the
+    cache folder holds only token directories however often the files change."""
+    first = prepare(config(tmp_path, corpus), **QUIET)
+    Path(corpus).write_text(Path(corpus).read_text() + '{"text": "one more document"}\n')
+    second = prepare(config(tmp_path, corpus), **QUIET)
+    assert first.dir != second.dir
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir() if p.name != ".prepare.lock") == \
+        sorted([first.dir.name, second.dir.name])
 
 
 def test_a_waiter_reads_the_cache_built_while_it_waited(tmp_path, corpus, monkeypatch):
