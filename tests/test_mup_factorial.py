@@ -9,7 +9,7 @@ from scipy import stats
 from cli.mup import transfer as program
 from studies.mup.arms import CANT_TELL, NARROWS, TOO_FEW, WIDENS
 from studies.mup.factorial import AVERAGE, INTERACTS, factorial, factorial_markdown
-from tests.test_mup_arms import ARM, full, write_arm
+from tests.test_mup_arms import ARM, _holm, full, write_arm
 
 NAMES = ("control", "a", "b", "ab")
 
@@ -27,14 +27,6 @@ def write_four(tmp_path, shifts: dict, noise: dict = None) -> list:
 
 NOISE = {("a", 0.01, 0): 0.02, ("b", 0.02, 1): -0.03, ("ab", 0.04, 2): 0.04, ("ab", 0.01, 1): -0.01,
          ("a", 0.04, 0): 0.015, ("b", 0.01, 2): 0.02}
-
-
-def _holm(ps: list) -> list:
-    order, adjusted, running = sorted(range(len(ps)), key=ps.__getitem__), [0.0] * len(ps), 0.0
-    for i, k in enumerate(order):
-        running = max(running, min(1.0, ps[k] * (len(ps) - i)))
-        adjusted[k] = running
-    return adjusted
 
 
 def test_the_interaction_is_each_seeds_difference_of_differences_tested_by_scipy_and_holm_adjusted(tmp_path):
