@@ -82,13 +82,26 @@ class Attention(nn.Module):
 MATMUL_ATTENTION_MAX_KEYS = 256
 
 
+def compiled_matmul_attention_is_finite_here() -> bool:
+    """False on CPUs with AMX tiles: there torch 2.13's inductor compiles the backward of RoPE'd k under matmul
+    attention (bf16 autocast) into a tiled-transpose kernel whose output holds NaN — every k_proj gradient, from
+    the first step (found on an Intel Xeon with AMX, 2026-12-05; oneDNN's ISA cap does not change it, inductor's
+    simdlen=256 does). SDPA is as fast there (BENCHMARKS.md, "The same on AMX"), so "auto" keeps SDPA on them.
+    The hardware's flag, not oneDNN's class: the fault is in inductor's generated code."""
+    return not _AMX_TILES
+
+
+_AMX_TILES = torch.cpu._is_amx_tile_supported()  # read once, outside any trace
+
+
 def uses_matmul_attention(kernel: str, q: torch.Tensor, keys: int) -> bool:
     """Whether `kernel` attends with matmul_attention for these queries: "matmul" always, "sdpa" never, "auto"
-    while torch.compile traces a CPU model whose q is bf16 (autocast) over at most MATMUL_ATTENTION_MAX_KEYS keys
-    (eager, fp32 and every GPU keep SDPA's fused kernels, which materialise no scores)."""
+    while torch.compile traces a CPU model whose q is bf16 (autocast) over at most MATMUL_ATTENTION_MAX_KEYS keys,
+    on a CPU where that compiles to finite gradients (eager, fp32 and every GPU keep SDPA's fused kernels, which
+    materialise no scores)."""
     if kernel == "auto":
         return (q.device.type == "cpu" and q.dtype == torch.bfloat16 and keys <= MATMUL_ATTENTION_MAX_KEYS
-                and torch.compiler.is_compiling())
+                and torch.compiler.is_compiling() and compiled_matmul_attention_is_finite_here())
     return kernel == "matmul"
 
 
