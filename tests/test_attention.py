@@ -145,10 +145,10 @@ def test_auto_attention_compiles_dropout_into_the_graph_on_a_cpu_where_matmul_at
 
 
 def test_the_default_attention_trains_finite_compiled_in_bf16_on_this_cpu_whatever_its_class():
-    """What a user's compiled bf16 run gets from attention_kernel=auto on the machine the suite runs on: finite
-    gradients, with dropout and without (matmul attention where it is finite, SDPA on a CPU with AMX tiles, where
-    inductor's compiled matmul attention gave NaN k_proj gradients from the first step)."""
-    assert _compiled_bf16_grads_finite("auto")
+    """What a user's compiled bf16 run gets from attention_kernel=auto (the default's dropout, 0) on the machine the
+    suite runs on: finite gradients — matmul attention where it is finite, SDPA on a CPU with AMX tiles, where
+    inductor's compiled matmul attention gave NaN k_proj gradients from the first step. (With dropout, SDPA's
+    eager workaround above is what runs there.)"""
     assert _compiled_bf16_grads_finite("auto", dropout=0.0)
 
 

@@ -161,12 +161,13 @@ def factorial_arms(directories, names) -> list:
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.arms:
+        settings = factorial_arms(args.arms, args.factorial) if args.factorial else None  # refused before any work
         arms = [judge_arm(d) for d in args.arms]
         print(arms_markdown(arms))
         if len(args.arms) > 1:  # the first is the control: does each other arm move the gap?
             print(comparisons_markdown([compare_arms(args.arms[0], d) for d in args.arms[1:]]))
-        if args.factorial:
-            print(factorial_markdown(factorial(args.arms[0], *factorial_arms(args.arms, args.factorial))))
+        if settings:
+            print(factorial_markdown(factorial(args.arms[0], *settings)))
         if args.figure:
             plot_arms(arms, args.figure)
         return 0
