@@ -248,3 +248,24 @@ def test_compiled_auto_attention_is_matmul_attention_and_matches_eager_sdpa(monk
     # bf16 rounding apart: the scores round to bf16 before the softmax here, SDPA's flash kernel keeps them fp32
     torch.testing.assert_close(compiled, eager, rtol=0.05, atol=0.05)
     assert (compiled - eager).abs().mean() < 0.01
+
+
+def test_matmul_attention_forced_where_it_compiles_to_nan_is_warned_at_the_start(monkeypatch):
+    """Forcing model.attention_kernel=matmul on a CPU with inductor's AMX fault (faked, so every class checks it) gets
+    one warning line naming the fix before training; auto, sdpa, fp32, no compile or another CPU get none."""
+    import model.attention as attention_module
+    from cli.config import compose_train_config
+    from training.build import matmul_attention_warning
+    cpu = torch.device("cpu")
+    forced, _ = compose_train_config(["model.attention_kernel=matmul", "trainer.compile=auto"])
+    monkeypatch.setattr(attention_module, "compiled_matmul_attention_is_finite_here", lambda: False)
+    line = matmul_attention_warning(forced, cpu, "bf16")
+    assert line.startswith("warning: model.attention_kernel=matmul, compiled in bf16 on this CPU (AMX tiles), gives NaN")
+    assert line.endswith("use model.attention_kernel=auto or sdpa") and "\n" not in line
+    auto, _ = compose_train_config(["trainer.compile=auto"])
+    uncompiled, _ = compose_train_config(["model.attention_kernel=matmul", "trainer.compile=false"])
+    assert matmul_attention_warning(auto, cpu, "bf16") is None and matmul_attention_warning(forced, cpu, "fp32") is None
+    assert matmul_attention_warning(uncompiled, cpu, "bf16") is None
+    assert matmul_attention_warning(forced, torch.device("meta"), "bf16") is None  # a GPU: SDPA's kernels
+    monkeypatch.setattr(attention_module, "compiled_matmul_attention_is_finite_here", lambda: True)
+    assert matmul_attention_warning(forced, cpu, "bf16") is None

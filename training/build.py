@@ -10,6 +10,7 @@ import torch
 
 from data import SAMPLERS, eval_windows, windows_per_epoch
 from model import Transformer
+from model import attention as A
 from model.flops import matmul_shapes
 from training.checkpoint.init_from import InitFrom
 from training.checkpoint.resume import Resume
@@ -34,6 +35,17 @@ class Parts:
     notes: tuple  # (precision why, compile note) for the header
 
 
+def matmul_attention_warning(cfg: TrainConfig, device: torch.device, precision: str) -> Optional[str]:
+    """A warning when model.attention_kernel=matmul is forced where it compiles to NaN gradients (model/attention.py
+    compiled_matmul_attention_is_finite_here): else the run's first step stops with advice about the lr."""
+    if (cfg.model.attention_kernel == "matmul" and device.type == "cpu" and precision == "bf16"
+            and cfg.trainer.compile != "false" and not A.compiled_matmul_attention_is_finite_here()):
+        return ("warning: model.attention_kernel=matmul, compiled in bf16 on this CPU (AMX tiles), gives NaN gradients "
+                "with torch 2.13's inductor (docs/training.md, \"Attention kernel\"): use model.attention_kernel=auto "
+                "or sdpa")
+    return None
+
+
 def build(cfg: TrainConfig, info: D.DistInfo, say, resume: Optional[Resume] = None,
           init: Optional[InitFrom] = None) -> Parts:
     """Model, loss and optimizers; the same initial weights on every rank (seeded before the build, or a
@@ -44,8 +56,9 @@ def build(cfg: TrainConfig, info: D.DistInfo, say, resume: Optional[Resume] = No
     precision, precision_why, warning = resume_precision(cfg.trainer.precision, info.device,
                                                          resume.precision if resume else None,
                                                          resume.step if resume else 0, run_matmul_shapes(cfg))
-    if warning:
-        say(warning)
+    for line in (warning, matmul_attention_warning(cfg, info.device, precision)):
+        if line:
+            say(line)
     if enable_tf32(info.device, cfg.trainer.tf32) and precision == "fp32":
         precision_why += "; matmuls on TF32 tensor cores (trainer.tf32)"
     torch.manual_seed(cfg.seed)
