@@ -6,6 +6,7 @@ import statistics
 
 from studies.mup.transfer import TransferSpec, read_results
 from studies.mup.arms import arms_markdown, compare_arms, comparisons_markdown, judge_arm
+from studies.mup.factorial import factorial, factorial_markdown
 from studies.mup.transfer_report import best_lrs, drift, markdown, mean_losses, report_text
 from tests.train_helpers import REPO
 
@@ -54,7 +55,7 @@ def test_each_published_arm_is_its_report_and_the_docs_say_how_far_it_got():
     """docs/mup/arms/<arm>: results.md is what the report code makes of results.jsonl, every run kept its
     schedule (attention logits, weight change), and docs/mup.md says how many of the arm's runs are done."""
     arms, text = published_arms(), (REPO / "docs" / "mup.md").read_text()
-    assert [p.name for p in arms] == ["control", "sp_scale"]
+    assert [p.name for p in arms] == ["control", "hidden_lr", "sp_scale", "sp_scale_hidden_lr", "zero_query"]
     for arm in arms:
         spec = TransferSpec.from_dict(json.loads((arm / "spec.json").read_text()))
         results = read_results(arm)
@@ -64,10 +65,12 @@ def test_each_published_arm_is_its_report_and_the_docs_say_how_far_it_got():
 
 
 def test_the_arms_answers_in_the_docs_are_what_the_rule_makes_of_the_runs():
-    """Each arm's answer, then each arm against the control (the first): what `--arms` prints, in that order."""
+    """Each arm's answer, then each arm against the control (the first), then the 2×2 of the attention scale and
+    the hidden lr: what `--arms ... --factorial sp_scale hidden_lr sp_scale_hidden_lr` prints, in that order."""
     arms, text = published_arms(), (REPO / "docs" / "mup.md").read_text()
     control = ARMS / "control"
     printed = arms_markdown([judge_arm(arm) for arm in [control, *(a for a in arms if a != control)]]) + "\n" + \
-        comparisons_markdown([compare_arms(control, arm) for arm in arms if arm != control])
+        comparisons_markdown([compare_arms(control, arm) for arm in arms if arm != control]) + "\n" + \
+        factorial_markdown(factorial(control, *(ARMS / name for name in ("sp_scale", "hidden_lr", "sp_scale_hidden_lr"))))
     assert printed.rstrip("\n") in text
     assert "![" in text and "(mup/arms/arms.png)" in text and (ARMS / "arms.png").stat().st_size > 0  # --figure's
