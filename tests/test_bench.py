@@ -7,10 +7,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from devtools.bench import loss as bench_loss
 from devtools.bench import model as bench_model
 from tests import forked
+from training.loss import IGNORE_INDEX
 
 pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (conftest.py)
 
@@ -96,6 +98,29 @@ def test_bench_loss_chunked_peak_is_lower_with_the_same_loss(capsys, monkeypatch
     losses = re.findall(r"\| (\d+\.\d{6}) \|$", out, re.M)
     assert len(peaks) == 2 and peaks[1] < peaks[0]  # one-shot, then chunked
     assert len(losses) == 2 and abs(float(losses[0]) - float(losses[1])) < 1e-5  # fp32 sums in another order
+
+
+def test_the_logsumexp_loss_form_is_the_cross_entropy_in_float64():
+    """The lever --forms times computes the same mean as CausalLMLoss's one-shot loss, padding left out."""
+    torch.manual_seed(0)
+    logits = (torch.randn(64, 300, dtype=torch.float64) * 4).requires_grad_()
+    targets = torch.randint(0, 300, (64,))
+    targets[::5] = IGNORE_INDEX
+    expected = torch.nn.functional.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX)
+    got = bench_loss.logsumexp_cross_entropy(logits, targets)
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+    (g_expected,), (g_got,) = torch.autograd.grad(expected, logits), torch.autograd.grad(got, logits)
+    torch.testing.assert_close(g_got, g_expected, rtol=1e-12, atol=1e-12)
+    assert g_got[::5].abs().max() == 0  # padding rows get no gradient
+
+
+def test_bench_loss_forms_times_each_form_compiled_side_by_side(capsys):
+    bench_loss.main(["--forms", "--backend", "aot_eager", "--vocab", "512", "--batch", "2", "--seq", "64", "--hidden",
+                     "32", "--steps", "2", "--threads", "1"])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "ms" not in line]
+    assert [r.split(" | ")[0] for r in rows] == [f"| {name}" for name in bench_loss.FORMS]
+    losses = [float(r.split(" | ")[4]) for r in rows]
+    assert abs(losses[0] - losses[1]) < 1e-4 and rows[0].split(" | ")[3] == "1.000×"
 
 
 def test_bench_checkpoint_reports_save_and_verify_costs(capsys):

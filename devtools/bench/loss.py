@@ -1,6 +1,8 @@
-"""Peak memory and time of CausalLMLoss's one-shot vs chunked cross-entropy at a real vocabulary, on CPU.
+"""Peak memory and time of CausalLMLoss's one-shot vs chunked cross-entropy at a real vocabulary, on CPU;
+with --forms, the speed of two ways to write the one-shot loss as a compiled bf16 step runs it.
 
 Usage: python scripts/bench_loss.py [--vocab 32768] [--batch 8] [--seq 512] [--hidden 256] [--layers 2] [--steps 3]
+       python scripts/bench_loss.py --forms [--backend inductor] [same shape options]
 Each variant runs in a fresh process (freed memory may stay resident, so one process cannot measure
 two peaks); the peak is the process's max RSS during forward + backward, minus its RSS before,
 and, beside it, the peak of live tensors in one more step counted by torch's MemTracker (what the
@@ -14,11 +16,12 @@ import sys
 import time
 
 import torch
+import torch.nn.functional as F
 
 from cli import REPO
 from cli.entry import description
 from model import ModelConfig, Transformer
-from training.loss import CHUNK_ELEMENTS, CausalLMLoss
+from training.loss import CHUNK_ELEMENTS, IGNORE_INDEX, CausalLMLoss
 from training.runtime.memory import current_memory_bytes, peak_memory_bytes, reset_peak_memory
 
 VARIANTS = {"one-shot": None, "chunked": 0}  # CausalLMLoss(chunk_above=...)
@@ -34,6 +37,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--steps", type=int, default=3, help="timed forward + backward passes (median)")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--forms", action="store_true",
+                   help="time the loss's two forms (FORMS) compiled under bf16 autocast, interleaved in one process")
+    p.add_argument("--backend", default="inductor", help="torch.compile backend of --forms (tests: aot_eager)")
     p.add_argument("--variant", choices=sorted(VARIANTS), help=argparse.SUPPRESS)  # the child process
     return p.parse_args(argv)
 
@@ -70,8 +76,70 @@ def measure(args) -> dict:
             "chunk_tokens": loss_fn.chunk_tokens(y.numel(), cfg.padded_vocab_size)}
 
 
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """CausalLMLoss's one-shot loss: the full-vocabulary logits cast to fp32, then cross-entropy."""
+    return F.cross_entropy(logits.float(), targets, ignore_index=IGNORE_INDEX)
+
+
+def logsumexp_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The same mean, written as logsumexp − the target's logit: nothing but the (N,) row sums needs fp32 logits
+    kept for backward, where log_softmax keeps all N × V of them (the lever issue 39 names)."""
+    valid = targets != IGNORE_INDEX
+    wide = logits.to(torch.promote_types(logits.dtype, torch.float32))  # fp32 at least, as the default casts
+    target_logit = wide.gather(1, targets.masked_fill(~valid, 0)[:, None]).squeeze(1)
+    return ((torch.logsumexp(wide, dim=-1) - target_logit) * valid).sum() / valid.sum()
+
+
+FORMS = {"cross_entropy (the default)": cross_entropy, "logsumexp − target logit": logsumexp_cross_entropy}
+
+
+def compare_forms(args) -> None:
+    """The LM head and the loss of one step (hidden → logits → loss, forward + backward) in each form, compiled
+    under bf16 autocast as the default step computes them, timed interleaved: a round runs every form once."""
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    n = args.batch * args.seq
+    hidden = torch.randn(n, args.hidden, requires_grad=True)
+    head = (torch.randn(args.vocab, args.hidden) * args.hidden ** -0.5).requires_grad_()
+    targets = torch.randint(0, args.vocab, (n,))
+    targets[::97] = IGNORE_INDEX  # padding is never a target, in either form
+
+    def step_of(form):
+        def step():
+            with torch.autocast("cpu", torch.bfloat16):
+                logits = hidden @ head.T
+            return form(logits, targets)
+        return torch.compile(step, backend=args.backend)
+
+    steps = {name: step_of(form) for name, form in FORMS.items()}
+    times, results = {name: [] for name in FORMS}, {}
+    for round_ in range(args.steps + 1):  # round 0 compiles and is not timed
+        for name, step in steps.items():
+            hidden.grad = head.grad = None
+            t0 = time.perf_counter()
+            loss = step()
+            loss.backward()
+            if round_:
+                times[name].append(time.perf_counter() - t0)
+            results[name] = (loss.item(), hidden.grad.clone(), head.grad.clone())
+    first = results[next(iter(FORMS))]
+    print(f"torch {torch.__version__}, {args.threads} threads, bf16 autocast, compiled ({args.backend}); {n:,} tokens × "
+          f"hidden {args.hidden} → vocab {args.vocab}; median of {args.steps} interleaved rounds")
+    print("| loss form | ms (median) | min–max ms | vs the default | loss | max |Δ grad| vs the default |")
+    print("|---|---:|---:|---:|---:|---:|")
+    base = statistics.median(times[next(iter(FORMS))])
+    for name, (loss, g_hidden, g_head) in results.items():
+        ms = statistics.median(times[name])
+        delta = max((g_hidden - first[1]).abs().max().item(), (g_head - first[2]).abs().max().item())
+        print(f"| {name} | {ms * 1e3:,.1f} | {min(times[name]) * 1e3:,.1f}–{max(times[name]) * 1e3:,.1f} | "
+              f"{base / ms:.3f}× | {loss:.6f} | {delta:.1e} |")
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
+    if args.forms:
+        compare_forms(args)
+        return
     if args.variant:
         print(json.dumps(measure(args)))
         return
