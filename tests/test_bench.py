@@ -123,6 +123,12 @@ def test_bench_loss_forms_times_each_form_compiled_side_by_side(capsys):
     assert abs(losses[0] - losses[1]) < 1e-4 and rows[0].split(" | ")[3] == "1.000×"
 
 
+def test_bench_loss_forms_refuses_an_unknown_backend_in_one_line():
+    out = forked.run_script(REPO / "scripts" / "bench_loss.py", "--forms", "--backend", "nope")
+    assert out.returncode == 1 and out.stderr.startswith("error: --backend nope: not a torch.compile backend")
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
 def test_bench_checkpoint_reports_save_and_verify_costs(capsys):
     from devtools.bench import checkpoint as bench_checkpoint
     assert bench_checkpoint.main(["--models", "tiny", "--repeats", "1"]) == 0

@@ -138,6 +138,9 @@ def compare_forms(args) -> None:
 def main(argv=None) -> None:
     args = parse_args(argv)
     if args.forms:
+        if args.backend not in torch._dynamo.list_backends(exclude_tags=()):
+            raise SystemExit(f"error: --backend {args.backend}: not a torch.compile backend; use inductor (the "
+                             "default) or aot_eager, or see torch._dynamo.list_backends()")
         compare_forms(args)
         return
     if args.variant:
