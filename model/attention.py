@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from model.config import ModelConfig
+from model.hybrid_attention import hybrid_attention
 from model.kv_cache import KVCache
 from model.norm import NoNorm, RMSNorm
 from model.parametrization import attention_scale
@@ -50,7 +51,10 @@ class Attention(nn.Module):
             past = cache.length
             k, v = cache.update(self.layer_idx, k, v)  # (B, n_kv_heads, past + T, head_dim)
         dropout_p = self.dropout if self.training else 0.0
-        if uses_matmul_attention(self.kernel, q, past + T):
+        kernel = kernel_for(self.kernel, q, past, dropout_p)
+        if kernel == "hybrid":
+            out = hybrid_attention(q, k, v, self.scale)  # (B, n_heads, T, head_dim)
+        elif kernel == "matmul":
             out = matmul_attention(q, k, v, self.scale, dropout_p)  # (B, n_heads, T, head_dim)
         else:
             sdpa = _sdpa_outside_compile if dropout_p and x.device.type == "cpu" else F.scaled_dot_product_attention
@@ -75,10 +79,10 @@ class Attention(nn.Module):
         self.k_norm.init_weights(std, out_std)
 
 
-# Up to this many keys, "auto" attends with plain matmuls in a compiled bf16 model on a CPU (BENCHMARKS.md, "The
-# bf16 step's levers"): the (T, T) scores are small, inductor fuses scale, mask and softmax around two bf16 GEMMs,
-# and the CPU flash kernel's bf16 path is the slow one — the default step ran 1.05x faster at T = 256, head_dim 64,
-# but 0.96x at T = 512, and in fp32 (oneDNN capped to AVX2) 0.96x.
+# Up to this many keys, "auto" attends with plain matmuls in a compiled bf16 CPU model that trains with attention
+# dropout (BENCHMARKS.md, "The bf16 step's levers"): the (T, T) scores are small, inductor fuses scale, mask, softmax
+# and dropout around two bf16 GEMMs, where SDPA's dropout must run eagerly on a CPU (_sdpa_outside_compile); the
+# default step ran 1.05x faster than SDPA at T = 256, head_dim 64, but 0.96x at T = 512, and in fp32 0.96x.
 MATMUL_ATTENTION_MAX_KEYS = 256
 
 
@@ -86,23 +90,41 @@ def compiled_matmul_attention_is_finite_here() -> bool:
     """False on CPUs with AMX tiles: there torch 2.13's inductor compiles the backward of RoPE'd k under matmul
     attention (bf16 autocast) into a tiled-transpose kernel whose output holds NaN — every k_proj gradient, from
     the first step (found on an Intel Xeon with AMX, 2026-12-05; oneDNN's ISA cap does not change it, inductor's
-    simdlen=256 does). SDPA is as fast there (BENCHMARKS.md, "The same on AMX"), so "auto" keeps SDPA on them.
+    simdlen=256 does). "auto" keeps SDPA on them (BENCHMARKS.md, "The same on AMX").
     The hardware's flag, not oneDNN's class: the fault is in inductor's generated code."""
     return not _AMX_TILES
 
 
 _AMX_TILES = torch.cpu._is_amx_tile_supported()  # read once, outside any trace
 
+# The hybrid's backward holds a few (B, H, T, T) fp32 tensors at once, where SDPA's flash backward holds none: above
+# this many scores (256 MB each; the default step has 3.1M) "auto" keeps SDPA, the loss's chunking threshold too.
+HYBRID_MAX_SCORES = 2 ** 26
 
-def uses_matmul_attention(kernel: str, q: torch.Tensor, keys: int) -> bool:
-    """Whether `kernel` attends with matmul_attention for these queries: "matmul" always, "sdpa" never, "auto"
-    while torch.compile traces a CPU model whose q is bf16 (autocast) over at most MATMUL_ATTENTION_MAX_KEYS keys,
-    on a CPU where that compiles to finite gradients (eager, fp32 and every GPU keep SDPA's fused kernels, which
-    materialise no scores)."""
+
+def kernel_for(kernel: str, q: torch.Tensor, past: int, dropout_p: float) -> str:
+    """Which function attends these queries (q (B, H, T, hd), after `past` cached keys): "hybrid", "matmul" or
+    "sdpa". auto, while torch.compile traces a CPU model whose q is bf16 (autocast):
+      - hybrid (model/hybrid_attention.py) for training and evaluation without a cache or dropout, up to
+        HYBRID_MAX_SCORES scores — SDPA's forward, a backward of matmuls; measured faster than SDPA and the matmul
+        form at T = 256 and 512 (BENCHMARKS.md, "Attention: SDPA's forward, a matmul backward");
+      - matmul with attention dropout over <= MATMUL_ATTENTION_MAX_KEYS keys where that compiles to finite
+        gradients (dropout inside the graph, not SDPA's eager workaround);
+      - sdpa otherwise, and always eager, in fp32 and on GPUs (fused kernels that materialise no scores).
+    A kernel named explicitly is used as named, except hybrid where it cannot run (a cache, dropout, not a
+    CPU): there SDPA, which computes the same function."""
+    hybrid_fits = q.device.type == "cpu" and past == 0 and not dropout_p
     if kernel == "auto":
-        return (q.device.type == "cpu" and q.dtype == torch.bfloat16 and keys <= MATMUL_ATTENTION_MAX_KEYS
-                and torch.compiler.is_compiling() and compiled_matmul_attention_is_finite_here())
-    return kernel == "matmul"
+        if not (q.device.type == "cpu" and q.dtype == torch.bfloat16 and torch.compiler.is_compiling()):
+            return "sdpa"
+        if hybrid_fits and q.shape[:-1].numel() * q.shape[-2] <= HYBRID_MAX_SCORES:
+            return "hybrid"
+        if past + q.shape[-2] <= MATMUL_ATTENTION_MAX_KEYS and compiled_matmul_attention_is_finite_here():
+            return "matmul"
+        return "sdpa"
+    if kernel == "hybrid" and not hybrid_fits:
+        return "sdpa"
+    return kernel
 
 
 def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: Optional[float],

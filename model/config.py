@@ -12,7 +12,7 @@ from model.norm import NORMS
 from model.parametrization import PARAMETRIZATIONS
 from model.rounding import find_multiple
 
-ATTENTION_KERNELS = ("auto", "sdpa", "matmul")  # model/attention.py: uses_matmul_attention
+ATTENTION_KERNELS = ("auto", "sdpa", "matmul", "hybrid")  # model/attention.py: kernel_for
 
 
 @dataclass
@@ -46,7 +46,8 @@ class ModelConfig:
     mup_attention_scale: str = "mup"
     zero_query_init: bool = False
     # How attention is computed (the same function): sdpa (torch's fused kernels), matmul (two matmuls and an
-    # fp32 softmax), or auto: matmul in a compiled bf16 CPU model over <= 256 keys, where it is faster; sdpa elsewhere.
+    # fp32 softmax), hybrid (SDPA's CPU forward, a backward of matmuls), or auto: in a compiled bf16 CPU model
+    # hybrid, or matmul where attention dropout trains over <= 256 keys, measured faster there; sdpa elsewhere.
     attention_kernel: str = "auto"
 
     @classmethod

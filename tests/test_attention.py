@@ -194,60 +194,38 @@ def test_matmul_attention_dropout_drops_weights_and_keeps_their_expectation():
     assert dropped.std() > 0.05 and abs(float(dropped.mean()) - 1) < 0.15
 
 
-@pytest.mark.parametrize("kernel, device, dtype, keys, compiling, finite_here, expected", [
-    ("auto", "cpu", torch.bfloat16, 256, True, True, True), ("auto", "cpu", torch.bfloat16, 257, True, True, False),
-    ("auto", "cpu", torch.float32, 256, True, True, False), ("auto", "cpu", torch.bfloat16, 256, False, True, False),
-    ("auto", "meta", torch.bfloat16, 256, True, True, False),  # any other device (a GPU): SDPA
-    ("auto", "cpu", torch.bfloat16, 256, True, False, False),  # a CPU with AMX tiles (inductor's NaN): SDPA
-    ("matmul", "cpu", torch.bfloat16, 256, True, False, True),  # asked for by name: as asked, even there
-    ("matmul", "meta", torch.float32, 4096, False, True, True), ("sdpa", "cpu", torch.bfloat16, 256, True, True, False)])
-def test_which_attention_kernel_runs(kernel, device, dtype, keys, compiling, finite_here, expected, monkeypatch):
-    """auto: matmul attention only while compiling a bf16 CPU model over <= 256 keys on a CPU where that compiles to
-    finite gradients (not one with AMX tiles); an explicit choice always. Every CPU class is faked here."""
+@pytest.mark.parametrize("kernel, device, dtype, T, past, dropout, compiling, finite_here, expected", [
+    ("auto", "cpu", torch.bfloat16, 256, 0, 0.0, True, True, "hybrid"),
+    ("auto", "cpu", torch.bfloat16, 1024, 0, 0.0, True, False, "hybrid"),  # longer, AMX tiles too
+    ("auto", "cpu", torch.bfloat16, 8193, 0, 0.0, True, True, "sdpa"),  # > 2^26 scores: flash's backward holds none
+    ("auto", "cpu", torch.bfloat16, 256, 0, 0.1, True, True, "matmul"),  # dropout: inside the graph
+    ("auto", "cpu", torch.bfloat16, 257, 0, 0.1, True, True, "sdpa"),
+    ("auto", "cpu", torch.bfloat16, 256, 0, 0.1, True, False, "sdpa"),  # a CPU with AMX tiles (inductor's NaN)
+    ("auto", "cpu", torch.bfloat16, 4, 8, 0.0, True, True, "matmul"),  # after a cache: not hybrid's
+    ("auto", "cpu", torch.float32, 256, 0, 0.0, True, True, "sdpa"), ("auto", "cpu", torch.bfloat16, 256, 0, 0.0, False, True, "sdpa"),
+    ("auto", "meta", torch.bfloat16, 256, 0, 0.0, True, True, "sdpa"),  # any other device (a GPU): SDPA
+    ("matmul", "cpu", torch.bfloat16, 256, 0, 0.0, True, False, "matmul"),  # asked for by name: as asked, even there
+    ("matmul", "meta", torch.float32, 4096, 0, 0.0, False, True, "matmul"),
+    ("sdpa", "cpu", torch.bfloat16, 256, 0, 0.0, True, True, "sdpa"),
+    ("hybrid", "cpu", torch.float32, 256, 0, 0.0, False, True, "hybrid"),  # by name: eager and fp32 too
+    ("hybrid", "cpu", torch.bfloat16, 4, 8, 0.0, True, True, "sdpa"),  # where it cannot run: SDPA, the same function
+    ("hybrid", "cpu", torch.bfloat16, 256, 0, 0.1, True, True, "sdpa"), ("hybrid", "meta", torch.bfloat16, 256, 0, 0.0, True, True, "sdpa")])
+def test_which_attention_kernel_runs(kernel, device, dtype, T, past, dropout, compiling, finite_here, expected,
+                                     monkeypatch):
+    """auto, while compiling a bf16 CPU model: hybrid without a cache or dropout up to 2^26 scores; matmul with dropout over <= 256
+    keys where that compiles to finite gradients (not a CPU with AMX tiles); SDPA otherwise. An explicit choice is
+    used as named, hybrid only where it can run. Every CPU class is faked here."""
     import model.attention as attention_module
-    from model.attention import uses_matmul_attention
+    from model.attention import kernel_for
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: compiling)
     monkeypatch.setattr(attention_module, "compiled_matmul_attention_is_finite_here", lambda: finite_here)
-    q = torch.empty(1, 1, 1, 8, dtype=dtype, device=device)
-    assert uses_matmul_attention(kernel, q, keys) is expected
+    q = torch.empty(1, 1, T, 8, dtype=dtype, device=device)
+    assert kernel_for(kernel, q, past, dropout) == expected
 
 
 def test_unknown_attention_kernel_names_the_choices():
-    with pytest.raises(ValueError, match=r"model.attention_kernel='flash' is unknown; choose one of \['auto', 'sdpa', 'matmul'\]"):
+    with pytest.raises(ValueError, match=r"model.attention_kernel='flash' is unknown; choose one of \['auto', 'sdpa', 'matmul', 'hybrid'\]"):
         ModelConfig(attention_kernel="flash")
-
-
-def test_compiled_auto_attention_is_matmul_attention_and_matches_eager_sdpa(monkeypatch):
-    """The default kernel (auto) in a compiled bf16 CPU model traces matmul_attention in every layer (not in fp32),
-    and its logits are the eager model's (SDPA's) to bf16 rounding; GQA included. The function itself is SDPA's
-    exactly in float64 (test_matmul_attention_is_sdpas_function)."""
-    import model.attention as attention_module
-    traced = []
-    real = attention_module.matmul_attention
-    monkeypatch.setattr(attention_module, "compiled_matmul_attention_is_finite_here", lambda: True)  # any class
-    monkeypatch.setattr(attention_module, "matmul_attention", lambda *a, **k: traced.append(1) or real(*a, **k))
-    torch.manual_seed(0)
-    cfg = ModelConfig(vocab_size=256, hidden_size=64, n_layers=2, n_heads=2, n_kv_heads=1, max_seq_len=64, multiple_of=32)
-    model = Transformer(cfg)
-    x = torch.randint(0, 256, (2, 64))
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        eager = model(x).float()
-        assert traced == []  # eager: SDPA
-        torch._dynamo.reset()
-        try:
-            compiled = torch.compile(model)(x).float()
-            assert len(traced) == cfg.n_layers
-            torch._dynamo.reset()
-            # fp32: SDPA's fused kernel stays. The kernel is chosen while dynamo traces, whatever the backend, so
-            # the eager backend checks it without a second inductor compile (~5 s of C++ on a cold cache).
-            with torch.autocast("cpu", enabled=False):
-                torch.compile(model, backend="eager")(x)
-        finally:
-            torch._dynamo.reset()
-    assert len(traced) == cfg.n_layers
-    # bf16 rounding apart: the scores round to bf16 before the softmax here, SDPA's flash kernel keeps them fp32
-    torch.testing.assert_close(compiled, eager, rtol=0.05, atol=0.05)
-    assert (compiled - eager).abs().mean() < 0.01
 
 
 def test_matmul_attention_forced_where_it_compiles_to_nan_is_warned_at_the_start(monkeypatch):
