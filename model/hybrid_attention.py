@@ -3,7 +3,8 @@ recomputes the attention weights from the forward's saved logsumexp (FlashAttent
 
 Why: torch's CPU flash kernel is fast forward but its bf16 backward is not (on an AMX Xeon, 2026-12-05: ~2.6 ms
 forward against ~19 ms backward for 16 × 3 heads × 256 × 64, where the four backward matmuls alone take ~2 ms).
-Written as matmuls and elementwise maths, inductor fuses the backward's softmax algebra around four bf16 GEMMs.
+Written as matmuls and elementwise maths, inductor fuses the backward's softmax algebra around them: the scores
+and dP in fp32 (as flash computes them), the three gradient products with bf16 operands.
 """
 from typing import Optional
 
@@ -23,12 +24,15 @@ class _SdpaForwardMatmulBackward(torch.autograd.Function):
     def backward(ctx, grad_out: torch.Tensor):
         q, k, v, out, logsumexp = ctx.saved_tensors
         T = q.shape[-2]
-        acc = torch.promote_types(q.dtype, torch.float32)  # the softmax algebra in fp32 at least, as the forward's
-        scores = (q @ k.transpose(-2, -1)).to(acc) * ctx.scale  # (B, H, T, T), rounded to q's dtype first, as SDPA's
+        acc = torch.promote_types(q.dtype, torch.float32)
+        # The scores and dP = dO vᵀ in fp32, as the flash kernel accumulates them: from bf16-rounded scores, exp(s −
+        # logsumexp) is off by up to ~2 % at |s| ~ 5, and dP − rowsum(dO ∘ O) cancels: in bf16 both tripled the
+        # gradients' error against float64 (tests/test_hybrid_attention.py holds it to SDPA's).
+        scores = (q.to(acc) @ k.to(acc).transpose(-2, -1)) * ctx.scale  # (B, H, T, T)
         visible = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
         weights = torch.exp(scores - logsumexp.unsqueeze(-1)).masked_fill(~visible, 0.0)  # the forward's softmax
-        grad_v = weights.to(v.dtype).transpose(-2, -1) @ grad_out
-        grad_weights = (grad_out @ v.transpose(-2, -1)).to(acc)
+        grad_v = weights.to(v.dtype).transpose(-2, -1) @ grad_out  # bf16 operands, as the flash backward's
+        grad_weights = grad_out.to(acc) @ v.to(acc).transpose(-2, -1)
         # softmax's backward: dS = P ∘ (dP − rowsum(dO ∘ O)); rowsum(dP ∘ P) = rowsum(dO ∘ O) needs no (T, T) pass
         row = (grad_out.to(acc) * out.to(acc)).sum(-1, keepdim=True)  # (B, H, T, 1)
         grad_scores = (weights * (grad_weights - row) * ctx.scale).to(q.dtype)

@@ -131,7 +131,7 @@ def test_bench_loss_forms_refuses_an_unknown_backend_in_one_line():
 
 def test_bench_attention_times_each_kernel_beside_sdpa_with_its_differences(capsys):
     """Every kernel of model.attention_kernel at a tiny run's shape (GQA), compiled with aot_eager: one row each,
-    SDPA the reference (1.000×, Δ 0), the others its function to bf16 rounding, all finite."""
+    SDPA the time's reference (1.000×), each within bf16 rounding of float64, all finite."""
     from devtools.bench import attention as bench_attention
     bench_attention.main(["model=tiny", "model.n_kv_heads=1", "trainer.micro_batch_size=2", "model.max_seq_len=32",
                           "--backend", "aot_eager", "--rounds", "1", "--iters", "1", "--threads", "1"])
@@ -140,8 +140,8 @@ def test_bench_attention_times_each_kernel_beside_sdpa_with_its_differences(caps
     rows = {r.split(" | ")[0][2:]: r.strip("| ").split(" | ") for r in out.splitlines() if r.startswith("| ")
             and "ms" not in r and "---" not in r}
     assert list(rows) == list(bench_attention.KERNELS)
-    assert rows["sdpa"][4] == "1.000×" and float(rows["sdpa"][5]) == 0
-    assert all(float(r[5]) < 0.1 and r[6] == "yes" for r in rows.values())
+    assert rows["sdpa"][4] == "1.000×"
+    assert all(0 < float(r[5]) < 0.02 and r[6] == "yes" for r in rows.values())  # bf16's rounding against float64
 
 
 def test_bench_checkpoint_reports_save_and_verify_costs(capsys):

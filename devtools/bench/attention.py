@@ -3,8 +3,8 @@
 Usage: python scripts/bench_attention.py [OVERRIDE ...] [--rounds 7] [--iters 10] [--precision bf16] [--threads 2]
 The queries, keys and values have the run's shape (micro_batch_size × n_heads × seq_len × head_dim, its kv heads);
 each kernel is compiled as the model compiles it and timed interleaved with the others, round by round (medians).
-Beside the times: each kernel's largest difference from SDPA in the output and the q, k, v gradients, and whether
-they are finite. The step-level effect is scripts/bench_roofline.py's --variant "model.attention_kernel=…".
+Beside the times: each kernel's relative error (‖x − exact‖ / ‖exact‖, the worst of the output and the q, k, v
+gradients) against SDPA in float64 on the same rounded inputs, and whether they are finite. The step-level effect is scripts/bench_roofline.py's --variant "model.attention_kernel=…".
 """
 import argparse
 import statistics
@@ -54,7 +54,7 @@ def measure(args) -> dict:
     """kernel → {forward ms, forward + backward ms, max |Δ| vs SDPA of out and each gradient, finite}."""
     q, k, v, grad_out, scale = inputs(args.overrides, DTYPES[args.precision])
     compiled = {name: torch.compile(fn, backend=args.backend) for name, fn in KERNELS.items()}
-    results, ref = {}, None
+    results = {}
 
     def forward(fn):
         with torch.no_grad():
@@ -64,12 +64,14 @@ def measure(args) -> dict:
         out = fn(q, k, v, scale)
         return out, torch.autograd.grad(out, (q, k, v), grad_out)
 
+    exact = [t.detach().double().requires_grad_() for t in (q, k, v)]  # the same rounded inputs, in float64
+    out = KERNELS["sdpa"](*exact, scale)
+    truth = [out.detach(), *torch.autograd.grad(out, exact, grad_out.double())]
     for name, fn in compiled.items():  # compile (forward alone and with backward), and the numbers
         forward(fn)
         out, grads = both(fn)
-        got = [out.detach().float(), *(g.float() for g in grads)]
-        ref = ref or got
-        results[name] = {"diff": max(float((a - b).abs().max()) for a, b in zip(got, ref)),
+        got = [out.detach().double(), *(g.double() for g in grads)]
+        results[name] = {"error": max(float((a - b).norm() / b.norm()) for a, b in zip(got, truth)),
                          "finite": all(bool(torch.isfinite(t).all()) for t in got), "fwd": [], "fwd_bwd": []}
     for _ in range(args.rounds):
         for name, fn in compiled.items():
@@ -92,7 +94,7 @@ def main(argv=None) -> None:
     results = measure(args)
     base = results["sdpa"]["fwd_bwd"]
     print(f"| kernel | forward ms (median of {args.rounds}) | forward + backward ms | backward ms | vs sdpa "
-          "(forward + backward) | max \\|Δ\\| vs sdpa (out, grads) | finite |\n|---|---:|---:|---:|---:|---:|---|")
+          "(forward + backward) | error vs float64 (worst of out, dq, dk, dv) | finite |\n|---|---:|---:|---:|---:|---:|---|")
     for name, r in results.items():
         print(f"| {name} | {r['fwd']:.2f} | {r['fwd_bwd']:.2f} | {r['fwd_bwd'] - r['fwd']:.2f} | {base / r['fwd_bwd']:.3f}× "
-              f"| {r['diff']:.3g} | {'yes' if r['finite'] else 'NO'} |")
+              f"| {r['error']:.4f} | {'yes' if r['finite'] else 'NO'} |")
