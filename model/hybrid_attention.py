@@ -1,8 +1,8 @@
 """Causal attention for compiled CPU training: SDPA's fused forward, and a backward of plain matmuls that
 recomputes the attention weights from the forward's saved logsumexp (FlashAttention's backward, unblocked).
 
-Why: torch's CPU flash kernel is fast forward but its bf16 backward is not (on an AMX Xeon, 2026-12-05: ~2.6 ms
-forward against ~19 ms backward for 16 × 3 heads × 256 × 64, where the four backward matmuls alone take ~2 ms).
+Why: torch's CPU flash kernel is fast forward but its bf16 backward is not (on an AMX Xeon, 2026-12-05, 16 × 3 heads
+× 256 × 64: 2.6 ms forward, 22 ms backward; this backward 13.5 ms — scripts/bench_attention.py).
 Written as matmuls and elementwise maths, inductor fuses the backward's softmax algebra around them: the scores
 and dP in fp32 (as flash computes them), the three gradient products with bf16 operands.
 """
