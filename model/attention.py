@@ -106,8 +106,8 @@ def kernel_for(kernel: str, q: torch.Tensor, past: int, dropout_p: float) -> str
     """Which function attends these queries (q (B, H, T, hd), after `past` cached keys): "hybrid", "matmul" or
     "sdpa". auto, while torch.compile traces a CPU model whose q is bf16 (autocast):
       - hybrid (model/hybrid_attention.py) for training and evaluation without a cache or dropout, up to
-        HYBRID_MAX_SCORES scores — SDPA's forward, a backward of matmuls; the default step 1.19x faster than
-        with SDPA on AMX (BENCHMARKS.md, "Attention: SDPA's forward, a matmul backward");
+        HYBRID_MAX_SCORES scores — SDPA's forward, a backward of matmuls; attention 1.41x faster than SDPA's on
+        AMX, as accurate (BENCHMARKS.md, "Attention: SDPA's forward, a matmul backward");
       - matmul with attention dropout over <= MATMUL_ATTENTION_MAX_KEYS keys where that compiles to finite
         gradients (dropout inside the graph, not SDPA's eager workaround);
       - sdpa otherwise, and always eager, in fp32 and on GPUs (fused kernels that materialise no scores).
