@@ -249,9 +249,10 @@ def test_bench_newton_schulz_compares_bf16_with_fp32_at_the_runs_shapes(capsys):
     newton_schulz.main(["model=tiny", "--repeats", "1", "--threads", "1"])
     out = capsys.readouterr().out
     rows = re.findall(r"^\| (\d+) × (\d+) \| (\d+) \| [\d.]+ \| [\d.]+ \| [\d.]+× \| ([\d.]+) \| ([\d.]+)–([\d.]+) "
-                      r"\| ([\d.]+)–([\d.]+) \|$", out, re.M)
+                      r"\| ([\d.]+)–([\d.]+) \| [\d.]+ \((\d+)\) \| [\d.]+× \| (yes|NO) \|$", out, re.M)
     assert rows and "**all**" in out
-    for *_, diff, lo32, hi32, lo16, hi16 in rows:
+    for rows_, cols, count, diff, lo32, hi32, lo16, hi16, n_stacks, same_bits in rows:
+        assert same_bits == "yes" and int(n_stacks) == 1 < int(count)  # the tiny model's few matrices: one stack
         assert float(diff) < 0.05  # bf16 rounding, not another answer
         # bf16 keeps fp32's band (5 steps do not lift a random square matrix's smallest singular values in either)
         assert abs(float(lo16) - float(lo32)) < 0.05 and abs(float(hi16) - float(hi32)) < 0.05 and float(hi16) < 1.5

@@ -10,7 +10,7 @@ from model import ModelConfig, Transformer
 from tests.train_helpers import read_metrics, run_dirs, run_ranks, run_train
 from training.checkpoint.state_dicts import full_model_state, full_optimizer_state, load_full_state
 from training.config import OptimConfig
-from training.optim.muon import Muon, newton_schulz
+from training.optim.muon import Muon, newton_schulz, stacks
 from training.optim import apply_schedule, build_optimizers, hidden_matrices
 
 COEFFS = (3.4445, -4.775, 2.0315)
@@ -55,6 +55,68 @@ def test_muon_step_is_torchs_in_bf16_and_leaves_the_momentum_buffer_alone_in_fp3
     assert torch.equal(ours, theirs)
     torch.testing.assert_close(fp32, theirs, atol=2e-3, rtol=0)  # bf16 rounding of the update only
     assert not torch.equal(fp32, theirs)
+
+
+SHAPES = [(24, 16), (16, 40), (24, 16), (24, 16), (16, 40), (8, 8)]  # tall and wide, repeated, one alone
+
+
+@pytest.mark.parametrize("nesterov", [True, False])
+@pytest.mark.parametrize("skip", [None, 0, 1])
+def test_stacked_muon_is_torchs_update_bitwise_in_bf16(nesterov, skip):
+    """Same-shape matrices orthogonalised as one stack (optim.muon_ns_stack_mb) give torch's one-at-a-time
+    update exactly — and a skipped step (found_inf = 1) leaves weights and momentum as they were."""
+    gen = torch.Generator().manual_seed(3)
+    start = [torch.randn(s, generator=gen) for s in SHAPES]
+    ours, theirs = ([torch.nn.Parameter(w.clone()) for w in start] for _ in range(2))
+    kwargs = dict(lr=0.02, weight_decay=0.1, nesterov=nesterov, adjust_lr_fn="match_rms_adamw")
+    opt, ref = Muon(ours, **kwargs), torch.optim.Muon(theirs, **kwargs)
+    assert stacks(ours, opt.stack_mb) == [[0, 2, 3], [1, 4], [5]]
+    if skip is not None:
+        opt.found_inf = torch.tensor(float(skip))
+    for step in range(3):
+        for i, (a, b) in enumerate(zip(ours, theirs)):
+            a.grad = torch.randn(a.shape, generator=torch.Generator().manual_seed(10 * step + i))
+            b.grad = a.grad.clone()
+        opt.step()
+        if not skip:
+            ref.step()
+    for a, b, w in zip(ours, theirs, start):
+        assert torch.equal(a, w if skip else b)
+    if skip:
+        assert all(torch.equal(opt.state[p]["momentum_buffer"], torch.zeros_like(p)) for p in ours)
+
+
+def test_stacks_are_same_shape_within_the_cap_and_only_in_bf16():
+    params = [torch.zeros(s) for s in SHAPES]  # 24 × 16 in bf16: 768 bytes
+    assert stacks(params, 0) == [[i] for i in range(6)]  # optim.muon_ns_stack_mb=0: one at a time
+    # Two 24 × 16 fit in 1,536 bytes and the third opens a stack; two 16 × 40 (2,560 bytes) do not fit.
+    assert stacks(params, 1536 / 2**20) == [[0, 2], [1], [3], [4], [5]]
+    fp32 = Muon([torch.nn.Parameter(p) for p in params], ns_dtype=torch.float32)
+    seen = []
+    with pytest.MonkeyPatch.context() as mp:  # what the fp32 step orthogonalises: one matrix at a time
+        import training.optim.muon as muon_module
+        mp.setattr(muon_module, "newton_schulz", lambda g, *a: seen.append(g.dim()) or g.clone())
+        for p in fp32.param_groups[0]["params"]:
+            p.grad = torch.ones_like(p)
+        fp32.step()
+    assert seen == [2] * 6
+    # The default run's 24 matrices in three stacks, one per shape: 16 of 192 × 192, 4 of 1024 × 192, 4 of 192 × 512.
+    from cli.config import compose_train_config
+    cfg, _ = compose_train_config(["logger=none"])
+    muon = build_optimizers(Transformer(cfg.model), cfg.optim, "cpu")[0]
+    assert sorted(map(len, stacks(muon.param_groups[0]["params"], cfg.optim.muon_ns_stack_mb))) == [4, 4, 16]
+
+
+def test_a_stack_is_orthogonalised_matrix_by_matrix():
+    """Each matrix of a stack by its own norm, in its own orientation: the same maths in float64, the same
+    bits in bf16 (where Muon stacks)."""
+    g = torch.randn(5, 40, 24, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    g[0] *= 100  # norms far apart: one shared norm would show
+    exact = newton_schulz(g, COEFFS, 5, 1e-7, torch.float64)
+    torch.testing.assert_close(exact, torch.stack([newton_schulz(m, COEFFS, 5, 1e-7, torch.float64) for m in g]))
+    bf16 = newton_schulz(g.float(), COEFFS, 5, 1e-7, torch.bfloat16)
+    assert bf16.shape == g.shape and torch.equal(bf16, torch.stack([newton_schulz(m, COEFFS, 5, 1e-7, torch.bfloat16)
+                                                                    for m in g.float()]))
 
 
 @pytest.mark.parametrize("tie", [True, False])
@@ -189,9 +251,9 @@ def test_muon_under_torchrun_matches_one_process(tmp_path, cache_dir, reference_
 def test_every_muon_option_reaches_the_optimizer(device, ns_dtype, expected, monkeypatch):
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # a CPU that emulates bf16: auto keeps Newton–Schulz in fp32
     cfg = OptimConfig(name="muon", lr=1e-3, muon_lr=0.02, weight_decay=0.05, muon_momentum=0.9, muon_ns_steps=3,
-                      muon_ns_dtype=ns_dtype, beta1=0.8, eps=1e-7)
+                      muon_ns_dtype=ns_dtype, beta1=0.8, eps=1e-7, muon_ns_stack_mb=5)
     muon, adamw = build_optimizers(tiny_model(), cfg, device)  # only the choices: nothing steps here
-    assert muon.ns_dtype == expected
+    assert muon.ns_dtype == expected and muon.stack_mb == 5
     d = muon.defaults
     assert (d["lr"], d["weight_decay"], d["momentum"], d["nesterov"], d["ns_steps"]) == (0.02, 0.05, 0.9, True, 3)
     assert adamw.defaults["lr"] == 1e-3 and adamw.defaults["betas"][0] == 0.8 and adamw.defaults["eps"] == 1e-7

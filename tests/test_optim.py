@@ -126,6 +126,7 @@ def test_fused_optimizer_matches_plain():
     ({"beta2": 1.0}, r"optim.beta2=1.0 must be in \[0, 1\)"),
     ({"muon_lr": 0.0}, "optim.muon_lr=0.0 must be > 0, or null"),
     ({"muon_ns_dtype": "fp16"}, "optim.muon_ns_dtype='fp16' is unknown"),
+    ({"muon_ns_stack_mb": -1}, "optim.muon_ns_stack_mb=-1 must be >= 0"),
 ])
 def test_bad_values_are_refused_naming_the_field(fields, message):
     with pytest.raises(ValueError, match=message):

@@ -26,6 +26,7 @@ class OptimConfig:
     muon_momentum: float = 0.95  # Nesterov momentum of Muon
     muon_ns_steps: int = 5  # Newton-Schulz iterations that orthogonalise each update
     muon_ns_dtype: str = "auto"  # auto (bf16 where bf16 matmuls are fast: CUDA, AMX, AVX512-BF16; else fp32) | bf16 | fp32
+    muon_ns_stack_mb: float = 32  # bf16 Newton-Schulz: same-shape matrices stacked up to this size; 0 = one at a time
     # μP's AdamW lr for the blocks' matrices is lr × m^-exponent: 1 is μP's 1/m (Table 3); another value is an arm of
     # docs/mup.md's width-512 experiment. Unused under sp and by Muon (its own 1/sqrt(m), lr_scale.py).
     mup_hidden_lr_exponent: float = 1.0
@@ -45,6 +46,8 @@ class OptimConfig:
             _require(0 <= getattr(self, key) < 1, f"optim.{key}={getattr(self, key)} must be in [0, 1)")
         _require(self.eps > 0, f"optim.eps={self.eps} must be > 0")
         _require(self.muon_lr is None or self.muon_lr > 0, f"optim.muon_lr={self.muon_lr} must be > 0, or null")
+        _require(self.muon_ns_stack_mb >= 0, f"optim.muon_ns_stack_mb={self.muon_ns_stack_mb} must be >= 0 "
+                                             "(0 orthogonalises one matrix at a time)")
         _require(1 <= self.muon_ns_steps < 100, f"optim.muon_ns_steps={self.muon_ns_steps} must be in [1, 99]")
 
 

@@ -34,7 +34,7 @@ def build_optimizers(model: torch.nn.Module, cfg: OptimConfig, device_type: str)
     # μP: × 1/sqrt(m), not Adam's 1/m — match_rms_adamw already grows with width (lr_scale.py).
     scale = muon_hidden_lr_scale(model_config(model)) or 1.0
     muon = Muon([scaled_group(matrices, cfg.weight_decay, scale)],
-                ns_dtype=ns_dtype,
+                ns_dtype=ns_dtype, stack_mb=cfg.muon_ns_stack_mb,
                 lr=muon_peak_lr(cfg), weight_decay=cfg.weight_decay, momentum=cfg.muon_momentum, nesterov=True,
                 ns_steps=cfg.muon_ns_steps, adjust_lr_fn="match_rms_adamw")
     rest = param_groups(model, cfg.weight_decay, exclude=frozenset(id(p) for p in matrices))
