@@ -40,16 +40,19 @@ class ConfigError(ValueError):
 
 
 def check_override_keys(argv: Sequence[str]) -> None:
-    """A ConfigError for a `key.path=value` on the command line whose key is no setting, naming the closest one:
-    Hydra's own answer is seven lines whose `+key=…` hint leads to a second error. Groups (`model=25m`), Hydra's
-    flags and keys, and `+`/`~` overrides are left to Hydra."""
+    """A ConfigError for a `key.path=value` on the command line whose key is no setting, naming the closest one,
+    or whose value is not of the setting's type (`optim.lr=abc`): Hydra's own answers are 6–7 lines (its `+key=…`
+    hint leads to a second error). Groups, Hydra's flags and keys, `+`/`~` overrides and sweeps are left to Hydra."""
+    hints_of = lambda owner: typing.get_type_hints(owner) if dataclasses.is_dataclass(owner) else {}  # noqa: E731
     for arg in argv:
         key = arg.split("=", 1)[0]
-        if "=" not in arg or "." not in key or key[0] in "+~-" or key.startswith("hydra."):
+        if "=" not in arg or key[0] in "+~-" or key.startswith("hydra."):
             continue
+        if "." not in key and dataclasses.is_dataclass(_unwrap_optional(hints_of(TrainConfig).get(key, TrainConfig))):
+            continue  # a group (model=25m, experiment=…) or a name Hydra resolves
         owner, path, parts = TrainConfig, [], key.split(".")
         for depth, part in enumerate(parts):
-            hints = typing.get_type_hints(owner) if dataclasses.is_dataclass(owner) else {}
+            hints = hints_of(owner)
             if not hints:
                 break  # a mapping or a value: nothing to check below it
             if part not in hints:
@@ -59,7 +62,29 @@ def check_override_keys(argv: Sequence[str]) -> None:
                 raise ConfigError(f"{key} is not a setting ({where} has no {part!r}); {hint}README's configuration "
                                   "table lists every setting")
             path.append(part)
-            owner = _unwrap_optional(hints[part])
+            parent, owner = owner, _unwrap_optional(hints[part])
+        else:
+            _check_value_type(arg, parent, parts[-1], owner)
+
+
+def _check_value_type(arg: str, parent, field: str, kind) -> None:
+    """A ConfigError if `arg`'s value cannot go into `parent.field` (a `kind`), judged as Hydra will (ranges: later)."""
+    try:
+        override = OverridesParser.create().parse_override(arg)
+    except HydraException:
+        return  # Hydra says what is wrong with its own grammar
+    if override.is_sweep_override():
+        return
+    try:
+        typed = OmegaConf.structured(parent)
+    except OmegaConfBaseException:
+        return  # a schema OmegaConf cannot type: nothing to judge by
+    try:
+        OmegaConf.merge(typed, {field: override.value()})
+    except OmegaConfBaseException:
+        wanted = {int: "an integer", float: "a number", bool: "true or false"}.get(kind, getattr(kind, "__name__", kind))
+        raise ConfigError(f"{arg}: {override.key_or_group} takes {wanted}, not "
+                          f"{override.get_value_element_as_str()!r}") from None
 
 
 def _unwrap_optional(kind):

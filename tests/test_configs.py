@@ -150,6 +150,26 @@ def test_train_py_refuses_a_mistyped_key_in_one_line_before_hydra():
                                           "setting"]
 
 
+@pytest.mark.parametrize("arg, said", [
+    ("optim.lr=abc", "optim.lr=abc: optim.lr takes a number, not 'abc'"),
+    ("trainer.max_steps=2.5", "trainer.max_steps=2.5: trainer.max_steps takes an integer, not '2.5'"),
+    ("trainer.keep_best=maybe", "trainer.keep_best=maybe: trainer.keep_best takes true or false, not 'maybe'"),
+    ("seed=x", "seed=x: seed takes an integer, not 'x'"),
+    ("trainer.time_budget=soon", "trainer.time_budget=soon: trainer.time_budget takes a number, not 'soon'"),
+])
+def test_a_value_of_the_wrong_type_is_one_line_naming_the_type(arg, said):
+    with pytest.raises(ConfigError) as raised:
+        check_override_keys(["model=cpu", arg])
+    assert str(raised.value) == said
+
+
+def test_train_py_refuses_a_value_of_the_wrong_type_in_one_line_before_hydra(tmp_path):
+    result = subprocess.run([sys.executable, "train.py", "optim.muon_ns_steps=abc", f"outputs_dir={tmp_path}"],
+                            cwd=CONFIGS.parent, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and result.stdout == "" and not any(tmp_path.iterdir())
+    assert result.stderr.splitlines() == ["error: optim.muon_ns_steps=abc: optim.muon_ns_steps takes an integer, not 'abc'"]
+
+
 def test_train_help_lists_the_groups_train_py_uses_and_their_every_option():
     """`python train.py --help` (configs/train.yaml's hydra.help) lists each group train.py composes with every
     option on disk — not protocol/ and speedrun/, which ablate.py and speedrun.py read — and prints the config."""
