@@ -91,15 +91,16 @@ def test_stacks_are_same_shape_within_the_cap_and_only_in_bf16():
     assert stacks(params, 0) == [[i] for i in range(6)]  # optim.muon_ns_stack_mb=0: one at a time
     # Two 24 × 16 fit in 1,536 bytes and the third opens a stack; two 16 × 40 (2,560 bytes) do not fit.
     assert stacks(params, 1536 / 2**20) == [[0, 2], [1], [3], [4], [5]]
-    fp32 = Muon([torch.nn.Parameter(p) for p in params], ns_dtype=torch.float32)
-    seen = []
-    with pytest.MonkeyPatch.context() as mp:  # what the fp32 step orthogonalises: one matrix at a time
-        import training.optim.muon as muon_module
-        mp.setattr(muon_module, "newton_schulz", lambda g, *a: seen.append(g.dim()) or g.clone())
-        for p in fp32.param_groups[0]["params"]:
-            p.grad = torch.ones_like(p)
-        fp32.step()
-    assert seen == [2] * 6
+    for dtype, orthogonalised in ((torch.bfloat16, [(3, 24, 16), (2, 16, 40), (8, 8)]),  # what each step hands
+                                  (torch.float32, [tuple(s) for s in SHAPES])):  # Newton–Schulz: stacks in bf16 only
+        opt, seen = Muon([torch.nn.Parameter(p.clone()) for p in params], ns_dtype=dtype), []
+        with pytest.MonkeyPatch.context() as mp:
+            import training.optim.muon as muon_module
+            mp.setattr(muon_module, "newton_schulz", lambda g, *a: seen.append(tuple(g.shape)) or g.clone())
+            for p in opt.param_groups[0]["params"]:
+                p.grad = torch.ones_like(p)
+            opt.step()
+        assert seen == orthogonalised, dtype
     # The default run's 24 matrices in three stacks, one per shape: 16 of 192 × 192, 4 of 1024 × 192, 4 of 192 × 512.
     from cli.config import compose_train_config
     cfg, _ = compose_train_config(["logger=none"])

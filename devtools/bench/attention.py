@@ -51,7 +51,7 @@ def inputs(overrides: list, dtype: torch.dtype) -> tuple:
 
 
 def measure(args) -> dict:
-    """kernel → {forward ms, forward + backward ms, max |Δ| vs SDPA of out and each gradient, finite}."""
+    """kernel → {forward ms, forward + backward ms, relative error vs float64 SDPA (worst of out and gradients), finite}."""
     q, k, v, grad_out, scale = inputs(args.overrides, DTYPES[args.precision])
     compiled = {name: torch.compile(fn, backend=args.backend) for name, fn in KERNELS.items()}
     results = {}

@@ -28,6 +28,7 @@ class Muon(torch.optim.Muon):
         # Set by the training step (training/step.py), as GradScaler sets it for fused Adam: 1 = this
         # step's gradients are not finite, leave weights and momentum as they are — decided on the device.
         skip = getattr(self, "found_inf", None)
+        keep = None if skip is None else skip.bool()
         for group in self.param_groups:
             params, grads, momentum_buffers = [], [], []
             self._init_group(group, params, grads, momentum_buffers)
@@ -47,9 +48,9 @@ class Muon(torch.optim.Muon):
                     new = param.mul_(1 - lr * group["weight_decay"]) if skip is None else param.mul(
                         1 - lr * group["weight_decay"])  # decoupled, with the unscaled lr (as AdamW)
                     new.add_(update, alpha=-_adjust_lr(lr, group["adjust_lr_fn"], param.shape))
-                    if skip is not None:
-                        _keep_or_take(skip.bool(), momentum_buffers[i], new_buf)
-                        _keep_or_take(skip.bool(), param, new)
+                    if keep is not None:
+                        _keep_or_take(keep, momentum_buffers[i], new_buf)
+                        _keep_or_take(keep, param, new)
         return loss
 
 
