@@ -4,7 +4,8 @@ Usage: python scripts/bench_attention.py [OVERRIDE ...] [--rounds 7] [--iters 10
 The queries, keys and values have the run's shape (micro_batch_size × n_heads × seq_len × head_dim, its kv heads);
 each kernel is compiled as the model compiles it and timed interleaved with the others, round by round (medians).
 Beside the times: each kernel's relative error (‖x − exact‖ / ‖exact‖, the worst of the output and the q, k, v
-gradients) against SDPA in float64 on the same rounded inputs, and whether they are finite. The step-level effect is scripts/bench_roofline.py's --variant "model.attention_kernel=…".
+gradients) against SDPA in float64 on the same rounded inputs, and whether they are finite. The step-level effect
+is scripts/bench_roofline.py's --variant "model.attention_kernel=…".
 """
 import argparse
 import statistics
@@ -51,7 +52,8 @@ def inputs(overrides: list, dtype: torch.dtype) -> tuple:
 
 
 def measure(args) -> dict:
-    """kernel → {forward ms, forward + backward ms, relative error vs float64 SDPA (worst of out and gradients), finite}."""
+    """kernel → {forward ms, forward + backward ms, relative error vs float64 SDPA (worst of out and gradients),
+    finite}."""
     q, k, v, grad_out, scale = inputs(args.overrides, DTYPES[args.precision])
     compiled = {name: torch.compile(fn, backend=args.backend) for name, fn in KERNELS.items()}
     results = {}
