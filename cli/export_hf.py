@@ -7,6 +7,7 @@ import argparse
 
 from cli.entry import description
 from interop.hf_export import export_checkpoint
+from training.checkpoint import resolve_checkpoint
 
 
 def main(argv=None) -> int:
@@ -17,6 +18,7 @@ def main(argv=None) -> int:
     p.add_argument("--no-verify", dest="verify", action="store_false",
                    help="skip checking the files against their manifest.json (SHA-256; ~1 s per GB)")
     args = p.parse_args(argv)
-    out = export_checkpoint(args.checkpoint, args.out_dir, force=args.force, verify=args.verify)
-    print(f"exported to {out}: load it with transformers.AutoModelForCausalLM.from_pretrained({str(out)!r})")
+    ckpt = resolve_checkpoint(args.checkpoint)  # `latest`, `best` or a run dir: say which checkpoint went out
+    out = export_checkpoint(str(ckpt), args.out_dir, force=args.force, verify=args.verify)
+    print(f"exported {ckpt} to {out}: load it with transformers.AutoModelForCausalLM.from_pretrained({str(out)!r})")
     return 0

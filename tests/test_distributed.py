@@ -81,10 +81,14 @@ def reference(tmp_path_factory, tiny_data_cache):
     return run
 
 
+TEARDOWN_LOG = "teardown.log"  # beside ddp_run's outputs/: "<rank> <group up before> <group up after>" per teardown
+
+
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory, tiny_data_cache):
     root = tmp_path_factory.mktemp("ddp")
-    proc = run_ranks(root, 2, *TWO_RANKS, *COMPILED, cache_dir=tiny_data_cache, faults=AOT_EAGER)
+    proc = run_ranks(root, 2, *TWO_RANKS, *COMPILED, cache_dir=tiny_data_cache,
+                     faults={**AOT_EAGER, "teardown_log": str(root / TEARDOWN_LOG)})
     assert "parallel=ddp, compile: trainer.compile=true" in proc.stdout
     assert "2 micro batch × 64 seq_len × 2 accumulation × 2 processes" in proc.stdout
     assert "torch.compile failed" not in proc.stderr
@@ -149,6 +153,13 @@ def test_sigterm_to_one_rank_stops_both_at_one_step_and_the_resume_is_exact(tmp_
     assert val_losses(part) == val_losses(ddp_run)
     wf, wp = weights(ddp_run, 12), weights(part, 12)
     assert all(torch.equal(wf[k], wp[k]) for k in wf)
+
+
+def test_a_finished_run_destroys_the_process_group_on_every_rank(ddp_run):
+    """train.py tears torchrun's process group down when a run ends normally too, not only on an error (the
+    hung-rank test): each rank's teardown found the group up and left it gone."""
+    (log,) = [p / TEARDOWN_LOG for p in ddp_run.parents if (p / TEARDOWN_LOG).exists()]
+    assert sorted(log.read_text().splitlines()) == ["0 True False", "1 True False"]
 
 
 def test_only_rank_zero_writes_the_metrics(ddp_run):

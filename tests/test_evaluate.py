@@ -137,6 +137,7 @@ def test_hugging_face_directory_scores_like_the_checkpoint(tmp_path, capsys, ckp
     (["--text", "{tmp}/doc.pdf"], "only .txt, .md and .jsonl files can be scored"),
     (["--text", "{tmp}/bad.jsonl"], "bad.jsonl:1 has no string field 'text'; set --text-column"),
     (["--text", "{tmp}/empty.txt"], "no non-empty document to score"),
+    (["--text", "{tmp}/latin1.txt"], "latin1.txt is not UTF-8 text (invalid continuation byte at byte 3); convert it to UTF-8"),
     (["--data", "nonexistent"], "--data nonexistent: no such config or cache directory; use one of"),
     (["--set", "no_such_field=1"], "data config: Key 'no_such_field' not in 'DataConfig'"),
 ])
@@ -145,6 +146,7 @@ def test_bad_input_is_refused_naming_the_flag(tmp_path, ckpt, args, message):
     (tmp_path / "a.txt").write_text("x")
     (tmp_path / "bad.jsonl").write_text('{"body": "x"}\n')
     (tmp_path / "empty.txt").write_text("  \n")
+    (tmp_path / "latin1.txt").write_bytes("ROMÉO".encode("latin-1"))
     with pytest.raises(ValueError, match=re.escape(message)):
         script.main([str(ckpt), *[a.format(tmp=tmp_path) for a in args], "--device", "cpu"])
 

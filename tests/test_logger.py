@@ -72,6 +72,21 @@ def test_offline_run_logs_to_jsonl_and_wandb_dir(no_key, tmp_path):
     assert [r["step"] for r in rows] == [1, 2]
 
 
+def test_wandb_files_the_run_under_its_project_name_group_and_tags_with_the_config(no_key, tmp_path, monkeypatch):
+    """What wandb's UI files and filters a run by: logger.project, the run's name, logger.group, logger.tags and
+    the resolved config — offline without a key, in the run directory. wandb.init itself is faked."""
+    import wandb
+
+    from training.logger import open_wandb
+    seen = {}
+    monkeypatch.setattr(wandb, "init", lambda **kwargs: seen.update(kwargs) or "the run")
+    cfg = LoggerConfig(wandb="auto", project="p", group="g", tags=["norm=rmsnorm", "seed=0"])
+    assert open_wandb(tmp_path, cfg, "r", {"model": {"hidden_size": 8}}) == "the run"
+    assert {k: seen[k] for k in ("project", "name", "group", "tags", "config", "mode", "dir")} == {
+        "project": "p", "name": "r", "group": "g", "tags": ["norm=rmsnorm", "seed=0"],
+        "config": {"model": {"hidden_size": 8}}, "mode": "offline", "dir": str(tmp_path)}
+
+
 def test_non_main_ranks_write_nothing(tmp_path):
     log = RunLogger(tmp_path, LoggerConfig(wandb="offline"), "t", {}, enabled=False)
     log.log({"kind": "train", "step": 1})

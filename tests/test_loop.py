@@ -2,6 +2,7 @@
 inside a real run of the loop (in this process, `debug=tiny`), so a refactor that keeps a helper but
 stops calling it fails here. docs/testing.md's promise map points at these tests."""
 import math
+import re
 import signal
 from types import SimpleNamespace
 
@@ -134,6 +135,20 @@ def test_a_compiled_run_trains_through_the_compiled_graph(tmp_path, tiny_data_ca
 def test_an_eager_run_says_nothing_of_compiling(tmp_path, tiny_data_cache, capsys):
     train_in_process(tmp_path / "run", *SHORT, "trainer.compile=false", cache_dir=tiny_data_cache)
     assert "compile: the first training step" not in capsys.readouterr().out
+
+
+def test_the_progress_bar_shows_the_steps_epochs_loss_learning_rate_and_tokens_per_second(tmp_path, tiny_data_cache,
+                                                                                         capsys):
+    """The bar a user watches on stdout: steps done of the planned total and, from each logged row, the epochs,
+    loss, learning rate and tokens/s — its last drawing is the last train row of metrics.jsonl, rounded as shown."""
+    train_in_process(tmp_path / "run", *SHORT, "trainer.compile=false", cache_dir=tiny_data_cache)
+    out = capsys.readouterr().out
+    bars = re.findall(r"train: +\d+%\|[^|]*\| *(\d+)/(\d+) \[[^\]]*, ep=([\d.]+), loss=([\d.]+), lr=([^,]+), "
+                      r"tok_s=([\d,]+)\]", out)
+    assert bars, out
+    row = [r for r in read_metrics(tmp_path / "run") if r["kind"] == "train"][-1]
+    assert bars[-1] == ("4", "4", f"{row['epochs']:.2f}", f"{row['loss']:.3f}", f"{row['lr']:.1e}",
+                        f"{row['tokens_per_s']:,.0f}")
 
 
 def test_tokens_per_second_exclude_compile_time(tmp_path, tiny_data_cache, counting_compile):

@@ -90,6 +90,15 @@ def test_a_prompt_file_that_is_not_utf8_is_named(checkpoint, tmp_path, capsys):
                                          "(invalid continuation byte at byte 3); convert it to UTF-8")
 
 
+def test_stdin_that_is_not_utf8_is_one_line(checkpoint, capsys, monkeypatch):
+    import io
+    _, ckpt = checkpoint
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO("ROMÉO".encode("latin-1")), encoding="utf-8"))
+    code, out, err = run_in_process(capsys, "generate.py", ckpt, "-")
+    assert code == 1 and out == "" and err.strip() == (
+        "error: stdin is not UTF-8 text (invalid continuation byte at byte 3); pipe UTF-8 text")
+
+
 def test_generating_past_the_context_says_it_slides(checkpoint, capsys):
     model, ckpt = checkpoint  # max_seq_len 64
     code, out, err = run_in_process(capsys, "generate.py", ckpt, "--prompt", "ROMEO:", "--temperature", "0",

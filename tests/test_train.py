@@ -350,9 +350,9 @@ def test_a_read_only_outputs_dir_is_one_line_before_anything_starts(tmp_path, ca
 
 def test_early_stopping_ends_at_the_patience_and_best_is_an_alias(tmp_path, cache_dir, monkeypatch, capsys):
     """Scripted validation (3.0, 2.5, 2.6, 2.7 bpb every 2 steps) with patience 2: the run stops at step 8,
-    saves it, and names the best (step 4); `best` then finds that checkpoint for generate, evaluate and
+    saves it, and names the best (step 4); `best` then finds that checkpoint for generate, evaluate, export and
     resume — which refuses to restart a run that stopped early unless the patience is lifted."""
-    from cli import evaluate, generate
+    from cli import evaluate, export_hf, generate
     from cli.entry import exit_status
     proc = run_faulty(tmp_path, {"val_bpb": [3.0, 2.5, 2.6, 2.7]}, "trainer.max_steps=20", "trainer.eval_interval=2",
                       "trainer.ckpt_interval=20", "trainer.early_stopping=2", cache_dir=cache_dir)
@@ -369,6 +369,8 @@ def test_early_stopping_ends_at_the_patience_and_best_is_an_alias(tmp_path, cach
     (tmp_path / "t.txt").write_text("ROMEO: But soft!\n")
     assert exit_status(evaluate.main, ["best", "--text", str(tmp_path / "t.txt"), "--device", "cpu"]) == 0
     assert f"checkpoint: {shown} (cpu" in capsys.readouterr().err
+    assert exit_status(export_hf.main, ["best", str(tmp_path / "hf")]) == 0  # says which checkpoint went out
+    assert f"exported {shown} to {tmp_path / 'hf'}: load it with" in capsys.readouterr().out
     refused = run_train(tmp_path, f"resume={run}", cache_dir=cache_dir, check=False)
     assert refused.returncode == 1 and "ended its run early at step 8" in refused.stderr.strip().splitlines()[-1]
     resumed = run_train(tmp_path, "resume=best", "trainer.early_stopping=null", cache_dir=cache_dir)
