@@ -21,6 +21,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+import yaml
 from safetensors.torch import load_file
 
 from data import SAMPLERS, prepare
@@ -172,11 +173,13 @@ def test_only_rank_zero_writes_the_metrics(ddp_run):
 def test_each_rank_draws_its_own_dropout_and_resumes_its_own_stream(tmp_path, tiny_data_cache):
     """Under torchrun each rank seeds dropout from (seed, rank): their masks differ (the same masks on
     every rank would correlate the replicas' noise), and a resume restores every rank's own generator —
-    a 2-rank run with dropout, stopped at step 3 and resumed, equals the uninterrupted one bitwise."""
+    a 2-rank run with dropout, stopped at step 3 and resumed, equals the uninterrupted one bitwise. With Muon,
+    the default's optimizer (its momentum and AdamW's moments for the rest), where the SIGTERM test resumes AdamW."""
     dropout = ["trainer.precision=fp32", "model.dropout=0.1", "trainer.max_steps=6", "trainer.log_interval=1",
-               "trainer.eval_interval=6", "trainer.ckpt_interval=3", "trainer.micro_batch_size=2"]
+               "trainer.eval_interval=6", "trainer.ckpt_interval=3", "trainer.micro_batch_size=2", "optim=muon"]
     run_ranks(tmp_path / "straight", 2, *dropout, cache_dir=tiny_data_cache)
     (straight,) = run_dirs(tmp_path / "straight")
+    assert yaml.safe_load((straight / "config.yaml").read_text())["optim"]["name"] == "muon"
     rng = torch.load(straight / "checkpoints" / "step_0000003" / "rng.pt", weights_only=True)
     assert len(rng["ranks"]) == 2 and not torch.equal(rng["ranks"][0]["torch"], rng["ranks"][1]["torch"])
     run_ranks(tmp_path / "resumed", 2, *dropout, "trainer.stop_at_step=3", cache_dir=tiny_data_cache)

@@ -225,8 +225,8 @@ def test_train_with_muon_learns_and_resumes_bitwise(tmp_path, cache_dir, referen
 def test_muon_under_torchrun_matches_one_process(tmp_path, cache_dir, reference_run, parallel):
     """2 ranks × batch 2 = the reference's batch 4. Under FSDP2 each matrix is sharded by rows and
     Newton–Schulz on the DTensor redistributes, so it orthogonalises the whole matrix. The FSDP2 run's
-    step-6 checkpoint (Muon and AdamW state gathered from the shards) then resumes in ONE process and
-    ends where the reference does."""
+    step-6 checkpoint (Muon and AdamW state gathered from the shards) resumes on the same two ranks bitwise
+    (losses and weights), then in ONE process and ends where the reference does."""
     run_ranks(tmp_path, 2, *FAST, "trainer.micro_batch_size=2", f"trainer.parallel={parallel}",
                  cache_dir=cache_dir)
     (multi,) = run_dirs(tmp_path)
@@ -235,6 +235,13 @@ def test_muon_under_torchrun_matches_one_process(tmp_path, cache_dir, reference_
     for k in ws:
         torch.testing.assert_close(ws[k], wm[k], rtol=1e-3, atol=1e-5, msg=k)
     if parallel == "fsdp":
+        straight = {r["step"]: r["loss"] for r in read_metrics(multi) if r["kind"] == "train"}
+        run_ranks(tmp_path, 2, f"resume={multi / 'checkpoints' / 'step_0000006'}", "trainer.micro_batch_size=2",
+                  "trainer.parallel=fsdp", cache_dir=cache_dir)
+        again = {r["step"]: r["loss"] for r in read_metrics(multi) if r["kind"] == "train"}  # last row per step
+        assert again == straight
+        wa = _weights(multi, 12)
+        assert all(torch.equal(wm[k], wa[k]) for k in wm)
         run_train(tmp_path, f"resume={multi / 'checkpoints' / 'step_0000006'}", "trainer.micro_batch_size=4",
                   cache_dir=cache_dir)
         resumed = {r["step"]: r["loss"] for r in read_metrics(multi) if r["kind"] == "train"}  # last row per step
