@@ -90,6 +90,51 @@ def test_toolchain_check_fails_without_a_compiler(tmp_path):
     assert len(out.stdout.strip().splitlines()) == 1
 
 
+# ---- inductor's cache, one per CPU instruction set -------------------------------------------------
+
+def test_compiled_code_is_never_shared_across_cpu_instruction_sets(tmp_path):
+    """torch 2.13's FX-graph cache key leaves ATEN_CPU_CAPABILITY out: the default run compiled under the AVX2
+    emulation and then run plainly on the same cache corrupted its heap (training/compile.py cache_for_this_cpu).
+    The toolchain probe compiled on one cache root natively, then under another capability: without the folder
+    per capability the second process is served the first one's graph (one FX-graph cache hit); with it, none.
+    (That a process finds its own capability's graphs again: test_the_cache_folder_is_named_once_….)"""
+    native = torch.backends.cpu.get_cpu_capability().lower()
+    other = "avx2" if native != "avx2" else "default"  # any x86 class this suite runs on has one below it
+    child = ("import torch; from training.compile import resolve_compile; from torch._dynamo.utils import counters; "
+             "print(resolve_compile('auto', torch.device('cpu'))[0], counters['inductor']['fxgraph_cache_hit'])")
+
+    def hits(capability):
+        env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "TORCHINDUCTOR_CACHE_DIR")}
+        env.update(TORCHINDUCTOR_CACHE_DIR=str(tmp_path), PYTHONPATH=str(REPO),
+                   **({"ATEN_CPU_CAPABILITY": capability} if capability else {}))
+        out = subprocess.run([sys.executable, "-c", child], env=env, cwd=REPO, capture_output=True, text=True,
+                             timeout=300)
+        assert out.returncode == 0, out.stderr
+        compiled, n = out.stdout.split()
+        assert compiled == "True"
+        return int(n)
+
+    assert [hits(None), hits(other)] == [0, 0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f"aten-{native}", f"aten-{other}"])
+
+
+def test_the_cache_folder_is_named_once_under_the_users_root(tmp_path, monkeypatch):
+    """Under TORCHINDUCTOR_CACHE_DIR when set, the same folder every time (so a run finds its compiled graphs
+    again); a second call, or a child process that inherits the folder, does not nest it, and a capability of
+    its own moves beside it. Deciding to compile and wrapping a module both move there first."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    assert C.cache_for_this_cpu() == tmp_path / "aten-avx512" == C.cache_for_this_cpu()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "aten-avx512")
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    assert C.cache_for_this_cpu() == tmp_path / "aten-avx2"
+    for step in (lambda: C.resolve_compile("false", torch.device("cpu")),
+                 lambda: C.CompiledLoss(tiny_loss(), backend=CountingBackend())):
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+        step()
+        assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "aten-avx2")
+
+
 # ---- the fallback ---------------------------------------------------------------------------------
 
 def failing_backend(gm, example_inputs):

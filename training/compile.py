@@ -1,8 +1,11 @@
-"""torch.compile where it works: deciding `trainer.compile=auto`, and a wrapper that falls back to eager
-when compilation fails, and keeps a short last batch on the compiled graph instead of recompiling."""
+"""torch.compile where it works: deciding `trainer.compile=auto`, a wrapper that falls back to eager
+when compilation fails, and keeps a short last batch on the compiled graph instead of recompiling, and
+inductor's on-disk cache kept apart per CPU instruction set."""
 import contextlib
+import os
 import sys
 import time
+from pathlib import Path
 from typing import Callable, Optional, Tuple, Union
 
 import torch
@@ -10,8 +13,29 @@ import torch
 from training.loss import IGNORE_INDEX
 
 
+CACHE_TAG = "aten-"  # inductor's cache: one folder per ATen CPU capability (cache_for_this_cpu)
+
+
+def cache_for_this_cpu() -> Path:
+    """Points inductor's on-disk cache (under TORCHINDUCTOR_CACHE_DIR, else inductor's default in /tmp) at a
+    folder of its own for the vector instruction set ATen and inductor use here, and returns that folder.
+
+    torch 2.13's FX-graph cache key leaves that instruction set out. On an AVX-512 machine, the default run
+    compiled under ATEN_CPU_CAPABILITY=avx2 (the documented AVX2 emulation), then run plainly on the same
+    cache, corrupted the heap at its first step ("malloc(): unaligned tcache chunk detected", exit 134); the
+    other way round, its first step was non-finite. Idempotent; a child process with another capability moves
+    to a folder beside its parent's. Called before anything compiles (resolve_compile, CompiledLoss)."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    current = Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or default_cache_dir()).absolute()
+    root = current.parent if current.name.startswith(CACHE_TAG) else current
+    folder = root / f"{CACHE_TAG}{torch.backends.cpu.get_cpu_capability().lower()}"
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
+    return folder
+
+
 def resolve_compile(requested: Union[str, bool], device: torch.device) -> Tuple[bool, str]:
     """(compile?, why). `auto`: on for CUDA, and for CPU when inductor's C++ toolchain works."""
+    cache_for_this_cpu()  # before the toolchain probe compiles anything
     choice = str(requested).lower()
     if choice not in ("auto", "true", "false"):
         raise ValueError(f"trainer.compile={requested!r} is unknown; choose auto, true or false")
@@ -72,6 +96,7 @@ class CompiledLoss:
         self.compile_seconds = 0.0  # time of the calls that compiled (first call of each mode)
         self.failed: Optional[str] = None
         self._modes_seen = set()
+        cache_for_this_cpu()
         try:
             self.compiled = torch.compile(module, **compile_kwargs)
         except Exception as e:  # e.g. an unknown backend: fail the same way as a failing first call

@@ -18,6 +18,7 @@ from cli.entry import description
 from devtools.bench import timed
 from model.attention import matmul_attention
 from model.hybrid_attention import hybrid_attention
+from training.compile import cache_for_this_cpu
 from training.runtime.cpu import cpu_class, cpu_model
 
 KERNELS = {  # name → (q, k, v, scale) → out, each as model/attention.py calls it in training (causal, no cache)
@@ -55,6 +56,7 @@ def measure(args) -> dict:
     """kernel → {forward ms, forward + backward ms, relative error vs float64 SDPA (worst of out and gradients),
     finite}."""
     q, k, v, grad_out, scale = inputs(args.overrides, DTYPES[args.precision])
+    cache_for_this_cpu()  # never another instruction set's graphs (training/compile.py)
     compiled = {name: torch.compile(fn, backend=args.backend) for name, fn in KERNELS.items()}
     results = {}
 

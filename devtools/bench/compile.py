@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from cli.entry import description
 from model import ModelConfig, Transformer
+from training.compile import cache_for_this_cpu
 from training.config import OptimConfig
 from training.loss import CausalLMLoss
 from training.optim import build_optimizer
@@ -38,6 +39,7 @@ class AutocastInside(torch.nn.Module):
 def variants(cfg: ModelConfig, precision: str, autocast) -> dict:
     """name → (module that owns the parameters, loss function, autocast to open around the call)."""
     torch.manual_seed(0)
+    cache_for_this_cpu()  # never another instruction set's graphs (training/compile.py)
     base = CausalLMLoss(Transformer(cfg))
     fresh = lambda: copy.deepcopy(base)  # noqa: E731  same weights for every variant
     out = {"eager": (base, base, autocast)}

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from cli import REPO
 from cli.entry import description
 from model import ModelConfig, Transformer
+from training.compile import cache_for_this_cpu
 from training.loss import CHUNK_ELEMENTS, IGNORE_INDEX, CausalLMLoss
 from training.runtime.memory import current_memory_bytes, peak_memory_bytes, reset_peak_memory
 
@@ -98,6 +99,7 @@ def compare_forms(args) -> None:
     under bf16 autocast as the default step computes them, timed interleaved: a round runs every form once."""
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    cache_for_this_cpu()  # never another instruction set's graphs (training/compile.py)
     n = args.batch * args.seq
     hidden = torch.randn(n, args.hidden, requires_grad=True)
     head = (torch.randn(args.vocab, args.hidden) * args.hidden ** -0.5).requires_grad_()

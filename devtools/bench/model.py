@@ -24,6 +24,7 @@ from cli import REPO
 from cli.entry import description
 from devtools.bench import timed
 from model import ModelConfig, Transformer
+from training.compile import cache_for_this_cpu
 from training.config import OptimConfig
 from training.loss import CausalLMLoss
 from training.runtime.mfu import measure_matmul_flops
@@ -89,6 +90,8 @@ def make_step(loss_module: torch.nn.Module, compiled: bool, autocast, optim: str
     """One training step as train.py runs it: autocast opened around the (compiled) loss module."""
     loss_module.train()
     optimizers = build_optimizers(loss_module, OptimConfig(name=optim, lr=1e-4, min_lr=1e-5), "cpu")
+    if compiled:
+        cache_for_this_cpu()  # never another instruction set's graphs (training/compile.py)
     call = torch.compile(loss_module) if compiled else loss_module
 
     def step(inputs: torch.Tensor, targets: torch.Tensor) -> None:
