@@ -99,7 +99,9 @@ def test_compiled_code_is_never_shared_across_cpu_instruction_sets(tmp_path):
     per capability the second process is served the first one's graph (one FX-graph cache hit); with it, none.
     (That a process finds its own capability's graphs again: test_the_cache_folder_is_named_once_….)"""
     native = torch.backends.cpu.get_cpu_capability().lower()
-    other = "avx2" if native != "avx2" else "default"  # any x86 class this suite runs on has one below it
+    if native == "default":
+        pytest.skip("ATen runs without vector kernels here: no lower capability to compile for")
+    other = "avx2" if native == "avx512" else "default"  # one below this machine's own, whatever its class
     child = ("import torch; from training.compile import resolve_compile; from torch._dynamo.utils import counters; "
              "print(resolve_compile('auto', torch.device('cpu'))[0], counters['inductor']['fxgraph_cache_hit'])")
 

@@ -56,7 +56,7 @@ def measure(args) -> dict:
     """kernel → {forward ms, forward + backward ms, relative error vs float64 SDPA (worst of out and gradients),
     finite}."""
     q, k, v, grad_out, scale = inputs(args.overrides, DTYPES[args.precision])
-    cache_for_this_cpu()  # never another instruction set's graphs (training/compile.py)
+    cache_for_this_cpu()
     compiled = {name: torch.compile(fn, backend=args.backend) for name, fn in KERNELS.items()}
     results = {}
 

@@ -39,7 +39,7 @@ class AutocastInside(torch.nn.Module):
 def variants(cfg: ModelConfig, precision: str, autocast) -> dict:
     """name → (module that owns the parameters, loss function, autocast to open around the call)."""
     torch.manual_seed(0)
-    cache_for_this_cpu()  # never another instruction set's graphs (training/compile.py)
+    cache_for_this_cpu()
     base = CausalLMLoss(Transformer(cfg))
     fresh = lambda: copy.deepcopy(base)  # noqa: E731  same weights for every variant
     out = {"eager": (base, base, autocast)}

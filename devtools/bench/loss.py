@@ -99,7 +99,7 @@ def compare_forms(args) -> None:
     under bf16 autocast as the default step computes them, timed interleaved: a round runs every form once."""
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    cache_for_this_cpu()  # never another instruction set's graphs (training/compile.py)
+    cache_for_this_cpu()
     n = args.batch * args.seq
     hidden = torch.randn(n, args.hidden, requires_grad=True)
     head = (torch.randn(args.vocab, args.hidden) * args.hidden ** -0.5).requires_grad_()

@@ -90,8 +90,7 @@ def make_step(loss_module: torch.nn.Module, compiled: bool, autocast, optim: str
     """One training step as train.py runs it: autocast opened around the (compiled) loss module."""
     loss_module.train()
     optimizers = build_optimizers(loss_module, OptimConfig(name=optim, lr=1e-4, min_lr=1e-5), "cpu")
-    if compiled:
-        cache_for_this_cpu()  # never another instruction set's graphs (training/compile.py)
+    cache_for_this_cpu()
     call = torch.compile(loss_module) if compiled else loss_module
 
     def step(inputs: torch.Tensor, targets: torch.Tensor) -> None:
