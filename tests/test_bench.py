@@ -231,6 +231,25 @@ def test_roofline_work_counts_the_same_flops_as_the_mfu():
                                                               for s in shapes)
 
 
+def test_an_inductor_variant_compiles_the_configured_run_with_those_options(monkeypatch):
+    """--inductor-variant "max_autotune=True cpp.threads=2": the same run's model + loss handed to torch.compile
+    with exactly those options (typed); names inductor lacks, a run that does not compile, and a variant that
+    falls back to eager (it would be timed as if compiled) are refused in one line."""
+    from devtools.bench import roofline
+    assert roofline.inductor_options("max_autotune=True cpp.threads=2") == {"max_autotune": True, "cpp.threads": 2}
+    for bad in ("max_autotunes=True", "max_autotune"):
+        with pytest.raises(ValueError, match="expected NAME=VALUE"):
+            roofline.inductor_options(bad)
+    calls = []
+    monkeypatch.setattr(torch, "compile", lambda module, **kwargs: calls.append(kwargs) or module)
+    _, parts, step = roofline.build_step(["debug=tiny", "trainer.compile=true"], {"max_autotune": True})
+    assert calls[-1] == {"options": {"max_autotune": True}} and step.loss_module.module is parts.loss_module
+    with pytest.raises(ValueError, match="needs a compiled run"):
+        roofline.build_step(["debug=tiny"], {"max_autotune": True})
+    with pytest.raises(ValueError, match="--inductor-variant: torch.compile failed"):
+        roofline._refuse_eager("warning: torch.compile failed (RuntimeError: x); continuing without compile")
+
+
 def test_each_matmul_group_is_measured_against_the_peak_of_the_dtype_it_runs_in():
     """Newton–Schulz may orthogonalise in bf16 while the run computes in fp32 (optim.muon_ns_dtype=auto on a CPU
     with bf16 in hardware): its % of roof is against its own dtype's peak, the other matmuls' against the run's."""

@@ -1,10 +1,13 @@
 """Where train.py's step goes, by op group, against the machine's roofs; and levers timed side by side.
 
-Usage: python scripts/bench_roofline.py [OVERRIDE ...] [--variant "OVERRIDE ..."]... [--steps 20] [--profile-steps 5]
+Usage: python scripts/bench_roofline.py [OVERRIDE ...] [--variant "OVERRIDE ..."]... [--inductor-variant "NAME=VALUE ..."]...
+       [--steps 20] [--profile-steps 5]
 The step is train.py's own: the config composed from configs/ (the default run, plus any Hydra overrides),
 built by training/build.py and stepped by TrainStep, on synthetic token windows of the run's shape. Each
 --variant adds overrides to a second (third, …) build of the same run; all are timed interleaved in this one
 process (medians), so a lever is measured against the step it changes on the same machine, at the same time.
+Each --inductor-variant is the configured run compiled with these inductor options instead (e.g.
+"max_autotune=True": torch.compile's options=, the names of torch._inductor.config).
 
 The roofline is the first variant's, from torch.profiler's self CPU time of each op, grouped by what it
 computes (GROUPS); the ops inside the optimizer's step are its own group whatever they are. Each group's
@@ -15,6 +18,7 @@ forward and backward, at the dtype it has) against the measured copy bandwidth. 
 is where the step's time can still come from.
 """
 import argparse
+import ast
 import os
 import shlex
 import statistics
@@ -29,6 +33,7 @@ from cli.entry import description
 from devtools.bench import timed
 from model import Transformer
 from training.build import build
+from training.compile import CompiledLoss
 from training.runtime.cpu import cpu_class, cpu_model
 from training.runtime.distributed import DistInfo
 from training.runtime.mfu import measure_matmul_flops
@@ -68,6 +73,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("overrides", nargs="*", help="Hydra overrides of the run (default: the default run)")
     p.add_argument("--variant", action="append", default=[],
                    help='more overrides for a variant timed side by side, e.g. --variant "optim.muon_ns_dtype=bf16"')
+    p.add_argument("--inductor-variant", action="append", default=[],
+                   help='the configured run compiled with these inductor options, timed side by side, e.g. '
+                        '--inductor-variant "max_autotune=True"')
     p.add_argument("--steps", type=int, default=20, help="timed steps per variant, interleaved (medians)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per variant first (compilation)")
     p.add_argument("--profile-steps", type=int, default=5, help="profiled steps of the first variant (0: none)")
@@ -88,14 +96,41 @@ class SyntheticBatches:
         return w[:, :-1], w[:, 1:]
 
 
-def build_step(overrides: list):
-    """(TrainConfig, Parts, TrainStep) of the run these overrides configure, on one process."""
+def inductor_options(text: str) -> dict:
+    """"max_autotune=True cpp.threads=2" → {"max_autotune": True, "cpp.threads": 2}; names inductor does not have
+    are refused (torch.compile would only warn and run eager)."""
+    known, options = inductor_config.get_config_copy(), {}
+    for item in shlex.split(text):
+        name, sep, value = item.partition("=")
+        if not sep or name not in known:
+            raise ValueError(f"--inductor-variant {item!r}: expected NAME=VALUE with NAME one of "
+                             "torch._inductor.config's options, e.g. max_autotune=True")
+        try:
+            options[name] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            options[name] = value  # a bare string, e.g. a backend's name
+    return options
+
+
+def build_step(overrides: list, inductor: Optional[dict] = None):
+    """(TrainConfig, Parts, TrainStep) of the run these overrides configure, on one process; with `inductor`, its
+    model + loss compiled with those inductor options."""
     cfg, _ = compose_train_config([*overrides, "logger=none"])
     info = DistInfo()
     parts = build(cfg, info, say=lambda *a: None)
-    step = TrainStep(parts.compute_loss, SyntheticBatches(cfg), parts.optimizers, parts.autocast,
+    compute_loss = parts.compute_loss
+    if inductor is not None:
+        if compute_loss is parts.loss_module:
+            raise ValueError(f"--inductor-variant needs a compiled run; this one is not ({parts.notes[1]})")
+        compute_loss = CompiledLoss(parts.loss_module, warn=_refuse_eager, options=inductor)
+    step = TrainStep(compute_loss, SyntheticBatches(cfg), parts.optimizers, parts.autocast,
                      cfg.trainer.grad_accum_steps, cfg.optim.grad_clip, info.device)
     return cfg, parts, step
+
+
+def _refuse_eager(message: str) -> None:
+    """An inductor variant that fell back to eager would be timed as if compiled: stop instead."""
+    raise ValueError(f"--inductor-variant: {message.removeprefix('warning: ')}")
 
 
 def time_interleaved(steps: dict, n: int, warmup: int) -> dict:
@@ -228,6 +263,8 @@ def main(argv=None) -> None:
     inductor_config.cpp.enable_kernel_profile = True  # each compiled kernel a profiler event (a call's cost each)
     variants = {"as configured": args.overrides, **{v: [*args.overrides, *shlex.split(v)] for v in args.variant}}
     built = {name: build_step(overrides) for name, overrides in variants.items()}
+    for text in args.inductor_variant:
+        built[f"inductor: {text}"] = build_step(args.overrides, inductor_options(text))
     cfg, parts, _ = built["as configured"]
     dtype = torch.bfloat16 if parts.precision == "bf16" else torch.float32
     load_before, peak = os.getloadavg()[0], measure_matmul_flops(torch.device("cpu"), dtype)
