@@ -1,7 +1,7 @@
 """Where train.py's step goes, by op group, against the machine's roofs; and levers timed side by side.
 
-Usage: python scripts/bench_roofline.py [OVERRIDE ...] [--variant "OVERRIDE ..."]... [--inductor-variant "NAME=VALUE ..."]...
-       [--steps 20] [--profile-steps 5]
+Usage: python scripts/bench_roofline.py [OVERRIDE ...] [--variant "OVERRIDE ..."]...
+       [--inductor-variant "NAME=VALUE ..."]... [--steps 20] [--profile-steps 5]
 The step is train.py's own: the config composed from configs/ (the default run, plus any Hydra overrides),
 built by training/build.py and stepped by TrainStep, on synthetic token windows of the run's shape. Each
 --variant adds overrides to a second (third, …) build of the same run; all are timed interleaved in this one
