@@ -1,6 +1,8 @@
 """What every program behind scripts/ shares: its exit status from one wrapper (a user's error is one
 `error: …` line and exit status 1, Ctrl-C exit status 130), the one-line text of an error, and reading
-a user's text file with an error that names it."""
+a user's text file with an error that names it; and the environment variable that would break torch's import,
+refused in one line before any program starts (inductor_cache_problem, checked when cli/ is imported)."""
+import os
 import sys
 from typing import Callable, Optional, Sequence
 
@@ -48,3 +50,23 @@ def description(doc: str) -> str:
     """A program's `--help` description: its docstring's first paragraph, on one line (its first line alone
     stopped mid-sentence wherever the paragraph wrapped)."""
     return " ".join(doc.strip().split("\n\n")[0].split())
+
+
+def inductor_cache_problem() -> Optional[str]:
+    """Why TORCHINDUCTOR_CACHE_DIR cannot hold inductor's compiled code, as one line; None when it can or is unset.
+    Creates the folder when missing, as torch would. Importing torch._dynamo (the model does, for one eager
+    function) creates that folder: a file there, a path under a file or a folder the user cannot write was a
+    traceback from inside torch. cli/__init__.py calls this first, so every program refuses it in one line."""
+    folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if not folder:
+        return None
+    try:
+        os.makedirs(folder, exist_ok=True)
+        usable = os.access(folder, os.W_OK | os.X_OK)
+        why = "it is not writable"
+    except OSError as e:
+        usable, why = False, (e.strerror or str(e)).lower()
+    if usable:
+        return None
+    return (f"TORCHINDUCTOR_CACHE_DIR={folder} cannot hold torch.compile's cache ({why}); "
+            "point it at a folder you can write, or unset it")
