@@ -123,6 +123,34 @@ def test_bench_loss_forms_times_each_form_compiled_side_by_side(capsys):
     assert abs(losses[0] - losses[1]) < 1e-4 and rows[0].split(" | ")[3] == "1.000×"
 
 
+def test_bench_loss_forms_in_step_times_each_form_inside_train_pys_step(capsys):
+    """--forms --in-step: the run's own step once per form (the form bound to that step's loss module), timed
+    interleaved; refused without --forms and for a run whose loss is chunked (the forms are the one-shot loss's)."""
+    bench_loss.main(["--forms", "--in-step", "debug=tiny trainer.compile=true", "--backend", "aot_eager", "--steps", "2",
+                     "--threads", "1"])
+    out = capsys.readouterr().out
+    rows = re.findall(r"^\| (.+?) \| [\d,.]+ \| [\d,.]+–[\d,.]+ \| (\d\.\d{3})× \|$", out, re.M)
+    assert [name for name, _ in rows] == list(bench_loss.FORMS) and rows[0][1] == "1.000"
+    assert "overrides: debug=tiny trainer.compile=true" in out
+    with pytest.raises(ValueError, match="add --forms"):
+        bench_loss.main(["--in-step", "debug=tiny"])
+    with pytest.raises(ValueError, match="uses the chunked loss"):
+        bench_loss.main(["--forms", "--in-step", "debug=tiny trainer.compile=true trainer.chunked_loss=true",
+                         "--backend", "aot_eager", "--steps", "1"])
+
+
+def test_a_loss_form_bound_to_the_module_is_what_the_module_computes():
+    from model import ModelConfig, Transformer
+    from training.loss import CausalLMLoss
+    torch.manual_seed(0)
+    module = CausalLMLoss(Transformer(ModelConfig(vocab_size=64, hidden_size=32, n_layers=1, n_heads=2,
+                                                  multiple_of=16, max_seq_len=8)), chunk_above=None)
+    x, y = torch.randint(0, 64, (2, 8)), torch.randint(0, 64, (2, 8))
+    expected = module(x, y)
+    assert bench_loss.with_loss_form(module, lambda logits, targets: logits.sum() * 0 + 7.0)(x, y) == 7.0
+    assert bench_loss.with_loss_form(module, bench_loss.plain_cross_entropy)(x, y) == expected
+
+
 def test_bench_loss_forms_refuses_an_unknown_backend_in_one_line():
     out = forked.run_script(REPO / "scripts" / "bench_loss.py", "--forms", "--backend", "nope")
     assert out.returncode == 1 and out.stderr.startswith("error: --backend nope: not a torch.compile backend")

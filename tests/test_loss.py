@@ -8,6 +8,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from model import ModelConfig, Transformer
 from tests.dtype_recorder import MATMULS, OpDtypes
+from training import loss as L
 from training.loss import DEFAULT_CHUNK_ABOVE, IGNORE_INDEX, CausalLMLoss, chunked_cross_entropy
 
 VOCAB = 96
@@ -45,6 +46,57 @@ def test_one_shot_loss_is_the_float64_math():
     expected = (torch.logsumexp(logits[keep], -1) - logits[keep].gather(1, flat[keep, None]).squeeze(1)).mean()
     assert loss.dtype == torch.float32 and loss.dim() == 0
     assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+def logits_and_targets(dtype, n: int = 37, vocab: int = VOCAB, ignored: int = 6):
+    gen = torch.Generator().manual_seed(3)
+    logits = (torch.randn(n, vocab, generator=gen) * 3).to(dtype).requires_grad_()
+    targets = torch.randint(0, vocab, (n,), generator=gen)
+    targets[torch.randperm(n, generator=gen)[:ignored]] = IGNORE_INDEX
+    return logits, targets
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_the_one_pass_loss_is_the_float64_math_and_its_gradient_is_where_the_plain_loss_rounds(dtype):
+    """_CrossEntropy (compiled CPU runs) against F.cross_entropy in float64 on the same logits: the loss within
+    fp32 rounding; the gradient, scaled by the upstream gradient, with ignored rows zero, in the logits' dtype —
+    bf16 logits get the bf16 rounding of the plain loss's own gradient (it casts its fp32 gradient back too)."""
+    logits, targets = logits_and_targets(dtype)
+    wide = logits.detach().double().requires_grad_()
+    expected = F.cross_entropy(wide, targets, ignore_index=IGNORE_INDEX)
+    (expected * 3).backward()
+    loss = L._CrossEntropy.apply(logits, targets)
+    (loss * 3).backward()
+    assert loss.dtype == torch.promote_types(dtype, torch.float32)
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
+    assert logits.grad.dtype == dtype and not logits.grad[targets == IGNORE_INDEX].any()
+    exact = wide.grad.to(dtype).double()  # the float64 gradient rounded once to the logits' dtype
+    tolerance, atol = {torch.float32: (2e-6, 1e-7), torch.bfloat16: (2 ** -8, 1e-9), torch.float64: (1e-12, 1e-15)}[dtype]
+    torch.testing.assert_close(logits.grad.double(), exact, rtol=tolerance, atol=atol)
+    plain = logits.detach().clone().requires_grad_()
+    (F.cross_entropy(plain.float(), targets, ignore_index=IGNORE_INDEX) * 3).backward()
+    if dtype != torch.float64:  # (the plain path's .float() would round float64 logits)
+        torch.testing.assert_close(logits.grad.double(), plain.grad.double(), rtol=tolerance, atol=atol)
+
+
+def test_compiled_on_a_cpu_the_loss_is_the_one_pass_function_and_eagerly_torchs_own(monkeypatch):
+    """cross_entropy picks _CrossEntropy while torch.compile traces it on a CPU, F.cross_entropy eagerly; traced
+    (aot_eager: the Function's forward and backward as graphs) under bf16 autocast it agrees with the eager loss."""
+    logits, targets = logits_and_targets(torch.bfloat16)
+    assert type(L.cross_entropy(logits, targets).grad_fn).__name__ == "NllLossBackward0"
+    with monkeypatch.context() as m:
+        m.setattr(torch.compiler, "is_compiling", lambda: True)
+        assert type(L.cross_entropy(logits, targets).grad_fn).__name__ == "_CrossEntropyBackward"
+    eager = L.cross_entropy(logits, targets)
+    (g_eager,) = torch.autograd.grad(eager, logits)
+    torch._dynamo.reset()
+    compiled = torch.compile(L.cross_entropy, backend="aot_eager", fullgraph=True)
+    with torch.autocast("cpu", torch.bfloat16):
+        traced = compiled(logits, targets)
+    (g_traced,) = torch.autograd.grad(traced, logits)
+    torch._dynamo.reset()
+    assert traced.item() == pytest.approx(eager.item(), rel=1e-6)
+    torch.testing.assert_close(g_traced.double(), g_eager.double(), rtol=2 ** -8, atol=1e-9)
 
 
 @pytest.mark.parametrize("chunk_elements", [7 * VOCAB, 1, 10 ** 9])  # 7 rows (not a divisor of 33), 1 row, all

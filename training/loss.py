@@ -51,9 +51,49 @@ class CausalLMLoss(nn.Module):
         chunk = self.chunk_tokens(targets.numel(), head.weight.shape[0])
         if chunk is None:
             logits = head(hidden)  # (B, T, V); bf16 under autocast
-            # fp32: a bf16 log-softmax rounds away the probabilities of rare tokens.
-            return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX)
+            return cross_entropy(logits.flatten(0, 1), targets.flatten())
         return chunked_cross_entropy(hidden.flatten(0, 1), head.weight, targets.flatten(), chunk)
+
+
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """mean over targets != -100 of cross_entropy(logits, targets), the softmax in fp32 (a bf16 log-softmax
+    rounds away the probabilities of rare tokens). logits (N, V) in any float dtype, targets (N,).
+
+    Compiled on a CPU it is _CrossEntropy, whose backward is one elementwise pass; eagerly, and on other devices
+    (not measured there), torch's own kernels. Compiled on a CPU, F.cross_entropy's backward recomputed the
+    log-softmax and compared 64-bit column indices for its one-hot: that kernel took 10.3 ms of the default step
+    on an AMX Xeon, this backward 6.0 (BENCHMARKS.md, "The loss's backward in one pass"). Both are the float64
+    cross-entropy within fp32 rounding (tests/test_loss.py)."""
+    if logits.device.type == "cpu" and torch.compiler.is_compiling():
+        return _CrossEntropy.apply(logits, targets)
+    return F.cross_entropy(logits.float(), targets, ignore_index=IGNORE_INDEX)
+
+
+class _CrossEntropy(torch.autograd.Function):
+    """The forward keeps (N,) logsumexps and the logits it was given; the backward is (softmax − one-hot) ×
+    valid / n_valid in one elementwise pass, returned in the logits' dtype (where the plain loss casts it too)."""
+
+    @staticmethod
+    def forward(ctx, logits, targets):
+        wide = logits.to(torch.promote_types(logits.dtype, torch.float32))
+        valid = targets != IGNORE_INDEX
+        safe_targets = targets.masked_fill(~valid, 0)
+        logsumexp = torch.logsumexp(wide, dim=-1)
+        target_logit = wide.gather(1, safe_targets[:, None]).squeeze(1)
+        n_valid = valid.sum()
+        ctx.save_for_backward(logits, safe_targets, valid, logsumexp, n_valid)
+        return ((logsumexp - target_logit) * valid).sum() / n_valid
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        logits, safe_targets, valid, logsumexp, n_valid = ctx.saved_tensors
+        acc = logsumexp.dtype
+        # The one-hot compared in int32: with 64-bit indices (F.cross_entropy's) the compare cost as much as the exp.
+        columns = torch.arange(logits.shape[1], device=logits.device, dtype=torch.int32)
+        one_hot = (columns[None, :] == safe_targets.to(torch.int32)[:, None]).to(acc)
+        row_scale = valid.to(acc) * grad_loss / n_valid  # (N,): the mean's weight of each scored row
+        grad = (torch.exp(logits.to(acc) - logsumexp[:, None]) - one_hot) * row_scale[:, None]
+        return grad.to(logits.dtype), None
 
 
 def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,

@@ -1,8 +1,11 @@
 """Peak memory and time of CausalLMLoss's one-shot vs chunked cross-entropy at a real vocabulary, on CPU;
-with --forms, the speed of two ways to write the one-shot loss as a compiled bf16 step runs it.
+with --forms, the speed of the ways to write the one-shot loss as a compiled bf16 step runs it.
 
 Usage: python scripts/bench_loss.py [--vocab 32768] [--batch 8] [--seq 512] [--hidden 256] [--layers 2] [--steps 3]
        python scripts/bench_loss.py --forms [--backend inductor] [same shape options]
+       python scripts/bench_loss.py --forms --in-step ["OVERRIDE ..."] [--steps 30]
+--forms times the LM head and the loss alone; with --in-step, train.py's whole step of the run the Hydra
+overrides configure (the default run: "") once per form, interleaved.
 Each variant runs in a fresh process (freed memory may stay resident, so one process cannot measure
 two peaks); the peak is the process's max RSS during forward + backward, minus its RSS before,
 and, beside it, the peak of live tensors in one more step counted by torch's MemTracker (what the
@@ -10,10 +13,12 @@ allocator is asked for: deterministic, unlike RSS, which depends on the heap's h
 """
 import argparse
 import json
+import shlex
 import statistics
 import subprocess
 import sys
 import time
+import types
 
 import torch
 import torch.nn.functional as F
@@ -21,8 +26,8 @@ import torch.nn.functional as F
 from cli import REPO
 from cli.entry import description
 from model import ModelConfig, Transformer
-from training.compile import cache_for_this_cpu
-from training.loss import CHUNK_ELEMENTS, IGNORE_INDEX, CausalLMLoss
+from training.compile import CompiledLoss, cache_for_this_cpu
+from training.loss import CHUNK_ELEMENTS, IGNORE_INDEX, CausalLMLoss, cross_entropy
 from training.runtime.memory import current_memory_bytes, peak_memory_bytes, reset_peak_memory
 
 VARIANTS = {"one-shot": None, "chunked": 0}  # CausalLMLoss(chunk_above=...)
@@ -39,7 +44,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=3, help="timed forward + backward passes (median)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--forms", action="store_true",
-                   help="time the loss's two forms (FORMS) compiled under bf16 autocast, interleaved in one process")
+                   help="time the loss's forms (FORMS) compiled under bf16 autocast, interleaved in one process")
+    p.add_argument("--in-step", nargs="?", const="", default=None, metavar="OVERRIDES",
+                   help="with --forms: each form inside train.py's step of the run these Hydra overrides configure "
+                        "(none: the default run)")
     p.add_argument("--backend", default="inductor", help="torch.compile backend of --forms (tests: aot_eager)")
     p.add_argument("--variant", choices=sorted(VARIANTS), help=argparse.SUPPRESS)  # the child process
     return p.parse_args(argv)
@@ -77,8 +85,8 @@ def measure(args) -> dict:
             "chunk_tokens": loss_fn.chunk_tokens(y.numel(), cfg.padded_vocab_size)}
 
 
-def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """CausalLMLoss's one-shot loss: the full-vocabulary logits cast to fp32, then cross-entropy."""
+def plain_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """CausalLMLoss's one-shot loss before the one-pass backward: the logits cast to fp32, then F.cross_entropy."""
     return F.cross_entropy(logits.float(), targets, ignore_index=IGNORE_INDEX)
 
 
@@ -91,7 +99,9 @@ def logsumexp_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torc
     return ((torch.logsumexp(wide, dim=-1) - target_logit) * valid).sum() / valid.sum()
 
 
-FORMS = {"cross_entropy (the default)": cross_entropy, "logsumexp − target logit": logsumexp_cross_entropy}
+FORMS = {"F.cross_entropy on fp32 logits (before)": plain_cross_entropy,
+         "one-pass backward (training/loss.py, the default)": cross_entropy,
+         "logsumexp − target logit": logsumexp_cross_entropy}
 
 
 def compare_forms(args) -> None:
@@ -127,7 +137,7 @@ def compare_forms(args) -> None:
     first = results[next(iter(FORMS))]
     print(f"torch {torch.__version__}, {args.threads} threads, bf16 autocast, compiled ({args.backend}); {n:,} tokens × "
           f"hidden {args.hidden} → vocab {args.vocab}; median of {args.steps} interleaved rounds")
-    print("| loss form | ms (median) | min–max ms | vs the default | loss | max |Δ grad| vs the default |")
+    print("| loss form | ms (median) | min–max ms | vs the first | loss | max |Δ grad| vs the first |")
     print("|---|---:|---:|---:|---:|---:|")
     base = statistics.median(times[next(iter(FORMS))])
     for name, (loss, g_hidden, g_head) in results.items():
@@ -137,13 +147,48 @@ def compare_forms(args) -> None:
               f"{base / ms:.3f}× | {loss:.6f} | {delta:.1e} |")
 
 
+def with_loss_form(loss_module: CausalLMLoss, form) -> CausalLMLoss:
+    """The same module computing its one-shot loss with `form` (logits (N, V), targets (N,) → mean)."""
+    def forward(self, input_ids, targets):
+        hidden = self.model.lm_head_input(self.model.hidden_states(input_ids))
+        return form(self.model.lm_head(hidden).flatten(0, 1), targets.flatten())
+    loss_module.forward = types.MethodType(forward, loss_module)
+    return loss_module
+
+
+def compare_forms_in_step(args) -> None:
+    """train.py's step (devtools/bench/roofline.py build_step) once per form, compiled with --backend, timed
+    interleaved: what a form changes in the step users run, not only in the head and the loss."""
+    from devtools.bench.roofline import build_step, time_interleaved
+    torch.set_num_threads(args.threads)
+    steps = {}
+    for name, form in FORMS.items():
+        cfg, parts, step = build_step(shlex.split(args.in_step))
+        tokens = cfg.trainer.micro_batch_size * cfg.trainer.seq_len
+        if parts.loss_module.chunk_tokens(tokens, cfg.model.padded_vocab_size) is not None:
+            raise ValueError("--in-step: this run uses the chunked loss (trainer.chunked_loss); the forms are the "
+                             "one-shot loss's")
+        step.loss_module = CompiledLoss(with_loss_form(parts.loss_module, form), backend=args.backend)
+        steps[name] = step
+    times = time_interleaved(steps, args.steps, warmup=3)
+    print(f"torch {torch.__version__}, {args.threads} threads, {parts.precision}, compiled ({args.backend}); train.py's "
+          f"step, overrides: {args.in_step or '(the default run)'}; median of {args.steps} interleaved steps")
+    print("| loss form | ms/step (median) | min–max ms | vs the first |\n|---|---:|---:|---:|")
+    base = statistics.median(times[next(iter(FORMS))])
+    for name, ts in times.items():
+        ms = statistics.median(ts)
+        print(f"| {name} | {ms * 1e3:,.1f} | {min(ts) * 1e3:,.1f}–{max(ts) * 1e3:,.1f} | {base / ms:.3f}× |")
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
+    if args.in_step is not None and not args.forms:
+        raise ValueError("--in-step times the forms inside a step: add --forms")
     if args.forms:
         if args.backend not in torch._dynamo.list_backends(exclude_tags=()):
             raise SystemExit(f"error: --backend {args.backend}: not a torch.compile backend; use inductor (the "
                              "default) or aot_eager, or see torch._dynamo.list_backends()")
-        compare_forms(args)
+        compare_forms_in_step(args) if args.in_step is not None else compare_forms(args)
         return
     if args.variant:
         print(json.dumps(measure(args)))
