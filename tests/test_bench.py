@@ -203,16 +203,27 @@ def test_bench_roofline_times_levers_side_by_side_and_groups_the_profiled_step(c
     """Two variants of train.py's own step (the second an override), interleaved; the first profiled into op
     groups whose times add up to the profiled step, each with its work and share."""
     from devtools.bench import roofline
-    roofline.main(["debug=tiny", "--variant", "optim=muon", "--steps", "2", "--warmup", "1", "--profile-steps", "2",
-                   "--threads", "1"])
+    roofline.main(["debug=tiny", "--variant", "optim=muon", "--device-skip-variant", "--steps", "2", "--warmup", "1",
+                   "--profile-steps", "2", "--threads", "1"])
     out = capsys.readouterr().out
     assert re.search(r"^\| as configured \| \d+ \| \d+–\d+ \| [\d,]+ \| 1\.000× \|$", out, re.M)
     assert re.search(r"^\| optim=muon \| \d+ \| \d+–\d+ \| [\d,]+ \| \d+\.\d{3}× \|$", out, re.M)
+    assert re.search(r"^\| non-finite check on the device \| \d+ \| \d+–\d+ \| [\d,]+ \| \d+\.\d{3}× \|$", out, re.M)
     rows = {m.group(1): float(m.group(2)) for m in re.finditer(r"^\| ([^|*]+?) \| (\d+\.\d) \| \d+\.\d % \|", out, re.M)}
     assert {"matmuls", "LM head matmuls", "attention", "norms", "MLP activation", "optimizer: elementwise"} <= set(rows)
     step = float(re.search(r"^\| \*\*step \(profiled\)\*\* \| \*\*(\d+\.\d)\*\*", out, re.M).group(1))
     assert sum(rows.values()) == pytest.approx(step, abs=0.1 * len(rows))  # every op in one group, none twice
     assert re.search(r"^\| matmuls \| [\d.]+ \| [\d.]+ % \| [\d.,]+ GFLOP \| [\d.]+ TFLOP/s \| \d+ % \|$", out, re.M)
+
+
+def test_the_device_skip_variant_is_the_configured_step_with_the_flag_on_the_device(monkeypatch):
+    from devtools.bench import roofline
+    seen = {}
+    monkeypatch.setattr(roofline, "time_interleaved", lambda steps, n, warmup: seen.update(steps) or {
+        name: [1.0] for name in steps})
+    roofline.main(["debug=tiny", "--device-skip-variant", "--steps", "1", "--profile-steps", "0", "--threads", "1"])
+    assert {name: step.skip_on_device for name, step in seen.items()} == {
+        "as configured": False, "non-finite check on the device": True}
 
 
 @pytest.mark.parametrize("name, shapes, in_optimizer, group", [

@@ -15,19 +15,19 @@ def tiny_regression():
     return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
 
 
-@pytest.mark.parametrize("fused", [True, False])
-def test_a_nonfinite_step_leaves_weights_and_optimizer_state_untouched(fused):
+@pytest.mark.parametrize("fused, on_device", [(True, True), (True, False), (False, True)])
+def test_a_nonfinite_step_leaves_weights_and_optimizer_state_untouched(fused, on_device):
     model = tiny_regression()
     opt = torch.optim.AdamW(model.parameters(), lr=0.1, fused=fused, foreach=None if fused else False)
     assert supports_device_skip(opt) == fused  # fused: the kernel skips on device; else a host check
     model(torch.randn(3, 4)).sum().backward()
-    commit([opt], torch.tensor(True))  # one real step: moments exist
+    commit([opt], torch.tensor(True), on_device)  # one real step: moments exist
     before_w, before_state = copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict())
     for p in model.parameters():
         p.grad = torch.full_like(p, float("nan"))
-    commit([opt], torch.tensor(False))
-    # fused: the decision went to the kernel as a device flag (no host sync); else the host decided, no flag
-    assert getattr(opt, "found_inf", None) is not None if fused else not hasattr(opt, "found_inf")
+    commit([opt], torch.tensor(False), on_device)
+    # on the device and fused: the decision went to the kernel as a flag (no host sync); else the host decided
+    assert getattr(opt, "found_inf", None) is not None if fused and on_device else not hasattr(opt, "found_inf")
     for k, v in model.state_dict().items():
         assert torch.equal(v, before_w[k]), k
     for pid, state in opt.state_dict()["state"].items():
@@ -35,7 +35,7 @@ def test_a_nonfinite_step_leaves_weights_and_optimizer_state_untouched(fused):
             assert torch.equal(value, before_state["state"][pid][key]), (pid, key)
     assert all(p.grad is None for p in model.parameters())  # zeroed either way
     model(torch.randn(3, 4)).sum().backward()
-    commit([opt], torch.tensor(True))  # and a good step afterwards still trains
+    commit([opt], torch.tensor(True), on_device)  # and a good step afterwards still trains
     assert not torch.equal(model.state_dict()["0.weight"], before_w["0.weight"])
     assert int(next(iter(opt.state_dict()["state"].values()))["step"]) == 2
 
@@ -54,7 +54,7 @@ def test_muon_skips_a_nonfinite_step_on_the_device_and_commits_a_finite_one_bitw
     x = torch.randn(3, 4)
     for model, opt in ((flagged, opt_flagged), (plain, opt_plain)):
         model(x).sum().backward()
-    commit([opt_flagged], torch.tensor(True))  # through found_inf = 0
+    commit([opt_flagged], torch.tensor(True), on_device=True)  # through found_inf = 0
     opt_plain.step()  # no flag: the in-place path
     for a, b in zip(flagged.parameters(), plain.parameters()):
         assert torch.equal(a, b)
@@ -62,11 +62,33 @@ def test_muon_skips_a_nonfinite_step_on_the_device_and_commits_a_finite_one_bitw
     before_buf = [opt_flagged.state[p]["momentum_buffer"].clone() for p in (flagged[0].weight, flagged[2].weight)]
     for p in flagged.parameters():
         p.grad = torch.full_like(p, float("inf"))
-    commit([opt_flagged], torch.tensor(False))
+    commit([opt_flagged], torch.tensor(False), on_device=True)
     for k, v in flagged.state_dict().items():
         assert torch.equal(v, before_w[k]), k
     after_buf = [opt_flagged.state[p]["momentum_buffer"] for p in (flagged[0].weight, flagged[2].weight)]
     assert all(torch.equal(a, b) for a, b in zip(after_buf, before_buf))
+
+
+@pytest.mark.parametrize("device, on_device", [("cpu", False), ("meta", True)])
+def test_a_step_reads_the_flag_on_the_host_only_where_that_is_free(device, on_device):
+    """On a CPU the host reads `finite` and a good step updates in place (Muon's skippable update is out of
+    place, then selected); elsewhere the flag stays on the device. Under TrainStep on a CPU a non-finite Muon
+    step still changes neither weights nor momentum, and sets no flag."""
+    from training.optim.muon import Muon
+    assert TrainStep(None, None, [], contextlib.nullcontext, 1, 1.0, torch.device(device)).skip_on_device is on_device
+    model = tiny_regression()
+    opt = Muon([model[0].weight, model[2].weight], ns_dtype=torch.float32, lr=0.05)
+    model(torch.randn(3, 4)).sum().backward()
+    commit([opt], torch.tensor(True), on_device=False)  # momentum exists
+    before_w = copy.deepcopy(model.state_dict())
+    before_buf = [opt.state[p]["momentum_buffer"].clone() for p in (model[0].weight, model[2].weight)]
+    step = TrainStep(lambda x, y: model(x).sum() * float("inf"), _Batches(torch.randn(1, 3, 4), torch.randn(1, 3, 1)),
+                     [opt], contextlib.nullcontext, 1, 0.0, torch.device("cpu"))
+    step(1)
+    assert not hasattr(opt, "found_inf") and step.guard.read()["skipped"] == 1
+    assert all(torch.equal(v, before_w[k]) for k, v in model.state_dict().items())
+    assert all(torch.equal(opt.state[p]["momentum_buffer"], b)
+               for p, b in zip((model[0].weight, model[2].weight), before_buf))
 
 
 def test_the_step_commits_nothing_when_the_loss_is_finite_but_a_gradient_is_not():

@@ -1,10 +1,11 @@
 """One optimizer step under the run's precision, and the non-finite policy: a step whose loss or gradient
 norm is not finite never reaches the weights, and the run stops by `trainer.skip_nonfinite_steps`.
 
-The check runs on the device. Fused AdamW and minillama's Muon take the flag into their update
-(`found_inf`, the mechanism GradScaler uses) and leave weights, moments and step counts untouched —
-no host sync per step. Any other optimizer gets a host check (free on a CPU, a sync on a GPU). The
-loop reads the record when it logs, evaluates or saves: one sync there, never past an unchecked step.
+The check runs on the device. On a GPU, fused AdamW and minillama's Muon take the flag into their update
+(`found_inf`, the mechanism GradScaler uses) and leave weights, moments and step counts untouched — no
+host sync per step; any other optimizer gets a host check there (a sync). On a CPU the host reads the flag
+(free: the tensor is host memory) and a good step updates in place, which is cheaper than Muon's out-of-place
+update and select. The loop reads the record when it logs, evaluates or saves: never past an unchecked step.
 """
 import contextlib
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ class TrainStep:
         self.autocast, self.accum, self.grad_clip, self.device = autocast, accum, grad_clip, device
         self.params = [p for opt in optimizers for group in opt.param_groups for p in group["params"]]
         self.guard = NonFiniteGuard(device, tolerated)
+        self.skip_on_device = device.type != "cpu"  # commit(): a host read of the flag is a sync only off a CPU
 
     @classmethod
     def for_run(cls, ctx) -> "TrainStep":
@@ -62,7 +64,7 @@ class TrainStep:
         finite = torch.isfinite(total) & torch.isfinite(grad_norm)
         if self.grad_clip > 0:
             torch.nn.utils.clip_grads_with_norm_(self.params, self.grad_clip, grad_norm)
-        commit(self.optimizers, finite)
+        commit(self.optimizers, finite, self.skip_on_device)
         self.guard.update(finite, step + 1)
         return StepResult(total, grad_norm)
 
@@ -75,9 +77,13 @@ def global_grad_norm(params: list) -> torch.Tensor:
     return norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # a DTensor (FSDP2)
 
 
-def commit(optimizers: list, finite: torch.Tensor) -> None:
-    """optimizer.step() only if `finite`, then zero the gradients either way."""
-    if all(supports_device_skip(opt) for opt in optimizers):
+def commit(optimizers: list, finite: torch.Tensor, on_device: bool) -> None:
+    """optimizer.step() only if `finite`, then zero the gradients either way. `on_device`: optimizers that can
+    read the decision from the device (supports_device_skip) are handed it as `found_inf` instead of the host
+    reading `finite`, a CPU-GPU sync on CUDA. On a CPU the read is free and the plain in-place update is
+    faster than Muon's skippable one (out of place, then selected): 2–4 ms of the default step on AMX
+    (BENCHMARKS.md, "A non-finite check without a select on a CPU")."""
+    if on_device and all(supports_device_skip(opt) for opt in optimizers):
         found_inf = (~finite).float()
         for opt in optimizers:
             opt.found_inf = found_inf  # the update kernels skip the whole update when it is 1

@@ -1,13 +1,12 @@
 """Where train.py's step goes, by op group, against the machine's roofs; and levers timed side by side.
 
 Usage: python scripts/bench_roofline.py [OVERRIDE ...] [--variant "OVERRIDE ..."]...
-       [--inductor-variant "NAME=VALUE ..."]... [--steps 20] [--profile-steps 5]
+       [--inductor-variant "NAME=VALUE ..."]... [--device-skip-variant] [--steps 20] [--profile-steps 5]
 The step is train.py's own: the config composed from configs/ (the default run, plus any Hydra overrides),
 built by training/build.py and stepped by TrainStep, on synthetic token windows of the run's shape. Each
---variant adds overrides to a second (third, …) build of the same run; all are timed interleaved in this one
-process (medians), so a lever is measured against the step it changes on the same machine, at the same time.
-Each --inductor-variant is the configured run compiled with these inductor options instead (e.g.
-"max_autotune=True": torch.compile's options=, the names of torch._inductor.config).
+--variant adds overrides to a second (third, …) build of the same run (--inductor-variant: compiled with these
+torch._inductor.config options; --device-skip-variant: the non-finite flag on the device, as on a GPU); all are
+timed interleaved in this one process (medians): a lever against the step it changes, on one machine at one time.
 
 The roofline is the first variant's, from torch.profiler's self CPU time of each op, grouped by what it
 computes (GROUPS); the ops inside the optimizer's step are its own group whatever they are. Each group's
@@ -74,8 +73,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--variant", action="append", default=[],
                    help='more overrides for a variant timed side by side, e.g. --variant "optim.muon_ns_dtype=bf16"')
     p.add_argument("--inductor-variant", action="append", default=[],
-                   help='the configured run compiled with these inductor options, timed side by side, e.g. '
-                        '--inductor-variant "max_autotune=True"')
+                   help='the configured run compiled with these inductor options, e.g. "max_autotune=True"')
+    p.add_argument("--device-skip-variant", action="store_true",
+                   help="the configured run skipping non-finite steps on the device (found_inf), as on a GPU")
     p.add_argument("--steps", type=int, default=20, help="timed steps per variant, interleaved (medians)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per variant first (compilation)")
     p.add_argument("--profile-steps", type=int, default=5, help="profiled steps of the first variant (0: none)")
@@ -112,12 +112,11 @@ def inductor_options(text: str) -> dict:
     return options
 
 
-def build_step(overrides: list, inductor: Optional[dict] = None):
+def build_step(overrides: list, inductor: Optional[dict] = None, device_skip: bool = False):
     """(TrainConfig, Parts, TrainStep) of the run these overrides configure, on one process; with `inductor`, its
-    model + loss compiled with those inductor options."""
+    model + loss compiled with those inductor options; with `device_skip`, the non-finite flag on the device."""
     cfg, _ = compose_train_config([*overrides, "logger=none"])
-    info = DistInfo()
-    parts = build(cfg, info, say=lambda *a: None)
+    parts = build(cfg, info := DistInfo(), say=lambda *a: None)
     compute_loss = parts.compute_loss
     if inductor is not None:
         if compute_loss is parts.loss_module:
@@ -125,6 +124,7 @@ def build_step(overrides: list, inductor: Optional[dict] = None):
         compute_loss = CompiledLoss(parts.loss_module, warn=_refuse_eager, options=inductor)
     step = TrainStep(compute_loss, SyntheticBatches(cfg), parts.optimizers, parts.autocast,
                      cfg.trainer.grad_accum_steps, cfg.optim.grad_clip, info.device)
+    step.skip_on_device |= device_skip
     return cfg, parts, step
 
 
@@ -265,6 +265,8 @@ def main(argv=None) -> None:
     built = {name: build_step(overrides) for name, overrides in variants.items()}
     for text in args.inductor_variant:
         built[f"inductor: {text}"] = build_step(args.overrides, inductor_options(text))
+    if args.device_skip_variant:
+        built["non-finite check on the device"] = build_step(args.overrides, device_skip=True)
     cfg, parts, _ = built["as configured"]
     dtype = torch.bfloat16 if parts.precision == "bf16" else torch.float32
     load_before, peak = os.getloadavg()[0], measure_matmul_flops(torch.device("cpu"), dtype)
