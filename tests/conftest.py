@@ -60,6 +60,11 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_configure(config):
+    # Tests that call torch.compile themselves (test_attention, test_hybrid_attention, test_loss, test_compile) keep
+    # inductor's cache per CPU capability as every program does (training/compile.py): a suite run under
+    # ATEN_CPU_CAPABILITY=avx2 was served graphs compiled natively and died of a segfault in one.
+    from training.compile import cache_for_this_cpu
+    cache_for_this_cpu()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         import torch
         torch.set_num_threads(1)
