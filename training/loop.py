@@ -77,6 +77,7 @@ def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
     except RuntimeError as e:
         gone = D.peer_lost(e, info)
         if gone:  # a rank died: say so, not gloo's "Connection reset by peer" traceback
+            stop.peer_lost()
             raise D.PeerLost(f"rank {info.rank} lost contact with the other ranks ({gone}): another process of this "
                              f"torchrun job died or was killed; {_last_checkpoint(checkpointer)}") from None
         raise

@@ -29,8 +29,16 @@ class StopFlag:
         self.signum = signum
 
     def restore(self) -> None:
+        """The handlers from before, once (a second call changes nothing)."""
         for s, handler in self._previous.items():
             signal.signal(s, handler)
+        self._previous = {}
+
+    def peer_lost(self) -> None:
+        """Another rank died: torchrun will SIGTERM this one, and a SIGTERM landing between restore() and the
+        `error:` line killed it silently (exit −15). From here SIGTERM is ignored; the process is ending with status 1."""
+        self.restore()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def exit_status(signum: int) -> int:
