@@ -87,6 +87,10 @@ def test_compiled_on_a_cpu_the_loss_is_the_one_pass_function_and_eagerly_torchs_
     with monkeypatch.context() as m:
         m.setattr(torch.compiler, "is_compiling", lambda: True)
         assert type(L.cross_entropy(logits, targets).grad_fn).__name__ == "_CrossEntropyBackward"
+    with monkeypatch.context() as m:  # and CausalLMLoss's one-shot path goes through it (not F.cross_entropy)
+        m.setattr(torch.compiler, "is_compiling", lambda: True)
+        x, y = batch()
+        assert type(CausalLMLoss(tiny_model(), chunk_above=None)(x, y).grad_fn).__name__ == "_CrossEntropyBackward"
     eager = L.cross_entropy(logits, targets)
     (g_eager,) = torch.autograd.grad(eager, logits)
     torch._dynamo.reset()
