@@ -16,6 +16,7 @@ from safetensors import SafetensorError, safe_open
 from model import ModelConfig, Transformer
 from training.checkpoint.errors import CheckpointError
 from training.checkpoint.format import TIED_KEY, load_model_config, resolve_checkpoint
+from training.checkpoint.manifest import format_version, refuse_newer_format
 from training.checkpoint.manifest import verify as verify_files
 from training.runtime.run_files import CONFIG, read_config
 
@@ -39,8 +40,10 @@ def open_checkpoint(path: str, outputs_dir: str = "outputs", verify: bool = True
                     warn: Callable[[str], None] = lambda message: None) -> Tuple[Path, ModelConfig]:
     """(checkpoint, its model config) for `path` (a checkpoint, a run dir, `latest`, `best`): its files verified
     against manifest.json unless `verify` is off, then checked against each other — what every loader does
-    before it trusts anything (load_model, a resume, init_from)."""
+    before it trusts anything (load_model, a resume, init_from). A later checkpoint format is refused first, verified
+    or not: nothing here knows what its files mean."""
     ckpt = resolve_checkpoint(path, outputs_dir)
+    refuse_newer_format(ckpt, format_version(ckpt))
     if verify:
         verify_files(ckpt, warn=warn)  # bit rot, edits, missing or unlisted files
     return ckpt, check_checkpoint_consistency(ckpt)

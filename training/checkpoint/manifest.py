@@ -8,6 +8,10 @@ before manifests existed load with a warning that they cannot be verified; one w
 version that writes manifests is refused without its manifest (it was deleted, maybe with the files it
 vouched for edited). A file the manifest does not list is refused too (an added special_tokens.json would
 change generation): only documentation (*.md, *.txt) and hidden files may sit beside the listed ones.
+
+The manifest also carries the checkpoint format's version (`minillama-checkpoint/N`): a checkpoint of a later
+format than this code knows is refused by every loader, verified or not, with "update minillama", never
+misread and never called damaged. docs/architecture.md's recipe "Change the checkpoint format" says when N goes up.
 """
 import hashlib
 import json
@@ -18,7 +22,13 @@ from training.checkpoint.errors import CheckpointError
 from training.checkpoint.run_state import read_state
 
 MANIFEST = "manifest.json"
-FORMAT = "minillama-checkpoint/1"
+# The checkpoint format's version. It goes up with any change an older minillama would misread (a renamed file,
+# weight or state.json field, another meaning for one); this code reads every version up to it, and a checkpoint
+# without a manifest (written before them) is version 1. tests/test_checkpoint_format.py holds a checkpoint of each
+# version, and fails when what the writer writes no longer matches the current version's.
+FORMAT_VERSION = 1
+FORMAT_PREFIX = "minillama-checkpoint/"
+FORMAT = f"{FORMAT_PREFIX}{FORMAT_VERSION}"
 CHUNK = 1 << 24  # 16 MiB reads: the hash, not the syscalls, sets the pace
 NEVER_READ = (".md", ".txt")  # a model card or a note beside the files: no loader reads them
 # state.json fields that only versions writing manifests wrote: "manifest" (written since issue 38), and
@@ -49,12 +59,41 @@ def read_manifest(ckpt: Path) -> Optional[dict]:
     try:
         manifest = json.loads(path.read_text())
         files = manifest["files"]
-        if manifest.get("format") != FORMAT or not isinstance(files, dict):
+        if _version(manifest) is None or not isinstance(files, dict):
             raise ValueError("not a minillama manifest")
-        return files
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise CheckpointError(f"{path} is unreadable ({e}); the checkpoint is damaged: use another one, or "
                               "--no-verify / verify_checkpoint=false to load it unchecked") from None
+    refuse_newer_format(ckpt, _version(manifest))
+    return files
+
+
+def format_version(ckpt: Path) -> Optional[int]:
+    """The checkpoint format `ckpt` was written in: its manifest's, 1 without a manifest (written before them),
+    None when the manifest is unreadable (verification then names the damage)."""
+    path = Path(ckpt) / MANIFEST
+    if not path.exists():
+        return 1
+    try:
+        return _version(json.loads(path.read_text()))
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def refuse_newer_format(ckpt: Path, version: Optional[int]) -> None:
+    """Raise CheckpointError for a checkpoint of a format later than this code reads: its files may mean what this
+    version cannot know (a renamed weight, a new state.json field), so it is refused before anything reads them."""
+    if version is not None and version > FORMAT_VERSION:
+        reads = "format 1" if FORMAT_VERSION == 1 else f"formats 1 to {FORMAT_VERSION}"
+        raise CheckpointError(f"checkpoint {ckpt} is in checkpoint format {version}, written by a newer minillama; "
+                              f"this one reads {reads}: update minillama (git pull, then make setup) to load it")
+
+
+def _version(manifest: dict) -> Optional[int]:
+    """N for a manifest whose "format" is minillama-checkpoint/N (N ≥ 1), else None."""
+    tag = manifest.get("format")
+    number = tag[len(FORMAT_PREFIX):] if isinstance(tag, str) and tag.startswith(FORMAT_PREFIX) else ""
+    return int(number) if number.isdigit() and int(number) >= 1 else None
 
 
 def damage(ckpt: Path) -> Optional[str]:
