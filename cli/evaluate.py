@@ -22,11 +22,12 @@ from tqdm.auto import tqdm
 from cli.config import load_data_config
 from data import PreparedData, prepare
 from data.cache import read_meta
+from data.preparation import TOKENIZER_FILE
 from data.token_files import DocumentEncoder
 from data.tokenizer import file_hash, read_special_tokens
 from interop.hf_import import checkpoint_for
 from cli.entry import description, read_utf8
-from training.checkpoint import load_model
+from training.checkpoint import TOKENIZER, load_model
 from training.runtime.device import pick_device
 from training.loss import CausalLMLoss
 from training.precision import autocast_context, resolve_precision
@@ -111,12 +112,12 @@ def encode_documents(tokenizer, docs: list, eos_id: int) -> tuple:
 def prepared_data(args, ckpt: Path, tokenizer) -> PreparedData:
     """The data cache whose tokenizer is the checkpoint's: found, built, or re-tokenized with it."""
     log = lambda message: print(message, file=sys.stderr)  # noqa: E731
-    wanted = file_hash(ckpt / "tokenizer.json")
+    wanted = file_hash(ckpt / TOKENIZER)
     if args.data is not None and (Path(args.data) / "meta.json").is_file():
         if args.set:
             raise ValueError("--set applies to a data config, not to a prepared cache directory")
         directory = Path(args.data)
-        data = PreparedData(directory, directory / "tokenizer.json", read_meta(directory))
+        data = PreparedData(directory, directory / TOKENIZER_FILE, read_meta(directory))
         if data.meta.get("tokenizer_hash") != wanted:
             raise ValueError(f"{directory} was tokenized with another tokenizer than {ckpt}'s; "
                              "pass its data config instead (--data NAME), which re-tokenizes")
@@ -127,7 +128,7 @@ def prepared_data(args, ckpt: Path, tokenizer) -> PreparedData:
         if data.meta["tokenizer_hash"] == wanted:
             return data
         log(f"data: {data.dir} has another tokenizer than the checkpoint; re-tokenizing with the checkpoint's")
-    return prepare(dataclasses.replace(cfg, tokenizer_path=str(ckpt / "tokenizer.json")), log=log)
+    return prepare(dataclasses.replace(cfg, tokenizer_path=str(ckpt / TOKENIZER)), log=log)
 
 
 def tokens_to_score(args, ckpt: Path, tokenizer, eos_id: int) -> tuple:

@@ -8,7 +8,7 @@ from data.tokenizer import read_special_tokens, token_ids
 from interop.hf import check_llama_compatible, llama_config, to_hf_state_dict
 from model import Transformer
 from model.parametrization import as_standard
-from training.checkpoint import load_model, load_model_config, resolve_checkpoint, save_weights
+from training.checkpoint import TOKENIZER, load_model, load_model_config, resolve_checkpoint, save_weights
 from training.checkpoint.manifest import MANIFEST, read_manifest, write_manifest
 
 
@@ -33,7 +33,7 @@ def export_checkpoint(checkpoint: str, out_dir: str, force: bool = False, verify
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        write_hf_dir(tmp, model, tokenizer, read_special_tokens(ckpt), ckpt / "tokenizer.json")
+        write_hf_dir(tmp, model, tokenizer, read_special_tokens(ckpt), ckpt / TOKENIZER)
         if verified:
             write_manifest(tmp)
         else:

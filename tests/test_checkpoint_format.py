@@ -11,9 +11,11 @@ import pytest
 import torch
 
 from tests.checkpoint_fixture import STEP, checkpoint_of, fixed_tokens_loss, fixture_dir, recorded
+from tests.test_run_files import CODE, REPO, literals
 from tests.train_helpers import read_metrics, run_train
 from training.checkpoint import CheckpointError, checkpoint_name, load_model
 from training.checkpoint.init_from import InitFrom
+from training.checkpoint import format as checkpoint_format
 from training.checkpoint.manifest import FORMAT_PREFIX, FORMAT_VERSION, MANIFEST, format_version, verify
 from training.checkpoint.resume import Resume
 
@@ -134,6 +136,26 @@ def test_a_manifest_tag_that_is_not_a_version_is_damage(tmp_path):
             verify(ckpt)
     (ckpt / MANIFEST).unlink()
     assert format_version(ckpt) == 1  # written before manifests: the first format
+
+
+# A checkpoint's file names, spelled only by training/checkpoint/format.py (and manifest.py its own), so that renaming
+# one is one edit there (and a new format version). The same names in other formats are not a checkpoint's files.
+CHECKPOINT_FILES = {checkpoint_format.WEIGHTS, checkpoint_format.MODEL_CONFIG, checkpoint_format.TOKENIZER,
+                    checkpoint_format.OPTIMIZER, checkpoint_format.RNG, MANIFEST}
+OTHER_FORMATS = {
+    ("data/preparation.py", checkpoint_format.TOKENIZER): "the data cache's tokenizer",
+    ("interop/hf_export.py", checkpoint_format.WEIGHTS): "a Hugging Face directory's files",
+    ("interop/hf_export.py", checkpoint_format.TOKENIZER): "a Hugging Face directory's files",
+    ("interop/hf_import.py", checkpoint_format.WEIGHTS): "a Hugging Face directory's files",
+    ("interop/hf_import.py", checkpoint_format.TOKENIZER): "a Hugging Face directory's files",
+    ("devtools/bench/checkpoint.py", checkpoint_format.TOKENIZER): "the benchmark's own tokenizer file"}
+
+
+def test_no_module_but_the_format_spells_a_checkpoints_file_name():
+    owners = {"training/checkpoint/format.py", "training/checkpoint/manifest.py"}
+    found = [f"{name}:{line}: {value!r}" for path in CODE if (name := str(path.relative_to(REPO))) not in owners
+             for line, value in literals(path, CHECKPOINT_FILES) if (name, value) not in OTHER_FORMATS]
+    assert found == [], "use training/checkpoint/format.py's names (WEIGHTS, TOKENIZER, …): " + "; ".join(found)
 
 
 def layout(ckpt: Path) -> dict:

@@ -15,11 +15,11 @@ CODE = [REPO / "train.py", *(p for pkg in PACKAGES for p in sorted((REPO / pkg).
 NOT_A_RUN_FILE = {("data/sources.py", F.STATE)}
 
 
-def literals(path: Path) -> list:
-    """(line, string) of every string constant in the file that is exactly one of a run's file names."""
+def literals(path: Path, names=F.NAMES) -> list:
+    """(line, string) of every string constant in the file that is exactly one of `names` (a run's file names)."""
     tree = ast.parse(path.read_text(), filename=str(path))
     return [(node.lineno, node.value) for node in ast.walk(tree)
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in F.NAMES]
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names]
 
 
 def test_no_module_but_run_files_spells_a_run_files_name():

@@ -15,7 +15,7 @@ from safetensors import SafetensorError, safe_open
 
 from model import ModelConfig, Transformer
 from training.checkpoint.errors import CheckpointError
-from training.checkpoint.format import TIED_KEY, load_model_config, resolve_checkpoint
+from training.checkpoint.format import TIED_KEY, TOKENIZER, WEIGHTS, load_model_config, resolve_checkpoint
 from training.checkpoint.manifest import format_version, refuse_newer_format
 from training.checkpoint.manifest import verify as verify_files
 from training.runtime.run_files import CONFIG, read_config
@@ -66,7 +66,7 @@ def architecture_changes(run_model: ModelConfig, ckpt_model: ModelConfig) -> Lis
 
 def check_resume_tokenizer(ckpt: Path, data_tokenizer: Path) -> None:
     """The resumed run must read the data with the checkpoint's tokenizer (checked once the data is prepared)."""
-    if not same_json(Path(data_tokenizer), ckpt / "tokenizer.json"):
+    if not same_json(Path(data_tokenizer), ckpt / TOKENIZER):
         raise CheckpointError(f"the data's tokenizer {data_tokenizer} differs from {ckpt}/tokenizer.json (the corpus "
                               "or data settings changed since that checkpoint); resume with the same data, or keep "
                               f"the checkpoint's tokenizer with data.tokenizer_path={ckpt}/tokenizer.json")
@@ -78,7 +78,7 @@ def _weights_vs_config(ckpt: Path, cfg: ModelConfig) -> List[str]:
     if cfg.tie_embeddings:
         expected.pop(TIED_KEY, None)
     try:
-        with safe_open(str(ckpt / "model.safetensors"), framework="pt") as f:
+        with safe_open(str(ckpt / WEIGHTS), framework="pt") as f:
             found = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
     except (OSError, SafetensorError) as e:
         raise CheckpointError(f"{ckpt}/model.safetensors is corrupt or unreadable ({e}); use another checkpoint")
@@ -115,7 +115,7 @@ def _tokenizer_vs_config(ckpt: Path, cfg: ModelConfig) -> List[str]:
     from tokenizers import Tokenizer  # imported here: saving checkpoints does not need it
 
     try:
-        vocab = Tokenizer.from_file(str(ckpt / "tokenizer.json")).get_vocab(with_added_tokens=True)
+        vocab = Tokenizer.from_file(str(ckpt / TOKENIZER)).get_vocab(with_added_tokens=True)
     except Exception as e:  # tokenizers raises a bare Exception for unreadable files
         raise CheckpointError(f"{ckpt}/tokenizer.json is unreadable ({str(e).splitlines()[0]}); use another checkpoint")
     max_id = max(vocab.values(), default=-1)
