@@ -1,0 +1,107 @@
+"""training/checkpoint/run_state.py: RunState and state.json, in process. A resume reads state.json through
+`RunState.from_json`; the end-to-end resume tests run train.py, where a mutation testing tool cannot see a
+change, so each field's way through the file is held here too, with the rules for fields older versions lacked."""
+import dataclasses
+import math
+
+import pytest
+
+from tests.checkpoint_fixture import checkpoint_of, fixture_dir
+from training.checkpoint import run_state as R
+from training.checkpoint.manifest import FORMAT_VERSION
+from training.checkpoint.run_state import UNPLANNED_END, RunState, read_state, write_state
+
+NOW = 1000.0
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    monkeypatch.setattr(R, "clock", lambda: NOW)
+
+
+def everything_set() -> RunState:
+    """A state with no field at its default (the clock aside): a field dropped on the way is seen."""
+    state = RunState(step=40, tokens_seen=40_960, elapsed_before=12.5, skipped_steps=2, best_val_bpb=1.75,
+                     best_step=30, seed=3, sampling="epochs", world_size=2, max_steps=500, stop_at=45,
+                     evals_since_best=1, stopped_early=True, precision="bf16", started=NOW - 7.5)
+    state.plan_budget(5.0, 480, 0.1234567, 20.25, next_at=60)
+    return state
+
+
+def test_state_json_carries_every_field_a_resume_continues_with(clock, tmp_path):
+    state = everything_set()
+    write_state(tmp_path / "state.json", state.to_json())
+    fields = read_state(tmp_path)
+    assert fields["weights_finite"] is True and fields["manifest"] is True  # the writer's own stamps
+    back = RunState.from_json(fields)
+    expected = dataclasses.replace(state, elapsed_before=20.0,  # 12.5 before, 7.5 in this process
+                                   stop_at=None,  # trainer.stop_at_step belongs to the run that stopped
+                                   started=back.started)
+    assert back == expected
+    assert back.plans == [{"at_step": 40, "max_steps": 480, "next_at": 60, "step_s": 0.123457, "spent_s": 20.25}]
+
+
+def test_a_state_json_of_the_first_version_reads_with_the_defaults_of_what_it_lacked():
+    """The oldest state.json: the three counters and nothing else — it drew at random, on one process, unbudgeted."""
+    state = RunState.from_json({"step": 5, "tokens_seen": 640, "elapsed_s": 3.0})
+    assert (state.step, state.tokens_seen, state.elapsed_before) == (5, 640, 3.0)
+    defaults = RunState()
+    for name in ("skipped_steps", "best_val_bpb", "best_step", "evals_since_best", "stopped_early", "precision", "seed",
+                 "sampling", "world_size", "max_steps", "budget_minutes", "plans"):
+        assert getattr(state, name) == getattr(defaults, name), name
+    assert (state.best_val_bpb, state.sampling, state.world_size) == (math.inf, "random", 1)
+
+
+def test_a_budget_saved_before_its_plans_were_recorded_is_one_plan_from_step_0():
+    state = RunState.from_json({"step": 5, "tokens_seen": 640, "elapsed_s": 3.0,
+                                "budget": {"minutes": 2.5, "max_steps": 120}, "best_val_bpb": None})
+    assert (state.budget_minutes, state.max_steps, state.budget_decided) == (2.5, 120, True)
+    assert state.plans == [{"at_step": 0, "max_steps": 120}]
+    assert state.schedule_ends == [(0, UNPLANNED_END), (0, 120)]
+    assert state.best_val_bpb == math.inf  # null in the file: no evaluation yet
+
+
+def test_the_format_fixtures_state_json_reads_as_its_run_left_it():
+    state = RunState.from_json(read_state(checkpoint_of(fixture_dir(FORMAT_VERSION))))
+    assert (state.step, state.tokens_seen, state.seed, state.sampling, state.world_size) == (2, 512, 7, "epochs", 1)
+    assert (state.best_step, state.evals_since_best, state.precision) == (2, 0, "fp32")
+    assert state.max_steps == 0  # without a time budget the resumed run's config says where it ends (Resume.restore)
+    assert state.best_val_bpb == pytest.approx(7.5133, abs=1e-4) and not state.budget_decided
+
+
+def test_a_new_best_is_strictly_lower_and_finite_and_resets_the_count_without_one():
+    state = RunState(step=10)
+    assert state.improves_best(2.0) and (state.best_val_bpb, state.best_step, state.evals_since_best) == (2.0, 10, 0)
+    state.step = 20
+    assert not state.improves_best(2.0)  # a tie is no improvement: checkpoints/best stays the earlier one
+    assert not state.improves_best(2.5)
+    assert not state.improves_best(math.nan)
+    assert (state.best_val_bpb, state.best_step, state.evals_since_best) == (2.0, 10, 3)
+    state.step = 30
+    assert state.improves_best(1.5) and (state.best_val_bpb, state.best_step, state.evals_since_best) == (1.5, 30, 0)
+    assert not RunState().improves_best(math.inf)
+
+
+def test_a_budgets_plan_moves_the_end_and_is_recorded_at_its_step():
+    state = RunState(step=25, max_steps=UNPLANNED_END)
+    assert state.schedule_ends == [(0, UNPLANNED_END)] and not state.budget_decided  # before the first plan
+    state.plan_budget(10.0, 900, 0.5, 12.3456, next_at=100)
+    assert (state.budget_minutes, state.max_steps, state.end) == (10.0, 900, 900)
+    assert state.plans == [{"at_step": 25, "max_steps": 900, "next_at": 100, "step_s": 0.5, "spent_s": 12.346}]
+    assert state.schedule_ends == [(0, UNPLANNED_END), (25, 900)]
+    assert RunState(max_steps=300).schedule_ends == []  # no budget: the schedule runs to max_steps
+
+
+def test_the_end_is_the_earlier_of_max_steps_and_a_stop_and_an_early_stop_ends_here():
+    assert RunState(max_steps=100).end == 100
+    assert RunState(max_steps=100, stop_at=40).end == 40
+    assert RunState(max_steps=100, stop_at=400).end == 100
+    state = RunState(step=33, max_steps=100)
+    state.stop_early()
+    assert (state.stopped_early, state.stop_at, state.end) == (True, 33, 33)
+
+
+def test_advance_counts_one_step_and_its_tokens(clock):
+    state = RunState(step=3, tokens_seen=300, elapsed_before=4.0, started=NOW - 1.0)
+    state.advance(100)
+    assert (state.step, state.tokens_seen, state.elapsed_s()) == (4, 400, 5.0)
