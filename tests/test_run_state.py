@@ -2,6 +2,7 @@
 `RunState.from_json`; the end-to-end resume tests run train.py, where a mutation testing tool cannot see a
 change, so each field's way through the file is held here too, with the rules for fields older versions lacked."""
 import dataclasses
+import json
 import math
 
 import pytest
@@ -105,3 +106,14 @@ def test_advance_counts_one_step_and_its_tokens(clock):
     state = RunState(step=3, tokens_seen=300, elapsed_before=4.0, started=NOW - 1.0)
     state.advance(100)
     assert (state.step, state.tokens_seen, state.elapsed_s()) == (4, 400, 5.0)
+
+
+def test_a_fresh_runs_state_json_writes_only_what_every_reader_knows_and_strict_json(clock, tmp_path):
+    """Fields at their defaults are left out (a random order, no precision, no early stop, no budget: what older
+    readers assumed), and no best yet is null, never `Infinity`, which strict JSON readers refuse."""
+    fields = RunState(step=1, tokens_seen=128, max_steps=10, started=NOW).to_json()
+    assert fields == {"step": 1, "tokens_seen": 128, "elapsed_s": 0.0, "max_steps": 10,
+                      "data_position": {"seed": 0, "next_step": 1}, "world_size": 1, "skipped_steps": 0,
+                      "best_val_bpb": None, "best_step": None, "evals_since_best": 0}
+    write_state(tmp_path / "state.json", fields)
+    json.loads((tmp_path / "state.json").read_text(), parse_constant=lambda name: pytest.fail(f"{name} in state.json"))
