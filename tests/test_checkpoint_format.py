@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 from tests.checkpoint_fixture import STEP, checkpoint_of, fixed_tokens_loss, fixture_dir, recorded
 from tests.test_run_files import CODE, REPO, literals
@@ -87,6 +88,10 @@ def test_the_layout_sees_a_renamed_field_a_new_weight_and_another_dtype(tmp_path
     key = next(k for k, v in first.items() if torch.is_tensor(v) and v.is_floating_point())
     first[key] = first[key].to(torch.bfloat16)
     torch.save(optimizer, ckpt / "optimizer.pt")
+    assert layout(ckpt) != before
+    shutil.copy(checkpoint_of(fixture_dir(FORMAT_VERSION)) / "optimizer.pt", ckpt / "optimizer.pt")
+    weights = load_file(ckpt / "model.safetensors")
+    save_file({**weights, "extra.weight": torch.zeros(2)}, ckpt / "model.safetensors")
     assert layout(ckpt) != before
 
 

@@ -43,9 +43,10 @@ def open_checkpoint(path: str, outputs_dir: str = "outputs", verify: bool = True
     before it trusts anything (load_model, a resume, init_from). A later checkpoint format is refused first, verified
     or not: nothing here knows what its files mean."""
     ckpt = resolve_checkpoint(path, outputs_dir)
-    refuse_newer_format(ckpt, format_version(ckpt))
     if verify:
-        verify_files(ckpt, warn=warn)  # bit rot, edits, missing or unlisted files
+        verify_files(ckpt, warn=warn)  # a later format first (the manifest's tag), then bit rot, edits, missing files
+    else:
+        refuse_newer_format(ckpt, format_version(ckpt))  # the tag alone: nothing hashed
     return ckpt, check_checkpoint_consistency(ckpt)
 
 
