@@ -217,8 +217,14 @@ def compose(overrides: Sequence[str], keep_hydra: bool = False) -> DictConfig:
 
 def compose_train_config(overrides: Sequence[str]) -> Tuple[TrainConfig, str]:
     """(TrainConfig, its YAML) for `python train.py <overrides>`: composed and typed as train.py does,
-    checked by the schema and the dataclasses (resolve_config's own checks: compose_run_config)."""
-    return _typed(compose(overrides))
+    checked by the schema and the dataclasses, the length rule applied (resolve_config's own checks:
+    compose_run_config)."""
+    cfg = compose(overrides)
+    try:
+        apply_length_rule(cfg, dict(override_values([o for o in overrides if o.startswith("trainer.")])))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return _typed(cfg)
 
 
 def compose_run_config(overrides: Sequence[str]) -> TrainConfig:
@@ -264,37 +270,29 @@ def load_data_config(data: Optional[str], ckpt: Path, sets: Sequence[str]) -> Da
 
 
 LENGTH_KEYS = ("max_steps", "max_epochs", "time_budget")
+# What a typed length turns off among the config's: steps and epochs are exact; a budget keeps the config's epochs.
+TURNS_OFF = {"max_steps": ("max_epochs", "time_budget"), "max_epochs": ("max_steps", "time_budget"),
+             "time_budget": ("max_steps",)}
 
 
 def apply_length_rule(cfg: DictConfig, given: Dict[str, object]) -> Optional[str]:
-    """The rule for the settings that decide a run's length (trainer.max_steps, max_epochs, time_budget;
-    docs/training.md): what the command line sets wins over what a config file sets — the default
-    trainer.time_budget=10 or an experiment's max_epochs — and what it overrides is turned off, said in one
-    line; two of them on the command line are refused. With none on the command line the config decides:
-    time_budget if set, else max_epochs if set, else max_steps. A typed value is never dropped without a word.
-
-    Turn off, in `cfg`'s trainer section, what the command line's length setting overrides; `given` holds
-    the trainer.* values the command line set. Returns the line to say, or None. ValueError (one line) for
-    two settings given at once."""
-    chosen = {key: given[f"trainer.{key}"] for key in LENGTH_KEYS if given.get(f"trainer.{key}") is not None}
-    if len(chosen) > 1:
-        a, b = (f"trainer.{key}={_length_text(value)}" for key, value in list(chosen.items())[:2])
-        raise ValueError(f"{a} and {b} both set the run's length; keep one (set the other to null, e.g. "
-                         f"trainer.time_budget=null for a fixed number of steps)")
-    if not chosen:
-        return None
-    (key, value), = chosen.items()
-    dropped = [f"trainer.{other}={_length_text(cfg.trainer[other])}" for other in LENGTH_KEYS
-               if other != key and other != "max_steps" and cfg.trainer.get(other) is not None]
+    """The rule for the run's length settings (docs/training.md): the run ends at the first reached of those set;
+    what the command line sets turns off the config files' ones that TURNS_OFF names, said in one line (returned);
+    a typed max_steps with another typed length is a ValueError. `given`: the command line's trainer.* values."""
+    typed = {key: given[f"trainer.{key}"] for key in LENGTH_KEYS if f"trainer.{key}" in given}
+    chosen = {key: value for key, value in typed.items() if value is not None}
+    if "max_steps" in chosen and len(chosen) > 1:
+        a, b = (f"trainer.{key}={value:g}" for key, value in list(chosen.items())[:2])
+        raise ValueError(f"{a} and {b} both set the run's length, and a step count is exact; keep one (or type "
+                         "trainer.max_epochs and trainer.time_budget together: the run ends at whichever comes first)")
+    off = {other for key in chosen for other in TURNS_OFF[key]} - set(typed)
+    dropped = [f"trainer.{key}={cfg.trainer[key]:g}" for key in LENGTH_KEYS
+               if key in off and cfg.trainer.get(key) is not None]
     if not dropped:
         return None
     with open_dict(cfg):
-        for other in LENGTH_KEYS:
-            if other not in (key, "max_steps"):
-                cfg.trainer[other] = None
-    return (f"length: trainer.{key}={_length_text(value)} from the command line decides it; {' and '.join(dropped)} "
-            "from the config is off")
-
-
-def _length_text(value) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
+        for key in off:
+            cfg.trainer[key] = None
+    said = " and ".join(f"trainer.{key}={value:g}" for key, value in chosen.items())
+    return (f"length: {said} from the command line decides it; {' and '.join(dropped)} from the config "
+            f"{'are' if len(dropped) > 1 else 'is'} off")

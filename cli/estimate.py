@@ -228,8 +228,9 @@ def print_time(args, cfg, peak: tuple, flops, tokens: int, world: int) -> None:
     print(f"time per step at {peak[0] / 1e12:,.2f} TFLOP/s per device ({peak[1]}): {ideal:,.2f} s at 100 % MFU")
     if mfu:
         seconds = ideal / mfu
-        print(f"  at MFU {100 * mfu:.1f} % ({mfu_source}): {seconds:,.2f} s per step, "
-              f"{seconds * cfg.trainer.max_steps / 3600:,.2f} h of steps for trainer.max_steps={cfg.trainer.max_steps}")
+        steps = cfg.trainer.max_steps
+        total = f", {seconds * steps / 3600:,.2f} h of steps for trainer.max_steps={steps}" if steps else ""
+        print(f"  at MFU {100 * mfu:.1f} % ({mfu_source}): {seconds:,.2f} s per step{total}")
     else:
         print(f"  MFU: {mfu_source}")
 

@@ -61,9 +61,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def compose(overrides: list):
-    """The TrainConfig train.py would run with these overrides (Hydra's compose API + train.py's own checks)."""
+    """The TrainConfig train.py would run with these overrides (Hydra's compose API + train.py's own checks), with a
+    step count: the speedrun sets trainer.max_steps itself (calibrated) once it has timed a probe."""
     try:
-        return compose_run_config(overrides)
+        return compose_run_config([*overrides, "trainer.max_steps=1"])
     except ValueError as e:
         raise SpeedrunError(f"{' '.join(overrides)} does not compose: {one_line(e)}")
 

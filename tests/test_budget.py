@@ -6,6 +6,7 @@ The runs here read a step clock (tests/fault_injection.py's step_clock): each st
 says, so a machine that slows down, or a start on a busy machine, is the same on every CPU and every run."""
 import math
 import signal
+from pathlib import Path
 
 import pytest
 import torch
@@ -138,3 +139,88 @@ def test_a_steady_machine_plans_exactly_the_steps_its_budget_holds(tmp_path, mon
     assert (first["at_step"], first["step_s"], first["spent_s"]) == (WARMUP_STEPS + PROBE_STEPS, 0.021, 0.483)
     assert first["max_steps"] == 142 and outcome.state.step == 142
     assert outcome.state.elapsed_s() == pytest.approx(142 * 0.021)
+
+
+# trainer.max_epochs under a time budget (the default: 10 minutes or 4 passes, whichever comes first), on a corpus
+# of ~9 KB: ~3,000 training tokens at debug=tiny's 4 × 64 tokens a step, about 45 windows an epoch, so 4 passes
+# are ~45 steps — far inside a budget of 0.5 min at 20 ms a step (1,500 steps).
+PASSES_ARGS = ["trainer.time_budget=0.5", "trainer.max_epochs=4", "trainer.ckpt_interval=1000", "trainer.log_interval=1",
+               "trainer.sample_tokens=0", "trainer.activation_rms=false", "data=local", "data.vocab_size=512",
+               "trainer.eval_interval=null"]
+
+
+@pytest.fixture(scope="module")
+def small_corpus(tmp_path_factory):
+    """(the corpus's overrides, its training tokens): the first 9,000 characters of a play, prepared once."""
+    from data import prepare
+    from data.shakespeare import load_plays
+    from tests.train_helpers import compose_train_config
+    root = tmp_path_factory.mktemp("small_corpus")
+    (root / "play.txt").write_text(load_plays()[0]["text"][:9000])
+    args = [f"data.path={root / 'play.txt'}", f"data.cache_dir={root / 'cache'}"]
+    cfg, _ = compose_train_config(["debug=tiny", *PASSES_ARGS, *args])
+    return args, prepare(cfg.data, log=lambda *a: None).meta["train_tokens"]
+
+
+def passes_run(run_dir, small_corpus, *extra, resume_ckpt=None):
+    args, _ = small_corpus
+    return train_in_process(run_dir, *PASSES_ARGS, *args, *extra, cache_dir=Path(args[1].split("=", 1)[1]),
+                            resume_ckpt=resume_ckpt)
+
+
+def test_a_corpus_used_up_before_the_budget_stops_at_its_passes_with_the_schedule_decayed(tmp_path, monkeypatch,
+                                                                                            small_corpus):
+    from data import windows_per_epoch
+    from training.report import summary
+
+    step_clock([[0, 0.02]], monkeypatch.setattr)
+    outcome = passes_run(tmp_path / "run", small_corpus)
+    state, rows = outcome.state, read_metrics(tmp_path / "run")
+    passes_end = math.ceil(4 * windows_per_epoch(small_corpus[1], 64) / 4)
+    assert WARMUP_STEPS + PROBE_STEPS < passes_end < 100  # the budget's first plan comes before the passes end
+    assert state.step == state.max_steps == passes_end and state.elapsed_s() < 0.2 * 30  # far inside its 30 s
+    assert state.plans[0] == {"at_step": 0, "max_steps": passes_end, "next_at": WARMUP_STEPS + PROBE_STEPS,
+                              "step_s": 0.0, "spent_s": 0.0,
+                              "limit": "4 passes over every window (trainer.max_epochs=4)"}
+    assert len(state.plans) > 1 and all(plan["max_steps"] == passes_end for plan in state.plans)  # never past it
+    tiny_adamw = OptimConfig(lr=3e-3, min_lr=3e-4, warmup_steps=5)
+    lrs = [row["lr"] for row in rows if row["kind"] == "train"]
+    assert lrs == pytest.approx([lr_at(s, tiny_adamw, passes_end) for s in range(passes_end)], rel=1e-9)
+    assert lrs[-1] < 1.01 * tiny_adamw.min_lr  # the schedule is at its end value where the data ends
+    evals = [row["step"] for row in rows if row["kind"] == "eval"]
+    assert len(evals) >= 10 and evals[-1] == passes_end  # sized to the run, and the end
+    said = summary(outcome, tmp_path / "run", torch.device("cpu"))
+    assert (f"stopped at 4 passes over every window (trainer.max_epochs=4), after {state.elapsed_s() / 60:.2f} of "
+            "trainer.time_budget=0.5 min: more passes over the same data stop lowering the validation loss") in said
+
+
+def test_a_budget_shorter_than_the_passes_plans_below_them_and_says_which_ends_it(tmp_path, monkeypatch,
+                                                                                  small_corpus, capsys):
+    """0.5 s a step: the budget (30 s) holds ~55 steps, fewer than 12 passes (~135 steps) — the budget ends the
+    run, and its first plan says it comes before the passes."""
+    step_clock([[0, 0.5]], monkeypatch.setattr)
+    outcome = passes_run(tmp_path / "run", small_corpus, "trainer.max_epochs=12")
+    state = outcome.state
+    assert state.plans[0]["limit"] and state.step == state.plans[-1]["max_steps"] < state.plans[0]["max_steps"]
+    assert abs(state.elapsed_s() / 30 - 1) <= 0.05 and outcome.limit == ""
+    out = capsys.readouterr().out
+    assert "time budget 0.5 min or 12 passes over every window (trainer.max_epochs=12), whichever comes first → " in out
+    assert f", before 12 passes over every window (trainer.max_epochs=12) ({state.plans[0]['max_steps']} steps)" in out
+
+
+def test_a_resume_across_the_passes_end_is_bitwise_the_run_never_stopped(tmp_path, monkeypatch, small_corpus):
+    """Stopped at step 30 (after the budget's first plan at 23), resumed: it stops at the same end, with the same
+    weights, losses and plans as the run never stopped."""
+    step_clock([[0, 0.02]], monkeypatch.setattr)  # each run with a clock of its own, as each process has
+    whole = passes_run(tmp_path / "whole", small_corpus)
+    step_clock([[0, 0.02]], monkeypatch.setattr)
+    part = passes_run(tmp_path / "part", small_corpus, "trainer.stop_at_step=30")
+    assert part.state.step == 30 < whole.state.step
+    step_clock([[0, 0.02]], monkeypatch.setattr)
+    resumed = passes_run(tmp_path / "part", small_corpus, resume_ckpt=part.checkpoint)
+    assert resumed.state.step == whole.state.step and resumed.state.plans == whole.state.plans
+    wa, wb = (load_file(o.checkpoint / "model.safetensors") for o in (whole, resumed))
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    losses = [{r["step"]: r["loss"] for r in read_metrics(d) if r["kind"] == "train"} for d in
+              (tmp_path / "whole", tmp_path / "part")]
+    assert losses[0] == losses[1]

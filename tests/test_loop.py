@@ -314,7 +314,7 @@ def test_a_time_budget_plans_the_steps_of_a_run_in_process(tmp_path, tiny_data_c
     the run ends where the last plan says, and the checkpoint's state records the plans (test_budget.py drives
     it with a step clock, and with a kill -9)."""
     from training.budget import PROBE_STEPS, WARMUP_STEPS
-    outcome = train_in_process(tmp_path / "run", "trainer.time_budget=0.04", "trainer.max_steps=3",
+    outcome = train_in_process(tmp_path / "run", "trainer.time_budget=0.04",  # debug=tiny's max_steps then off
                                "trainer.eval_interval=100000", "trainer.ckpt_interval=100000",
                                "trainer.sample_tokens=0", cache_dir=tiny_data_cache)
     assert outcome.state.budget_minutes == 0.04 and outcome.state.max_steps > WARMUP_STEPS + PROBE_STEPS

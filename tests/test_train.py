@@ -102,7 +102,8 @@ def test_corrupt_and_mismatched_checkpoints_are_refused(tmp_path, cache_dir):
     (run,) = run_dirs(tmp_path)
     ckpt = run / "checkpoints" / "step_0000004"
     finished = run_train(tmp_path, f"resume={run}", cache_dir=cache_dir, check=False)
-    assert finished.returncode == 1 and "already at step 4" in finished.stderr.splitlines()[-1]
+    assert finished.returncode == 1 and "is at step 4, already at trainer.max_steps=4; pass a larger" in \
+        finished.stderr.splitlines()[-1]
     mismatch = run_train(tmp_path, f"resume={ckpt}", "model.hidden_size=32", cache_dir=cache_dir, check=False)
     assert mismatch.returncode == 1 and "keeps the checkpoint's architecture" in mismatch.stderr.splitlines()[-1]
     weights = ckpt / "model.safetensors"
@@ -419,3 +420,30 @@ def test_a_run_saved_before_data_sampling_existed_resumes_with_random_windows(tm
     assert _saved_training_config(tmp_path).data.sampling == "random"
     (tmp_path / "config.yaml").write_text("model: {}\ndata: {sampling: epochs}\noptim: {}\ntrainer: {}\n")
     assert _saved_training_config(tmp_path).data.sampling == "epochs"
+
+
+def test_the_default_length_stops_a_small_corpus_at_its_passes_long_before_its_budget(tmp_path, cache_dir):
+    """The default trainer settings (no debug=tiny, no length typed) on a ~9 KB text: 10 minutes or 4 passes,
+    whichever comes first — the passes end the run in seconds, and it says so. Fails the day the default goes back
+    to spending its budget on a corpus it has used up."""
+    import sys
+
+    from data.shakespeare import load_plays
+    from tests.train_helpers import launch
+    corpus = tmp_path / "play.txt"
+    corpus.write_text(load_plays()[0]["text"][:9000])
+    proc = launch([sys.executable], [f"outputs_dir={tmp_path / 'outputs'}", "model=tiny", "logger=none", "data=local",
+                                     f"data.path={corpus}", "data.vocab_size=512", f"data.cache_dir={cache_dir}",
+                                     "trainer.precision=fp32", "trainer.compile=false", "trainer.micro_batch_size=4",
+                                     "trainer.num_threads=1", "trainer.sample_tokens=0"])
+    (run,) = run_dirs(tmp_path)
+    state = json.loads(max((run / "checkpoints").glob("step_*")).joinpath("state.json").read_text())
+    meta = json.loads(next(cache_dir.glob("local-*/meta.json")).read_text())
+    passes_end = -(-4 * windows_per_epoch(meta["train_tokens"], 64) // 4)
+    assert state["step"] == passes_end and state["elapsed_s"] < 120
+    assert ("(trainer.time_budget=10 min or 4 passes over every window (trainer.max_epochs=4), whichever comes "
+            "first:") in proc.stdout
+    assert f"done: {passes_end} steps" in proc.stdout
+    assert "stopped at 4 passes over every window (trainer.max_epochs=4), after " in proc.stdout
+    evals = [r for r in read_metrics(run) if r["kind"] == "eval"]
+    assert len(evals) >= 10

@@ -102,13 +102,27 @@ def data_views(cfg: TrainConfig, data, info: D.DistInfo) -> tuple:
     return batches, windows
 
 
-def planned_steps(cfg: TrainConfig, train_tokens: int, tokens_per_step: int) -> int:
-    """trainer.max_steps, or what trainer.max_epochs makes of it (at least one step): ceil(epochs × epoch_tokens
-    ÷ tokens per step). Under data.sampling=epochs that is max_epochs passes over every window, ceil(epochs ×
-    windows per epoch ÷ windows per step); under random, epoch-equivalents of windows drawn with replacement."""
-    if cfg.trainer.max_epochs is None:
-        return cfg.trainer.max_steps
-    return max(1, math.ceil(cfg.trainer.max_epochs * epoch_tokens(cfg, train_tokens) / tokens_per_step))
+def planned_steps(cfg: TrainConfig, train_tokens: int, tokens_per_step: int) -> Optional[int]:
+    """Where trainer.max_steps and trainer.max_epochs end the run — the first reached of those set — or None
+    when neither is (a time budget alone decides). max_epochs becomes ceil(epochs × epoch_tokens ÷ tokens per
+    step), at least one step: under data.sampling=epochs max_epochs passes over every window, under random
+    epoch-equivalents of windows drawn with replacement. A time budget plans within this (training/budget.py)."""
+    limits = [cfg.trainer.max_steps] if cfg.trainer.max_steps else []
+    if cfg.trainer.max_epochs:
+        limits.append(max(1, math.ceil(cfg.trainer.max_epochs * epoch_tokens(cfg, train_tokens) / tokens_per_step)))
+    return min(limits) if limits else None
+
+
+def length_limit(cfg: TrainConfig, train_tokens: int, tokens_per_step: int) -> str:
+    """Which of trainer.max_steps and trainer.max_epochs ends the run (planned_steps), as the header says it:
+    "4 passes (trainer.max_epochs=4)"; '' when neither is set."""
+    t, steps = cfg.trainer, planned_steps(cfg, train_tokens, tokens_per_step)
+    if steps is None:
+        return ""
+    if t.max_steps == steps or not t.max_epochs:
+        return f"trainer.max_steps={steps}"
+    unit = "passes over every window" if cfg.data.sampling == "epochs" else "epoch-equivalents of random windows"
+    return f"{t.max_epochs:g} {unit} (trainer.max_epochs={t.max_epochs:g})"
 
 
 def epoch_tokens(cfg: TrainConfig, train_tokens: int) -> int:

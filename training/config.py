@@ -56,6 +56,9 @@ SCHEDULES = ("cosine", "wsd")
 ADAMW_IMPLS = ("auto", "fused", "foreach", "plain")
 
 
+EVALS_PER_RUN = 10  # trainer.eval_interval=null: at least this many evaluations per run (10 to 25)
+
+
 @dataclass
 class TrainerConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
@@ -65,9 +68,11 @@ class TrainerConfig:
     # The cross-entropy in chunks that never hold a micro-batch's full fp32 logits (training/loss.py): auto (above
     # 2^26 logits, e.g. 16 x 1024 tokens at a 4k vocab) | true | false. A memory setting: at the CPU default it is slower.
     chunked_loss: str = "auto"
-    max_steps: int = 1000  # the schedule's length (warmup + cosine over these steps), unless time_budget is set
+    # The run's length: it ends at the first of max_steps, max_epochs and time_budget reached (those set; one at
+    # least). The schedule (warmup + cosine) ends there too. docs/training.md: the rule for the three.
+    max_steps: Optional[int] = 1000
     # Minutes of training loop (compile, evals and checkpoints included): the run times its first steps
-    # and fixes max_steps to fit (training/budget.py); null = train max_steps.
+    # and plans its end to fit (training/budget.py), at most what max_steps / max_epochs allow.
     time_budget: Optional[float] = None
     # Stop early at this step with a checkpoint, as if interrupted (e.g. to fit a job time limit);
     # `resume=` then continues the same schedule to max_steps.
@@ -75,7 +80,7 @@ class TrainerConfig:
     micro_batch_size: int = 16
     seq_len: int = 256
     grad_accum_steps: int = 1
-    eval_interval: int = 200
+    eval_interval: Optional[int] = None  # steps between evaluations; null: sized to the run (eval_every)
     eval_windows: str = "64"  # validation windows per eval, or "all": the whole split, every token once
     log_interval: int = 10
     ckpt_interval: int = 500
@@ -84,9 +89,9 @@ class TrainerConfig:
     # Stop once this many evaluations in a row have not lowered the validation bpb (checkpoints/best holds
     # the lowest; the summary names it); null = train to the end.
     early_stopping: Optional[int] = None
-    # Train this many epochs (small corpora think in epochs; null = trainer.max_steps): under data.sampling=epochs
-    # that many passes over every window, max_steps = ceil(epochs × windows per epoch ÷ windows per step); under
-    # random, epoch-equivalents of windows drawn with replacement, ceil(epochs × train tokens ÷ tokens per step).
+    # At most this many epochs: under data.sampling=epochs that many passes over every window, ceil(epochs ×
+    # windows per epoch ÷ windows per step) steps; under random, epoch-equivalents of windows drawn with
+    # replacement, ceil(epochs × train tokens ÷ tokens per step).
     max_epochs: Optional[float] = None
     # Non-finite loss or gradient: the update is always skipped; 0 stops the run at the first one,
     # N > 0 tolerates up to N-1 in a row (counted and logged) and stops at the N-th (OLMo's spike guard).
@@ -108,9 +113,12 @@ class TrainerConfig:
 
     def __post_init__(self):
         """Fail at composition, naming the field — not after data preparation, not in torch's words."""
-        for key in ("max_steps", "micro_batch_size", "seq_len", "grad_accum_steps", "eval_interval",
-                    "log_interval", "ckpt_interval", "dist_timeout_s"):
+        for key in ("micro_batch_size", "seq_len", "grad_accum_steps", "log_interval", "ckpt_interval",
+                    "dist_timeout_s"):
             _require(getattr(self, key) > 0, f"trainer.{key}={getattr(self, key)} must be a positive integer")
+        for key in ("max_steps", "eval_interval"):
+            value = getattr(self, key)
+            _require(value is None or value > 0, f"trainer.{key}={value} must be a positive integer, or null")
         for key in ("keep_last", "skip_nonfinite_steps", "sample_tokens"):
             _require(getattr(self, key) >= 0, f"trainer.{key}={getattr(self, key)} must be >= 0")
         for key in ("stop_at_step", "num_threads", "peak_tflops", "time_budget", "early_stopping", "max_epochs"):
@@ -129,11 +137,25 @@ class TrainerConfig:
         self.chunked_loss = str(self.chunked_loss).lower()
         _require(self.chunked_loss in ("auto", "true", "false"),
                  f"trainer.chunked_loss={self.chunked_loss!r} is unknown; choose auto, true or false")
-        _require(not (self.time_budget and self.max_epochs), "trainer.time_budget and trainer.max_epochs both set "
-                 "the run's length; keep one (the other null)")
+        _require(any(getattr(self, key) for key in ("max_steps", "max_epochs", "time_budget")),
+                 "trainer.max_steps, trainer.max_epochs and trainer.time_budget are all null: the run has no end; "
+                 "set one of them")
         self.eval_windows = str(self.eval_windows).lower()
         _require(self.eval_windows == "all" or (self.eval_windows.isdigit() and int(self.eval_windows) > 0),
                  f"trainer.eval_windows={self.eval_windows!r} must be a positive number of windows or 'all'")
+
+    def eval_every(self, max_steps: int) -> int:
+        """Steps between evaluations for a run of `max_steps`: trainer.eval_interval, or sized to the run — the
+        largest of 1, 2, 5 × 10^k steps with at least EVALS_PER_RUN evaluations, so the best checkpoint is found
+        within a tenth of the run; a new plan of a time budget re-derives it."""
+        if self.eval_interval:
+            return self.eval_interval
+        target, every = max(max_steps / EVALS_PER_RUN, 1), 1
+        for power in range(19):
+            for nice in (1, 2, 5):
+                if nice * 10**power <= target:
+                    every = nice * 10**power
+        return every
 
     @property
     def num_eval_windows(self) -> Optional[int]:

@@ -6,7 +6,7 @@ from typing import Optional
 
 from training import report
 from training.budget import TimeBudget
-from training.build import build, data_views, planned_steps
+from training.build import build, data_views, length_limit, planned_steps
 from training.checkpoint import Checkpointer, run_state
 from training.checkpoint.run_state import RunState
 from training.context import RunContext, RunSpec  # noqa: F401 (RunSpec: train.py's way in)
@@ -27,26 +27,30 @@ class Outcome:
     checkpoint: Optional[Path]
     tokens_run: int  # trained by this process (a resume counts from its checkpoint)
     wall_s: float  # this process's loop, evals and checkpoints included
+    limit: str = ""  # the setting that ended the run when it was trainer.max_steps / max_epochs (build.length_limit)
 
 
 def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
     cfg, say = run.cfg, say_for(info)
     parts = build(cfg, info, say, run.resume, run.init)
     tokens_per_step = cfg.trainer.micro_batch_size * cfg.trainer.seq_len * cfg.trainer.grad_accum_steps * info.world_size
-    max_steps = planned_steps(cfg, data.meta["train_tokens"], tokens_per_step)
+    max_steps = planned_steps(cfg, data.meta["train_tokens"], tokens_per_step)  # None: the time budget alone
+    limit = length_limit(cfg, data.meta["train_tokens"], tokens_per_step)
     state = run.resume.restore(parts.raw_model, parts.optimizers, parts.precision, cfg, max_steps, info, say) \
         if run.resume else RunState(
-        seed=cfg.seed, sampling=cfg.data.sampling, world_size=info.world_size, max_steps=max_steps,
+        seed=cfg.seed, sampling=cfg.data.sampling, world_size=info.world_size, max_steps=max_steps or 0,
         stop_at=cfg.trainer.stop_at_step, precision=parts.precision)
     tokens_before = state.tokens_seen
     batches, windows = data_views(cfg, data, info)
     peak, peak_source = peak_flops(info.device, parts.precision, cfg.trainer.peak_tflops, cfg.trainer.peak_cache)
     ctx = RunContext(run, info, parts, data, batches, windows, state, tokens_per_step, peak, peak_source)
+    if cfg.trainer.time_budget:
+        TimeBudget.start_plans(state, cfg.trainer.time_budget, max_steps, limit)
     say(report.header(ctx))
     step, checkpointer, log, validator = TrainStep.for_run(ctx), Checkpointer(ctx), Logger(ctx), Validator(ctx)
     stop, last_eval, signum, t0 = StopFlag(), None, None, run_state.clock()
     state.started = t0
-    budget = TimeBudget(ctx, log, validator, checkpointer) if cfg.trainer.time_budget else None
+    budget = TimeBudget(ctx, log, validator, checkpointer, max_steps, limit) if cfg.trainer.time_budget else None
     parts.loss_module.train()
     if parts.compute_loss is not parts.loss_module:
         say("compile: the first training step and the first eval compile model + loss (up to a minute or two "
@@ -88,7 +92,7 @@ def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
         say(f"\n{signal_name(signum)}: checkpoint saved at step {state.step}: {checkpointer.last_path}\n"
             f"resume with: python train.py resume={run.run_dir}")
     return Outcome(state, last_eval, signum, checkpointer.last_path, state.tokens_seen - tokens_before,
-                   run_state.clock() - t0)
+                   run_state.clock() - t0, limit if max_steps is not None and state.step == max_steps else "")
 
 
 def keep_best_or_stop(ev: dict, state: RunState, trainer, checkpointer: Checkpointer, log: Logger) -> None:

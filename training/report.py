@@ -31,15 +31,24 @@ def header(ctx) -> str:
 def _end(cfg, state) -> str:
     """The last step, and which setting decides it (docs/training.md: the rule for the length settings)."""
     trainer = cfg.trainer
-    if trainer.time_budget and state.plans:
-        return (f"{state.max_steps} (planned by trainer.time_budget={trainer.time_budget:g} min, {len(state.plans)} "
+    limits = [plan["limit"] for plan in state.plans if plan.get("limit")]
+    budget = f"trainer.time_budget={trainer.time_budget:g} min" if trainer.time_budget else ""
+    if budget and limits:
+        first = [plan for plan in state.plans if not plan.get("limit")]
+        when = (f"planned {len(first)} time{'s' * (len(first) > 1)} so far, again from step "
+                f"{state.step + WARMUP_STEPS + PROBE_STEPS}" if first else
+                f"the budget's first plan after step {state.step + WARMUP_STEPS + PROBE_STEPS}, then at every evaluation "
+                "and as the end nears")
+        return f"{state.max_steps} ({budget} or {limits[0]}, whichever comes first: {when})"
+    if budget and state.plans:
+        return (f"{state.max_steps} (planned by {budget}, {len(state.plans)} "
                 f"plan{'s' * (len(state.plans) > 1)} so far; planned again from step {state.step + WARMUP_STEPS + PROBE_STEPS})")
-    if trainer.time_budget:
-        return (f"? (trainer.time_budget={trainer.time_budget:g} min decides: a first plan after step "
+    if budget:
+        return (f"? ({budget} decides: a first plan after step "
                 f"{state.step + WARMUP_STEPS + PROBE_STEPS}, then again at every evaluation and as the end nears)")
-    if trainer.max_epochs and cfg.data.sampling == "epochs":
+    if trainer.max_epochs and trainer.max_steps != state.max_steps and cfg.data.sampling == "epochs":
         return f"{state.max_steps} (trainer.max_epochs={trainer.max_epochs:g}: passes over every window)"
-    if trainer.max_epochs:  # random windows: tokens drawn ÷ training tokens, not passes
+    if trainer.max_epochs and trainer.max_steps != state.max_steps:  # random windows: tokens drawn ÷ training tokens
         return f"{state.max_steps} (trainer.max_epochs={trainer.max_epochs:g} epoch-equivalents of random windows)"
     return f"{state.max_steps} (trainer.max_steps)"
 
@@ -60,7 +69,13 @@ def summary(outcome, run_dir, device) -> str:
     if state.best_step is not None and state.best_step != state.step:
         lines.append(f"best val bits per byte {state.best_val_bpb:.4f} at step {state.best_step}: "
                      f"{run_dir}/checkpoints/best (resume=best, generate.py best, evaluate.py best)")
-    if state.budget_decided:
+    if state.budget_decided and outcome.limit:
+        minutes, used = state.budget_minutes, state.elapsed_s()
+        why = ("more passes over the same data stop lowering the validation loss" if "max_epochs" in outcome.limit
+               else "the run ends at whichever comes first")
+        lines.append(f"stopped at {outcome.limit}, after {used / 60:.2f} of trainer.time_budget={minutes:g} min: {why} "
+                     "(docs/training.md)")
+    elif state.budget_decided:
         minutes, used = state.budget_minutes, state.elapsed_s()
         lines.append(f"time budget {minutes:g} min: the training loop took {used / 60:.2f} min "
                      f"({used / (60 * minutes) - 1:+.1%}), {len(state.plans)} plans (state.json)")

@@ -1,4 +1,4 @@
-"""The loop's validator: every trainer.eval_interval steps and at the end, the validation loss, perplexity
+"""The loop's validator: every trainer.eval_interval steps (sized to the run by default) and at the end, the validation loss, perplexity
 and bits per byte (training/evaluation.py), per-layer activation RMS and a short sample, returned to the loop
 (which keeps the best and decides early stopping: training/loop.py); the per-layer RMS of the residual
 stream, the norms' outputs and the attention logits, via forward hooks attached only for the one batch that
@@ -17,11 +17,11 @@ class Validator:
     def __init__(self, ctx):  # a training/context.py RunContext
         self.cfg, self.parts, self.data, self.info, self.state = ctx.cfg, ctx.parts, ctx.data, ctx.info, ctx.state
         self.windows = Windows.from_tiles(ctx.windows) if isinstance(ctx.windows, torch.Tensor) else ctx.windows
-        self.interval = ctx.cfg.trainer.eval_interval
         self.weights = block_weights(ctx.parts.raw_model) if ctx.cfg.trainer.weight_change else None
 
     def should_validate(self, step: int) -> bool:
-        return step % self.interval == 0 or step == self.state.end
+        """Every trainer.eval_interval steps (or the interval sized to the run's current end) and at the end."""
+        return step % self.cfg.trainer.eval_every(self.state.max_steps) == 0 or step == self.state.end
 
     def time_one(self) -> float:
         """Seconds one validation takes (a time budget's probe): two batches timed after a first that

@@ -128,7 +128,7 @@ def probe_seconds(spec: TransferSpec, threads: int, steps: int) -> dict:
                 step_s = t.micro_batch_size * t.seq_len * t.grad_accum_steps / rate
                 # The probe's own wall time (start, eval, save included), then the steps after it.
                 loop = LoopCost(step_s=step_s, eval_s=0.0, save_s=0.0, fixed_s=probe["wall_s"])
-                seconds[(optimizer, width)] = loop.seconds(t.max_steps, t.eval_interval, t.ckpt_interval, start=steps)
+                seconds[(optimizer, width)] = loop.seconds(t.max_steps, t.eval_every, t.ckpt_interval, start=steps)
                 print(f"  timing: {optimizer} width {width}: {seconds[(optimizer, width)]:.0f} s per run", flush=True)
     return seconds
 

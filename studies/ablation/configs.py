@@ -68,8 +68,12 @@ def apply_transfer(spec: Spec, compose: Compose) -> None:
 
 def budget_of(cfg) -> Budget:
     t = cfg.trainer
+    if not t.max_steps or t.max_epochs or t.time_budget:
+        raise ProtocolError("the protocol's cells need a fixed step count, so that every cell trains the same steps: "
+                            "set trainer.max_steps (with trainer.max_epochs=null and trainer.time_budget=null) in its "
+                            "experiment or train_overrides")
     windows = t.num_eval_windows or UNKNOWN_EVAL_WINDOWS
-    return Budget(t.max_steps, t.micro_batch_size * t.seq_len * t.grad_accum_steps, t.eval_interval,
+    return Budget(t.max_steps, t.micro_batch_size * t.seq_len * t.grad_accum_steps, t.eval_every(t.max_steps),
                   windows * t.seq_len)
 
 

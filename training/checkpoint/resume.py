@@ -20,7 +20,7 @@ from training.checkpoint.consistency import check_resume_fits, check_resume_toke
 from training.checkpoint.errors import CheckpointError, first_line
 from training.checkpoint.format import run_dir_of
 from training.checkpoint.load import load_optimizer_and_rng, read_weights, restore_rng
-from training.checkpoint.run_state import RunState, read_state
+from training.checkpoint.run_state import UNPLANNED_END, RunState, read_state
 from training.checkpoint.state_dicts import load_full_state
 from training.metrics import rewind_metrics
 from training.optim.schedule import lr_at
@@ -81,17 +81,19 @@ class Resume:
         state.precision = precision  # what this process trains in (state.json says what the run trained in)
         trainer = cfg.trainer
         if not (state.budget_decided and trainer.time_budget):  # a budget's plans go on; else the config's end
-            state.max_steps, state.budget_minutes, state.plans = max_steps, None, []
+            state.max_steps, state.budget_minutes, state.plans = max_steps or UNPLANNED_END, None, []
         if state.stopped_early and trainer.early_stopping and state.evals_since_best >= trainer.early_stopping:
             raise ValueError(f"{self.path} ended its run early at step {state.step} (no lower validation bpb in "
                              f"{state.evals_since_best} evaluations); to train on, resume with "
                              "trainer.early_stopping=null or a larger patience")
         state.stop_at, state.stopped_early = trainer.stop_at_step, False
         if state.step >= state.max_steps:
-            what = "the end its time budget planned" if state.budget_decided else "trainer.max_steps"
-            raise ValueError(f"{self.path} is already at step {state.step} = {what}; pass a larger "
-                             "trainer.max_steps (and trainer.time_budget=null) to train further (the schedule then "
-                             "stretches to it)")
+            what = ("the end its time budget planned" if state.budget_decided else
+                    f"trainer.max_steps={trainer.max_steps}" if trainer.max_steps == state.max_steps else
+                    f"the end trainer.max_epochs={trainer.max_epochs:g} sets ({state.max_steps} steps)")
+            where = "already at" if state.step == state.max_steps else "past"
+            raise ValueError(f"{self.path} is at step {state.step}, {where} {what}; pass a larger trainer.max_steps to "
+                             "train further (the schedule then stretches to it)")
         moved_end = self._schedule_change(state, cfg.optim)
         if moved_end:
             say(moved_end)

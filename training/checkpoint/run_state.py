@@ -36,7 +36,9 @@ class RunState:
     max_steps: int = 0  # where the schedule ends: trainer.max_steps, or what a time budget decided
     stop_at: Optional[int] = None  # trainer.stop_at_step: stop early there, as if interrupted
     budget_minutes: Optional[float] = None  # the time budget that plans max_steps (training/budget.py)
-    plans: list = field(default_factory=list)  # each of its plans: at_step, max_steps, step_s, spent_s
+    # each of its plans: at_step, max_steps, step_s, spent_s; the first, at step 0, is trainer.max_epochs' or
+    # max_steps' end when one is set (its "limit" names it): the clock's plans never go past it
+    plans: list = field(default_factory=list)
     evals_since_best: int = 0  # evaluations in a row that did not lower best_val_bpb (trainer.early_stopping)
     stopped_early: bool = False
     precision: str = ""  # bf16 | fp32: what this process trains in; state.json carries it to a resume
@@ -59,11 +61,13 @@ class RunState:
     def budget_decided(self) -> bool:
         return self.budget_minutes is not None
 
-    def plan_budget(self, minutes: float, max_steps: int, step_s: float, spent_s: float, next_at: int) -> None:
-        """A time budget's plan at this step: the run now ends at max_steps, and plans again at next_at."""
+    def plan_budget(self, minutes: float, max_steps: int, step_s: float, spent_s: float, next_at: int,
+                    limit: str = "") -> None:
+        """A time budget's plan at this step: the run now ends at max_steps, and plans again at next_at. `limit`:
+        the setting that decided it when not the clock (trainer.max_epochs or max_steps, before the probe)."""
         self.budget_minutes, self.max_steps = minutes, max_steps
         self.plans.append({"at_step": self.step, "max_steps": max_steps, "next_at": next_at,
-                           "step_s": round(step_s, 6), "spent_s": round(spent_s, 3)})
+                           "step_s": round(step_s, 6), "spent_s": round(spent_s, 3), **({"limit": limit} if limit else {})})
 
     def advance(self, tokens: int) -> None:
         self.step += 1

@@ -17,11 +17,14 @@ def events_between(first: int, last: int, interval: int) -> int:
     return last // interval - first // interval
 
 
-def event_counts(steps: int, eval_interval: int, ckpt_interval: int, start: int = 0,
+def event_counts(steps: int, eval_interval, ckpt_interval: int, start: int = 0,
                  final_save: bool = True) -> Tuple[int, int]:
     """(evaluations, checkpoints) a loop makes from `start` to `steps`: those due at `start` itself included
     when start > 0 (a plan made at a step comes before its events), the last step's evaluation included, and
-    its final checkpoint when `final_save` (else only the periodic ones before the last step)."""
+    its final checkpoint when `final_save` (else only the periodic ones before the last step). `eval_interval`:
+    steps, or a function of the run's length (TrainerConfig.eval_every: evaluations sized to the run)."""
+    if callable(eval_interval):
+        eval_interval = eval_interval(steps)
     since = max(start, 1) - 1
     evals = events_between(since, steps, eval_interval) + (steps % eval_interval != 0)
     if final_save:
