@@ -18,8 +18,11 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 train: setup
 	$(PY) train.py $(ARGS)
 
-# Two workers: the tests that train run one at a time in one of them (tests/conftest.py, docs/testing.md).
+# Formatting and lint first (seconds), then two workers: the tests that train run one at a time in one of them
+# (tests/conftest.py, docs/testing.md).
 test: setup
+	$(VENV)/bin/ruff format --check --quiet .
+	$(VENV)/bin/ruff check --quiet .
 	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 mutation: setup

@@ -1,4 +1,5 @@
 """BENCHMARKS.md, one `## ` section per benchmark script: replace a script's own section, keep the rest."""
+
 from pathlib import Path
 
 

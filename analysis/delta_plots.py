@@ -1,4 +1,5 @@
 """Figures of differences against the reference: the paired-Δ forest plot and Δ against model size."""
+
 import math
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -15,8 +16,9 @@ ForestRow = Tuple[str, Optional[TTest], str]  # (variant, its paired test vs the
 COLOURS = {"better": "tab:green", "worse": "tab:red", "equivalent": "tab:blue"}  # anything else: grey
 
 
-def plot_forest(groups: Dict[str, Sequence[ForestRow]], path: Path, reference: str = "reference",
-                unit: str = "bpb") -> None:
+def plot_forest(
+    groups: Dict[str, Sequence[ForestRow]], path: Path, reference: str = "reference", unit: str = "bpb"
+) -> None:
     """One row per variant: its paired Δ vs the reference with the 95 % CI, one marker per group
     (model size), coloured by its verdict; a dashed line at 0 (no difference). Left of it = the variant
     is better."""
@@ -47,8 +49,13 @@ def plot_forest(groups: Dict[str, Sequence[ForestRow]], path: Path, reference: s
     save(fig, path)
 
 
-def plot_delta_vs_size(sizes: Sequence[Tuple[str, int]], deltas: Dict[str, List[Optional[TTest]]], path: Path,
-                       reference: str, unit: str = "bpb") -> None:
+def plot_delta_vs_size(
+    sizes: Sequence[Tuple[str, int]],
+    deltas: Dict[str, List[Optional[TTest]]],
+    path: Path,
+    reference: str,
+    unit: str = "bpb",
+) -> None:
     """Δ (with its CI) of each variant against the reference at each size; x = the reference's
     parameter count (log scale), labelled with the size's name."""
     fig, ax = figure(figsize=(8, 4.8))
@@ -62,8 +69,10 @@ def plot_delta_vs_size(sizes: Sequence[Tuple[str, int]], deltas: Dict[str, List[
         plotted += 1
         xs = [x * (1 + 0.02 * (i - len(deltas) / 2)) for x, _ in points]  # spread markers apart
         ys = [t.delta for _, t in points]
-        errors = [[0.0 if math.isnan(t.low) else t.delta - t.low for _, t in points],
-                  [0.0 if math.isnan(t.high) else t.high - t.delta for _, t in points]]
+        errors = [
+            [0.0 if math.isnan(t.low) else t.delta - t.low for _, t in points],
+            [0.0 if math.isnan(t.high) else t.high - t.delta for _, t in points],
+        ]
         ax.errorbar(xs, ys, yerr=errors, marker="o", capsize=3, color=cmap(i % 10), label=label)
     ax.axhline(0, color="k", ls="--", lw=1)
     ax.set_xscale("log")

@@ -2,6 +2,7 @@
 group (recipe, or the protocol's measuring seeds) had planned. Seeds beyond an earlier look's need a stated
 sequential design (--sequential): each look is then judged at α / K, K the number of looks with distinct
 seed sets so far, this one included — Bonferroni over the looks, conservative whatever made one stop."""
+
 import time
 from typing import Dict, List, Sequence, Tuple
 
@@ -25,9 +26,11 @@ def check_added_seeds(looks: Looks, planned: Dict[str, Sequence[int]], sequentia
         seen = looked(looks, group)
         added = sorted(set(seeds) - seen)
         if seen and added:
-            raise LookError(f"{group}: seeds {', '.join(map(str, added))} would be added after a look at seeds "
-                            f"{', '.join(map(str, sorted(seen)))} — optional stopping inflates false positives; pass "
-                            f"--sequential to run them under a sequential design (each look judged at α / looks), {how}")
+            raise LookError(
+                f"{group}: seeds {', '.join(map(str, added))} would be added after a look at seeds "
+                f"{', '.join(map(str, sorted(seen)))} — optional stopping inflates false positives; pass "
+                f"--sequential to run them under a sequential design (each look judged at α / looks), {how}"
+            )
 
 
 def record(looks: Looks, seeds: Dict[str, Sequence[int]], sequential: bool) -> Looks:

@@ -1,4 +1,5 @@
 """Exact parameter counts of a run's model, computed from its config without allocating any weights."""
+
 from typing import Dict
 
 import torch

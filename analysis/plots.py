@@ -1,5 +1,6 @@
 """Curves per variant: validation loss over training and against wall-clock time, per-layer residual-stream RMS,
 and final val bpb against the learning rate (the protocol's stage-1 sweep)."""
+
 from pathlib import Path
 from typing import Callable, Dict, Optional, Sequence
 
@@ -72,8 +73,14 @@ def plot_time_to_quality(variants: Sequence[Variant], path: Path) -> None:
     for ax in (full, zoom):
         named = set()
         for label, curve in curves:
-            ax.plot(curve[:, 0], curve[:, 1], color=palette[label], marker=".", lw=1.4,
-                    label=None if label in named else label)
+            ax.plot(
+                curve[:, 0],
+                curve[:, 1],
+                color=palette[label],
+                marker=".",
+                lw=1.4,
+                label=None if label in named else label,
+            )
             named.add(label)
         ax.set_xlabel("wall-clock seconds of the training loop (compilation and evaluations included)")
         ax.set_ylabel("validation bits per byte")
@@ -119,8 +126,9 @@ def plot_activation_rms(variants: Sequence[Variant], path: Path) -> None:
     save(fig, path)
 
 
-def plot_lr_sweep(sweeps: Dict[str, Dict[str, Dict[float, Optional[float]]]], chosen: Dict[str, Dict[str, float]],
-                  path: Path) -> None:
+def plot_lr_sweep(
+    sweeps: Dict[str, Dict[str, Dict[float, Optional[float]]]], chosen: Dict[str, Dict[str, float]], path: Path
+) -> None:
     """One panel per size: final val bpb against LR (log) per variant; a diverged LR (None) is an ×
     on the panel's top edge, the chosen LR a ring."""
     fig, axes = figure(1, len(sweeps), figsize=(6 * len(sweeps), 4.5), squeeze=False)
@@ -153,8 +161,15 @@ def legend_below(fig: Figure, ax) -> None:
     """The variants' legend under the panels, in up to three columns: inside a panel, beyond three variants it
     covers the curves it names."""
     handles, labels = ax.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(3, len(labels)),
-               frameon=False, fontsize=9)
+    fig.legend(
+        handles,
+        labels,
+        loc="upper center",
+        bbox_to_anchor=(0.5, 0.0),
+        ncol=min(3, len(labels)),
+        frameon=False,
+        fontsize=9,
+    )
 
 
 def figure(rows: int = 1, cols: int = 1, **kwargs) -> tuple:

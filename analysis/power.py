@@ -1,6 +1,7 @@
 """Power before cost: the smallest paired difference a study of n seeds detects at a given power and
 α, the seeds a target difference needs, and the spread of paired differences they rest on
 (statsmodels' TTestPower: a paired t-test is a one-sample t-test of the per-seed differences)."""
+
 import math
 from typing import Dict, Optional, Sequence
 
@@ -14,6 +15,7 @@ def _ttest_power():
     # Imported on first use: train.py's Hydra callback reads the protocol's cell files (cells.py →
     # protocol.py → here), and statsmodels + scipy.stats would add about a second to every run's start.
     from statsmodels.stats.power import TTestPower
+
     return TTestPower()
 
 
@@ -32,8 +34,9 @@ def seeds_for(target: float, sd: float, alpha: float, power: float = POWER) -> O
     are not enough."""
     if sd <= 0:
         return 2
-    n = _ttest_power().solve_power(effect_size=target / sd, nobs=None, alpha=alpha, power=power,
-                                 alternative="two-sided")
+    n = _ttest_power().solve_power(
+        effect_size=target / sd, nobs=None, alpha=alpha, power=power, alternative="two-sided"
+    )
     n = max(2, math.ceil(float(np.atleast_1d(n)[0]) - 1e-9))
     while n <= MAX_SEEDS and mde(sd, n, alpha, power) > target:  # solve_power's root is approximate
         n += 1

@@ -4,6 +4,7 @@
 seed share their initialisation and batch order, so the paired test is the main result; Welch's
 unpaired test over the same runs stands beside it to show what pairing buys.
 """
+
 import math
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
@@ -18,8 +19,13 @@ from analysis.table import final_bpb
 # runs from before QK-norm existed still find theirs.
 DEFAULT_REFERENCE = ("model.norm=rmsnorm", "model.mlp=swiglu", "model.qk_norm=false")
 
-OUTCOME_WORDS = {"better": "**better**", "worse": "**worse**", "unclear": "can't tell yet", "same": "identical",
-                 "none": "no verdict"}
+OUTCOME_WORDS = {
+    "better": "**better**",
+    "worse": "**worse**",
+    "unclear": "can't tell yet",
+    "same": "identical",
+    "none": "no verdict",
+}
 
 
 @dataclass
@@ -50,15 +56,19 @@ def references_by_config(variants: Sequence[Variant], spec: Dict[str, object]) -
     found = {}
     for v in variants:
         context = [k for k in varying if k not in spec]
-        found[v.label] = next((c for c in candidates
-                               if all(_same(flat[c.label].get(k), flat[v.label].get(k)) for k in context)), None)
+        found[v.label] = next(
+            (c for c in candidates if all(_same(flat[c.label].get(k), flat[v.label].get(k)) for k in context)), None
+        )
     return found
 
 
 def versus_reference(variants: Sequence[Variant], references: Dict[str, Optional[Variant]]) -> List[Versus]:
     """The comparisons to report: every variant with a reference other than itself."""
-    return [Versus(v, references[v.label], compare(final_bpb(v), final_bpb(references[v.label])))
-            for v in variants if references.get(v.label) is not None and references[v.label] is not v]
+    return [
+        Versus(v, references[v.label], compare(final_bpb(v), final_bpb(references[v.label])))
+        for v in variants
+        if references.get(v.label) is not None and references[v.label] is not v
+    ]
 
 
 def markdown(pairs: Sequence[Versus], unit: str = "bpb") -> str:
@@ -66,22 +76,52 @@ def markdown(pairs: Sequence[Versus], unit: str = "bpb") -> str:
     if not pairs:
         return ""
     several = len({p.reference.label for p in pairs}) > 1
-    header = ["variant"] + (["reference"] if several else []) + [
-        "paired seeds", f"Δ {unit} (paired)", CI, "p (paired t)", f"Δ {unit} (Welch)", f"{CI} (Welch)",
-        "p (Welch)", "verdict"]
+    header = (
+        ["variant"]
+        + (["reference"] if several else [])
+        + [
+            "paired seeds",
+            f"Δ {unit} (paired)",
+            CI,
+            "p (paired t)",
+            f"Δ {unit} (Welch)",
+            f"{CI} (Welch)",
+            "p (Welch)",
+            "verdict",
+        ]
+    )
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for p in pairs:
         c = p.comparison
-        lines.append("| " + " | ".join(
-            [p.variant.label] + ([p.reference.label] if several else []) +
-            [str(len(c.common_seeds))] + _cells(c.paired) + _cells(c.unpaired) + [OUTCOME_WORDS[c.outcome]]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [p.variant.label]
+                + ([p.reference.label] if several else [])
+                + [str(len(c.common_seeds))]
+                + _cells(c.paired)
+                + _cells(c.unpaired)
+                + [OUTCOME_WORDS[c.outcome]]
+            )
+            + " |"
+        )
     reference = "its reference" if several else pairs[0].reference.label
-    lines += ["", f"Δ = variant − {reference} in final val {unit} (negative = the variant is better); the {CI} is "
-              "Student's t over the per-seed differences (paired) or Welch's over the two groups."
-              + ("" if len(pairs) < 2 else f" With {len(pairs)} comparisons at 5 % each, about one in twenty "
-                 "'better'/'worse' calls on a true tie is expected by chance."), ""]
-    lines += [f"- **{p.variant.label}**" + (f" vs {p.reference.label}" if several else "") +
-              f": {p.comparison.verdict(unit)}" for p in pairs]
+    lines += [
+        "",
+        f"Δ = variant − {reference} in final val {unit} (negative = the variant is better); the {CI} is "
+        "Student's t over the per-seed differences (paired) or Welch's over the two groups."
+        + (
+            ""
+            if len(pairs) < 2
+            else f" With {len(pairs)} comparisons at 5 % each, about one in twenty "
+            "'better'/'worse' calls on a true tie is expected by chance."
+        ),
+        "",
+    ]
+    lines += [
+        f"- **{p.variant.label}**" + (f" vs {p.reference.label}" if several else "") + f": {p.comparison.verdict(unit)}"
+        for p in pairs
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -1,4 +1,5 @@
 """Finding run directories, reading their config.yaml and metrics.jsonl, and grouping seeds into variants."""
+
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -7,17 +8,32 @@ from typing import Dict, List, Optional, Sequence
 
 import yaml
 
-from training.checkpoint import run_checkpoints
-from training.checkpoint.run_state import read_state
-from training.metrics import MetricsError, read_metrics
-from training.runtime.run_files import METRICS, RunFiles
+from training.checkpoint import METRICS, RunFiles, read_state, run_checkpoints
+from training.log import MetricsError, read_metrics
 
 # Keys that differ between runs without changing what is trained or measured: never part of a
 # variant's name (seed is the repeat; a trailing dot means the whole section).
-NOT_A_VARIANT = ("seed", "run_name", "outputs_dir", "resume", "data.cache_dir", "data.num_proc", "trainer.device",
-                 "trainer.num_threads", "trainer.stop_at_step", "trainer.ckpt_interval", "trainer.keep_last",
-                 "trainer.log_interval", "trainer.eval_interval", "trainer.activation_rms", "trainer.sample_tokens",
-                 "trainer.sample_prompt", "trainer.dist_timeout_s", "trainer.peak_tflops", "logger.")
+NOT_A_VARIANT = (
+    "seed",
+    "run_name",
+    "outputs_dir",
+    "resume",
+    "data.cache_dir",
+    "data.num_proc",
+    "trainer.device",
+    "trainer.num_threads",
+    "trainer.stop_at_step",
+    "trainer.ckpt_interval",
+    "trainer.keep_last",
+    "trainer.log_interval",
+    "trainer.eval_interval",
+    "trainer.activation_rms",
+    "trainer.sample_tokens",
+    "trainer.sample_prompt",
+    "trainer.dist_timeout_s",
+    "trainer.peak_tflops",
+    "logger.",
+)
 
 
 class RunsError(ValueError):
@@ -30,7 +46,9 @@ class Run:
     config: dict  # the resolved config.yaml train.py wrote
     evals: List[dict]  # eval rows of metrics.jsonl, in step order
     trains: List[dict]
-    planned_end: Optional[int] = None  # the newest checkpoint's state.json: its max_steps, or its step if it stopped early
+    planned_end: Optional[int] = (
+        None  # the newest checkpoint's state.json: its max_steps, or its step if it stopped early
+    )
 
     @property
     def seed(self) -> int:
@@ -183,3 +201,11 @@ def group_variants(runs: Sequence[Run], warn=lambda m: print(m, file=sys.stderr)
 def _short(value) -> str:
     """A config value for a label: floats without binary noise (3e-3 / 10 → 0.0003)."""
     return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def steady_tokens_per_s(rows: Sequence[dict]) -> Optional[float]:
+    """A run's training throughput: the median over its logged intervals (metrics.jsonl's train rows), the first
+    (allocator, thread-pool and compile warm-up) left out when at least two others remain; None when none is timed."""
+    rates = [r["tokens_per_s"] for r in rows if r.get("kind", "train") == "train" and r.get("tokens_per_s")]
+    rates = rates[1:] if len(rates) > 2 else rates
+    return statistics.median(rates) if rates else None

@@ -1,5 +1,6 @@
 """Does it hold at scale? Each variant's paired Δ at every model size, whether its verdict keeps its
 direction, and how well the sizes' rankings agree (Kendall's τ, scipy.stats.kendalltau)."""
+
 import math
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
@@ -8,8 +9,15 @@ from scipy import stats
 
 from analysis.stats import Comparison, decimals
 
-WORDS = {"better": "better", "worse": "worse", "unclear": "can't tell", "same": "identical", "none": "no verdict",
-         "equivalent": "equivalent", "can't tell": "can't tell"}
+WORDS = {
+    "better": "better",
+    "worse": "worse",
+    "unclear": "can't tell",
+    "same": "identical",
+    "none": "no verdict",
+    "equivalent": "equivalent",
+    "can't tell": "can't tell",
+}
 
 
 @dataclass
@@ -59,17 +67,24 @@ def markdown(results: Sequence[SizeResult], reference: str, unit: str = "bpb") -
                 cells.append("—")
                 continue
             digits = decimals(t.half_width)
-            spread = ("" if math.isnan(t.half_width) else " (no spread)" if t.zero_spread
-                      else f" ± {t.half_width:.{digits}f}")
+            spread = (
+                "" if math.isnan(t.half_width) else " (no spread)" if t.zero_spread else f" ± {t.half_width:.{digits}f}"
+            )
             cells.append(f"{t.delta:+.{digits}f}{spread} ({WORDS[c.outcome]})")
         lines.append("| " + " | ".join([v] + cells + [consistency(outcomes)]) + " |")
-    lines += ["", f"Δ = variant − {reference} (paired, 95 % CI half-width). Ranking by mean final val {unit}, "
-              "best first:", ""]
+    lines += [
+        "",
+        f"Δ = variant − {reference} (paired, 95 % CI half-width). Ranking by mean final val {unit}, best first:",
+        "",
+    ]
     lines += [f"- {r.name}: " + " < ".join(r.ranking) for r in results]
     for first, second in zip(results, results[1:]):
         tau = rank_agreement(first.ranking, second.ranking)
         same = first.ranking == second.ranking
-        agreement = "the same order" if same else (
-            f"Kendall's τ = {tau:+.2f}" if tau is not None else "different order (too few variants for τ)")
+        agreement = (
+            "the same order"
+            if same
+            else (f"Kendall's τ = {tau:+.2f}" if tau is not None else "different order (too few variants for τ)")
+        )
         lines.append(f"- {first.name} → {second.name}: {agreement}")
     return "\n".join(lines) + "\n"

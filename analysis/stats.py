@@ -1,5 +1,6 @@
 """Seed statistics: mean ± sample std over repeats, and paired (per-seed) and unpaired (Welch)
 t-tests of one variant against another, with 95 % intervals and a plain-language verdict."""
+
 import math
 import statistics
 import warnings
@@ -40,6 +41,7 @@ def summarize(values: Sequence[float]) -> Summary:
 @dataclass(frozen=True)
 class TTest:
     """A t-test of a difference (a − b): its estimate, confidence interval and two-sided p-value."""
+
     delta: float
     low: float
     high: float
@@ -123,6 +125,7 @@ def welch_t(a: Sequence[float], b: Sequence[float]) -> Optional[TTest]:
 @dataclass(frozen=True)
 class Comparison:
     """A variant against a reference, seed by seed: Δ = variant − reference (lower bpb is better)."""
+
     paired: Optional[TTest]  # over the seeds both ran; None when they share none
     unpaired: Optional[TTest]  # Welch over all seeds of each; None without two seeds each
     common_seeds: Tuple[int, ...]
@@ -155,20 +158,23 @@ class Comparison:
                 return "no verdict: no seed in common and too few seeds for an unpaired test"
             return f"no verdict: 1 paired seed (seed {self.common_seeds[0]}); a test needs at least 2"
         paired = t is self.paired
-        basis = (f"{t.n} paired seeds" if paired else
-                 f"unpaired (Welch), {len(self.common_seeds)} seed(s) in common")
+        basis = f"{t.n} paired seeds" if paired else f"unpaired (Welch), {len(self.common_seeds)} seed(s) in common"
         if self.unmatched_seeds and paired:
             basis += f"; seeds {', '.join(map(str, self.unmatched_seeds))} have no partner and are left out"
         digits = decimals(t.half_width)
         if outcome == "same":
             return f"identical in all {t.n} paired seeds"
         if t.zero_spread:
-            return (f"{outcome} by {abs(t.delta):.6g} {unit}, the same in every seed (spread below "
-                    f"{ZERO_SPREAD:g}: no interval, no test), {basis}")
+            return (
+                f"{outcome} by {abs(t.delta):.6g} {unit}, the same in every seed (spread below "
+                f"{ZERO_SPREAD:g}: no interval, no test), {basis}"
+            )
         interval = f"{abs(t.delta):.{digits}f} ± {t.half_width:.{digits}f} {unit} ({CI})"
         if outcome == "unclear":
-            return (f"can't tell yet: Δ = {t.delta:+.{digits}f} ± {t.half_width:.{digits}f} {unit} "
-                    f"({CI} includes 0), {p_text(t.p)}, {basis}")
+            return (
+                f"can't tell yet: Δ = {t.delta:+.{digits}f} ± {t.half_width:.{digits}f} {unit} "
+                f"({CI} includes 0), {p_text(t.p)}, {basis}"
+            )
         return f"{outcome} by {interval}, {p_text(t.p)}, {basis}"
 
 

@@ -1,5 +1,6 @@
 """The results table: one row per variant (mean ± std over seeds, parameters, learning rate), the
 best marked, and whether the best really beats the runner-up."""
+
 import math
 from dataclasses import dataclass
 from typing import Dict, List, Sequence
@@ -39,10 +40,18 @@ def summarize_variants(variants: Sequence[Variant]) -> List[Row]:
             raise RunsError(f"{v.runs[0].path}: cannot build the model from config.yaml: {str(e).splitlines()[0]}")
         finals = [r.final for r in v.runs]
         lrs = sorted({r.config.get("optim", {}).get("lr") for r in v.runs} - {None})
-        rows.append(Row(v, params, summarize([f["val_loss"] for f in finals]),
-                        summarize([f["val_bpb"] for f in finals]),
-                        _mean(r.tokens_per_s() for r in v.runs), _mean(r.wall_time_s() for r in v.runs),
-                        max(f["tokens"] for f in finals), "–".join(f"{lr:g}" for lr in lrs)))
+        rows.append(
+            Row(
+                v,
+                params,
+                summarize([f["val_loss"] for f in finals]),
+                summarize([f["val_bpb"] for f in finals]),
+                _mean(r.tokens_per_s() for r in v.runs),
+                _mean(r.wall_time_s() for r in v.runs),
+                max(f["tokens"] for f in finals),
+                "–".join(f"{lr:g}" for lr in lrs),
+            )
+        )
     return sorted(rows, key=lambda row: row.val_bpb.mean)
 
 
@@ -60,40 +69,82 @@ def verdict(rows: Sequence[Row]) -> str:
     outcome, sentence = comparison.outcome, comparison.verdict()
     if outcome == "worse":  # the runner-up is worse than the best. Not in bold: the two were picked from the table
         # after the fact and the test is unadjusted, so it is a description, never a pre-registered verdict.
-        return (f"{best} is ahead of the runner-up {second} (a post-hoc, unadjusted comparison of the table's two "
-                f"best, not a verdict): {second} is {sentence}.")
+        return (
+            f"{best} is ahead of the runner-up {second} (a post-hoc, unadjusted comparison of the table's two "
+            f"best, not a verdict): {second} is {sentence}."
+        )
     if outcome == "none":
-        return (f"**Not conclusive:** {best} leads {second} by {rows[1].val_bpb.mean - rows[0].val_bpb.mean:.4f} "
-                f"bpb, but with {sentence[len('no verdict: '):]}; run more seeds (e.g. seed=0,1,2).")
-    return (f"**Within seed noise:** {best} leads {second} on the mean, but {second} vs {best}: {sentence}; "
-            "more seeds or a longer run are needed to separate them.")
+        return (
+            f"**Not conclusive:** {best} leads {second} by {rows[1].val_bpb.mean - rows[0].val_bpb.mean:.4f} "
+            f"bpb, but with {sentence[len('no verdict: ') :]}; run more seeds (e.g. seed=0,1,2)."
+        )
+    return (
+        f"**Within seed noise:** {best} leads {second} on the mean, but {second} vs {best}: {sentence}; "
+        "more seeds or a longer run are needed to separate them."
+    )
 
 
 def markdown(rows: Sequence[Row], skipped: Sequence[Run] = ()) -> str:
     """The table, the best-vs-runner-up verdict, and the shared setup."""
-    header = ["variant", "params", "MLP params", "intermediate", "lr", "val loss", "val bpb", "tokens/s",
-              "wall time", "seeds", "Δ bpb vs ★ (paired)"]
+    header = [
+        "variant",
+        "params",
+        "MLP params",
+        "intermediate",
+        "lr",
+        "val loss",
+        "val bpb",
+        "tokens/s",
+        "wall time",
+        "seeds",
+        "Δ bpb vs ★ (paired)",
+    ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for i, row in enumerate(rows):
         p, bpb = row.params, _pm(row.val_bpb)
-        lines.append("| " + " | ".join([
-            ("★ " if i == 0 else "") + row.variant.label, f"{p['total']:,}", f"{p['mlp']:,}",
-            str(p["intermediate_size"]), row.lr, _pm(row.val_loss), f"**{bpb}**" if i == 0 else bpb,
-            f"{row.tokens_per_s:,.0f}", _duration(row.wall_time_s), str(row.val_bpb.n),
-            "—" if i == 0 else vs_best(compare(final_bpb(row.variant), final_bpb(rows[0].variant)))]) + " |")
-    notes = ["", verdict(rows), "", _shared(rows),
-             "Values are mean ± sample std (ddof=1) over seeds at the final eval; ★ = lowest mean val bpb. "
-             "Params count the tied embedding once; MLP params are all layers' MLPs; tokens/s is the median "
-             "over each run's log intervals (evals excluded), averaged over seeds. Δ vs ★: every row by the same "
-             "rule, the paired t-test over the seeds both ran (Welch without common seeds); 'can't tell' = its "
-             "95 % CI includes 0, which is not 'the same'; unadjusted for the several rows and for the best being "
-             "picked after the fact."]
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    ("★ " if i == 0 else "") + row.variant.label,
+                    f"{p['total']:,}",
+                    f"{p['mlp']:,}",
+                    str(p["intermediate_size"]),
+                    row.lr,
+                    _pm(row.val_loss),
+                    f"**{bpb}**" if i == 0 else bpb,
+                    f"{row.tokens_per_s:,.0f}",
+                    _duration(row.wall_time_s),
+                    str(row.val_bpb.n),
+                    "—" if i == 0 else vs_best(compare(final_bpb(row.variant), final_bpb(rows[0].variant))),
+                ]
+            )
+            + " |"
+        )
+    notes = [
+        "",
+        verdict(rows),
+        "",
+        _shared(rows),
+        "Values are mean ± sample std (ddof=1) over seeds at the final eval; ★ = lowest mean val bpb. "
+        "Params count the tied embedding once; MLP params are all layers' MLPs; tokens/s is the median "
+        "over each run's log intervals (evals excluded), averaged over seeds. Δ vs ★: every row by the same "
+        "rule, the paired t-test over the seeds both ran (Welch without common seeds); 'can't tell' = its "
+        "95 % CI includes 0, which is not 'the same'; unadjusted for the several rows and for the best being "
+        "picked after the fact.",
+    ]
     if len({row.tokens for row in rows}) > 1:
-        notes.append("⚠ The variants trained on different token budgets ("
-                     + ", ".join(f"{r.variant.label}: {r.tokens:,}" for r in rows) + "): not like for like.")
+        notes.append(
+            "⚠ The variants trained on different token budgets ("
+            + ", ".join(f"{r.variant.label}: {r.tokens:,}" for r in rows)
+            + "): not like for like."
+        )
     if skipped:
-        notes.append("Skipped (incomplete: diverged, stopped or still running): "
-                     + ", ".join(f"`{r.path.name}`" for r in skipped) + ".")
+        notes.append(
+            "Skipped (incomplete: diverged, stopped or still running): "
+            + ", ".join(f"`{r.path.name}`" for r in skipped)
+            + "."
+        )
     return "\n".join(lines + notes) + "\n"
 
 
@@ -111,10 +162,12 @@ def _shared(rows: Sequence[Row]) -> str:
     m, t, o, d = c["model"], c["trainer"], c["optim"], c["data"]
     min_lrs = {r.config["optim"].get("min_lr") for row in rows for r in row.variant.runs}
     decay = f"min_lr {min_lrs.pop():g}" if len(min_lrs) == 1 else "each run's min_lr"
-    return (f"Setup (every variant's, unless its label says otherwise): {d.get('source')} data (vocab "
-            f"{d.get('vocab_size')}), {t['max_steps']} steps, {rows[0].tokens:,} tokens; {o.get('warmup_steps')} "
-            f"warmup steps, then {o.get('schedule', 'cosine')} decay to {decay}; hidden_size {m.get('hidden_size')}, "
-            f"{m.get('n_layers')} layers; precision {t.get('precision')}.")
+    return (
+        f"Setup (every variant's, unless its label says otherwise): {d.get('source')} data (vocab "
+        f"{d.get('vocab_size')}), {t['max_steps']} steps, {rows[0].tokens:,} tokens; {o.get('warmup_steps')} "
+        f"warmup steps, then {o.get('schedule', 'cosine')} decay to {decay}; hidden_size {m.get('hidden_size')}, "
+        f"{m.get('n_layers')} layers; precision {t.get('precision')}."
+    )
 
 
 def _duration(seconds: float) -> str:

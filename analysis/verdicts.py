@@ -1,6 +1,7 @@
 """Verdicts on a family of pre-registered paired contrasts: Holm–Bonferroni over the family's paired
 t-tests (statsmodels' multipletests), a paired TOST for "no difference beyond ±margin" (two one-sided
 paired t-tests, scipy), and one of four outcomes: better, worse, equivalent within ±margin, can't tell."""
+
 import math
 from dataclasses import dataclass
 from typing import Dict, Optional, Sequence, Tuple
@@ -18,6 +19,7 @@ OUTCOMES = (BETTER, WORSE, EQUIVALENT, CANT_TELL)
 @dataclass(frozen=True)
 class Tost:
     """Schuirmann's two one-sided tests of the mean paired difference against ±margin."""
+
     p_lower: float  # H0: Δ ≤ −margin (rejected: Δ is above the lower bound)
     p_upper: float  # H0: Δ ≥ +margin (rejected: Δ is below the upper bound)
     low: float  # the (1 − 2α) interval; equivalence at α ⇔ it lies inside ±margin
@@ -57,6 +59,7 @@ def adjust(pvalues: Sequence[float], method: str = "holm") -> list:
 @dataclass(frozen=True)
 class Verdict:
     """One contrast's result within its family. Δ = variant − reference (lower bpb is better)."""
+
     test: Optional[TTest]  # the paired t-test; None without two common seeds
     tost: Optional[Tost]
     p_adjusted: float  # the difference test's p, family-adjusted (nan without a test)
@@ -90,8 +93,9 @@ class Verdict:
         difference = f"{p_text(self.p_adjusted, self.adjusted)} ({family})"
         if self.outcome == EQUIVALENT:
             interval = f"{(1 - 2 * self.alpha) * 100:.0f} % CI [{self.tost.low:+.4f}, {self.tost.high:+.4f}]"
-            return (f"equivalent within {margin}: {tost}, {interval}; {size}, difference {difference}, "
-                    f"{t.n} paired seeds")
+            return (
+                f"equivalent within {margin}: {tost}, {interval}; {size}, difference {difference}, {t.n} paired seeds"
+            )
         if self.outcome in (BETTER, WORSE):
             within = f"; also inside {margin} ({tost})" if self.tost_adjusted < self.alpha else ""
             return f"{self.outcome}: {size}, {difference}{within}, {t.n} paired seeds"
@@ -100,7 +104,9 @@ class Verdict:
 
 def method_name(method: str) -> str:
     """statsmodels' method name as a reader knows it: holm → Holm, holm-sidak → Holm-Sidak."""
-    return {"holm": "Holm", "bonferroni": "Bonferroni", "holm-sidak": "Holm-Sidak", "hommel": "Hommel"}.get(method, method)
+    return {"holm": "Holm", "bonferroni": "Bonferroni", "holm-sidak": "Holm-Sidak", "hommel": "Hommel"}.get(
+        method, method
+    )
 
 
 def decide(test: Optional[TTest], p_adjusted: float, tost_adjusted: float, alpha: float) -> str:
@@ -119,16 +125,30 @@ def decide(test: Optional[TTest], p_adjusted: float, tost_adjusted: float, alpha
 Pairs = Tuple[Sequence[float], Sequence[float]]  # (variant, reference) values over their common seeds
 
 
-def judge(family: Dict[str, Pairs], name: str, alpha: float, margin: float, method: str = "holm",
-          unit: str = "bpb") -> Dict[str, Verdict]:
+def judge(
+    family: Dict[str, Pairs], name: str, alpha: float, margin: float, method: str = "holm", unit: str = "bpb"
+) -> Dict[str, Verdict]:
     """Every contrast of one family: its paired t-test and TOST, both adjusted over the family."""
     tests = {k: paired_t(a, b) if len(a) >= 2 else None for k, (a, b) in family.items()}
     tosts = {k: paired_tost(a, b, margin, alpha) for k, (a, b) in family.items()}
     keys = list(family)
     p_adj = dict(zip(keys, adjust([tests[k].p if tests[k] else math.nan for k in keys], method)))
     tost_adj = dict(zip(keys, adjust([tosts[k].p if tosts[k] else math.nan for k in keys], method)))
-    return {k: Verdict(tests[k], tosts[k], p_adj[k], tost_adj[k], decide(tests[k], p_adj[k], tost_adj[k], alpha),
-                       name, len(keys), alpha, unit, method) for k in keys}
+    return {
+        k: Verdict(
+            tests[k],
+            tosts[k],
+            p_adj[k],
+            tost_adj[k],
+            decide(tests[k], p_adj[k], tost_adj[k], alpha),
+            name,
+            len(keys),
+            alpha,
+            unit,
+            method,
+        )
+        for k in keys
+    }
 
 
 def table_cells(v: Verdict) -> list:

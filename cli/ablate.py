@@ -21,20 +21,20 @@ ones; seeds beyond those a report judged need --sequential. Exit status: 0 done,
 `error:` line), 2 runs stopped at trainer.stop_at_step, 130/143 stopped by Ctrl-C/SIGTERM (rerun to
 continue).
 """
+
 import argparse
 import sys
 import time
 from pathlib import Path
 
+from analysis.looks import check_added_seeds
+from cli import REPO, description
+from cli.config import compose_train_config, override_values
 from studies.ablation import manifest, registration
 from studies.ablation.configs import apply_transfer, cell_values, validate
 from studies.ablation.planning import spread_from
-from analysis.looks import check_added_seeds
 from studies.ablation.protocol import ProtocolError, Spec, load_spec_file, merge_overrides, parse_sizes, split_overrides
 from studies.ablation.runner import Protocol, report, run_stages
-from cli import REPO
-from cli.config import compose_train_config, override_values
-from cli.entry import description
 
 DEFAULT_PROTOCOL = REPO / "configs" / "protocol" / "default.yaml"
 PROBE_STEPS = 10  # the timing run's steps per size, when one is made
@@ -42,37 +42,77 @@ PROBE_STEPS = 10  # the timing run's steps per size, when one is made
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=description(__doc__))
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="train.py overrides for every run "
-                   "(e.g. trainer.max_steps=300 data.cache_dir=…), and hydra/launcher=… for the launcher")
-    p.add_argument("--protocol", type=Path, default=None,
-                   help=f"protocol file (default: {DEFAULT_PROTOCOL.relative_to(REPO)})")
-    p.add_argument("--dir", type=Path, default=None, help="protocol directory; an existing one is resumed "
-                   "(default: multirun/ablate/<date>/<time>)")
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="train.py overrides for every run "
+        "(e.g. trainer.max_steps=300 data.cache_dir=…), and hydra/launcher=… for the launcher",
+    )
+    p.add_argument(
+        "--protocol", type=Path, default=None, help=f"protocol file (default: {DEFAULT_PROTOCOL.relative_to(REPO)})"
+    )
+    p.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help="protocol directory; an existing one is resumed (default: multirun/ablate/<date>/<time>)",
+    )
     p.add_argument("--variants", default=None, help="comma-separated subset of the protocol's variants")
-    p.add_argument("--variant", action="append", default=[], metavar="'NAME KEY=VALUE …'",
-                   help="add or define a variant, one quoted argument, e.g. --variant 'relu2 model.mlp=relu2' "
-                   "(repeatable)")
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="'NAME KEY=VALUE …'",
+        help="add or define a variant, one quoted argument, e.g. --variant 'relu2 model.mlp=relu2' (repeatable)",
+    )
     p.add_argument("--reference", default=None, help="the variant the others are compared with")
     p.add_argument("--lrs", default=None, help="stage-1 LR grid, comma-separated (e.g. 1e-3,3e-3,1e-2)")
-    p.add_argument("--seeds", default=None, help="measuring seeds 0..N-1, or 'auto': as many as the target MDE "
-                   "needs at the planning spread, up to max_seeds (default: the protocol's)")
-    p.add_argument("--spread-from", type=Path, default=None, metavar="DIR",
-                   help="a pilot protocol (directory or protocol.yaml): its per-seed paired differences give the "
-                   "planning spread (planning_sd) of the power estimate and of --seeds auto")
-    p.add_argument("--sequential", action="store_true", help="allow measuring seeds beyond those a report already "
-                   "judged (a sequential design: each look then judged at α / looks)")
+    p.add_argument(
+        "--seeds",
+        default=None,
+        help="measuring seeds 0..N-1, or 'auto': as many as the target MDE "
+        "needs at the planning spread, up to max_seeds (default: the protocol's)",
+    )
+    p.add_argument(
+        "--spread-from",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="a pilot protocol (directory or protocol.yaml): its per-seed paired differences give the "
+        "planning spread (planning_sd) of the power estimate and of --seeds auto",
+    )
+    p.add_argument(
+        "--sequential",
+        action="store_true",
+        help="allow measuring seeds beyond those a report already "
+        "judged (a sequential design: each look then judged at α / looks)",
+    )
     p.add_argument("--stage1-seed", type=int, default=None, help="the seed of the LR sweep")
-    p.add_argument("--sizes", default=None, metavar="'KEY=V1,V2 …'",
-                   help="model sizes as sweep terms, zipped, one quoted argument, e.g. "
-                   "'model.hidden_size=96,192 model.n_heads=2,4'")
-    p.add_argument("--transfer-from", default=None, metavar="SIZE",
-                   help="tune LRs only at this size, under μP, and reuse them at every size (a width ladder; "
-                   "docs/mup.md)")
-    p.add_argument("--probe-steps", type=int, default=None, help="steps of the timing run per size before "
-                   "the cost is printed (default 10, and 0 with --dry-run: a dry run trains nothing unless told "
-                   "to time; 0: no timing run, the cost is estimated once stage 1 has runs)")
-    p.add_argument("--dry-run", action="store_true", help="print the plan, its power and (once timed) its cost; "
-                   "write nothing")
+    p.add_argument(
+        "--sizes",
+        default=None,
+        metavar="'KEY=V1,V2 …'",
+        help="model sizes as sweep terms, zipped, one quoted argument, e.g. "
+        "'model.hidden_size=96,192 model.n_heads=2,4'",
+    )
+    p.add_argument(
+        "--transfer-from",
+        default=None,
+        metavar="SIZE",
+        help="tune LRs only at this size, under μP, and reuse them at every size (a width ladder; docs/mup.md)",
+    )
+    p.add_argument(
+        "--probe-steps",
+        type=int,
+        default=None,
+        help="steps of the timing run per size before "
+        "the cost is printed (default 10, and 0 with --dry-run: a dry run trains nothing unless told "
+        "to time; 0: no timing run, the cost is estimated once stage 1 has runs)",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="print the plan, its power and (once timed) its cost; write nothing"
+    )
     p.add_argument("--report-only", action="store_true", help="only write the report from what has finished")
     return p.parse_intermixed_args(argv)  # overrides may come before, between or after the options
 
@@ -90,8 +130,9 @@ def build_spec(args, stored: Spec = None, train_overrides=()) -> Spec:
         keep = [v.strip() for v in args.variants.split(",") if v.strip()]
         unknown = [v for v in keep if v not in fields["variants"]]
         if unknown:
-            raise ProtocolError(f"--variants: unknown {', '.join(unknown)}; the protocol has "
-                                f"{', '.join(fields['variants'])}")
+            raise ProtocolError(
+                f"--variants: unknown {', '.join(unknown)}; the protocol has {', '.join(fields['variants'])}"
+            )
         fields["variants"] = {v: fields["variants"][v] for v in keep}
         for tier in ("primary", "secondary"):
             fields[tier] = [v for v in fields[tier] if v in keep]
@@ -132,12 +173,17 @@ def open_protocol(args) -> Protocol:
     if stored:
         registration.check(stored, manifest.spec_of(stored), directory / manifest.MANIFEST)  # not edited by hand
         manifest.check_continuable(manifest.spec_of(stored), spec, directory / manifest.MANIFEST)
-        check_added_seeds(stored.get("looks") or [], {"stage2": spec.seeds}, args.sequential,
-                          "or start a new --dir")
+        check_added_seeds(stored.get("looks") or [], {"stage2": spec.seeds}, args.sequential, "or start a new --dir")
     if args.report_only and stored is None:
         raise ProtocolError(f"--report-only: {directory} holds no protocol ({manifest.MANIFEST}); pass its --dir")
-    return Protocol(directory, spec, stored, launcher, command=" ".join([Path(sys.argv[0]).name] + sys.argv[1:]),
-                    sequential=args.sequential)
+    return Protocol(
+        directory,
+        spec,
+        stored,
+        launcher,
+        command=" ".join([Path(sys.argv[0]).name] + sys.argv[1:]),
+        sequential=args.sequential,
+    )
 
 
 def typed_config(overrides: list):
@@ -154,15 +200,25 @@ def main(argv=None) -> int:
     # A dry run writes nothing, not even its plan (a directory left behind would be a protocol begun); one
     # told to time (--probe-steps N) writes its timing runs, and the manifest that names them.
     proto.writes = not (args.dry_run and probe_steps == 0 and not args.report_only)
-    registered = registration.register(proto.data, proto.spec, proto.command) \
-        if proto.writes and not args.report_only else None  # before the first cell trains
+    registered = (
+        registration.register(proto.data, proto.spec, proto.command) if proto.writes and not args.report_only else None
+    )  # before the first cell trains
     proto.save(models=models)
-    print(("resuming " if proto.resumed else "protocol directory: ") + str(proto.dir)
-          + ("" if proto.writes else " (a dry run: nothing is written)"))
+    print(
+        ("resuming " if proto.resumed else "protocol directory: ")
+        + str(proto.dir)
+        + ("" if proto.writes else " (a dry run: nothing is written)")
+    )
     if registered:
-        print(("pre-registration amended (" + ", ".join(registered["amends"]) + ")" if "amends" in registered
-               else "pre-registered") + f": SHA-256 {registered['sha256']} at {registered['registered']} "
-              "(publish it before the results exist)")
+        print(
+            (
+                "pre-registration amended (" + ", ".join(registered["amends"]) + ")"
+                if "amends" in registered
+                else "pre-registered"
+            )
+            + f": SHA-256 {registered['sha256']} at {registered['registered']} "
+            "(publish it before the results exist)"
+        )
     elif not proto.writes:
         sha = registration.fingerprint(registration.preregistered(proto.spec))
         print(f"pre-registration: SHA-256 {sha} (recorded when the protocol starts)")

@@ -1,6 +1,7 @@
 """Hydra callbacks of train.py runs: OutputDirCheck (every run, configs/train.yaml: an unwritable outputs_dir
 is one `error:` line before Hydra tries to create the run directory) and JobStatusFile (the ablation
 protocol's sweeps, studies/ablation/configs.py: each job's status for the protocol to read)."""
+
 import shutil
 import sys
 import tempfile
@@ -9,8 +10,8 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
 
-from cli.entry import one_line
-from training.runtime.run_files import RunFiles
+from cli import one_line
+from training.checkpoint import RunFiles
 
 
 class JobStatusFile(Callback):
@@ -53,6 +54,7 @@ def _resolved(config, key: str) -> str:
     resolves only once HydraConfig is set — Hydra sets it just after the run-start callbacks, to this same
     config, so setting it here first changes nothing but lets the check see the real path."""
     from hydra.core.hydra_config import HydraConfig
+
     HydraConfig.instance().set_config(config)
     return OmegaConf.select(config, key)
 
@@ -66,6 +68,8 @@ def check_writable(directory: str, what: str) -> None:
         shutil.rmtree(tempfile.mkdtemp(prefix=".minillama-write-check-", dir=ancestor))
     except OSError as e:
         cause = e.strerror.lower() if e.strerror else one_line(e)
-        print(f"error: cannot create {what} {target}: {cause} in {ancestor}; set outputs_dir=… to a writable "
-              "directory", file=sys.stderr)
+        print(
+            f"error: cannot create {what} {target}: {cause} in {ancestor}; set outputs_dir=… to a writable directory",
+            file=sys.stderr,
+        )
         sys.exit(1)

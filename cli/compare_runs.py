@@ -9,6 +9,7 @@ and forest.png into --out (default:
 incomplete runs are skipped with a warning; no complete run, or an unreadable one, is a one-line
 error and exit status 1. For a protocol directory of scripts/ablate.py use `ablate.py --report-only`.
 """
+
 import argparse
 import sys
 from pathlib import Path
@@ -18,18 +19,27 @@ from analysis.delta_plots import plot_forest
 from analysis.plots import has_activation_rms, plot_activation_rms, plot_time_to_quality, plot_val_curves
 from analysis.runs import RunsError, group_variants, read_complete_runs
 from analysis.table import markdown, summarize_variants
-from cli.entry import description
+from cli import description
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=description(__doc__))
-    p.add_argument("paths", nargs="+", type=Path, help="run directories, or directories to search for runs "
-                   "(e.g. a Hydra multirun directory)")
+    p.add_argument(
+        "paths",
+        nargs="+",
+        type=Path,
+        help="run directories, or directories to search for runs (e.g. a Hydra multirun directory)",
+    )
     p.add_argument("--out", type=Path, default=None, help="output directory (default: <first path>/comparison)")
-    p.add_argument("--reference", nargs="+", metavar="KEY=VALUE", default=None,
-                   help="config values that make a variant the reference (default: "
-                   f"{' '.join(ref.DEFAULT_REFERENCE)}; keys the runs lack are ignored); every other variant "
-                   "is compared with the reference that shares its remaining differing keys")
+    p.add_argument(
+        "--reference",
+        nargs="+",
+        metavar="KEY=VALUE",
+        default=None,
+        help="config values that make a variant the reference (default: "
+        f"{' '.join(ref.DEFAULT_REFERENCE)}; keys the runs lack are ignored); every other variant "
+        "is compared with the reference that shares its remaining differing keys",
+    )
     return p.parse_args(argv)
 
 
@@ -40,8 +50,9 @@ def comparisons(variants, reference_args) -> tuple:
     if not any(references.values()):
         wanted = " ".join(f"{k}={v}" for k, v in spec.items())
         if reference_args:
-            raise RunsError(f"--reference {wanted} matches none of the variants: "
-                            + "; ".join(v.label for v in variants))
+            raise RunsError(
+                f"--reference {wanted} matches none of the variants: " + "; ".join(v.label for v in variants)
+            )
         return [], f"No reference variant ({wanted}) among the runs: no paired Δ; pick one with --reference."
     return ref.versus_reference(variants, references), ""
 
@@ -63,15 +74,20 @@ def main(argv=None) -> int:
         plot_time_to_quality(variants, out / "time_to_quality.png")
         written.append("time_to_quality.png")
     if any(p.comparison.test for p in pairs):  # with one seed there is no interval to draw
-        plot_forest({"": [(p.variant.label, p.comparison.test, p.comparison.outcome) for p in pairs]},
-                    out / "forest.png", pairs[0].reference.label)
+        plot_forest(
+            {"": [(p.variant.label, p.comparison.test, p.comparison.outcome) for p in pairs]},
+            out / "forest.png",
+            pairs[0].reference.label,
+        )
         written.append("forest.png")
     if has_activation_rms(variants):
         plot_activation_rms(variants, out / "activation_rms.png")
         written.append("activation_rms.png")
     else:
-        print("warning: no activation_rms.png: some runs logged no rms_residual "
-              "(trainer.activation_rms=false)", file=sys.stderr)
+        print(
+            "warning: no activation_rms.png: some runs logged no rms_residual (trainer.activation_rms=false)",
+            file=sys.stderr,
+        )
     print(table)
     print(f"{len(runs)} runs, {len(variants)} variants → {out}/{{{','.join(written)}}}")
     return 0

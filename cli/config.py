@@ -1,7 +1,7 @@
-"""Hydra config → typed config, the one place for every entry point: the schema under
-configs/train.yaml, composing it with command-line overrides into a TrainConfig (train.py's
-resolve_config, with a resume's checkpoint config merged in, or Hydra's compose API for the programs
-behind scripts/), reading overrides by Hydra's grammar, and a data config for evaluate.py --data."""
+"""The Hydra edge: configs/train.yaml plus command-line overrides → a typed TrainConfig, for train.py and every
+program behind scripts/ — with a resume's saved config merged in, init_from's model and tokenizer taken, and the
+rule for the run's length settings applied."""
+
 import dataclasses
 import difflib
 import os
@@ -20,86 +20,86 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from cli import REPO
-from cli.entry import one_line
-from data import DataConfig
-from cli.start_from import start_from_weights
-from training.checkpoint.init_from import InitFrom
-from training.checkpoint.resume import Resume
+from cli import REPO, one_line
+from model import ModelConfig
+from training.checkpoint import CONFIG, InitFrom, Resume
 from training.config import TrainConfig
-from training.runtime.run_files import CONFIG
 
 CONFIGS = REPO / "configs"
 TOP_LEVEL_KEYS = ("seed", "run_name", "outputs_dir", "verify_checkpoint")
-# What a resume may change: how the run goes on — never which model or which tokens it trains on.
-RESUMABLE_DATA_KEYS = ("cache_dir", "num_proc")
+LENGTH_KEYS = ("max_steps", "max_epochs", "time_budget")
+# What a typed length turns off among the config's: steps and epochs are exact; a budget keeps the config's epochs.
+TURNS_OFF = {
+    "max_steps": ("max_epochs", "time_budget"),
+    "max_epochs": ("max_steps", "time_budget"),
+    "time_budget": ("max_steps",),
+}
 
 
 class ConfigError(ValueError):
     """A config that does not compose, or whose values do not fit together: one line naming the value."""
 
 
-def check_override_keys(argv: Sequence[str]) -> None:
-    """A ConfigError for a `key.path=value` on the command line whose key is no setting, naming the closest one,
-    or whose value is not of the setting's type (`optim.lr=abc`): Hydra's own answers are 6–7 lines (its `+key=…`
-    hint leads to a second error). Groups, Hydra's flags and keys, `+`/`~` overrides and sweeps are left to Hydra."""
-    hints_of = lambda owner: typing.get_type_hints(owner) if dataclasses.is_dataclass(owner) else {}  # noqa: E731
-    for arg in argv:
-        key = arg.split("=", 1)[0]
-        if "=" not in arg or key[0] in "+~-" or key.startswith("hydra."):
-            continue
-        if "." not in key and dataclasses.is_dataclass(_unwrap_optional(hints_of(TrainConfig).get(key, TrainConfig))):
-            continue  # a group (model=25m, experiment=…) or a name Hydra resolves
-        owner, path, parts = TrainConfig, [], key.split(".")
-        for depth, part in enumerate(parts):
-            hints = hints_of(owner)
-            if not hints:
-                break  # a mapping or a value: nothing to check below it
-            if part not in hints:
-                where = ".".join(path) or "the top level"
-                close = difflib.get_close_matches(part, hints, n=1)
-                hint = f"did you mean {'.'.join([*path, close[0], *parts[depth + 1:]])}? " if close else ""
-                raise ConfigError(f"{key} is not a setting ({where} has no {part!r}); {hint}README's configuration "
-                                  "table lists every setting")
-            path.append(part)
-            parent, owner = owner, _unwrap_optional(hints[part])
-        else:
-            _check_value_type(arg, parent, parts[-1], owner)
+def _hints(owner) -> dict:
+    return typing.get_type_hints(owner) if dataclasses.is_dataclass(owner) else {}
 
 
-def _check_value_type(arg: str, parent, field: str, kind) -> None:
-    """A ConfigError if `arg`'s value cannot go into `parent.field` (a `kind`), judged as Hydra will (ranges: later)."""
-    try:
-        override = OverridesParser.create().parse_override(arg)
-    except HydraException:
-        return  # Hydra says what is wrong with its own grammar
-    if override.is_sweep_override():
-        return
-    try:
-        typed = OmegaConf.structured(parent)
-    except OmegaConfBaseException:
-        return  # a schema OmegaConf cannot type: nothing to judge by
-    try:
-        OmegaConf.merge(typed, {field: override.value()})
-    except OmegaConfBaseException:
-        wanted = {int: "an integer", float: "a number", bool: "true or false"}.get(kind, getattr(kind, "__name__", kind))
-        raise ConfigError(f"{arg}: {override.key_or_group} takes {wanted}, not "
-                          f"{override.get_value_element_as_str()!r}") from None
-
-
-def _unwrap_optional(kind):
+def _unwrap(kind):
     args = [a for a in typing.get_args(kind) if a is not type(None)]
     return args[0] if typing.get_origin(kind) is typing.Union and len(args) == 1 else kind
 
 
+def check_override_keys(argv: Sequence[str]) -> None:
+    """A `key.path=value` whose key is no setting (naming the closest one), or whose value is not of its type, in one
+    line: Hydra's own answers are 6-7 lines. Groups, Hydra's flags and keys, +/~ overrides and sweeps are Hydra's."""
+    for arg in argv:
+        key = arg.split("=", 1)[0]
+        if "=" not in arg or key[0] in "+~-" or key.startswith("hydra."):
+            continue
+        if "." not in key and dataclasses.is_dataclass(_unwrap(_hints(TrainConfig).get(key, TrainConfig))):
+            continue  # a group (model=25m, experiment=…) or a name Hydra resolves
+        owner, path, parts = TrainConfig, [], key.split(".")
+        for depth, part in enumerate(parts):
+            hints = _hints(owner)
+            if not hints:
+                break  # a mapping or a value: nothing to check below it
+            if part not in hints:
+                close = difflib.get_close_matches(part, hints, n=1)
+                hint = f"did you mean {'.'.join([*path, close[0], *parts[depth + 1 :]])}? " if close else ""
+                raise ConfigError(
+                    f"{key} is not a setting ({'.'.join(path) or 'the top level'} has no {part!r}); "
+                    f"{hint}README's configuration table lists every setting"
+                )
+            path.append(part)
+            parent, owner = owner, _unwrap(hints[part])
+        else:
+            try:
+                override = OverridesParser.create().parse_override(arg)
+                if override.is_sweep_override():
+                    continue
+                typed = OmegaConf.structured(parent)
+            except (HydraException, OmegaConfBaseException):
+                continue  # Hydra says what is wrong with its own grammar
+            try:
+                OmegaConf.merge(typed, {parts[-1]: override.value()})
+            except OmegaConfBaseException:
+                wanted = {int: "an integer", float: "a number", bool: "true or false"}.get(
+                    owner, getattr(owner, "__name__", owner)
+                )
+                raise ConfigError(
+                    f"{arg}: {override.key_or_group} takes {wanted}, not {override.get_value_element_as_str()!r}"
+                ) from None
+
+
 def register_configs() -> None:
-    """Typed schema under the YAML: a typo'd key or a wrong type fails at composition."""
+    """The typed schema under the YAML: a typo'd key or a wrong type fails at composition."""
     ConfigStore.instance().store(name="train_schema", node=TrainConfig)
 
 
 @dataclasses.dataclass
 class Resolved:
     """What train.py runs: the typed config, its YAML, and the checkpoint it resumes or starts from (if any)."""
+
     cfg: TrainConfig
     config_yaml: str
     resume: Optional[Resume] = None
@@ -107,27 +107,27 @@ class Resolved:
 
 
 def resolve_config(dict_cfg: DictConfig) -> Resolved:
-    """The typed config and the checkpoint a run continues (`resume=`) or starts from (`init_from=`). A resume
-    takes the checkpoint's saved config, command-line key overrides (e.g. trainer.max_steps=…) on top; a start
-    from weights takes the checkpoint's model and tokenizer (cli/start_from.py)."""
+    """The typed config and the checkpoint a run continues (`resume=`: its saved config, command-line keys on top) or
+    starts from (`init_from=`: its model and tokenizer)."""
     resume, init = None, None
     overrides = [o.lstrip("+") for o in HydraConfig.get().overrides.task if not o.startswith("resume=")]
+    warn = lambda message: print(message, file=sys.stderr)  # noqa: E731
     if dict_cfg.resume:
         if any(o.startswith("init_from=") for o in overrides):
-            raise ConfigError("resume= continues a run and init_from= starts a new one from a checkpoint's weights; "
-                              "pass one of them")
-        resume = Resume.open(dict_cfg.resume, dict_cfg.outputs_dir, dict_cfg.get("verify_checkpoint", True),
-                             warn=lambda message: print(message, file=sys.stderr))
+            raise ConfigError(
+                "resume= continues a run and init_from= starts a new one from a checkpoint's weights; pass one of them"
+            )
+        resume = Resume.open(dict_cfg.resume, dict_cfg.outputs_dir, dict_cfg.get("verify_checkpoint", True), warn)
         groups = [o for o in overrides if "." not in o.split("=")[0] and o.split("=")[0] not in TOP_LEVEL_KEYS]
         if groups:  # the checkpoint's config already holds the composed groups
-            print(f"resume: config groups come from the checkpoint; ignoring {' '.join(groups)}", file=sys.stderr)
+            warn(f"resume: config groups come from the checkpoint; ignoring {' '.join(groups)}")
         overrides = [o for o in overrides if o not in groups]
-        saved = _saved_training_config(resume.path)
+        saved = saved_training_config(resume.path)
         _refuse_changes_a_resume_cannot_make(resume.path, saved, overrides)
         saved.trainer.stop_at_step = None  # an early stop applies to the run that stopped, not the resume
         dict_cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), saved, OmegaConf.from_dotlist(overrides))
     elif dict_cfg.get("init_from"):
-        init = start_from_weights(dict_cfg, overrides)
+        init = _start_from_weights(dict_cfg, overrides)
     try:
         said = apply_length_rule(dict_cfg, dict(override_values([o for o in overrides if o.startswith("trainer.")])))
     except ValueError as e:
@@ -136,56 +136,121 @@ def resolve_config(dict_cfg: DictConfig) -> Resolved:
         print(said)
     cfg, config_yaml = _typed(dict_cfg)
     if cfg.trainer.seq_len > cfg.model.max_seq_len:
-        raise ConfigError(f"trainer.seq_len={cfg.trainer.seq_len} exceeds model.max_seq_len={cfg.model.max_seq_len}; "
-                          "lower the first or raise the second")
-    if resume is not None:
-        resume.check_fits(cfg.model)  # model.* overrides may not change the architecture
-    if init is not None:
-        init.check_fits(cfg.model)
+        raise ConfigError(
+            f"trainer.seq_len={cfg.trainer.seq_len} exceeds model.max_seq_len={cfg.model.max_seq_len}; "
+            "lower the first or raise the second"
+        )
+    for opened in (resume, init):  # model.* overrides may not change the architecture
+        if opened is not None:
+            opened.check_fits(cfg.model)
     return Resolved(cfg, config_yaml, resume, init)
 
 
-def _saved_training_config(ckpt: Path) -> DictConfig:
-    """The training config a checkpoint was saved with, or a ConfigError saying why it cannot be resumed."""
+def _start_from_weights(dict_cfg: DictConfig, overrides: List[str]) -> InitFrom:
+    """init_from=: a minillama checkpoint, or a Hugging Face Llama directory imported once into the data cache. The
+    run's model becomes the checkpoint's (model.* overrides may change only what shapes no weight), its data is read
+    with the checkpoint's tokenizer; everything else — data, optimizer, schedule, run directory — is the new run's."""
+    from interop.hf import cached_import, is_hf_directory
+
+    source, verify = str(dict_cfg.init_from), dict_cfg.get("verify_checkpoint", True)
+    path = str(cached_import(source, dict_cfg.data.cache_dir, verify=verify)) if is_hf_directory(source) else source
+    init = InitFrom.open(path, dict_cfg.outputs_dir, verify, source=source, warn=lambda m: print(m, file=sys.stderr))
+    if groups := [o for o in overrides if o.split("=")[0] in ("model", "experiment")]:
+        print(f"init_from: the model comes from {init.path}; {' '.join(groups)} set the rest of the run only")
+    with open_dict(dict_cfg):
+        dict_cfg.model = OmegaConf.merge(
+            OmegaConf.structured(ModelConfig),
+            dataclasses.asdict(init.model),
+            OmegaConf.from_dotlist([o[6:] for o in overrides if o.startswith("model.")]),
+        )
+        if any(o.startswith("data.tokenizer_path=") for o in overrides):
+            init.check_tokenizer(dict_cfg.data.tokenizer_path)
+        else:
+            dict_cfg.data.tokenizer_path = str(init.carry_tokenizer(dict_cfg.data.cache_dir))
+    return init
+
+
+def saved_training_config(ckpt: Path) -> DictConfig:
+    """The training config a checkpoint was saved with, settings a later minillama dropped left out (a CPU kernel's
+    name, a measured peak's file: nothing the run computes changes), or a ConfigError saying why it cannot resume."""
     try:
         saved = OmegaConf.load(ckpt / CONFIG)
     except (OSError, OmegaConfBaseException, ValueError) as e:
-        raise ConfigError(f"{ckpt}/config.yaml is unreadable ({one_line(e)}); the checkpoint cannot be resumed "
-                          "(generate.py, evaluate.py and export_hf.py do not need it)") from None
+        raise ConfigError(
+            f"{ckpt}/config.yaml is unreadable ({one_line(e)}); the checkpoint cannot be resumed "
+            "(generate.py, evaluate.py and export_hf.py do not need it)"
+        ) from None
     missing = [k for k in ("model", "data", "optim", "trainer") if not (OmegaConf.is_dict(saved) and k in saved)]
     if missing:
-        raise ConfigError(f"{ckpt}/config.yaml holds no training config (no {', '.join(missing)}: empty, or an imported "
-                          "checkpoint), so it cannot be resumed; generate.py, evaluate.py and export_hf.py do not "
-                          "need it")
-    if OmegaConf.select(saved, "data.sampling") is None:  # saved before data.sampling existed: those runs drew at
-        saved.data.sampling = "random"  # random, whatever the default is now, and a resume continues their order
+        raise ConfigError(
+            f"{ckpt}/config.yaml holds no training config (no {', '.join(missing)}: empty, or an imported "
+            "checkpoint), so it cannot be resumed; generate.py, evaluate.py and export_hf.py do not need it"
+        )
+    with open_dict(saved):
+        for section, schema in _hints(TrainConfig).items():
+            if OmegaConf.is_dict(saved.get(section)) and dataclasses.is_dataclass(schema):
+                for key in set(saved[section]) - {f.name for f in dataclasses.fields(schema)}:
+                    del saved[section][key]
+        if OmegaConf.select(saved, "data.sampling") is None:  # saved before data.sampling: those runs drew at random
+            saved.data.sampling = "random"
     return saved
 
 
 def _refuse_changes_a_resume_cannot_make(ckpt: Path, saved: DictConfig, overrides: List[str]) -> None:
-    """A resume continues a run: it may change how training goes on (trainer.*, optim.* values, logger.*,
-    data.cache_dir), never the model, the tokens or the optimizer kind. Say so before anything runs,
-    instead of advice a resume would then refuse."""
-    saved_optimizer = OmegaConf.select(saved, "optim.name")
-    saved_sampling = saved.data.sampling  # _saved_training_config fills it in for configs older than the setting
+    """A resume may change how training goes on (trainer.*, optim.* values, logger.*, data.cache_dir) — never the
+    model, the tokens, their order or the optimizer kind: said before anything runs."""
     for key, value in override_values(overrides):
         section, _, field = key.partition(".")
-        if key == "data.sampling":  # the same tokens, but another order than the one the run is part-way through
-            if value != saved_sampling:
-                raise ConfigError(f"cannot resume {ckpt} with data.sampling={value}: its run draws batches with "
-                                  f"data.sampling={saved_sampling} and a resume continues that order; drop the "
-                                  f"override, or start a new run from its weights: init_from={ckpt}")
-        elif section == "data" and field not in RESUMABLE_DATA_KEYS:
-            raise ConfigError(f"cannot resume {ckpt} with {key}={value}: a resume trains on the checkpoint's data "
-                              "and tokenizer; it may change trainer.*, optim.* values, logger.* and data.cache_dir — "
-                              f"for other data, start a new run from its weights: init_from={ckpt}")
-        if key == "optim.name" and value != saved_optimizer:
-            raise ConfigError(f"cannot resume {ckpt} with optim.name={value}: its optimizer state is "
-                              f"{saved_optimizer}'s; resume with optim.name={saved_optimizer}, or start a new run")
+        if key == "data.sampling" and value != saved.data.sampling:
+            raise ConfigError(
+                f"cannot resume {ckpt} with data.sampling={value}: its run draws batches with "
+                f"data.sampling={saved.data.sampling} and a resume continues that order; drop the override, "
+                f"or start a new run from its weights: init_from={ckpt}"
+            )
+        if section == "data" and field not in ("cache_dir", "sampling"):
+            raise ConfigError(
+                f"cannot resume {ckpt} with {key}={value}: a resume trains on the checkpoint's data and "
+                "tokenizer; it may change trainer.*, optim.* values, logger.* and data.cache_dir — for "
+                f"other data, start a new run from its weights: init_from={ckpt}"
+            )
+        if key == "optim.name" and value != OmegaConf.select(saved, "optim.name"):
+            raise ConfigError(
+                f"cannot resume {ckpt} with optim.name={value}: its optimizer state is "
+                f"{OmegaConf.select(saved, 'optim.name')}'s; resume with optim.name="
+                f"{OmegaConf.select(saved, 'optim.name')}, or start a new run"
+            )
+
+
+def apply_length_rule(cfg: DictConfig, given: Dict[str, object]) -> Optional[str]:
+    """The rule for the run's length settings (docs/training.md): the run ends at the first reached of those set;
+    what the command line sets turns off the config files' ones that TURNS_OFF names, said in one line (returned);
+    a typed max_steps with another typed length is a ValueError. `given`: the command line's trainer.* values."""
+    typed = {key: given[f"trainer.{key}"] for key in LENGTH_KEYS if f"trainer.{key}" in given}
+    chosen = {key: value for key, value in typed.items() if value is not None}
+    if "max_steps" in chosen and len(chosen) > 1:
+        a, b = (f"trainer.{key}={value:g}" for key, value in list(chosen.items())[:2])
+        raise ValueError(
+            f"{a} and {b} both set the run's length, and a step count is exact; keep one (or type "
+            "trainer.max_epochs and trainer.time_budget together: the run ends at whichever comes first)"
+        )
+    off = {other for key in chosen for other in TURNS_OFF[key]} - set(typed)
+    dropped = [
+        f"trainer.{key}={cfg.trainer[key]:g}" for key in LENGTH_KEYS if key in off and cfg.trainer.get(key) is not None
+    ]
+    if not dropped:
+        return None
+    with open_dict(cfg):
+        for key in off:
+            cfg.trainer[key] = None
+    said = " and ".join(f"trainer.{key}={value:g}" for key, value in chosen.items())
+    return (
+        f"length: {said} from the command line decides it; {' and '.join(dropped)} from the config "
+        f"{'are' if len(dropped) > 1 else 'is'} off"
+    )
 
 
 def _typed(dict_cfg: DictConfig) -> Tuple[TrainConfig, str]:
-    """(TrainConfig, its YAML) of a composed config, resolved; `resume` is cleared (merged already)."""
+    """(TrainConfig, its YAML) of a composed config, resolved; `resume` cleared (merged already)."""
     try:
         plain = OmegaConf.to_container(dict_cfg, resolve=True)
         plain.pop("hydra", None)
@@ -197,10 +262,9 @@ def _typed(dict_cfg: DictConfig) -> Tuple[TrainConfig, str]:
 
 
 def compose(overrides: Sequence[str], keep_hydra: bool = False) -> DictConfig:
-    """configs/train.yaml with command-line overrides, through Hydra's compose API, as @hydra.main
-    hands it to train.py: HydraConfig set (so ${hydra:runtime.choices.*} resolves) and the hydra node
-    removed, unless keep_hydra (e.g. to read hydra.sweeper.params). A config that does not compose is
-    a ConfigError."""
+    """configs/train.yaml with overrides through Hydra's compose API, as @hydra.main hands it to train.py (HydraConfig
+    set, so ${hydra:runtime.choices.*} resolves; the hydra node removed unless keep_hydra). ConfigError if it does
+    not compose."""
     register_configs()
     GlobalHydra.instance().clear()
     try:
@@ -216,9 +280,7 @@ def compose(overrides: Sequence[str], keep_hydra: bool = False) -> DictConfig:
 
 
 def compose_train_config(overrides: Sequence[str]) -> Tuple[TrainConfig, str]:
-    """(TrainConfig, its YAML) for `python train.py <overrides>`: composed and typed as train.py does,
-    checked by the schema and the dataclasses, the length rule applied (resolve_config's own checks:
-    compose_run_config)."""
+    """(TrainConfig, its YAML) for `python train.py <overrides>`: composed, the length rule applied, typed."""
     cfg = compose(overrides)
     try:
         apply_length_rule(cfg, dict(override_values([o for o in overrides if o.startswith("trainer.")])))
@@ -233,9 +295,8 @@ def compose_run_config(overrides: Sequence[str]) -> TrainConfig:
 
 
 def override_values(overrides: Sequence[str]) -> List[Tuple[str, object]]:
-    """(dotted key, value) of each key=value override, parsed by Hydra's own grammar
-    (model.qk_norm=true → True, 1e-3 → 0.001), so it means what it would on the command line. One
-    that does not parse, or that sweeps several values, is a ConfigError."""
+    """(dotted key, value) of each override by Hydra's own grammar (model.qk_norm=true → True, 1e-3 → 0.001); one
+    that does not parse, or sweeps several values, is a ConfigError."""
     try:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
     except HydraException as e:
@@ -244,55 +305,3 @@ def override_values(overrides: Sequence[str]) -> List[Tuple[str, object]]:
         if o.is_sweep_override():
             raise ConfigError(f"{o.input_line!r} sweeps several values; a variant or size sets one")
     return [(o.key_or_group, o.value()) for o in parsed]
-
-
-def load_data_config(data: Optional[str], ckpt: Path, sets: Sequence[str]) -> DataConfig:
-    """evaluate.py's data: `--data NAME` (configs/data/NAME.yaml) or `--data FILE.yaml`, else the
-    checkpoint's config.yaml data section; `--set KEY=VALUE` on top."""
-    if data is None:
-        saved = OmegaConf.load(ckpt / CONFIG) if (ckpt / CONFIG).is_file() else OmegaConf.create()
-        if not OmegaConf.is_dict(saved) or "data" not in saved:
-            raise ValueError(f"{ckpt} has no training config with a data section; pass --data or --text")
-        node = saved.data
-    else:
-        is_file = data.endswith((".yaml", ".yml"))
-        path = Path(data) if is_file else CONFIGS / "data" / f"{data}.yaml"
-        if not path.is_file():
-            names = sorted(p.stem for p in (CONFIGS / "data").glob("*.yaml"))
-            raise ValueError(f"--data {data}: no such config or cache directory; use one of {', '.join(names)}, "
-                             "a YAML file or a prepared cache directory")
-        node = OmegaConf.load(path)
-    try:
-        merged = OmegaConf.merge(OmegaConf.structured(DataConfig), node, OmegaConf.from_dotlist(list(sets)))
-        return OmegaConf.to_object(merged)
-    except OmegaConfBaseException as e:
-        raise ValueError(f"data config: {str(e).splitlines()[0]}") from None
-
-
-LENGTH_KEYS = ("max_steps", "max_epochs", "time_budget")
-# What a typed length turns off among the config's: steps and epochs are exact; a budget keeps the config's epochs.
-TURNS_OFF = {"max_steps": ("max_epochs", "time_budget"), "max_epochs": ("max_steps", "time_budget"),
-             "time_budget": ("max_steps",)}
-
-
-def apply_length_rule(cfg: DictConfig, given: Dict[str, object]) -> Optional[str]:
-    """The rule for the run's length settings (docs/training.md): the run ends at the first reached of those set;
-    what the command line sets turns off the config files' ones that TURNS_OFF names, said in one line (returned);
-    a typed max_steps with another typed length is a ValueError. `given`: the command line's trainer.* values."""
-    typed = {key: given[f"trainer.{key}"] for key in LENGTH_KEYS if f"trainer.{key}" in given}
-    chosen = {key: value for key, value in typed.items() if value is not None}
-    if "max_steps" in chosen and len(chosen) > 1:
-        a, b = (f"trainer.{key}={value:g}" for key, value in list(chosen.items())[:2])
-        raise ValueError(f"{a} and {b} both set the run's length, and a step count is exact; keep one (or type "
-                         "trainer.max_epochs and trainer.time_budget together: the run ends at whichever comes first)")
-    off = {other for key in chosen for other in TURNS_OFF[key]} - set(typed)
-    dropped = [f"trainer.{key}={cfg.trainer[key]:g}" for key in LENGTH_KEYS
-               if key in off and cfg.trainer.get(key) is not None]
-    if not dropped:
-        return None
-    with open_dict(cfg):
-        for key in off:
-            cfg.trainer[key] = None
-    said = " and ".join(f"trainer.{key}={value:g}" for key, value in chosen.items())
-    return (f"length: {said} from the command line decides it; {' and '.join(dropped)} from the config "
-            f"{'are' if len(dropped) > 1 else 'is'} off")

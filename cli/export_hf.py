@@ -3,9 +3,10 @@
 Usage: python scripts/export_hf.py CHECKPOINT|RUN_DIR|latest OUT_DIR [--force]
 Then:  AutoModelForCausalLM.from_pretrained(OUT_DIR), AutoTokenizer.from_pretrained(OUT_DIR)
 """
+
 import argparse
 
-from cli.entry import description
+from cli import description
 from interop.hf_export import export_checkpoint
 from training.checkpoint import resolve_checkpoint
 
@@ -15,8 +16,12 @@ def main(argv=None) -> int:
     p.add_argument("checkpoint", help="a checkpoint dir, a run dir (its newest checkpoint) or 'latest'")
     p.add_argument("out_dir", help="the Hugging Face model directory to write")
     p.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists and is not empty")
-    p.add_argument("--no-verify", dest="verify", action="store_false",
-                   help="skip checking the files against their manifest.json (SHA-256; ~1 s per GB)")
+    p.add_argument(
+        "--no-verify",
+        dest="verify",
+        action="store_false",
+        help="skip checking the files against their manifest.json (SHA-256; ~1 s per GB)",
+    )
     args = p.parse_args(argv)
     ckpt = resolve_checkpoint(args.checkpoint)  # `latest`, `best` or a run dir: say which checkpoint went out
     out = export_checkpoint(str(ckpt), args.out_dir, force=args.force, verify=args.verify)

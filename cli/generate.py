@@ -4,6 +4,7 @@ Usage: python scripts/generate.py CHECKPOINT|RUN_DIR|latest|HF_LLAMA_DIR [--prom
        [--max-new-tokens 200] [--temperature 0.8] [--top-k 50] [--top-p 0.95] [--num-samples 1] [--seed 0]
        [--device auto|cpu|cuda|mps] [--dtype fp32|bf16] [--no-stop-at-eos]
 """
+
 import argparse
 import contextlib
 import sys
@@ -11,38 +12,55 @@ import time
 
 import torch
 
+from cli import description, read_utf8
 from data.tokenizer import read_special_tokens
-from interop.hf_import import checkpoint_for
+from interop.hf import checkpoint_for
 from model.generate import SAMPLING, check_sampling_args, generate
-from cli.entry import description, read_utf8
 from training.checkpoint import load_model
-from training.runtime.device import pick_device
+from training.distributed import pick_device
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=description(__doc__))
-    p.add_argument("checkpoint", help="a checkpoint dir, a run dir (its newest checkpoint), 'latest' (newest "
-                                      "under ./outputs) or a Hugging Face Llama directory")
+    p.add_argument(
+        "checkpoint",
+        help="a checkpoint dir, a run dir (its newest checkpoint), 'latest' (newest "
+        "under ./outputs) or a Hugging Face Llama directory",
+    )
     p.add_argument("stdin", nargs="?", choices=["-"], help="'-': read a prompt from stdin")
     p.add_argument("--prompt", action="append", default=[], help="a prompt (repeat for a batch)")
     p.add_argument("--prompt-file", action="append", default=[], help="a file whose text is one prompt (repeatable)")
     p.add_argument("--lines", action="store_true", help="each non-empty line of files/stdin is its own prompt")
     p.add_argument("--max-new-tokens", type=int, default=200)
     p.add_argument("--temperature", type=float, default=SAMPLING["temperature"], help="0 = greedy (argmax)")
-    p.add_argument("--top-k", type=int, default=SAMPLING["top_k"], help="sample among the k most likely tokens; 0 = off")
+    p.add_argument(
+        "--top-k", type=int, default=SAMPLING["top_k"], help="sample among the k most likely tokens; 0 = off"
+    )
     p.add_argument("--top-p", type=float, default=SAMPLING["top_p"], help="nucleus sampling mass; 1 = off")
     p.add_argument("--num-samples", type=int, default=1, help="samples per prompt")
     p.add_argument("--seed", type=int, default=None, help="makes sampling reproducible")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
-    p.add_argument("--no-stop-at-eos", dest="stop_at_eos", action="store_false",
-                   help="keep generating past the end-of-document token")
-    p.add_argument("--no-kv-cache", dest="use_cache", action="store_false",
-                   help="recompute the whole sequence each step (slow; for checking the cache)")
-    p.add_argument("--no-verify", dest="verify", action="store_false",
-                   help="skip checking the checkpoint's files against manifest.json (SHA-256; ~1 s per GB)")
+    p.add_argument(
+        "--no-stop-at-eos",
+        dest="stop_at_eos",
+        action="store_false",
+        help="keep generating past the end-of-document token",
+    )
+    p.add_argument(
+        "--no-kv-cache",
+        dest="use_cache",
+        action="store_false",
+        help="recompute the whole sequence each step (slow; for checking the cache)",
+    )
+    p.add_argument(
+        "--no-verify",
+        dest="verify",
+        action="store_false",
+        help="skip checking the checkpoint's files against manifest.json (SHA-256; ~1 s per GB)",
+    )
     return p.parse_args(argv)
 
 
@@ -59,8 +77,10 @@ def read_prompts(args: argparse.Namespace) -> list:
         found = [t[:-1] if t.endswith("\n") else t for t in texts]
     prompts = args.prompt + found
     if not prompts:
-        raise ValueError("no prompt given; use --prompt TEXT, --prompt-file FILE or '-' for stdin "
-                         "(--prompt '' starts a new document)")
+        raise ValueError(
+            "no prompt given; use --prompt TEXT, --prompt-file FILE or '-' for stdin "
+            "(--prompt '' starts a new document)"
+        )
     return prompts
 
 
@@ -71,12 +91,16 @@ def check_prompt_lengths(model, tokenizer, prompts: list, max_new_tokens: int) -
     longest = max(lengths)
     if longest >= context:
         which = lengths.index(longest) + 1
-        raise ValueError(f"prompt {which} has {longest} tokens, but the model's context is {context} "
-                         f"(model.max_seq_len), room for a prompt of at most {context - 1}; shorten it")
+        raise ValueError(
+            f"prompt {which} has {longest} tokens, but the model's context is {context} "
+            f"(model.max_seq_len), room for a prompt of at most {context - 1}; shorten it"
+        )
     if longest + max_new_tokens > context:
-        print(f"note: a {longest}-token prompt + {max_new_tokens} new tokens exceed the model's context of "
-              f"{context}; once it is full, generation continues from the last {context // 2} tokens",
-              file=sys.stderr)
+        print(
+            f"note: a {longest}-token prompt + {max_new_tokens} new tokens exceed the model's context of "
+            f"{context}; once it is full, generation continues from the last {context // 2} tokens",
+            file=sys.stderr,
+        )
 
 
 def main(argv=None) -> int:
@@ -98,11 +122,22 @@ def main(argv=None) -> int:
         print(rows[0], end="", flush=True)
     new_ids = []  # every generated id of every row, for the tokens/s line
     started = time.perf_counter()
-    texts = generate(model, tokenizer, prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                     top_k=top_k, top_p=top_p, num_samples=args.num_samples, seed=args.seed,
-                     stop_at_eos=args.stop_at_eos, eos_token=eos,
-                     use_cache=args.use_cache, on_token=lambda row, token_id: new_ids.append(token_id),
-                     on_text=(lambda row, piece: print(piece, end="", flush=True)) if streaming else None)
+    texts = generate(
+        model,
+        tokenizer,
+        prompts,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=top_k,
+        top_p=top_p,
+        num_samples=args.num_samples,
+        seed=args.seed,
+        stop_at_eos=args.stop_at_eos,
+        eos_token=eos,
+        use_cache=args.use_cache,
+        on_token=lambda row, token_id: new_ids.append(token_id),
+        on_text=(lambda row, piece: print(piece, end="", flush=True)) if streaming else None,
+    )
     elapsed = time.perf_counter() - started
     if streaming:
         print()
@@ -110,6 +145,8 @@ def main(argv=None) -> int:
         for i, (prompt, text) in enumerate(zip(rows, texts)):
             print(f"==== prompt {i // args.num_samples + 1}, sample {i % args.num_samples + 1} ====")
             print(prompt + text)
-    print(f"{len(new_ids)} new tokens in {elapsed:.2f} s ({len(new_ids) / max(elapsed, 1e-9):.1f} tokens/s)",
-          file=sys.stderr)
+    print(
+        f"{len(new_ids)} new tokens in {elapsed:.2f} s ({len(new_ids) / max(elapsed, 1e-9):.1f} tokens/s)",
+        file=sys.stderr,
+    )
     return 0

@@ -3,18 +3,23 @@
 Usage: python scripts/import_hf.py HF_DIR RUN_DIR
 Writes RUN_DIR/checkpoints/step_0000000, which scripts/generate.py RUN_DIR and fine-tuning can use.
 """
+
 import argparse
 
-from cli.entry import description
-from interop.hf_import import import_checkpoint
+from cli import description
+from interop.hf import import_checkpoint
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=description(__doc__))
     p.add_argument("hf_dir", help="a directory with config.json, model.safetensors (or shards) and tokenizer.json")
     p.add_argument("run_dir", help="where to write the checkpoint (RUN_DIR/checkpoints/step_0000000)")
-    p.add_argument("--no-verify", dest="verify", action="store_false",
-                   help="skip checking the files against their manifest.json (SHA-256; ~1 s per GB)")
+    p.add_argument(
+        "--no-verify",
+        dest="verify",
+        action="store_false",
+        help="skip checking the files against their manifest.json (SHA-256; ~1 s per GB)",
+    )
     args = p.parse_args(argv)
     ckpt = import_checkpoint(args.hf_dir, args.run_dir, verify=args.verify)
     print(f"imported to {ckpt}: try python scripts/generate.py {args.run_dir} --prompt 'Hello'")

@@ -3,6 +3,7 @@
 Usage: python scripts/model_summary.py [model=cpu|tiny|25m|125m] [hidden_size=4096 multiple_of=256 ...]
 Overrides may be written `key=value` or `model.key=value`; `vocab_size=`/`data.vocab_size=` sets the vocab.
 """
+
 import os
 import sys
 from pathlib import Path
@@ -14,9 +15,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from cli import REPO
 from model import ModelConfig, Transformer, swiglu_intermediate_size
-from model import parametrization as P
 from model.config import GATED_MLPS
-from model.flops import training_flops_per_token
 
 MODEL_CONFIGS = REPO / "configs" / "model"
 DEFAULT_VOCAB = 4096  # the data pipeline's default BPE vocab; the model yamls take it from ${data.vocab_size}
@@ -89,12 +88,16 @@ def print_param_table(model: Transformer) -> None:
     print(f"  {'total':<12}{total:>15,}{100.0:>8.1f}%")
     print(f"  non-embedding: {total - counts['embedding'] - counts['lm_head']:,}")
     padding = cfg.padded_vocab_size - cfg.vocab_size
-    print(f"  vocabulary: {cfg.vocab_size:,} token ids → {cfg.padded_vocab_size:,} embedding rows "
-          f"(rounded up to a multiple of vocab_multiple={cfg.vocab_multiple}; {padding} padding rows)")
+    print(
+        f"  vocabulary: {cfg.vocab_size:,} token ids → {cfg.padded_vocab_size:,} embedding rows "
+        f"(rounded up to a multiple of vocab_multiple={cfg.vocab_multiple}; {padding} padding rows)"
+    )
     seq = cfg.max_seq_len
-    flops = training_flops_per_token(model, seq)  # model/flops.py: the same accounting as MFU
-    print(f"\nTraining FLOPs per token at seq_len {seq}: {flops.total / 1e6:,.2f} M = 6·N_matmul "
-          f"{flops.weights / 1e6:,.2f} M + causal attention {flops.attention / 1e6:,.2f} M")
+    weights, attention = model.token_flops(seq)  # the same accounting as MFU (model/transformer.py)
+    print(
+        f"\nTraining FLOPs per token at seq_len {seq}: {(weights + attention) / 1e6:,.2f} M = 6·N_matmul "
+        f"{weights / 1e6:,.2f} M + causal attention {attention / 1e6:,.2f} M"
+    )
 
 
 def print_mlp_width(cfg: ModelConfig) -> None:
@@ -110,44 +113,56 @@ def print_mlp_width(cfg: ModelConfig) -> None:
             truncated = swiglu_intermediate_size(d, 1, cfg.ffn_dim_multiplier)
             print(f"  × ffn_dim_multiplier {cfg.ffn_dim_multiplier} → {truncated} (truncated)")
         rule = swiglu_intermediate_size(d, cfg.multiple_of, cfg.ffn_dim_multiplier)
-        print(f"  rounded UP to a multiple of {cfg.multiple_of} → {rule} (+{rule - truncated}): matmul sizes that are"
-              " multiples of\n    32/64/256 fill hardware tiles evenly; rounding up, never down, keeps at least"
-              " the intended capacity")
+        print(
+            f"  rounded UP to a multiple of {cfg.multiple_of} → {rule} (+{rule - truncated}): matmul sizes that are"
+            " multiples of\n    32/64/256 fill hardware tiles evenly; rounding up, never down, keeps at least"
+            " the intended capacity"
+        )
         if cfg.intermediate_size is not None and size != rule:
             print(f"  intermediate_size={size} is set explicitly and overrides the rule's {rule}")
         mlp_params = 3 * d * size
         print(f"  intermediate_size = {size}")
     else:
-        print(f"  two matrices (up, down) with intermediate_size = {size}"
-              f"{' (4·d)' if size == 4 * d else ''}; the 8/3 rule applies only to gated MLPs {list(GATED_MLPS)}")
+        print(
+            f"  two matrices (up, down) with intermediate_size = {size}"
+            f"{' (4·d)' if size == 4 * d else ''}; the 8/3 rule applies only to gated MLPs {list(GATED_MLPS)}"
+        )
         mlp_params = 2 * d * size
     classic = 8 * d * d
-    print(f"  per layer: this MLP {mlp_params:,} params vs a 4d GELU MLP 2·d·4d = 8·d² = {classic:,}"
-          f" → ratio {mlp_params / classic:.3f}")
+    print(
+        f"  per layer: this MLP {mlp_params:,} params vs a 4d GELU MLP 2·d·4d = 8·d² = {classic:,}"
+        f" → ratio {mlp_params / classic:.3f}"
+    )
 
 
 def print_parametrization(cfg: ModelConfig) -> None:
-    """Which parametrization, and under mup what it scales (model/parametrization.py, docs/mup.md)."""
-    print(f"\nParametrization: {P.describe(cfg)}")
+    """Which parametrization, and under mup what it scales (model/config.py, docs/mup.md)."""
+    print(f"\nParametrization: {cfg.describe_parametrization()}")
     if cfg.parametrization == "sp":
         print(f"  every matrix at init std {cfg.init_std:g}, one lr for all (model.parametrization=mup: the best lr")
         print("  stays put as hidden_size grows, docs/mup.md)")
         return
-    m, hd = P.width_multiplier(cfg), cfg.head_dim
-    block_std = cfg.init_std * P.hidden_init_scale(cfg)
-    print(f"  blocks' matrices: init std {cfg.init_std:g} × 1/sqrt(m) = {block_std:.4g}"
-          f"{' (queries 0: model.zero_query_init)' if cfg.zero_query_init else ''}; "
-          "AdamW lr × 1/m, Muon lr × 1/sqrt(m)")
-    if P.attention_scale(cfg) is None:  # the experiment's arm (docs/mup.md)
-        print(f"  attention: q·k × 1/sqrt(head_dim {hd}) = {hd ** -0.5:.4g}, sp's (model.mup_attention_scale=sp)")
+    m, hd = cfg.width_multiplier, cfg.head_dim
+    block_std = cfg.init_std * cfg.hidden_init_scale
+    print(
+        f"  blocks' matrices: init std {cfg.init_std:g} × 1/sqrt(m) = {block_std:.4g}"
+        f"{' (queries 0: model.zero_query_init)' if cfg.zero_query_init else ''}; "
+        "AdamW lr × 1/m, Muon lr × 1/sqrt(m)"
+    )
+    if cfg.attention_scale is None:  # the experiment's arm (docs/mup.md)
+        print(f"  attention: q·k × 1/sqrt(head_dim {hd}) = {hd**-0.5:.4g}, sp's (model.mup_attention_scale=sp)")
     else:
-        print(f"  attention: q·k × sqrt(base head_dim {P.base_head_dim(cfg):g}) / head_dim {hd} = "
-              f"{P.attention_scale(cfg):.4g} (sp: 1/sqrt({hd}) = {hd ** -0.5:.4g})")
+        print(
+            f"  attention: q·k × sqrt(base head_dim {(cfg.head_dim / cfg.width_multiplier):g}) / head_dim {hd} = "
+            f"{cfg.attention_scale:.4g} (sp: 1/sqrt({hd}) = {hd**-0.5:.4g})"
+        )
     print(f"  logits: the LM head's input × 1/m = {1 / m:.4g}; embedding, head and norms keep init and lr")
-    if not float(P.base_head_dim(cfg)).is_integer():
-        print(f"  warning: the base width {cfg.mup_base_width} is not a multiple of n_heads={cfg.n_heads}, so no base "
-              f"model has this head_dim ({P.base_head_dim(cfg):g}); μP still scales, but its base is not a model you "
-              f"could train: pick a mup_base_width that n_heads divides")
+    if not float((cfg.head_dim / cfg.width_multiplier)).is_integer():
+        print(
+            f"  warning: the base width {cfg.mup_base_width} is not a multiple of n_heads={cfg.n_heads}, so no base "
+            f"model has this head_dim ({(cfg.head_dim / cfg.width_multiplier):g}); μP still scales, but its base is not a model you "
+            f"could train: pick a mup_base_width that n_heads divides"
+        )
 
 
 def main(argv: Optional[List[str]] = None) -> int:

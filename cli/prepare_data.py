@@ -4,6 +4,7 @@ Usage: python scripts/prepare_data.py [Hydra overrides, as for train.py]
   e.g. python scripts/prepare_data.py data=local data.path='my/*.txt' data.vocab_size=8192
 Same configs as train.py (configs/train.yaml), composed with Hydra's compose API: no output dirs.
 """
+
 import os
 import sys
 import time
@@ -30,8 +31,10 @@ def report(data, seconds: float) -> str:
     ]
     for split in ("train", "val"):
         tokens, size = meta[f"{split}_tokens"], meta[f"{split}_bytes"]
-        lines.append(f"{split:<11} {tokens:>12,} tokens  {meta[f'{split}_documents']:>9,} documents  "
-                     f"{size / 1e6:8.2f} MB  {size / max(tokens, 1):.2f} bytes/token")
+        lines.append(
+            f"{split:<11} {tokens:>12,} tokens  {meta[f'{split}_documents']:>9,} documents  "
+            f"{size / 1e6:8.2f} MB  {size / max(tokens, 1):.2f} bytes/token"
+        )
     built = meta["prepare_seconds"]
     speed = f"{megabytes / built:.2f} MB/s, tokenizer training included"
     if seconds < built / 2:  # answered from the cache

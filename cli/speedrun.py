@@ -18,18 +18,18 @@ Trailing key=value arguments go to every run (e.g. data.cache_dir=…). Exit sta
 Every report is a look (<dir>/looks.json): seeds beyond a look's are refused unless --sequential, which
 judges every later look at α / looks (no optional stopping).
 """
+
 import argparse
 import os
 import platform
 from pathlib import Path
 
 from analysis.looks import check_added_seeds
+from cli import REPO, description, one_line
+from cli.config import compose_run_config
 from studies.speedrun.campaign import Campaign, calibrate, check_step_cost, cost, measure
 from studies.speedrun.report import report
 from studies.speedrun.spec import SpeedrunError, load_spec
-from cli import REPO
-from cli.config import compose_run_config
-from cli.entry import description, one_line
 
 DEFAULT_RECIPES = REPO / "configs" / "speedrun" / "recipes.yaml"
 STOPPED = "stopped: rerun the same command to continue (finished runs are kept)"  # after a Ctrl-C
@@ -46,10 +46,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--tolerance", type=float, help="allowed miss of the budget, a fraction (default: the file's)")
     p.add_argument("--probe-steps", type=int, help="steps of the timing run (default: the file's)")
     p.add_argument("--reference", help="the recipe every other one is judged against")
-    p.add_argument("--lock", type=Path, help="hold an flock on this file during each run, probe and evaluation, "
-                   "so other jobs sharing the machine never run at the same time (their timing would suffer)")
-    p.add_argument("--sequential", action="store_true", help="allow seeds beyond those an earlier report judged: "
-                   "a sequential design, each look judged at α / (looks so far)")
+    p.add_argument(
+        "--lock",
+        type=Path,
+        help="hold an flock on this file during each run, probe and evaluation, "
+        "so other jobs sharing the machine never run at the same time (their timing would suffer)",
+    )
+    p.add_argument(
+        "--sequential",
+        action="store_true",
+        help="allow seeds beyond those an earlier report judged: "
+        "a sequential design, each look judged at α / (looks so far)",
+    )
     p.add_argument("--redo-flagged", action="store_true", help="rerun finished runs flagged as off-budget or slow")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its cost, then stop")
     p.add_argument("--report-only", action="store_true", help="only write the report from what has finished")
@@ -72,30 +80,49 @@ def compose(overrides: list):
 def evaluate(checkpoint: Path, json_path: Path) -> int:
     """scripts/evaluate.py CHECKPOINT --json JSON_PATH, in this process: the whole validation split."""
     from cli.evaluate import main
+
     return main([str(checkpoint), "--json", str(json_path)])
 
 
 def machine() -> str:
     import torch
-    from training.precision import resolve_precision
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() \
+
+    from training.loop import resolve_precision
+
+    cpu = (
+        next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            platform.processor(),
+        )
+        if Path("/proc/cpuinfo").exists()
         else platform.processor()
+    )
     precision, why = resolve_precision("auto", torch.device("cpu"))
     return f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, {precision} ({why})"
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    spec = load_spec(args.recipes, seeds=args.seeds, budget_s=args.budget, tolerance=args.tolerance,
-                     probe_steps=args.probe_steps, reference=args.reference)
+    spec = load_spec(
+        args.recipes,
+        seeds=args.seeds,
+        budget_s=args.budget,
+        tolerance=args.tolerance,
+        probe_steps=args.probe_steps,
+        reference=args.reference,
+    )
     spec.train_overrides += args.overrides
     c = Campaign(args, spec, compose, evaluate)
     if not args.report_only:
         todo = c.to_do()
         print(cost(c, todo), flush=True)
-        check_added_seeds(c.looks(), {n: range(spec.seeds) for n in c.run_names}, args.sequential,
-                          "or use another --dir")
+        check_added_seeds(
+            c.looks(), {n: range(spec.seeds) for n in c.run_names}, args.sequential, "or use another --dir"
+        )
         if args.dry_run:
             return 0
         check_step_cost(c)

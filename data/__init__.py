@@ -1,9 +1,21 @@
-"""minillama's data pipeline: a public text dataset in, batches of token ids out."""
-from data.config import DataConfig
-from data.errors import DataError
+"""minillama's data: a public text dataset in (sources.py), a byte-level BPE (tokenizer.py), a verified token cache
+(cache.py), batches of token ids out (loader.py)."""
+
+from data.cache import PreparedData, prepare
 from data.loader import SAMPLERS, EpochBatches, TrainBatches, eval_windows, windows_per_epoch
-from data.preparation import PreparedData, prepare
+from data.sources import DataConfig, DataError
 from data.tokenizer import SPECIAL_TOKENS, load_tokenizer
 
-__all__ = ["DataConfig", "DataError", "prepare", "PreparedData", "load_tokenizer", "TrainBatches",
-           "EpochBatches", "SAMPLERS", "windows_per_epoch", "eval_windows", "SPECIAL_TOKENS"]
+__all__ = [
+    "DataConfig",
+    "DataError",
+    "EpochBatches",
+    "PreparedData",
+    "SAMPLERS",
+    "SPECIAL_TOKENS",
+    "TrainBatches",
+    "eval_windows",
+    "load_tokenizer",
+    "prepare",
+    "windows_per_epoch",
+]

@@ -1,46 +1,196 @@
-"""The token cache on disk: a directory per (source, tokenizer) key, published by one atomic rename."""
+"""The token cache: prepare() turns documents into train.bin / val.bin (one flat file of ids each, EOS after every
+document) and meta.json, in a directory per (corpus, tokenizer) key, published by one atomic rename.
+
+Encoding runs on tiktoken where the tokenizer qualifies — a byte-level BPE whose merges follow its ids, which tiktoken
+runs ~5-10× faster with the same ids (checked against `tokenizers` on each split's first documents) — else on
+`tokenizers`' encode_batch. Both read the split in order, a window of text at a time, so memory follows the window.
+"""
+
 import contextlib
+import errno
+import fcntl
+import functools
 import hashlib
 import json
 import os
 import shutil
+import sys
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, Optional
 
-# Bump when the cleaning, the tokenization, the split rule or the file layout changes: old caches
-# then miss. 2: several local text files hold out whole files; text folders honour data.sample_by.
+import numpy as np
+from tokenizers import Tokenizer
+from tqdm.auto import tqdm
+
+from data.sources import DataConfig, DataError, check_config, fingerprint, load_splits
+from data.tokenizer import (
+    batched_texts,
+    check_vocab_size,
+    file_hash,
+    load_tokenizer,
+    max_token_id,
+    read_special_tokens,
+    special_token_ids,
+    train_tokenizer,
+    write_special_tokens,
+)
+
+# Up when the cleaning, the tokenization, the split rule or the layout changes: old caches then miss.
+# 2: several local text files hold out whole files; text folders honour data.sample_by.
 CACHE_VERSION = 2
-META_FILE = "meta.json"
+META_FILE, TOKENIZER_FILE = "meta.json", "tokenizer.json"
+BATCH_SIZE, ENCODE_BYTES = 1000, 4 * 1024 * 1024  # documents read at a time; text per window in flight (memory)
+CHECK_BYTES = 256 * 1024  # tiktoken's ids are compared with `tokenizers`' on this much of each split
+GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""  # ByteLevel's regex
+WRITE_REFUSED = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM)
 
 
-def cache_key(identity: Dict[str, Any]) -> str:
-    """12 hex digits of a hash over everything that decides the tokens."""
-    blob = json.dumps({"cache_version": CACHE_VERSION, **identity}, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:12]
+@dataclass
+class PreparedData:
+    dir: Path  # the cache directory of this corpus + tokenizer
+    tokenizer_path: Path  # tokenizer.json inside `dir`; checkpoints carry a copy
+    meta: Dict[str, Any]
+
+    def train_tokens(self) -> np.memmap:
+        return np.memmap(self.dir / "train.bin", dtype=self.meta["dtype"], mode="r")
+
+    def val_tokens(self) -> np.memmap:
+        return np.memmap(self.dir / "val.bin", dtype=self.meta["dtype"], mode="r")
+
+    def tokenizer(self) -> Tokenizer:
+        return load_tokenizer(self.tokenizer_path)
 
 
 def read_meta(directory: Path) -> Optional[Dict[str, Any]]:
-    """The meta.json of a complete cache, or None. A directory only ever exists complete: see `publish`."""
+    """The meta.json of a complete cache, or None: a directory only ever exists complete (publish)."""
     try:
-        return json.loads((directory / META_FILE).read_text(encoding="utf-8"))
+        return json.loads((Path(directory) / META_FILE).read_text(encoding="utf-8"))
     except (FileNotFoundError, json.JSONDecodeError):
         return None
 
 
-def write_json(path: Path, content: Dict[str, Any]) -> None:
-    path.write_text(json.dumps(content, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+def _tokenizer_identity(cfg: DataConfig):
+    """(what identifies the tokenizer in the cache key, the vocab size it will have)."""
+    if cfg.tokenizer_path is None:
+        check_vocab_size(cfg.vocab_size)
+        return {"vocab_size": cfg.vocab_size, "train_bytes": cfg.tokenizer_train_bytes}, cfg.vocab_size
+    tokenizer = load_tokenizer(cfg.tokenizer_path)
+    roles = read_special_tokens(Path(cfg.tokenizer_path).parent)  # an imported tokenizer names its own
+    special_token_ids(tokenizer, cfg.tokenizer_path, roles=roles)
+    return {"file_hash": file_hash(cfg.tokenizer_path), "roles": roles}, tokenizer.get_vocab_size()
+
+
+def cache_identity(cfg: DataConfig, tokenizer_identity: Optional[dict] = None) -> dict:
+    """What the cache key is made of: every setting that changes what the cache holds — the corpus, the tokenizer,
+    the budgets. Where it lives (cache_dir) and how training reads it (sampling) stay out: they reuse a cache."""
+    return {
+        "data": fingerprint(cfg),
+        "tokenizer": tokenizer_identity or _tokenizer_identity(cfg)[0],
+        "budgets": [cfg.token_budget, cfg.val_token_budget],
+    }
+
+
+def cache_key(identity: Dict[str, Any]) -> str:
+    blob = json.dumps({"cache_version": CACHE_VERSION, **identity}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:12]
+
+
+def _check_vocab(max_id: int, model_vocab: int, cfg: DataConfig) -> None:
+    """Every id needs an embedding row: the largest id must be < model.vocab_size (more rows than ids is fine)."""
+    if max_id < model_vocab:
+        return
+    if cfg.tokenizer_path is not None:
+        raise DataError(
+            f"tokenizer {cfg.tokenizer_path} has token ids up to {max_id} but model.vocab_size={model_vocab}; "
+            f"set data.vocab_size={max_id + 1} (model.vocab_size follows it) or model.vocab_size>={max_id + 1}"
+        )
+    raise DataError(
+        f"data.vocab_size={cfg.vocab_size} gives token ids up to {max_id} but model.vocab_size={model_vocab}; "
+        f"set model.vocab_size>={max_id + 1} (it follows data.vocab_size unless set)"
+    )
+
+
+def prepare(
+    cfg: DataConfig,
+    *,
+    seq_len: Optional[int] = None,
+    model_vocab_size: Optional[int] = None,
+    log: Callable[[str], None] = print,
+    warn: Optional[Callable[[str], None]] = None,
+) -> PreparedData:
+    """Find the token cache for `cfg`, or build it; then check it fits seq_len and the model's vocabulary. A hit
+    reads only meta.json (no `datasets` import, no write access: a shared read-only cache serves every run); a build
+    takes a lock on data.cache_dir, one builder at a time. `log` gets progress, `warn` the rest (stderr by default)."""
+    warn = warn or (log if log is not print else (lambda message: print(message, file=sys.stderr)))
+    check_config(cfg)
+    tokenizer_identity, expected_vocab = _tokenizer_identity(cfg)
+    if model_vocab_size is not None:  # fail before an expensive build
+        _check_vocab(expected_vocab - 1, model_vocab_size, cfg)
+    root = Path(cfg.cache_dir).resolve()
+    directory = root / f"{cfg.source}-{cache_key(cache_identity(cfg, tokenizer_identity))}"
+    meta = read_meta(directory)
+    if meta is None:
+        with _build_lock(root, warn):
+            meta = read_meta(directory) or _build(cfg, directory, root, log)  # built while this one waited?
+    else:
+        log(f"data: using cache {directory}")
+        if meta.get("val_rule"):
+            log(f"data: validation: {meta['val_rule']}")
+    data = PreparedData(dir=directory, tokenizer_path=directory / TOKENIZER_FILE, meta=meta)
+    if model_vocab_size is not None:  # the real tokenizer's largest id, now that it exists
+        _check_vocab(max_token_id(data.tokenizer()), model_vocab_size, cfg)
+    for split, count in (("train", meta["train_tokens"]), ("validation", meta["val_tokens"])):
+        if seq_len is not None and count <= seq_len + 1:
+            raise DataError(
+                f"the {split} split has {count} tokens, not more than seq_len+1={seq_len + 1}; lower "
+                "trainer.seq_len or add data (data.val_fraction for validation)"
+            )
+    return data
+
+
+@contextlib.contextmanager
+def _build_lock(root: Path, warn):
+    """One builder per cache folder — ranks of a torchrun job, concurrent runs: the others wait, then find it built."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        lock = open(root / ".prepare.lock", "w")
+    except OSError as e:
+        raise DataError(
+            f"data.cache_dir {root} holds no cache for these settings and cannot be written to "
+            f"({_cause(e)}); point data.cache_dir at a writable directory, or prepare the cache there "
+            "first"
+        ) from None
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            warn(f"data: waiting for another process preparing data in {root}")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:  # leave nothing behind; at worst two builders, whose publish() keeps one cache
+            with contextlib.suppress(OSError):
+                os.unlink(root / ".prepare.lock")
+
+
+def _cause(error: OSError) -> str:
+    return os.strerror(error.errno).lower() if error.errno else str(error).splitlines()[0]
 
 
 @contextlib.contextmanager
 def publish(final: Path) -> Iterator[Path]:
-    """Yield a private temp directory; on success rename it to `final`, on any failure delete it.
-
-    A killed process leaves only `<final>.tmp-<pid>`, which never looks like a cache. Ranks that
-    build the same key concurrently each finish their own copy; the first rename wins and the
-    others discard theirs (the contents are identical).
-    """
+    """A private temp directory, renamed to `final` on success, deleted on any failure: a killed build leaves only
+    `<final>.tmp-<pid>` (swept by the next build once its process is gone), never something that looks like a cache.
+    Concurrent builders of one key each finish a copy; the first rename wins (the contents are identical)."""
     final.parent.mkdir(parents=True, exist_ok=True)
-    _remove_abandoned(final)
+    for temp in final.parent.glob(f"{final.name}.tmp-*"):
+        pid = temp.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(temp, ignore_errors=True)
     temp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
     shutil.rmtree(temp, ignore_errors=True)
     temp.mkdir()
@@ -55,14 +205,6 @@ def publish(final: Path) -> Iterator[Path]:
         shutil.rmtree(temp, ignore_errors=True)
 
 
-def _remove_abandoned(final: Path) -> None:
-    """Delete temp directories of this key left by processes that no longer run (on this host)."""
-    for temp in final.parent.glob(f"{final.name}.tmp-*"):
-        pid = temp.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(temp, ignore_errors=True)
-
-
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -71,3 +213,268 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # exists, owned by someone else
         return True
     return True
+
+
+def _build(cfg: DataConfig, directory: Path, root: Path, log) -> Dict[str, Any]:
+    """_make_cache, with a write the disk refuses (full, quota, size limit, read-only) as one line."""
+    try:
+        return _make_cache(cfg, directory, log)
+    except OSError as e:
+        if e.errno not in WRITE_REFUSED:
+            raise
+        where = f" while writing {e.filename}" if e.filename else ""
+        raise DataError(
+            f"cannot prepare the data in {root}: {_cause(e)}{where}; nothing was kept (a half-built cache is "
+            "deleted); free space there, or point data.cache_dir at another disk"
+        ) from None
+
+
+def _make_cache(cfg: DataConfig, directory: Path, log) -> Dict[str, Any]:
+    start = time.perf_counter()
+    log(f"data: preparing {cfg.source} into {directory}")
+    with publish(directory) as work:
+        # A local corpus's Arrow copy, as big as the corpus, is scratch: kept, one more copy per edit of the files.
+        splits = load_splits(cfg, work / "hf_datasets")
+        tokenizer_start = time.perf_counter()
+        if cfg.tokenizer_path is not None:  # its roles travel with it into the cache and every checkpoint
+            shutil.copyfile(cfg.tokenizer_path, work / TOKENIZER_FILE)
+            write_special_tokens(work, read_special_tokens(Path(cfg.tokenizer_path).parent))
+            tokenizer = load_tokenizer(work / TOKENIZER_FILE)
+        else:
+            column = splits.text_column
+            batches = (b[column] for b in splits.train.select_columns([column]).iter(batch_size=BATCH_SIZE))
+            tokenizer = train_tokenizer(batched_texts(batches, cfg.tokenizer_train_bytes), cfg.vocab_size)
+            tokenizer.save(str(work / TOKENIZER_FILE))
+            if tokenizer.get_vocab_size() < cfg.vocab_size:
+                log(
+                    f"data: the corpus only supports {tokenizer.get_vocab_size()} of data.vocab_size={cfg.vocab_size} tokens"
+                )
+            log(
+                f"data: trained a {tokenizer.get_vocab_size()}-token byte-level BPE in "
+                f"{time.perf_counter() - tokenizer_start:.1f}s"
+            )
+        tokenizer_seconds = time.perf_counter() - tokenizer_start
+        ids = special_token_ids(tokenizer, roles=read_special_tokens(work))
+        dtype = "uint16" if tokenizer.get_vocab_size() < 65536 else "uint32"
+        fast, why_not = fast_encoder(work / TOKENIZER_FILE)
+        log(
+            "data: encoding with tiktoken (the same ids as tokenizers, checked on each split's first documents)"
+            if fast is not None
+            else f"data: encoding with tokenizers: {why_not}"
+        )
+        encode_start, stats = time.perf_counter(), {}
+        for name, split, budget in (
+            ("train", splits.train, cfg.token_budget),
+            ("val", splits.val, cfg.val_token_budget),
+        ):
+            stats[name] = write_split(
+                split,
+                splits.text_column,
+                tokenizer,
+                ids["eos_id"],
+                work / f"{name}.bin",
+                dtype,
+                budget,
+                name,
+                fast,
+                log,
+            )
+            if stats[name]["documents"] == 0:
+                raise DataError(
+                    f"the {name} split of {cfg.path or cfg.source} has no text after dropping empty "
+                    f"documents (all {stats[name]['dropped']:,} are empty or have no "
+                    f"'{splits.text_column}' field); check data.text_column and the files"
+                )
+        shutil.rmtree(work / "hf_datasets", ignore_errors=True)  # never published
+        meta = {
+            "source": cfg.source,
+            "config": asdict(cfg),
+            "cache_version": CACHE_VERSION,
+            "tokenizer_hash": file_hash(work / TOKENIZER_FILE),
+            "tokenizer_trained": cfg.tokenizer_path is None,
+            "vocab_size": tokenizer.get_vocab_size(),
+            "dtype": dtype,
+            **ids,
+            "val_rule": splits.val_rule,
+            "val_files": splits.val_files,
+            **{f"{name}_{key}": value for name, s in stats.items() for key, value in s.items()},
+            "prepare_seconds": round(time.perf_counter() - start, 3),
+            "tokenizer_seconds": round(tokenizer_seconds, 3),
+            "encode_seconds": round(time.perf_counter() - encode_start, 3),
+        }
+        (work / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")  # last
+    log(
+        f"data: {meta['train_tokens']:,} train / {meta['val_tokens']:,} val tokens, "
+        f"{meta['train_bytes'] / max(meta['train_tokens'], 1):.2f} bytes/token, {meta['prepare_seconds']:.1f}s"
+    )
+    if dropped := meta["train_dropped"] + meta["val_dropped"]:
+        log(
+            f"data: dropped {dropped:,} of {dropped + meta['train_documents'] + meta['val_documents']:,} documents with "
+            f"no text (empty, whitespace only, or no '{splits.text_column}' field: data.text_column)"
+        )
+    log(f"data: validation: {meta['val_rule']}")
+    return meta
+
+
+# ---- encoding --------------------------------------------------------------------------------------------------
+
+
+def fast_encoder(path: Path):
+    """(a tiktoken Encoding of the tokenizer.json at `path`, '') or (None, why not). tiktoken merges, in each
+    pre-token, the pair whose joined bytes have the lowest rank; BPE applies merges in the order training learnt them:
+    with ranks = ids, the two agree on a vocabulary BPE training made, under GPT-2's pre-tokenizer."""
+    try:
+        import tiktoken
+    except ImportError:
+        return None, "tiktoken is not installed"
+    spec = json.loads(Path(path).read_text())
+    model, pre, added = spec.get("model") or {}, spec.get("pre_tokenizer") or {}, spec.get("added_tokens", [])
+    shape = {
+        "model": model.get("type"),
+        "pre_tokenizer": pre.get("type"),
+        "use_regex": pre.get("use_regex"),
+        "add_prefix_space": pre.get("add_prefix_space"),
+        "normalizer": spec.get("normalizer"),
+        "post_processor": spec.get("post_processor"),
+        "dropout": model.get("dropout"),
+        "continuing_subword_prefix": model.get("continuing_subword_prefix"),
+        "end_of_word_suffix": model.get("end_of_word_suffix"),
+        "byte_fallback": model.get("byte_fallback") or False,
+    }
+    wanted = {
+        "model": "BPE",
+        "pre_tokenizer": "ByteLevel",
+        "use_regex": True,
+        "add_prefix_space": False,
+        "normalizer": None,
+        "post_processor": None,
+        "dropout": None,
+        "continuing_subword_prefix": None,
+        "end_of_word_suffix": None,
+        "byte_fallback": False,
+    }
+    if differs := [k for k, v in wanted.items() if shape[k] != v]:
+        return None, f"not a plain byte-level BPE ({', '.join(f'{k}={shape[k]}' for k in differs)})"
+    if any(t.get(k) for t in added for k in ("single_word", "lstrip", "rstrip", "normalized")):
+        return None, "an added token strips spaces, matches whole words or is normalized"
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars = dict(zip(printable, map(chr, printable)))
+    chars.update({b: chr(256 + n) for n, b in enumerate(b for b in range(256) if b not in chars)})  # GPT-2's bytes
+    decode, special = {c: b for b, c in chars.items()}, {t["content"]: t["id"] for t in added}
+    ranks = {}
+    for token, rank in model["vocab"].items():
+        if token not in special:
+            if any(c not in decode for c in token):
+                return None, f"token {token!r} is not byte-level"
+            ranks[bytes(decode[c] for c in token)] = rank
+    previous = -1
+    for merge in model.get("merges", []):  # rank order is merge order only if each merge makes a later id
+        left, right = merge.split(" ", 1) if isinstance(merge, str) else merge
+        made = model["vocab"].get(left + right)
+        if made is None or made <= previous:
+            return None, "its merges are not in the order of their tokens' ids"
+        previous = made
+    return tiktoken.Encoding(
+        f"minillama-{Path(path).parent.name}", pat_str=GPT2_PATTERN, mergeable_ranks=ranks, special_tokens=special
+    ), ""
+
+
+def fast_ids(fast, text: str) -> np.ndarray:
+    """One document's ids straight from tiktoken's buffer (added tokens matched in the text, as `tokenizers` does)."""
+    return fast.encode_to_numpy(text, allowed_special="all")
+
+
+def _windows(dataset, column: str) -> Iterator[tuple]:
+    """(texts, their UTF-8 bytes, documents without text) in order, cut into windows of at most ENCODE_BYTES."""
+    for table in dataset.select_columns([column]).with_format("arrow").iter(batch_size=BATCH_SIZE):
+        rows = table.column(column).to_pylist()
+        texts = [t for t in rows if t and not t.isspace()]
+        dropped, sizes, first, size = len(rows) - len(texts), [len(t.encode("utf-8")) for t in texts], 0, 0
+        for i, n in enumerate(sizes):
+            size += n
+            if size >= ENCODE_BYTES or i == len(texts) - 1:
+                yield texts[first : i + 1], np.array(sizes[first : i + 1], dtype=np.int64), dropped
+                first, size, dropped = i + 1, 0, 0
+        if not texts:
+            yield [], np.empty(0, dtype=np.int64), dropped
+
+
+def encode_documents(tokenizer: Tokenizer, texts: list, eos_id: int) -> list:
+    """Each text's ids followed by EOS, through `tokenizers` (every core, from Rust)."""
+    return [np.array(e.ids + [eos_id], dtype=np.int64) for e in tokenizer.encode_batch(texts)]
+
+
+def write_split(
+    dataset,
+    column: str,
+    tokenizer: Tokenizer,
+    eos_id: int,
+    out: Path,
+    dtype: str,
+    budget: Optional[int],
+    name: str,
+    fast=None,
+    log=print,
+) -> dict:
+    """Tokenize `dataset` into `out`, stopping after the document that reaches `budget` tokens (a whole document: the
+    byte count stays exact). Windows are written as they come; tiktoken encodes one document per task in a thread
+    pool (it releases the GIL), the next window submitted before this one is written: at most two in flight."""
+    if fast is not None:
+        sample, seen = [], 0
+        for texts, sizes, _ in _windows(dataset, column):
+            for text, n in zip(texts, sizes):
+                if seen < CHECK_BYTES:
+                    sample.append(text)
+                    seen += int(n)
+            if seen >= CHECK_BYTES:
+                break
+        if [e.ids for e in tokenizer.encode_batch(sample)] != [fast_ids(fast, t).tolist() for t in sample]:
+            log(
+                f"data: tiktoken's ids differ from tokenizers' on the {name} split's first documents: encoding it with "
+                "tokenizers (slower)"
+            )
+            fast = None
+    stats = {
+        "tokens": 0,
+        "bytes": 0,
+        "documents": 0,
+        "dropped": 0,
+        "encoder": "tokenizers" if fast is None else "tiktoken",
+    }
+    eos = np.array([eos_id], dtype=np.uint32)
+
+    def write(started, sizes: np.ndarray, dropped: int) -> bool:
+        """One window into the file; whether the budget is reached."""
+        docs = [np.concatenate([ids, eos]) for ids in started] if fast is not None else started
+        lengths, kept = np.array([len(d) for d in docs], dtype=np.int64), len(docs)
+        if budget is not None and kept:
+            kept = min(kept, int(np.searchsorted(np.cumsum(lengths), budget - stats["tokens"])) + 1)
+        flat = np.concatenate(docs[:kept]).astype(dtype) if kept else np.empty(0, dtype=dtype)
+        file.write(flat.tobytes())
+        stats.update(
+            tokens=stats["tokens"] + len(flat),
+            bytes=stats["bytes"] + int(sizes[:kept].sum()),
+            documents=stats["documents"] + kept,
+            dropped=stats["dropped"] + dropped,
+        )
+        progress.update(len(flat))
+        return budget is not None and stats["tokens"] >= budget  # for a stream this stops the download too
+
+    with (
+        ThreadPoolExecutor(max_workers=max(1, len(os.sched_getaffinity(0)))) as pool,
+        open(out, "wb") as file,
+        tqdm(total=budget, unit="tok", unit_scale=True, desc=f"Writing {name}") as progress,
+    ):
+        in_flight = deque()
+        for texts, sizes, dropped in _windows(dataset, column):
+            started = (
+                pool.map(functools.partial(fast_ids, fast), texts)
+                if fast is not None
+                else encode_documents(tokenizer, texts, eos_id)
+            )
+            in_flight.append((started, sizes, dropped))
+            if len(in_flight) == 2 and write(*in_flight.popleft()):
+                return stats
+        while in_flight and not write(*in_flight.popleft()):
+            pass
+    return stats

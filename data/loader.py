@@ -1,11 +1,12 @@
 """Batches from a memory-mapped token file: training windows — drawn at random, or every window once per
 epoch (data.sampling, SAMPLERS) — and fixed evaluation windows."""
+
 from typing import Dict, Tuple
 
 import numpy as np
 import torch
 
-from data.errors import DataError
+from data.sources import DataError
 
 # Mixed into each epoch's seed so its order is a stream of its own, never one of the random sampler's
 # [seed, step, micro_step] draws ("EPOC" in ASCII).
@@ -18,8 +19,10 @@ def _check_length(tokens: np.ndarray, seq_len: int, split: str) -> None:
     if seq_len < 1:
         raise DataError(f"seq_len={seq_len} must be at least 1")
     if len(tokens) <= seq_len + 1:
-        raise DataError(f"the {split} split has {len(tokens)} tokens, not more than seq_len+1={seq_len + 1}; "
-                        "use a shorter sequence length or more data (data.val_fraction for validation)")
+        raise DataError(
+            f"the {split} split has {len(tokens)} tokens, not more than seq_len+1={seq_len + 1}; "
+            "use a shorter sequence length or more data (data.val_fraction for validation)"
+        )
 
 
 def windows_per_epoch(num_tokens: int, seq_len: int) -> int:
@@ -34,11 +37,21 @@ class _TrainWindows:
     """What both samplers share: the checks and the gather. Each sampler says where its windows start:
     `_starts(step, micro_step)`, this rank's (micro_batch_size,) starts."""
 
-    def __init__(self, tokens: np.ndarray, seq_len: int, micro_batch_size: int, seed: int,
-                 rank: int = 0, world_size: int = 1, grad_accum_steps: int = 1):
+    def __init__(
+        self,
+        tokens: np.ndarray,
+        seq_len: int,
+        micro_batch_size: int,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+        grad_accum_steps: int = 1,
+    ):
         _check_length(tokens, seq_len, "train")
         if micro_batch_size < 1 or not 0 <= rank < world_size:
-            raise DataError(f"need micro_batch_size >= 1 and 0 <= rank < world_size, got {micro_batch_size}, {rank}, {world_size}")
+            raise DataError(
+                f"need micro_batch_size >= 1 and 0 <= rank < world_size, got {micro_batch_size}, {rank}, {world_size}"
+            )
         if grad_accum_steps < 1:
             raise DataError(f"grad_accum_steps={grad_accum_steps} must be at least 1")
         if seed < 0:
@@ -73,7 +86,7 @@ class TrainBatches(_TrainWindows):
         rng = np.random.default_rng([self.seed, step, micro_step])
         global_batch = self.micro_batch_size * self.world_size
         starts = rng.integers(0, len(self.tokens) - self.seq_len, size=global_batch)
-        return starts[self.rank * self.micro_batch_size:(self.rank + 1) * self.micro_batch_size]
+        return starts[self.rank * self.micro_batch_size : (self.rank + 1) * self.micro_batch_size]
 
 
 class EpochBatches(_TrainWindows):
@@ -88,8 +101,16 @@ class EpochBatches(_TrainWindows):
     moves the window edges, so no token is always a window's first input (never a target) or its last.
     """
 
-    def __init__(self, tokens: np.ndarray, seq_len: int, micro_batch_size: int, seed: int,
-                 rank: int = 0, world_size: int = 1, grad_accum_steps: int = 1):
+    def __init__(
+        self,
+        tokens: np.ndarray,
+        seq_len: int,
+        micro_batch_size: int,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+        grad_accum_steps: int = 1,
+    ):
         super().__init__(tokens, seq_len, micro_batch_size, seed, rank, world_size, grad_accum_steps)
         self.windows_per_epoch = windows_per_epoch(len(tokens), seq_len)
         # seq_len offsets, unless the split holds fewer than two windows: then those that fit its one window.
@@ -98,12 +119,15 @@ class EpochBatches(_TrainWindows):
 
     def _starts(self, step: int, micro_step: int) -> np.ndarray:
         if not 0 <= micro_step < self.grad_accum_steps:  # else two (step, micro_step) would share samples
-            raise DataError(f"micro_step={micro_step} is outside 0..{self.grad_accum_steps - 1} "
-                            f"(grad_accum_steps={self.grad_accum_steps})")
+            raise DataError(
+                f"micro_step={micro_step} is outside 0..{self.grad_accum_steps - 1} "
+                f"(grad_accum_steps={self.grad_accum_steps})"
+            )
         global_batch = self.micro_batch_size * self.world_size
         first = (step * self.grad_accum_steps + micro_step) * global_batch + self.rank * self.micro_batch_size
-        epochs, slots = np.divmod(np.arange(first, first + self.micro_batch_size, dtype=np.int64),
-                                  self.windows_per_epoch)
+        epochs, slots = np.divmod(
+            np.arange(first, first + self.micro_batch_size, dtype=np.int64), self.windows_per_epoch
+        )
         starts = np.empty(self.micro_batch_size, dtype=np.int64)
         for epoch in np.unique(epochs):  # usually one; two where the batch crosses an epoch's end
             offset, order = self.epoch_order(int(epoch))
@@ -117,8 +141,10 @@ class EpochBatches(_TrainWindows):
         if epoch not in self._orders:
             rng = np.random.default_rng([self.seed, epoch, EPOCH_STREAM])
             offset = int(rng.integers(0, self._offsets))
-            self._orders = {**{e: o for e, o in self._orders.items() if e == epoch - 1},
-                            epoch: (offset, rng.permutation(self.windows_per_epoch))}
+            self._orders = {
+                **{e: o for e, o in self._orders.items() if e == epoch - 1},
+                epoch: (offset, rng.permutation(self.windows_per_epoch)),
+            }
         return self._orders[epoch]
 
 
@@ -126,8 +152,9 @@ class EpochBatches(_TrainWindows):
 SAMPLERS = {"random": TrainBatches, "epochs": EpochBatches}
 
 
-def eval_windows(tokens: np.ndarray, seq_len: int, num_windows: int, rank: int = 0,
-                 world_size: int = 1) -> torch.Tensor:
+def eval_windows(
+    tokens: np.ndarray, seq_len: int, num_windows: int, rank: int = 0, world_size: int = 1
+) -> torch.Tensor:
     """This rank's share of a fixed set of validation windows, (n, seq_len + 1) int64.
 
     The set is `num_windows` windows spread evenly over the split, chosen among the
@@ -146,8 +173,10 @@ def eval_windows(tokens: np.ndarray, seq_len: int, num_windows: int, rank: int =
     count = min(max(num_windows, 1), fitting)
     count -= count % world_size
     if count == 0:
-        raise DataError(f"the validation split holds {fitting} windows of seq_len={seq_len}, fewer than world_size={world_size}; "
-                        "use a shorter sequence length or more validation data")
+        raise DataError(
+            f"the validation split holds {fitting} windows of seq_len={seq_len}, fewer than world_size={world_size}; "
+            "use a shorter sequence length or more validation data"
+        )
     tiles = np.arange(count) * fitting // count  # evenly spaced, distinct, increasing
     starts = tiles[rank::world_size] * seq_len
     return torch.from_numpy(np.asarray(tokens[starts[:, None] + np.arange(seq_len + 1)], dtype=np.int64))

@@ -1,8 +1,6 @@
-"""Byte-level BPE with Hugging Face `tokenizers`: train one on a corpus, or load a tokenizer.json.
+"""Byte-level BPE with Hugging Face `tokenizers`: train one on a corpus, or load a tokenizer.json — and the special
+tokens, minillama's own or those a special_tokens.json beside a tokenizer.json names (an imported model's)."""
 
-Also the one home of the special tokens: minillama's own, and the `special_tokens.json` file that
-sits next to a tokenizer.json (in checkpoints) when other tokens play those roles (an HF import).
-"""
 import hashlib
 import json
 from pathlib import Path
@@ -10,16 +8,13 @@ from typing import Dict, Iterable, Iterator, List, Optional
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from data.errors import DataError
+from data.sources import DataError
 
-# Role → token. Trained first, so they get ids 0, 1, 2 in this order. Training appends EOS to every
-# document; nothing is prepended. Every other package reads these from here.
+# Role → token, trained first (ids 0, 1, 2). Training appends EOS to every document and prepends nothing.
 SPECIAL_TOKENS = {"bos": "<|bos|>", "eos": "<|eos|>", "pad": "<|pad|>"}
 ROLES = tuple(SPECIAL_TOKENS)
-# Next to a tokenizer.json: which of its tokens play each role, when they are not minillama's.
 SPECIAL_TOKENS_FILE = "special_tokens.json"
-# Every byte must have its own token, or some text would have no encoding at all.
-MIN_VOCAB_SIZE = 256 + len(SPECIAL_TOKENS)
+MIN_VOCAB_SIZE = 256 + len(SPECIAL_TOKENS)  # every byte needs a token, or some text would have no encoding
 
 
 def check_vocab_size(vocab_size: int) -> None:
@@ -31,28 +26,26 @@ def check_vocab_size(vocab_size: int) -> None:
 
 
 def train_tokenizer(texts: Iterable[List[str]], vocab_size: int) -> Tokenizer:
-    """Train a byte-level BPE of `vocab_size` tokens (special tokens included) on batches of text.
-
-    decode(encode(s)) == s for any unicode string: the pre-tokenizer maps every byte to a
-    printable symbol, the full byte alphabet is seeded, and no prefix space is invented.
-    Encoding adds no BOS/EOS (no post-processor): the caller decides where documents end.
-    """
+    """A byte-level BPE of vocab_size tokens (specials included) trained on batches of text. decode(encode(s)) == s:
+    every byte maps to a printable symbol, the whole byte alphabet is seeded, no prefix space is invented; encoding
+    adds no BOS/EOS (the caller decides where documents end)."""
     check_vocab_size(vocab_size)
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=list(SPECIAL_TOKENS.values()),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
+    tokenizer.train_from_iterator(
+        texts,
+        trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=list(SPECIAL_TOKENS.values()),
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        ),
     )
-    tokenizer.train_from_iterator(texts, trainer)
     return tokenizer
 
 
 def load_tokenizer(path) -> Tokenizer:
-    """A tokenizer.json written by `tokenizers` (ours or anyone's), with a clear error if it isn't."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"tokenizer file {path} does not exist; fix data.tokenizer_path or set it to null to train one")
@@ -60,23 +53,10 @@ def load_tokenizer(path) -> Tokenizer:
         return Tokenizer.from_file(str(path))
     except Exception as error:  # tokenizers raises a bare Exception on malformed JSON
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise DataError(f"{path} is not a valid tokenizer.json ({reason}); "
-                        "point data.tokenizer_path at a file saved by `tokenizers`") from None
-
-
-def special_token_ids(tokenizer: Tokenizer, source: str = "the tokenizer",
-                      roles: Optional[Dict[str, Optional[str]]] = None) -> Dict[str, Optional[int]]:
-    """{"bos_id", "eos_id", "pad_id"} for the data pipeline: every named role must exist, and EOS must
-    be named, or documents could not be ended. `roles` defaults to minillama's SPECIAL_TOKENS."""
-    roles = SPECIAL_TOKENS if roles is None else roles
-    if roles.get("eos") is None:
-        raise DataError(f"{source} has no end-of-document token; name one under 'eos' in {SPECIAL_TOKENS_FILE}")
-    ids = token_ids(tokenizer, roles)
-    for role, token in roles.items():
-        if token is not None and ids[role] is None:
-            raise DataError(f"{source} has no '{token}' token; add {[t for t in roles.values() if t]} as special "
-                            "tokens, or set data.tokenizer_path=null to train one")
-    return {f"{role}_id": ids[role] for role in ROLES}
+        raise DataError(
+            f"{path} is not a valid tokenizer.json ({reason}); point data.tokenizer_path at a file saved by "
+            "`tokenizers`"
+        ) from None
 
 
 def token_ids(tokenizer: Tokenizer, roles: Dict[str, Optional[str]]) -> Dict[str, Optional[int]]:
@@ -84,11 +64,25 @@ def token_ids(tokenizer: Tokenizer, roles: Dict[str, Optional[str]]) -> Dict[str
     return {role: tokenizer.token_to_id(roles[role]) if roles.get(role) is not None else None for role in ROLES}
 
 
-def read_special_tokens(directory) -> Dict[str, Optional[str]]:
-    """role → token string (or None) for the tokenizer.json in `directory` (a checkpoint).
+def special_token_ids(
+    tokenizer: Tokenizer, source: str = "the tokenizer", roles: Optional[Dict[str, Optional[str]]] = None
+) -> Dict[str, Optional[int]]:
+    """{"bos_id", "eos_id", "pad_id"}: every named role must exist, and EOS must be named, or documents could not end."""
+    roles = SPECIAL_TOKENS if roles is None else roles
+    if roles.get("eos") is None:
+        raise DataError(f"{source} has no end-of-document token; name one under 'eos' in {SPECIAL_TOKENS_FILE}")
+    ids = token_ids(tokenizer, roles)
+    for role, token in roles.items():
+        if token is not None and ids[role] is None:
+            raise DataError(
+                f"{source} has no '{token}' token; add {[t for t in roles.values() if t]} as special "
+                "tokens, or set data.tokenizer_path=null to train one"
+            )
+    return {f"{role}_id": ids[role] for role in ROLES}
 
-    Without a special_tokens.json the tokenizer is minillama's own and uses SPECIAL_TOKENS.
-    """
+
+def read_special_tokens(directory) -> Dict[str, Optional[str]]:
+    """role → token (or None) for the tokenizer.json in `directory`; without a special_tokens.json, minillama's own."""
     path = Path(directory) / SPECIAL_TOKENS_FILE
     if not path.exists():
         return dict(SPECIAL_TOKENS)
@@ -96,14 +90,16 @@ def read_special_tokens(directory) -> Dict[str, Optional[str]]:
         roles = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
         raise DataError(f"{path} is unreadable ({e}); delete it to use minillama's {list(SPECIAL_TOKENS.values())}")
-    if not isinstance(roles, dict) or set(roles) != set(ROLES) or \
-            not all(v is None or isinstance(v, str) for v in roles.values()):
+    if (
+        not isinstance(roles, dict)
+        or set(roles) != set(ROLES)
+        or not all(v is None or isinstance(v, str) for v in roles.values())
+    ):
         raise DataError(f"{path} must map exactly {list(ROLES)} to token strings or null")
     return roles
 
 
 def write_special_tokens(directory, roles: Dict[str, Optional[str]]) -> None:
-    """Record which tokens play BOS/EOS/PAD next to the tokenizer.json in `directory`."""
     (Path(directory) / SPECIAL_TOKENS_FILE).write_text(json.dumps({r: roles.get(r) for r in ROLES}, indent=2))
 
 
@@ -113,12 +109,12 @@ def max_token_id(tokenizer: Tokenizer) -> int:
 
 
 def file_hash(path) -> str:
-    """Short content hash: the identity of a tokenizer.json (and of every cache built with it)."""
+    """A tokenizer.json's identity (and of every cache built with it)."""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 
 def batched_texts(batches: Iterable[List[Optional[str]]], max_bytes: Optional[int]) -> Iterator[List[str]]:
-    """Non-empty texts from `batches`, stopping once about `max_bytes` UTF-8 bytes have been yielded."""
+    """Non-empty texts, stopping once about max_bytes UTF-8 bytes have gone by."""
     seen = 0
     for batch in batches:
         texts = [t for t in batch if t and not t.isspace()]

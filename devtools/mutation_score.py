@@ -8,6 +8,7 @@ lists as behaving exactly like the original (each with its reason), and a timeou
 (the mutant made a test hang: the suite noticed). Exit 1 if a target is below 90 %, or if a mutant
 listed as equivalent no longer exists or is now killed (the list must stay true).
 """
+
 import argparse
 import fnmatch
 import json
@@ -16,11 +17,19 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from cli import REPO
-from cli.entry import description
+from cli import REPO, description
 
-TARGETS = ("model", "training/checkpoint", "training/optim", "data/loader.py", "analysis/stats.py",
-           "training/step.py", "training/loop.py", "training/evaluation.py", "training/loss.py")
+TARGETS = (
+    "model",
+    "training/checkpoint",
+    "training/optim",
+    "data/loader.py",
+    "analysis/stats.py",
+    "training/step.py",
+    "training/loop.py",
+    "training/evaluation.py",
+    "training/loss.py",
+)
 REQUIRED = 0.90
 # mutmut's exit codes (mutmut/stats.py): 1 and 3 failed a test; 24/36/-24/152/255 a CPU-time limit.
 KILLED, TIMEOUT, SURVIVED = {1, 3}, {24, 36, -24, 152, 255}, {0}
@@ -36,11 +45,13 @@ def load_results(mutants: Path) -> dict:
     from the file mutmut recorded the mutant in (a name alone cannot tell `pkg/__init__.py` from `pkg.py`)."""
     results = {}
     for meta in sorted(mutants.rglob("*.py.meta")):
-        source = meta.relative_to(mutants).as_posix()[:-len(".meta")]
+        source = meta.relative_to(mutants).as_posix()[: -len(".meta")]
         if not any(source == t or source.startswith(t + "/") for t in TARGETS):
             continue
         target = target_of(source)
-        results.update((name, (target, code)) for name, code in json.loads(meta.read_text())["exit_code_by_key"].items())
+        results.update(
+            (name, (target, code)) for name, code in json.loads(meta.read_text())["exit_code_by_key"].items()
+        )
     return results
 
 
@@ -61,16 +72,25 @@ def todo(patterns: list, results: dict, equivalent: set) -> list:
     globs = [p for p in patterns if p not in names]
     if not results:  # nothing has run: the globs go to mutmut as they are
         return names + globs
-    left = [n for n, (_, code) in sorted(results.items()) if any(fnmatch.fnmatchcase(n, g) for g in globs)
-            and (code is None or (code in SURVIVED and n not in equivalent))]
+    left = [
+        n
+        for n, (_, code) in sorted(results.items())
+        if any(fnmatch.fnmatchcase(n, g) for g in globs)
+        and (code is None or (code in SURVIVED and n not in equivalent))
+    ]
     return names + [n for n in left if n not in names]
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--survivors", action="store_true", help="list the surviving mutants not judged equivalent")
-    parser.add_argument("--todo", nargs="+", metavar="GLOB", help="print the mutants matching GLOB (mutmut's names) "
-                        "not run yet or surviving unexplained, one a line: what scripts/mutation.sh runs for GLOB")
+    parser.add_argument(
+        "--todo",
+        nargs="+",
+        metavar="GLOB",
+        help="print the mutants matching GLOB (mutmut's names) "
+        "not run yet or surviving unexplained, one a line: what scripts/mutation.sh runs for GLOB",
+    )
     parser.add_argument("--dir", type=Path, default=REPO / "mutants", help="mutmut's working directory")
     parser.add_argument("--doc", type=Path, default=REPO / "docs" / "testing.md", help="the equivalent-mutant table")
     args = parser.parse_args(argv)
@@ -101,8 +121,10 @@ def main(argv=None) -> int:
         else:  # 33/5: no test calls the function at all — a gap like a survivor
             target["no tests"] += 1
             survivors.append(name)
-    print(f"{'target':24} {'mutants':>7} {'killed':>7} {'equiv.':>7} {'survived':>8} {'no test':>7} "
-          f"{'not run':>7} {'score':>7}")
+    print(
+        f"{'target':24} {'mutants':>7} {'killed':>7} {'equiv.':>7} {'survived':>8} {'no test':>7} "
+        f"{'not run':>7} {'score':>7}"
+    )
     failing = []
     for target in TARGETS:
         c = counts[target]
@@ -110,13 +132,18 @@ def main(argv=None) -> int:
         score = c["killed"] / judged if judged else float("nan")
         if c["not run"] or not judged or score < REQUIRED:
             failing.append(target)
-        print(f"{target:24} {c['mutants']:7} {c['killed']:7} {c['equivalent']:7} {c['survived']:8} "
-              f"{c['no tests']:7} {c['not run']:7} {score:7.1%}")
+        print(
+            f"{target:24} {c['mutants']:7} {c['killed']:7} {c['equivalent']:7} {c['survived']:8} "
+            f"{c['no tests']:7} {c['not run']:7} {score:7.1%}"
+        )
     if args.survivors:
         print("\nsurviving (not judged equivalent):", *survivors, sep="\n  ")
     if stale:
-        print(f"\nerror: docs/testing.md lists {len(stale)} equivalent mutant(s) that did not survive or no longer "
-              f"exist (update the table): {', '.join(stale)}", file=sys.stderr)
+        print(
+            f"\nerror: docs/testing.md lists {len(stale)} equivalent mutant(s) that did not survive or no longer "
+            f"exist (update the table): {', '.join(stale)}",
+            file=sys.stderr,
+        )
     if failing:
         print(f"\nbelow {REQUIRED:.0%} (or not fully run): {', '.join(failing)}", file=sys.stderr)
     return 1 if failing or stale else 0

@@ -1,49 +1,39 @@
-"""Feed-forward blocks: SwiGLU (LLaMA's) and GeGLU, GELU and ReLU² baselines, plus the width rule.
+"""Feed-forward blocks by name: SwiGLU (LLaMA's), GeGLU, GELU and ReLU² — and the width rule. Each owns
+init_weights(std, out_std); out_std goes to the layer that writes into the residual stream."""
 
-Every MLP owns `init_weights(std, out_std)`: `out_std` goes to the layer whose output is added to
-the residual stream (tests/test_transformer.py finds those layers by tracing, not by name).
-"""
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model.rounding import find_multiple
-
 
 def swiglu_intermediate_size(hidden_size: int, multiple_of: int, ffn_dim_multiplier: Optional[float] = None) -> int:
-    """Meta's LLaMA rule: int(2·4d/3), optionally × ffn_dim_multiplier, rounded UP to multiple_of.
+    """Meta's LLaMA rule: int(2·4d/3), optionally × ffn_dim_multiplier, rounded UP to multiple_of: (4096, 256) → 11008.
 
-    Why 8/3: a classic MLP d→4d→d has two matrices, 8·d² weights. A gated MLP has three
-    (gate, up, down); with width I that is 3·d·I, and 3·d·I = 8·d² gives I = 8d/3.
-    Why round UP to multiple_of: matmuls whose sizes are multiples of 32/64/256 map onto hardware
-    tiles; rounding up (never down) keeps at least the intended capacity. (4096, 256) → 11008.
-    """
+    8/3 because a gated MLP has three matrices: 3·d·I = 8·d² (a classic d→4d→d MLP's two) gives I = 8d/3. Round up,
+    never down, so a hardware-friendly size keeps at least the intended capacity."""
     hidden = int(2 * (4 * hidden_size) / 3)
     if ffn_dim_multiplier is not None:
         hidden = int(ffn_dim_multiplier * hidden)
-    return find_multiple(hidden, multiple_of)
+    return hidden if hidden % multiple_of == 0 else hidden + multiple_of - hidden % multiple_of
 
 
 class SwiGLU(nn.Module):
     """down_proj(silu(gate) * up), with gate and up computed by ONE fused Linear."""
 
     activation = staticmethod(F.silu)
-    gated = True  # three projections: its width follows the 8/3·d rule (ModelConfig reads this)
+    gated = True  # three projections: its width follows the 8/3·d rule
 
     def __init__(self, hidden_size: int, intermediate_size: int, dropout: float = 0.0):
         super().__init__()
-        # Fused: gate and up read the same input and have the same width, so one d→2I matmul
-        # does the work of two (one kernel launch, better utilisation).
+        # Fused: gate and up read the same input with the same width, so one d→2I matmul does the work of two.
         self.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias=False)
-        # Back to d: the residual stream needs the input's width.
-        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)  # back to the residual stream's width
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Both halves are used: gate (first half) decides how much of up (second half) passes.
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)  # each (B, T, I)
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)  # each (B, T, I): gate decides how much of up passes
         return self.dropout(self.down_proj(self.activation(gate) * up))
 
     def init_weights(self, std: float, out_std: float) -> None:
@@ -52,7 +42,7 @@ class SwiGLU(nn.Module):
 
 
 class GeGLU(SwiGLU):
-    """Same gated structure with GELU as the gate (Shazeer 2020)."""
+    """The same gated structure with GELU as the gate (Shazeer 2020)."""
 
     activation = staticmethod(F.gelu)
 

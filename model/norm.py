@@ -1,4 +1,5 @@
 """Normalisation layers by name: RMSNorm (LLaMA's), its bf16-computing ablation, LayerNorm, and none."""
+
 import torch
 from torch import nn
 
@@ -13,27 +14,19 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         input_dtype = x.dtype
-        # Upcast: squaring and averaging in bf16/fp16 loses precision (and fp16 can overflow).
-        x = x.float()
-        # Mean over the LAST dim only: each token is normalised by its own hidden vector.
-        # keepdim=True so the (B, T, 1) statistic broadcasts against (B, T, D).
+        x = x.float()  # upcast: squaring and averaging in bf16/fp16 loses precision (and fp16 can overflow)
+        # Mean over the LAST dim only, keepdim so the (B, T, 1) statistic broadcasts against (B, T, D).
         variance = x.pow(2).mean(dim=-1, keepdim=True)
         x = x * torch.rsqrt(variance + self.eps)
-        # Cast back before the weight, as HF LlamaRMSNorm does, so later layers see the input dtype.
-        return self.weight * x.to(input_dtype)
+        return self.weight * x.to(input_dtype)  # cast back before the weight, as HF's LlamaRMSNorm
 
     def init_weights(self, std: float, out_std: float) -> None:
-        """std/out_std are unused: ones, so at init the layer only rescales each token to unit RMS."""
-        nn.init.ones_(self.weight)
+        nn.init.ones_(self.weight)  # at init the layer only rescales each token to unit RMS
 
 
 class RMSNormBF16(RMSNorm):
-    """RMSNorm with the upcast skipped: squares, mean and rsqrt all in bf16 (model.norm=rmsnorm_bf16).
-
-    The ablation of RMSNorm's upcast: what a pure-bf16 model computes when the norm does not
-    upcast. The input is rounded to bf16 whatever its dtype (under CPU fp32 training too), so the
-    variant means the same thing on every machine; the output is cast back to the input dtype.
-    """
+    """model.norm=rmsnorm_bf16, the ablation of the upcast: squares, mean and rsqrt in bf16 whatever the input dtype
+    (so the variant means the same on every machine); the output is cast back to the input dtype."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         input_dtype = x.dtype
@@ -44,7 +37,7 @@ class RMSNormBF16(RMSNorm):
 
 
 class LayerNorm(nn.Module):
-    """Standard LayerNorm (mean-centred, with bias), same constructor as RMSNorm; fp32 inside too."""
+    """Standard LayerNorm (mean-centred, with bias), RMSNorm's constructor; fp32 inside too, for a fair ablation."""
 
     def __init__(self, dim: int, eps: float = 1e-5):
         super().__init__()
@@ -53,18 +46,16 @@ class LayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Explicit fp32 so both norms see identical precision in an ablation.
         y = nn.functional.layer_norm(x.float(), (x.shape[-1],), self.weight.float(), self.bias.float(), self.eps)
         return y.to(x.dtype)
 
     def init_weights(self, std: float, out_std: float) -> None:
-        """Weight ones and bias zeros: the identity affine map after standardising."""
         nn.init.ones_(self.weight)
         nn.init.zeros_(self.bias)
 
 
 class NoNorm(nn.Module):
-    """model.norm=none: the identity wherever a norm sits, with no parameters (the table counts 0)."""
+    """model.norm=none: the identity wherever a norm sits, with no parameters."""
 
     def __init__(self, dim: int, eps: float = 1e-5):
         super().__init__()
@@ -73,7 +64,7 @@ class NoNorm(nn.Module):
         return x
 
     def init_weights(self, std: float, out_std: float) -> None:
-        """Nothing to initialise."""
+        pass
 
 
 NORMS = {"rmsnorm": RMSNorm, "rmsnorm_bf16": RMSNormBF16, "layernorm": LayerNorm, "none": NoNorm}

@@ -1,6 +1,7 @@
 """`python scripts/x.py` puts scripts/ first on sys.path, not the repository: this puts the repository
 root there too, so a script finds cli/ and the packages from any working directory. The one sys.path
 edit of the tree; every script imports it first."""
+
 import sys
 from pathlib import Path
 

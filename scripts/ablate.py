@@ -4,9 +4,11 @@ Usage: python scripts/ablate.py [--dry-run]                          # configs/p
        python scripts/ablate.py --dir multirun/ablate/<date>/<time>   # resume
 Every option: --help. The program itself is cli/ablate.py; this file is its door.
 """
+
 import _bootstrap  # noqa: F401  (the repository root on sys.path)
+
+from cli import run
 from cli.ablate import main
-from cli.entry import run
 
 if __name__ == "__main__":
     run(main)

@@ -3,8 +3,10 @@
 Usage: python scripts/bench_generate.py [--checkpoint CKPT] [--new-tokens 256] [--no-hf] [--write] …
 Every option: --help. The program itself is devtools/bench/generate.py; this file is its door.
 """
+
 import _bootstrap  # noqa: F401  (the repository root on sys.path)
-from cli.entry import run
+
+from cli import run
 from devtools.bench.generate import main
 
 if __name__ == "__main__":

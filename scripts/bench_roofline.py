@@ -2,11 +2,13 @@
 options) timed side by side.
 
 Usage: python scripts/bench_roofline.py [OVERRIDE ...] [--variant "OVERRIDE ..."]...
-       [--inductor-variant "NAME=VALUE ..."]... [--device-skip-variant] [--steps 20] [--profile-steps 5]
+       [--inductor-variant "NAME=VALUE ..."]... [--steps 20] [--profile-steps 5]
 Every option: --help. The program itself is devtools/bench/roofline.py; this file is its door.
 """
+
 import _bootstrap  # noqa: F401  (the repository root on sys.path)
-from cli.entry import run
+
+from cli import run
 from devtools.bench.roofline import main
 
 if __name__ == "__main__":

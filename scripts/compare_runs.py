@@ -4,9 +4,11 @@ Usage: python scripts/compare_runs.py multirun/<date>/<time> [more run or sweep 
            [--reference model.norm=rmsnorm model.mlp=swiglu]
 Every option: --help. The program itself is cli/compare_runs.py; this file is its door.
 """
+
 import _bootstrap  # noqa: F401  (the repository root on sys.path)
+
+from cli import run
 from cli.compare_runs import main
-from cli.entry import run
 
 if __name__ == "__main__":
     run(main)

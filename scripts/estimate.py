@@ -4,8 +4,10 @@ Usage: python scripts/estimate.py [overrides as for train.py ...] [--device cpu|
 e.g.   python scripts/estimate.py model=125m trainer=gpu --device cuda --device-memory-gb 80
 Every option: --help. The program itself is cli/estimate.py; this file is its door.
 """
+
 import _bootstrap  # noqa: F401  (the repository root on sys.path)
-from cli.entry import run
+
+from cli import run
 from cli.estimate import main
 
 if __name__ == "__main__":

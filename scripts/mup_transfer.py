@@ -5,8 +5,10 @@ Usage: python scripts/mup_transfer.py --dir DIR --dry-run   # the plan and its e
        python scripts/mup_transfer.py --dir DIR --report    # table and figure of what has finished
 Every option: --help. The program itself is cli/mup/transfer.py; this file is its door.
 """
+
 import _bootstrap  # noqa: F401  (the repository root on sys.path)
-from cli.entry import run
+
+from cli import run
 from cli.mup.transfer import main
 
 if __name__ == "__main__":

@@ -4,8 +4,10 @@ Usage: python scripts/speedrun.py --lock /tmp/minillama-cpu.lock    # every reci
        python scripts/speedrun.py --dry-run                          # the plan and its cost only
 Every option: --help. The program itself is cli/speedrun.py; this file is its door.
 """
+
 import _bootstrap  # noqa: F401  (the repository root on sys.path)
-from cli.entry import run
+
+from cli import run
 from cli.speedrun import STOPPED, main
 
 if __name__ == "__main__":

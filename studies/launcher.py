@@ -4,6 +4,7 @@ written as a generated Hydra option `+job=<name>`) run as Hydra multiruns of tra
 process per job, `workers` at a time — with the CPU lock, a cold compile cache on request, Ctrl-C passed on
 exactly once, and each job's outcome read back from its run directory (job_status.yaml, written by
 cli.callbacks.JobStatusFile at the end of every job). The ablation, the speedrun and μP all launch here."""
+
 import contextlib
 import fcntl
 import os
@@ -20,7 +21,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import yaml
 
-from training.runtime.run_files import RunFiles
+from training.checkpoint import RunFiles
 
 TRAIN_PY = Path(__file__).resolve().parents[1] / "train.py"
 JOB_GROUP = "job"
@@ -40,6 +41,7 @@ class Job:
     """One train.py run: where it writes, the config groups it chooses ({"optim": "muon"}) and the values
     it sets ({"seed": 1, "optim": {"lr": 0.01}}), merged after every other config; the launcher's
     command-line overrides still win over them. `log`: its output (default: beside run_dir, <name>.log)."""
+
     run_dir: Path
     values: dict = field(default_factory=dict)
     choices: Dict[str, str] = field(default_factory=dict)
@@ -59,6 +61,7 @@ class Job:
 class Ended:
     """How a job ended: COMPLETED, FAILED (with train.py's one-line error and the exception types along
     its chain) or NOT_RUN (stopped before it started, or its process died without a word)."""
+
     job: Job
     status: str
     error: Optional[str] = None
@@ -70,8 +73,10 @@ class Ended:
 
 def write_option(directory: Path, job: Job) -> None:
     """The job as a global-package option of group `job`: its choices as defaults-list overrides."""
-    text = {**({"defaults": [*({f"override /{g}": c} for g, c in job.choices.items()), "_self_"]}
-               if job.choices else {}), **job.values}
+    text = {
+        **({"defaults": [*({f"override /{g}": c} for g, c in job.choices.items()), "_self_"]} if job.choices else {}),
+        **job.values,
+    }
     path = directory / JOB_GROUP / f"{job.option}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("# @package _global_\n" + yaml.safe_dump(text, sort_keys=False))
@@ -83,22 +88,43 @@ class Launcher:
     `workers` at a time. `lock`: a file flock-ed while a list runs (other users of the machine wait);
     cold_compile: each process compiles into an empty inductor cache of its own (timed runs)."""
 
-    def __init__(self, options_dir: Path, overrides: Sequence[str] = (), workers: int = 1, one_process: bool = False,
-                 lock: Optional[Path] = None, cold_compile: bool = False, cluster: Sequence[str] = (),
-                 python: str = sys.executable):
+    def __init__(
+        self,
+        options_dir: Path,
+        overrides: Sequence[str] = (),
+        workers: int = 1,
+        one_process: bool = False,
+        lock: Optional[Path] = None,
+        cold_compile: bool = False,
+        cluster: Sequence[str] = (),
+        python: str = sys.executable,
+    ):
         if workers < 1:
             raise ValueError(f"workers={workers}: run at least one job at a time")
-        self.options_dir, self.overrides, self.workers, self.one_process = options_dir, list(overrides), workers, one_process
+        self.options_dir, self.overrides, self.workers, self.one_process = (
+            options_dir,
+            list(overrides),
+            workers,
+            one_process,
+        )
         self.lock, self.cold_compile, self.cluster, self.python = lock, cold_compile, list(cluster), python
         self._forwarder, self.exit_code = _Forwarder(), 0  # the last run()'s signal and worst exit status
 
     def command(self, jobs: Sequence[Job], root: Path) -> List[str]:
         """`train.py -m` over the jobs, each in its run directory under root (the sweep directory)."""
         subdir = "${run_name}" if len(jobs) > 1 else quoted(_relative(jobs[0], root))
-        return [self.python, str(TRAIN_PY), "-m", *self.overrides, *self.cluster,
-                f"hydra.sweep.dir={quoted(root.resolve())}", f"hydra.sweep.subdir={subdir}",
-                f"hydra.searchpath=[{quoted('file://' + str(self.options_dir.resolve()))}]", CALLBACK,
-                f"+{JOB_GROUP}={','.join(j.option for j in jobs)}"]
+        return [
+            self.python,
+            str(TRAIN_PY),
+            "-m",
+            *self.overrides,
+            *self.cluster,
+            f"hydra.sweep.dir={quoted(root.resolve())}",
+            f"hydra.sweep.subdir={subdir}",
+            f"hydra.searchpath=[{quoted('file://' + str(self.options_dir.resolve()))}]",
+            CALLBACK,
+            f"+{JOB_GROUP}={','.join(j.option for j in jobs)}",
+        ]
 
     @property
     def stopped(self) -> Optional[int]:
@@ -157,8 +183,13 @@ class Launcher:
             batch[0].log_path.parent.mkdir(parents=True, exist_ok=True)
         log = None if self.one_process else open(batch[0].log_path, "w")
         load_before, start = os.getloadavg()[0], time.time()
-        proc = subprocess.Popen(self.command(batch, root), stdout=log, stderr=subprocess.STDOUT if log else None, env=env,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            self.command(batch, root),
+            stdout=log,
+            stderr=subprocess.STDOUT if log else None,
+            env=env,
+            start_new_session=True,
+        )
         self._forwarder.processes.append(proc)
         return proc, batch, start, load_before, log, cache
 

@@ -1,5 +1,6 @@
 """Shared data fixtures: prepared caches once per session (Shakespeare for the default config and for
 `debug=tiny`), and small synthetic corpora. And how `make test` shares 2 cores between two workers."""
+
 import os
 from pathlib import Path
 
@@ -41,6 +42,7 @@ def exact_fp32():
     matmuls (the training loop turns TF32 on), and tests that flip the switches must not leak them.
     (torch's flag objects are not plain attributes: no monkeypatch.)"""
     import torch
+
     saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     yield
@@ -51,6 +53,7 @@ def exact_fp32():
 # Tests marked `serial` (they start train.py, torchrun, a sweep or a benchmark) all go to one worker, so
 # they run one at a time as on one core; the other worker takes everything else. Each worker computes
 # on one thread: two workers × one thread fill 2 cores without oversubscribing them.
+
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
@@ -63,8 +66,10 @@ def pytest_configure(config):
     # Tests that call torch.compile themselves (test_attention, test_hybrid_attention, test_loss, test_compile) keep
     # inductor's cache per CPU capability as every program does (training/compile.py): a suite run under
     # ATEN_CPU_CAPABILITY=avx2 was served graphs compiled natively and died of a segfault in one.
-    from training.compile import cache_for_this_cpu
+    from training.loop import cache_for_this_cpu
+
     cache_for_this_cpu()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         import torch
+
         torch.set_num_threads(1)

@@ -1,14 +1,15 @@
 """Run under `torchrun --nproc_per_node=1` on a CUDA machine (tests/test_cuda.py): FSDP2 with the bf16
 mixed-precision policy over NCCL trains CausalLMLoss like the unwrapped module does, eager and compiled."""
+
 import json
 import sys
 
 import torch
 
 from model import ModelConfig, Transformer
-from training.runtime import distributed as D
-from training.compile import CompiledLoss
-from training.loss import CausalLMLoss
+from training import distributed as D
+from training.checkpoint import full_model_state
+from training.loop import CausalLMLoss, CompiledLoss
 
 STEPS = 8
 
@@ -30,7 +31,7 @@ def losses(parallel: str, info: D.DistInfo, compiled: bool = False) -> list:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         out.append(loss.item())
-    state = D.full_model_state(module)  # collective: every rank; unsharded fp32 tensors on the CPU
+    state = full_model_state(module)  # collective: every rank; unsharded fp32 tensors on the CPU
     assert all(t.device.type == "cpu" for t in state.values()), "the full state dict must be on the CPU"
     assert all(t.dtype == torch.float32 for t in state.values() if t.is_floating_point()), "fp32 master weights"
     if compiled:
@@ -43,8 +44,11 @@ def main() -> None:
     # D.join skips the process group for a single process; FSDP2 needs one (a 1-rank NCCL mesh).
     torch.distributed.init_process_group(backend="nccl", device_id=info.device)
     try:
-        result = {"plain": losses("none", info), "fsdp": losses("fsdp", info),
-                  "fsdp_compiled": losses("fsdp", info, compiled=True)}
+        result = {
+            "plain": losses("none", info),
+            "fsdp": losses("fsdp", info),
+            "fsdp_compiled": losses("fsdp", info, compiled=True),
+        }
     finally:
         D.teardown()
     print(json.dumps(result))

@@ -1,5 +1,6 @@
 """The commands README.md and docs/ show in their code blocks, as a reader would copy them: what
 tests/test_docs_commands.py (train.py) and tests/test_docs_scripts.py (scripts/) check."""
+
 import re
 import shlex
 from pathlib import Path

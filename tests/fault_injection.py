@@ -15,10 +15,11 @@ code under test is the real one — nothing in minillama knows about them:
                                  autograd as in a real compile, without inductor's minute of C++ builds
   {"teardown_log": "FILE"}       append "<rank> <group up before> <group up after>" to FILE at each process-group teardown
   {"metrics_disk_full_after": 3} metrics.jsonl's disk fills after 3 rows: every later write and the close fail (ENOSPC)
-  {"step_clock": [[0, 0.05], [40, 0.2]]}  the run's clock (training/checkpoint/run_state.py) reads the seconds its steps
+  {"step_clock": [[0, 0.05], [40, 0.2]]}  the run's clock (training/budget.py clock) reads the seconds its steps
                                  would take: 0.05 s each from step 0, 0.2 s each from step 40; evaluations and
                                  checkpoints take none. A time budget then plans the same steps on every run
 """
+
 import json
 import os
 import runpy
@@ -41,22 +42,24 @@ def poisoned(real_call, bad_steps):
             return real_call(self, step)
         finally:
             self.loss_module = real_module
+
     return poisoned_step
 
 
 def step_clock(segments: list, setattr_=setattr) -> None:
     """Make the run's clock a function of the steps done: [[from_step, seconds per step], …]. In-process tests
     pass monkeypatch.setattr as setattr_ (tests/test_budget.py)."""
-    import training.checkpoint.checkpointer as checkpointer
-    import training.checkpoint.run_state as run_state
-    import training.step as step_module
-    import training.validator as validator
+    import training.budget as budget
+    import training.checkpoint as checkpoint
+    import training.log as log
+    import training.loop as loop
+
     done = {"steps": 0}
 
     def seconds(n: int) -> float:
         return sum(next(dt for start, dt in reversed(segments) if i >= start) for i in range(n))
 
-    real_call, real_from_json = step_module.TrainStep.__call__, run_state.RunState.from_json.__func__
+    real_call, real_from_json = loop.TrainStep.__call__, checkpoint.RunState.from_json.__func__
 
     def counted_call(self, step):
         out = real_call(self, step)
@@ -66,18 +69,21 @@ def step_clock(segments: list, setattr_=setattr) -> None:
     def counted_from_json(cls, fields):
         done["steps"] = fields["step"]
         return real_from_json(cls, fields)
-    setattr_(run_state, "clock", lambda: 1000.0 + seconds(done["steps"]))
-    setattr_(step_module.TrainStep, "__call__", counted_call)
-    setattr_(run_state.RunState, "from_json", classmethod(counted_from_json))
-    setattr_(validator.Validator, "time_one", lambda self: 0.0)
-    setattr_(checkpointer.Checkpointer, "time_one", lambda self: 0.0)
+
+    clock = lambda: 1000.0 + seconds(done["steps"])  # noqa: E731
+    for module in (budget, checkpoint, log, loop):  # each holds the one clock by name
+        setattr_(module, "clock", clock)
+    setattr_(loop.TrainStep, "__call__", counted_call)
+    setattr_(checkpoint.RunState, "from_json", classmethod(counted_from_json))
+    setattr_(loop.Validator, "time_one", lambda self: 0.0)
+    setattr_(checkpoint.Checkpointer, "time_one", lambda self: 0.0)
 
 
 def install(spec: dict) -> None:
-    import data.preparation as preparation
-    import training.checkpoint.checkpointer as saving
-    import training.step as step_module
-    import training.validator as validator
+    import data.cache as preparation
+    import training.checkpoint as saving
+    import training.loop as step_module
+    import training.loop as validator
 
     if "step_clock" in spec:
         step_clock(spec["step_clock"])
@@ -88,20 +94,24 @@ def install(spec: dict) -> None:
         def slow_build(*args, **kwargs):
             time.sleep(spec["slow_prepare"])
             return real_build(*args, **kwargs)
+
         preparation._build = slow_build
 
     if "compile_backend" in spec:
-        import training.compile as compile_module
+        import training.loop as compile_module
+
         real_init = compile_module.CompiledLoss.__init__
 
-        def init_with_backend(self, module, warn=None, **compile_kwargs):
+        def init_with_backend(self, module, warn=print, **compile_kwargs):
             real_init(self, module, warn, **{"backend": spec["compile_backend"], **compile_kwargs})
+
         compile_module.CompiledLoss.__init__ = init_with_backend
 
     if "teardown_log" in spec:
         import torch.distributed as dist
 
-        import training.runtime.distributed as distributed
+        import training.distributed as distributed
+
         real_teardown = distributed.teardown
 
         def logged_teardown():
@@ -109,25 +119,29 @@ def install(spec: dict) -> None:
             real_teardown()
             with open(spec["teardown_log"], "a") as f:
                 f.write(f"{os.environ.get('RANK', '0')} {before} {dist.is_initialized()}\n")
+
         distributed.teardown = logged_teardown
 
     if "metrics_disk_full_after" in spec:
         import errno
 
-        import training.metrics as metrics
-        real_append, budget = metrics.MetricsFile.append, {"rows": spec["metrics_disk_full_after"]}
+        import training.log as metrics
+
+        real_log, budget = metrics.Logger.log, {"rows": spec["metrics_disk_full_after"]}
 
         class FullDisk:
             def write(self, text):
                 raise OSError(errno.ENOSPC, "No space left on device")
+
             close = flush = lambda self: FullDisk.write(self, "")
 
-        def append_until_full(self, row):
-            if budget["rows"] == 0:
+        def log_until_full(self, row):
+            if budget["rows"] == 0 and self.file is not None:
                 self.file = FullDisk()
             budget["rows"] -= 1
-            return real_append(self, row)
-        metrics.MetricsFile.append = append_until_full
+            return real_log(self, row)
+
+        metrics.Logger.log = log_until_full
 
     if "nan_steps" in spec:
         step_module.TrainStep.__call__ = poisoned(step_module.TrainStep.__call__, spec["nan_steps"])
@@ -138,6 +152,7 @@ def install(spec: dict) -> None:
         def scripted_evaluate(*args, **kwargs):
             result = real_evaluate(*args, **kwargs)
             return {**result, "val_bpb": scripted.pop(0)}
+
         validator.evaluate = scripted_evaluate
 
     if "signal_at_step" in spec:
@@ -150,6 +165,7 @@ def install(spec: dict) -> None:
             if here and step + 1 == at:
                 os.kill(os.getpid(), signum)
             return out
+
         step_module.TrainStep.__call__ = signalling_step
 
     if {"save_log", "signal_in_save", "hang_in_save"} & spec.keys():
@@ -167,18 +183,21 @@ def install(spec: dict) -> None:
             if first and "hang_in_save" in spec:
                 _write_then_hang(spec["hang_in_save"])
             return real_save(root, step, *args, **kwargs)
+
         saving.save_checkpoint = faulty_save
 
 
 def _write_then_hang(marker: str) -> None:
     """Let the real writer start the .tmp directory, then stop inside it until killed."""
-    import training.checkpoint.save as checkpoint
+    import training.checkpoint as checkpoint
+
     real_write = checkpoint.save_file
 
     def write_and_hang(tensors, filename, *args, **kwargs):
         real_write(tensors, filename, *args, **kwargs)
         Path(marker).write_text(str(filename))
         time.sleep(600)
+
     checkpoint.save_file = write_and_hang
 
 

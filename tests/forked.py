@@ -7,6 +7,7 @@ The child is a real process — its own pid, signal handlers and exit status —
 through runpy with the given argv, environment and working directory, its stdout/stderr in files.
 `ForkedRun` answers the subset of subprocess.Popen the tests use.
 """
+
 import json
 import multiprocessing
 import os
@@ -22,8 +23,17 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 # What every run imports anyway; datasets only for cold caches, still worth it once for all runs.
-PRELOAD = ["torch", "torch._dynamo", "torch.optim", "hydra", "cli.config", "training.loop", "tests.fault_injection",
-           "datasets", "tokenizers"]
+PRELOAD = [
+    "torch",
+    "torch._dynamo",
+    "torch.optim",
+    "hydra",
+    "cli.config",
+    "training.loop",
+    "tests.fault_injection",
+    "datasets",
+    "tokenizers",
+]
 _CONTEXT = None
 
 
@@ -35,15 +45,19 @@ def _context():
     return _CONTEXT
 
 
-def _child(script: str, args: list, env: dict, cwd: str, out_path: str, err_path: str, faults,
-           in_path: str = os.devnull) -> None:
+def _child(
+    script: str, args: list, env: dict, cwd: str, out_path: str, err_path: str, faults, in_path: str = os.devnull
+) -> None:
     """In the forked child: become `python <script> <args>` with this env and cwd, stdin from in_path,
     output to files."""
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
-    for fd, path, flags in ((0, in_path, os.O_RDONLY), (1, out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
-                            (2, err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
+    for fd, path, flags in (
+        (0, in_path, os.O_RDONLY),
+        (1, out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+        (2, err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+    ):
         if fd == 2 and err_path == out_path:  # stderr=STDOUT: one file, one offset
             os.dup2(1, 2)
             continue
@@ -59,6 +73,7 @@ def _child(script: str, args: list, env: dict, cwd: str, out_path: str, err_path
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))  # as `python <script>` starts: its folder first
     if faults is not None:
         from tests.fault_injection import install
+
         install(faults)
     code = 0
     try:
@@ -69,6 +84,7 @@ def _child(script: str, args: list, env: dict, cwd: str, out_path: str, err_path
             print(e.code, file=sys.stderr)
     except BaseException:  # an uncaught error: the traceback a fresh interpreter would print
         import traceback
+
         traceback.print_exc()
         code = 1
     sys.stdout.flush()
@@ -90,8 +106,9 @@ class ForkedRun:
             stdin = os.path.join(self._dir, "stdin")
             Path(stdin).write_text(input)
         self.args, self.returncode = args, None
-        self._process = _context().Process(target=_child, daemon=False, args=(
-            args[0], args[1:], env, str(cwd), self._out, self._err, faults, stdin))
+        self._process = _context().Process(
+            target=_child, daemon=False, args=(args[0], args[1:], env, str(cwd), self._out, self._err, faults, stdin)
+        )
         self._process.start()
         self.pid = self._process.pid
         self.stdout, self.stderr = _LateFile(self._out), _LateFile(self._err)
@@ -136,7 +153,9 @@ class _LateFile:
             return ""
 
 
-def run(args: list, env: dict, cwd: Path, timeout: float, faults=None, input: str = None) -> subprocess.CompletedProcess:
+def run(
+    args: list, env: dict, cwd: Path, timeout: float, faults=None, input: str = None
+) -> subprocess.CompletedProcess:
     proc = ForkedRun(args, env, cwd, faults, input)
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -147,8 +166,9 @@ def run(args: list, env: dict, cwd: Path, timeout: float, faults=None, input: st
     return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
-def run_script(script, *args, timeout: float = 120, input: str = None, env: dict = None,
-               cwd: Path = REPO) -> subprocess.CompletedProcess:
+def run_script(
+    script, *args, timeout: float = 120, input: str = None, env: dict = None, cwd: Path = REPO
+) -> subprocess.CompletedProcess:
     """`python <script> <args>` as a forked real process: a script test without the interpreter start."""
     return run([str(script), *map(str, args)], dict(os.environ if env is None else env), cwd, timeout, input=input)
 
@@ -169,13 +189,19 @@ if __name__ == "__main__":  # a quick check: python tests/forked.py train.py deb
 def popen_forking_train_py(real_popen):
     """A subprocess.Popen stand-in (for monkeypatching) that forks `python train.py …` commands and
     hands every other command to real_popen: for code under test that launches train.py itself."""
+
     def popen(command, cwd=None, env=None, **kwargs):
         command = list(command)
         if len(command) >= 2 and command[0] == sys.executable and command[1].endswith("train.py"):
             out = kwargs.get("stdout")
-            log = out.name if kwargs.get("stderr") == subprocess.STDOUT and isinstance(getattr(out, "name", None), str) \
+            log = (
+                out.name
+                if kwargs.get("stderr") == subprocess.STDOUT and isinstance(getattr(out, "name", None), str)
                 else None
-            return ForkedRun(command[1:], dict(env if env is not None else os.environ), Path(cwd or os.getcwd()),
-                             log=log)
+            )
+            return ForkedRun(
+                command[1:], dict(env if env is not None else os.environ), Path(cwd or os.getcwd()), log=log
+            )
         return real_popen(command, cwd=cwd, env=env, **kwargs)
+
     return popen

@@ -16,6 +16,7 @@ commit the diff with the change that caused it:
 A class other than this machine's is emulated by capping the kernels' instruction sets
 (oneDNN, ATen and MKL) — possible on an AMX machine, which runs all three.
 """
+
 import argparse
 import json
 import os
@@ -33,8 +34,15 @@ VARIANTS = {  # the default recipe and one other norm and MLP, on random windows
     "rmsnorm_swiglu_epochs": ["data.sampling=epochs"],  # fp32: one curve on every CPU, so no class to re-bless
 }
 BF16_VARIANT = ["data.sampling=random", "trainer.precision=bf16"]  # the default recipe under bf16 autocast
-COMMON = [f"trainer.max_steps={STEPS}", "trainer.log_interval=1", "trainer.precision=fp32", "trainer.eval_interval=1000",
-          "trainer.ckpt_interval=1000", "trainer.keep_best=false", "model.dropout=0.0"]
+COMMON = [
+    f"trainer.max_steps={STEPS}",
+    "trainer.log_interval=1",
+    "trainer.precision=fp32",
+    "trainer.eval_interval=1000",
+    "trainer.ckpt_interval=1000",
+    "trainer.keep_best=false",
+    "model.dropout=0.0",
+]
 # Instruction-set caps that make an AMX machine compute as each class does.
 EMULATE = {
     "amx": {},
@@ -43,11 +51,31 @@ EMULATE = {
 }
 
 
+CLASSES = ("amx", "avx512_bf16", "avx2")  # best first
+
+
+def hardware_class() -> str:
+    """amx | avx512_bf16 | avx2 from the CPU's own flags (an Arm CPU, or x86 without AVX2: avx2, no bf16 path)."""
+    import platform
+
+    import torch
+
+    if not (platform.machine().lower() in ("x86_64", "amd64") and torch.cpu._is_avx2_supported()):
+        return "avx2"
+    return (
+        "amx"
+        if torch.cpu._is_amx_tile_supported()
+        else "avx512_bf16"
+        if torch.cpu._is_avx512_bf16_supported()
+        else "avx2"
+    )
+
+
 def bf16_class() -> str:
     """amx | avx512_bf16 | avx2: the bf16 hardware oneDNN uses here (a cap set by EMULATE wins): the CPU class."""
-    sys.path.insert(0, str(REPO))
-    from training.runtime.cpu import cpu_class
-    return cpu_class().name
+    cap = (os.environ.get("ONEDNN_MAX_CPU_ISA") or "").upper()
+    capped = next((cls for cls, env in EMULATE.items() if env and env["ONEDNN_MAX_CPU_ISA"] == cap), "amx")
+    return CLASSES[max(CLASSES.index(hardware_class()), CLASSES.index(capped))]
 
 
 def computes_as_its_class() -> bool:
@@ -56,15 +84,14 @@ def computes_as_its_class() -> bool:
     real CPU has: its bf16 curve moved 2.1e-3 nats from the AVX2 class's (recorded with EMULATE's full caps), on
     an AMD EPYC. Such a process checks its class's curve in a child with the full caps (test_cpu_classes.py)."""
     import torch
+
     want = EMULATE[bf16_class()].get("ATEN_CPU_CAPABILITY")
     return want is None or torch.backends.cpu.get_cpu_capability().lower() == want
 
 
 def can_emulate(cls: str) -> bool:
     """Whether this machine can compute as `cls` does: a class at or below its hardware's (caps only lower)."""
-    sys.path.insert(0, str(REPO))
-    from training.runtime.cpu import cpu_class, lower
-    return lower(cpu_class().hardware, cls) == cls
+    return CLASSES.index(hardware_class()) <= CLASSES.index(cls)
 
 
 def overrides_of(variant_overrides: list) -> list:
@@ -78,38 +105,64 @@ def loss_curve(variant: str, cache_dir: Path, work_dir: Path) -> list:
     (`bf16` is the default recipe under bf16 autocast)."""
     sys.path.insert(0, str(REPO))
     from tests.train_helpers import read_metrics, train_in_process
+
     run_dir = work_dir / variant
-    train_in_process(run_dir, *overrides_of(BF16_VARIANT if variant == "bf16" else VARIANTS[variant]),
-                     cache_dir=cache_dir)
+    train_in_process(
+        run_dir, *overrides_of(BF16_VARIANT if variant == "bf16" else VARIANTS[variant]), cache_dir=cache_dir
+    )
     return [row["loss"] for row in read_metrics(run_dir) if row.get("kind") == "train"]
 
 
 def bless(bf16_classes: list, fp32: bool = True) -> None:
     import torch
+
     old = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
     with tempfile.TemporaryDirectory() as tmp:
-        curves = {v: loss_curve(v, Path(tmp) / "cache", Path(tmp) / "runs") for v in VARIANTS} if fp32 \
-            else old["losses"]
+        curves = (
+            {v: loss_curve(v, Path(tmp) / "cache", Path(tmp) / "runs") for v in VARIANTS} if fp32 else old["losses"]
+        )
         bf16 = dict(old.get("bf16_losses", {}))
         for cls in bf16_classes:
             if cls == bf16_class():
                 bf16[cls] = loss_curve("bf16", Path(tmp) / "cache", Path(tmp) / "runs")
             else:  # another class: a child process with the instruction sets capped
                 out = Path(tmp) / f"{cls}.json"
-                subprocess.run([sys.executable, __file__, "--bf16-only", str(out)], check=True,
-                               env={**os.environ, **EMULATE[cls]}, cwd=REPO)
+                subprocess.run(
+                    [sys.executable, __file__, "--bf16-only", str(out)],
+                    check=True,
+                    env={**os.environ, **EMULATE[cls]},
+                    cwd=REPO,
+                )
                 bf16[cls] = json.loads(out.read_text())
     GOLDEN.parent.mkdir(exist_ok=True)
-    GOLDEN.write_text(json.dumps({"torch": torch.__version__, "steps": STEPS, "overrides": COMMON,
-                                  "variants": VARIANTS, "losses": curves, "bf16_overrides": BF16_VARIANT,
-                                  "bf16_losses": dict(sorted(bf16.items()))}, indent=1) + "\n")
-    print(f"wrote {GOLDEN}: " + ", ".join(f"{v} {c[0]:.4f} → {c[-1]:.4f}" for v, c in curves.items())
-          + "; bf16 " + ", ".join(f"{k} → {c[-1]:.4f}" for k, c in bf16.items()))
+    GOLDEN.write_text(
+        json.dumps(
+            {
+                "torch": torch.__version__,
+                "steps": STEPS,
+                "overrides": COMMON,
+                "variants": VARIANTS,
+                "losses": curves,
+                "bf16_overrides": BF16_VARIANT,
+                "bf16_losses": dict(sorted(bf16.items())),
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+    print(
+        f"wrote {GOLDEN}: "
+        + ", ".join(f"{v} {c[0]:.4f} → {c[-1]:.4f}" for v, c in curves.items())
+        + "; bf16 "
+        + ", ".join(f"{k} → {c[-1]:.4f}" for k, c in bf16.items())
+    )
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description="re-bless the golden loss curves")
-    p.add_argument("--bf16-classes", default="this", help="this | all | a comma-separated list of " + ", ".join(EMULATE))
+    p.add_argument(
+        "--bf16-classes", default="this", help="this | all | a comma-separated list of " + ", ".join(EMULATE)
+    )
     p.add_argument("--no-fp32", action="store_true", help="keep the committed fp32 curves; bless only bf16")
     p.add_argument("--bf16-only", type=Path, help=argparse.SUPPRESS)  # internal: one bf16 curve into this file
     p.add_argument("--cache", type=Path, help=argparse.SUPPRESS)  # internal: a debug=tiny data cache to reuse

@@ -1,5 +1,6 @@
 """Shared bits for the model tests: a tiny GQA config, weights that are not at their init, one CPU thread,
 and the LLaMA forward pass written out in float64 from the config's numbers (the reference)."""
+
 import contextlib
 import math
 from typing import Iterator, Optional
@@ -13,8 +14,7 @@ from model.attention import Attention
 
 def tiny_model_config(**overrides) -> ModelConfig:
     """2 layers, dim 32, 4 query heads sharing 2 kv heads: small enough for milliseconds, GQA on purpose."""
-    fields = dict(vocab_size=61, hidden_size=32, n_layers=2, n_heads=4, n_kv_heads=2, multiple_of=16,
-                  max_seq_len=24)
+    fields = dict(vocab_size=61, hidden_size=32, n_layers=2, n_heads=4, n_kv_heads=2, multiple_of=16, max_seq_len=24)
     return ModelConfig(**{**fields, **overrides})
 
 
@@ -43,6 +43,7 @@ def one_thread() -> Iterator[None]:
 
 # ---- float64 references: every constant comes from the config, never from a module's attribute ------
 
+
 def reference_rope(head_dim: int, seq_len: int, theta: float) -> tuple:
     """cos, sin (seq_len, head_dim) in float64, rotate-half layout: pair (i, i + head_dim/2) turns by
     position · theta^(-2i/head_dim)."""
@@ -56,8 +57,14 @@ def reference_rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Te
     return x / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps) * weight.double()
 
 
-def reference_attention(attn: Attention, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                        eps: float = 1e-5, scale: Optional[float] = None) -> torch.Tensor:
+def reference_attention(
+    attn: Attention,
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    eps: float = 1e-5,
+    scale: Optional[float] = None,
+) -> torch.Tensor:
     """Causal attention written out in float64: explicit scores, -inf mask, softmax, kv heads repeated.
     `eps` is the QK-norm's (model.norm_eps); `scale` multiplies q·k (default 1/sqrt(head_dim))."""
     B, T, _ = x.shape
@@ -70,7 +77,7 @@ def reference_attention(attn: Attention, x: torch.Tensor, cos: torch.Tensor, sin
         q, k = reference_rms(q, attn.q_norm.weight, eps), reference_rms(k, attn.k_norm.weight, eps)
 
     def rotate(t):  # the rotation, pair (i, i + hd/2) at angle cos/sin
-        t1, t2 = t[..., :hd // 2], t[..., hd // 2:]
+        t1, t2 = t[..., : hd // 2], t[..., hd // 2 :]
         return t * cos + torch.cat([-t2, t1], dim=-1) * sin
 
     q, k = rotate(q), rotate(k)

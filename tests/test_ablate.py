@@ -4,6 +4,7 @@ edge extending the sweep; a resume that re-runs nothing finished, no seeds added
 resume, and bad input.
 The protocol runs in-process (main()) where no signal is sent, saving an interpreter start, and as a
 process forked from the preloaded server where one is; its train.py multiruns are processes either way."""
+
 import contextlib
 import csv
 import io
@@ -19,12 +20,12 @@ import pytest
 import yaml
 from matplotlib import image
 
-from studies.ablation.manifest import MANIFEST
+from cli import exit_status
 from cli.ablate import main
-from cli.entry import exit_status
+from studies.ablation.manifest import MANIFEST
 from tests import forked
 from tests.train_helpers import REPO, read_metrics
-from training.runtime.run_files import JOB_STATUS as STATUS_FILE
+from training.checkpoint import JOB_STATUS as STATUS_FILE
 
 pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (conftest.py)
 
@@ -33,16 +34,33 @@ pytestmark = pytest.mark.serial  # trains: one at a time under make test's two w
 def forking():
     """In-process protocols fork their train.py multiruns from the preloaded server (tests/forked.py)."""
     import studies.launcher
+
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(studies.launcher.subprocess, "Popen", forked.popen_forking_train_py(subprocess.Popen))
         yield
 
-PROTOCOL = {"reference": "ref", "variants": {"ref": [], "gelu": ["model.mlp=gelu"]},
-            "lr_grid": [1e-3, 1e-2, 1e30],  # 1e30 diverges at the first step, in every variant
-            "seeds": [0, 1], "stage1_seed": 100, "lr_extensions": 0, "primary": ["gelu"]}
-TINY = {"debug": "tiny", "trainer.precision": "fp32", "logger": "none", "trainer.max_steps": 6,
-        "trainer.eval_interval": 3, "trainer.ckpt_interval": 3, "trainer.log_interval": 1, "trainer.num_threads": 1,
-        "trainer.peak_tflops": 1, "trainer.sample_tokens": 0}
+
+PROTOCOL = {
+    "reference": "ref",
+    "variants": {"ref": [], "gelu": ["model.mlp=gelu"]},
+    "lr_grid": [1e-3, 1e-2, 1e30],  # 1e30 diverges at the first step, in every variant
+    "seeds": [0, 1],
+    "stage1_seed": 100,
+    "lr_extensions": 0,
+    "primary": ["gelu"],
+}
+TINY = {
+    "debug": "tiny",
+    "trainer.precision": "fp32",
+    "logger": "none",
+    "trainer.max_steps": 6,
+    "trainer.eval_interval": 3,
+    "trainer.ckpt_interval": 3,
+    "trainer.log_interval": 1,
+    "trainer.num_threads": 1,
+    "trainer.peak_tflops": 1,
+    "trainer.sample_tokens": 0,
+}
 
 
 def tiny(**changes) -> list:
@@ -69,15 +87,29 @@ def finished(tmp_path_factory, cache_dir, forking):
     (root / "protocol.yaml").write_text(yaml.safe_dump(PROTOCOL))
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = main(["--protocol", str(root / "protocol.yaml"), "--dir", str(root / "p"), "--probe-steps", "2",
-                       *tiny(), f"data.cache_dir={cache_dir}", "hydra/launcher=basic"])  # a launcher, passed on
+        status = main(
+            [
+                "--protocol",
+                str(root / "protocol.yaml"),
+                "--dir",
+                str(root / "p"),
+                "--probe-steps",
+                "2",
+                *tiny(),
+                f"data.cache_dir={cache_dir}",
+                "hydra/launcher=basic",
+            ]
+        )  # a launcher, passed on
     assert status == 0, out.getvalue()[-3000:] + err.getvalue()[-3000:]
     return root / "p", out.getvalue()
 
 
 def configs(runs_dir) -> dict:
-    return {str(p.parent.relative_to(runs_dir)): yaml.safe_load(p.read_text()) for p in runs_dir.rglob("config.yaml")
-            if p.parent.name.startswith("lr")}
+    return {
+        str(p.parent.relative_to(runs_dir)): yaml.safe_load(p.read_text())
+        for p in runs_dir.rglob("config.yaml")
+        if p.parent.name.startswith("lr")
+    }
 
 
 def final_bpb(run_dir) -> float:
@@ -151,31 +183,68 @@ def test_report_has_the_verdicts_tables_figures_and_data(finished):
 
 def test_a_best_lr_at_the_grids_edge_runs_one_more_point_beyond_it(tmp_path, cache_dir, capsys, forking):
     """6 steps of the tiny model: 1e-3 learns more than 1e-4 (the grid's top), so 1e-2 is tried too."""
-    (tmp_path / "edge.yaml").write_text(yaml.safe_dump({"reference": "ref", "variants": {"ref": []},
-                                                        "lr_grid": [1e-4, 1e-3], "seeds": [0], "lr_extensions": 1}))
-    status = main(["--protocol", str(tmp_path / "edge.yaml"), "--dir", str(tmp_path / "p"), "--probe-steps", "0",
-                   *tiny(), f"data.cache_dir={cache_dir}"])
+    (tmp_path / "edge.yaml").write_text(
+        yaml.safe_dump(
+            {"reference": "ref", "variants": {"ref": []}, "lr_grid": [1e-4, 1e-3], "seeds": [0], "lr_extensions": 1}
+        )
+    )
+    status = main(
+        [
+            "--protocol",
+            str(tmp_path / "edge.yaml"),
+            "--dir",
+            str(tmp_path / "p"),
+            "--probe-steps",
+            "0",
+            *tiny(),
+            f"data.cache_dir={cache_dir}",
+        ]
+    )
     out = capsys.readouterr().out
     assert status == 0, out[-3000:]
     assert "stage1: best LR at the grid's edge: one more point beyond it for base/ref (0.01)" in out
-    assert sorted(p.name for p in (tmp_path / "p" / "runs" / "base" / "ref").iterdir() if p.name.endswith("seed100")) \
-        == ["lr0.0001_seed100", "lr0.001_seed100", "lr0.01_seed100"]
+    assert sorted(
+        p.name for p in (tmp_path / "p" / "runs" / "base" / "ref").iterdir() if p.name.endswith("seed100")
+    ) == ["lr0.0001_seed100", "lr0.001_seed100", "lr0.01_seed100"]
     assert "lr 0.01 |" in (tmp_path / "p" / "report" / "results.md").read_text()
 
 
-def test_transfer_from_sweeps_lrs_at_the_narrow_width_only_and_trains_every_width_under_mup(tmp_path, cache_dir,
-                                                                                              capsys, forking):
+def test_transfer_from_sweeps_lrs_at_the_narrow_width_only_and_trains_every_width_under_mup(
+    tmp_path, cache_dir, capsys, forking
+):
     """--transfer-from w32: stage 1 at w32 only; w64 measured at w32's chosen LRs; every run under μP, base 32;
     the cost printed first says what the skipped sweep would have cost."""
-    (tmp_path / "t.yaml").write_text(yaml.safe_dump({**PROTOCOL, "lr_grid": [1e-3, 1e-2], "seeds": [0],
-                                                      "sizes": {"w32": ["model.hidden_size=32"],
-                                                                "w64": ["model.hidden_size=64"]}}))
-    status = main(["--protocol", str(tmp_path / "t.yaml"), "--dir", str(tmp_path / "p"), "--probe-steps", "2",
-                   "--transfer-from", "w32", *tiny(), f"data.cache_dir={cache_dir}"])
+    (tmp_path / "t.yaml").write_text(
+        yaml.safe_dump(
+            {
+                **PROTOCOL,
+                "lr_grid": [1e-3, 1e-2],
+                "seeds": [0],
+                "sizes": {"w32": ["model.hidden_size=32"], "w64": ["model.hidden_size=64"]},
+            }
+        )
+    )
+    status = main(
+        [
+            "--protocol",
+            str(tmp_path / "t.yaml"),
+            "--dir",
+            str(tmp_path / "p"),
+            "--probe-steps",
+            "2",
+            "--transfer-from",
+            "w32",
+            *tiny(),
+            f"data.cache_dir={cache_dir}",
+        ]
+    )
     out = capsys.readouterr().out
     assert status == 0, out[-3000:]
-    saving = re.search(r"transfer_from w32 \(μP\): stage 1 sweeps LRs only there and every size reuses them; 4 grid "
-                       r"runs at w64 are not trained, saving (\d+\.\d) min", out)
+    saving = re.search(
+        r"transfer_from w32 \(μP\): stage 1 sweeps LRs only there and every size reuses them; 4 grid "
+        r"runs at w64 are not trained, saving (\d+\.\d) min",
+        out,
+    )
     assert saving and out.index(saving.group(0)) < out.index("==> stage1")
     runs, manifest = tmp_path / "p" / "runs", yaml.safe_load((tmp_path / "p" / MANIFEST).read_text())
     assert not list((runs / "w64").rglob("*_seed100")) and len(list((runs / "w32").rglob("*_seed100/config.yaml"))) == 4
@@ -205,11 +274,15 @@ def test_the_pre_registration_is_recorded_before_training_and_a_hand_edit_is_ref
     for args in (["--report-only"], ["--dry-run"]):
         status = exit_status(main, ["--dir", str(protocol), *args])
         err = capsys.readouterr().err
-        assert status == 1 and err.count("\n") == 1 and "the spec's equivalence_margin no longer match(es) its " \
-            f"pre-registration {record['sha256'][:12]}" in err, err
+        assert (
+            status == 1
+            and err.count("\n") == 1
+            and f"the spec's equivalence_margin no longer match(es) its pre-registration {record['sha256'][:12]}" in err
+        ), err
     # A consistent forgery — the edited spec registered afresh — is caught by the runs: each names its hash.
     from studies.ablation import registration
     from studies.ablation.manifest import spec_of
+
     (tag,) = {yaml.safe_load(p.read_text())["logger"]["tags"][-1] for p in protocol.glob("runs/*/*/*/config.yaml")}
     assert tag == f"registration={record['sha256'][:12]}"
     stored.pop("registrations")
@@ -217,8 +290,10 @@ def test_the_pre_registration_is_recorded_before_training_and_a_hand_edit_is_ref
     (protocol / MANIFEST).write_text(yaml.safe_dump(stored, sort_keys=False))
     status = exit_status(main, ["--dir", str(protocol), "--report-only"])
     err = capsys.readouterr().err
-    assert status == 1 and f"ran under pre-registration {record['sha256'][:12]}, which this manifest does not " \
-        "record" in err, err
+    assert (
+        status == 1
+        and f"ran under pre-registration {record['sha256'][:12]}, which this manifest does not record" in err
+    ), err
 
 
 def test_seeds_are_not_added_after_a_look_unless_sequential(finished, tmp_path, capsys):
@@ -233,9 +308,22 @@ def test_seeds_are_not_added_after_a_look_unless_sequential(finished, tmp_path, 
 
 def test_a_pilot_protocol_gives_the_planning_spread(finished, tmp_path, capsys):
     from studies.ablation.planning import spread_from
+
     sd, dof, _ = spread_from(finished[0])
-    status = main(["--protocol", str(finished[0].parent / "protocol.yaml"), "--dir", str(tmp_path / "p"), "--spread-from", str(finished[0]), "--dry-run", "--probe-steps", "0",
-                   *tiny()])
+    status = main(
+        [
+            "--protocol",
+            str(finished[0].parent / "protocol.yaml"),
+            "--dir",
+            str(tmp_path / "p"),
+            "--spread-from",
+            str(finished[0]),
+            "--dry-run",
+            "--probe-steps",
+            "0",
+            *tiny(),
+        ]
+    )
     out = capsys.readouterr().out
     assert status == 0 and f"sd = {sd:.4f} bpb" in out and f"({dof} dof)" in out and dof == 1
 
@@ -255,12 +343,18 @@ def test_resume_reruns_nothing_finished(finished, tmp_path, capsys, forking):
     rows = [r for r in read_metrics(cut) if r["step"] <= 3]
     (cut / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (cut / STATUS_FILE).unlink()
-    (failed / STATUS_FILE).write_text(yaml.safe_dump({"status": "FAILED", "error": "disk full",
-                                                      "error_types": ["JobFailed", "WriteError"]}))
+    (failed / STATUS_FILE).write_text(
+        yaml.safe_dump({"status": "FAILED", "error": "disk full", "error_types": ["JobFailed", "WriteError"]})
+    )
     redone = tuple(str(p) + os.sep for p in (deleted, cut, failed))
-    untouched = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in runs.rglob("*")
-                 if p.is_file() and not str(p).startswith(redone)}
-    assert len([p for p in untouched if p.name == "metrics.jsonl"]) == len(list(runs.rglob("metrics.jsonl"))) - 2  # cut, failed
+    untouched = {
+        p: (p.stat().st_mtime_ns, p.read_bytes())
+        for p in runs.rglob("*")
+        if p.is_file() and not str(p).startswith(redone)
+    }
+    assert (
+        len([p for p in untouched if p.name == "metrics.jsonl"]) == len(list(runs.rglob("metrics.jsonl"))) - 2
+    )  # cut, failed
     status = main(["--dir", str(protocol)])
     out = capsys.readouterr().out
     assert status == 0, out[-3000:]
@@ -277,11 +371,19 @@ def test_resume_reruns_nothing_finished(finished, tmp_path, capsys, forking):
 def test_ctrl_c_stops_with_a_checkpoint_and_a_rerun_finishes(tmp_path, cache_dir, capsys, forking):
     """One variant at one LR: stage 1's run, then stage 2's. SIGINT to the protocol during stage 1 reaches
     train.py once, which checkpoints; the rerun resumes that checkpoint to the end, then runs stage 2."""
-    (tmp_path / "one.yaml").write_text(yaml.safe_dump({"reference": "ref", "variants": {"ref": []},
-                                                       "lr_grid": [1e-3], "seeds": [0]}))
-    args = ["--protocol", tmp_path / "one.yaml", "--dir", tmp_path / "p", "--probe-steps", "0",
-            *tiny(trainer__max_steps=150, trainer__eval_interval=150, trainer__ckpt_interval=150,
-                  trainer__log_interval=10), f"data.cache_dir={cache_dir}"]
+    (tmp_path / "one.yaml").write_text(
+        yaml.safe_dump({"reference": "ref", "variants": {"ref": []}, "lr_grid": [1e-3], "seeds": [0]})
+    )
+    args = [
+        "--protocol",
+        tmp_path / "one.yaml",
+        "--dir",
+        tmp_path / "p",
+        "--probe-steps",
+        "0",
+        *tiny(trainer__max_steps=150, trainer__eval_interval=150, trainer__ckpt_interval=150, trainer__log_interval=10),
+        f"data.cache_dir={cache_dir}",
+    ]
     proc = ablate_process(tmp_path, *args)
     metrics = tmp_path / "p" / "runs" / "base" / "ref" / "lr0.001_seed100" / "metrics.jsonl"  # stage 1's run
     deadline = time.time() + 120
@@ -297,22 +399,37 @@ def test_ctrl_c_stops_with_a_checkpoint_and_a_rerun_finishes(tmp_path, cache_dir
     assert [r for r in read_metrics(metrics.parent) if r["kind"] == "eval"][-1]["step"] == 150
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--variants", "ref,nope"], "--variants: unknown nope"),
-    (["--variant", "bad model.norm=nosuchnorm"], "variant bad does not compose"),
-    (["--lrs", "1e-3,fast"], "--lrs '1e-3,fast' is not a comma-separated list"),
-    (["--reference", "gelu2"], "reference 'gelu2' is not among the variants"),
-    (["--sizes", "model.hidden_size=32,64 model.n_heads=2,4", "--variant", "relu2 model.mlp=relu2"], None),
-    (["model.mlp=gelu"], "variant gelu sets model.mlp, which the command line also sets"),
-    (["--stage1-seed", "1"], "stage1_seed=1 is also a measuring seed"),
-    (["--seeds", "many"], "--seeds 'many' is not a number of seeds or 'auto'"),
-    (["--seeds", "auto"], "seeds: auto needs planning_sd"),
-    (["--spread-from", "/nonexistent/protocol.yaml"], "--spread-from /nonexistent/protocol.yaml: not a protocol"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--variants", "ref,nope"], "--variants: unknown nope"),
+        (["--variant", "bad model.norm=nosuchnorm"], "variant bad does not compose"),
+        (["--lrs", "1e-3,fast"], "--lrs '1e-3,fast' is not a comma-separated list"),
+        (["--reference", "gelu2"], "reference 'gelu2' is not among the variants"),
+        (["--sizes", "model.hidden_size=32,64 model.n_heads=2,4", "--variant", "relu2 model.mlp=relu2"], None),
+        (["model.mlp=gelu"], "variant gelu sets model.mlp, which the command line also sets"),
+        (["--stage1-seed", "1"], "stage1_seed=1 is also a measuring seed"),
+        (["--seeds", "many"], "--seeds 'many' is not a number of seeds or 'auto'"),
+        (["--seeds", "auto"], "seeds: auto needs planning_sd"),
+        (["--spread-from", "/nonexistent/protocol.yaml"], "--spread-from /nonexistent/protocol.yaml: not a protocol"),
+    ],
+)
 def test_bad_input_is_a_one_line_error_before_anything_trains(tmp_path, capsys, args, message):
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(PROTOCOL))
-    status = exit_status(main, ["--protocol", str(tmp_path / "p.yaml"), "--dir", str(tmp_path / "p"), "--dry-run",
-                                "--probe-steps", "0", *tiny(), *args])
+    status = exit_status(
+        main,
+        [
+            "--protocol",
+            str(tmp_path / "p.yaml"),
+            "--dir",
+            str(tmp_path / "p"),
+            "--dry-run",
+            "--probe-steps",
+            "0",
+            *tiny(),
+            *args,
+        ],
+    )
     out, err = capsys.readouterr()
     if message is None:  # fine: the plan and its cost are printed, and nothing trains
         assert status == 0 and "hidden_size64_n_heads4" in out and "× 3 variants" in out  # relu2 added
@@ -324,11 +441,15 @@ def test_bad_input_is_a_one_line_error_before_anything_trains(tmp_path, capsys, 
 
 def test_a_subset_of_variants_keeps_their_families_and_sizes():
     from cli.ablate import build_spec, parse_args
-    spec = build_spec(parse_args(["--variants", "rmsnorm_swiglu,layernorm,no_norm,relu2", "--variant",
-                                  "relu2 model.mlp=relu2"]))
+
+    spec = build_spec(
+        parse_args(["--variants", "rmsnorm_swiglu,layernorm,no_norm,relu2", "--variant", "relu2 model.mlp=relu2"])
+    )
     assert (spec.primary, spec.secondary) == (["layernorm"], ["no_norm", "relu2"])  # an added variant: secondary
-    assert spec.variant_sizes == {"no_norm": ["d2"]} and spec.family_tests("primary") == [("d2", "layernorm"),
-                                                                                          ("d6", "layernorm")]
+    assert spec.variant_sizes == {"no_norm": ["d2"]} and spec.family_tests("primary") == [
+        ("d2", "layernorm"),
+        ("d6", "layernorm"),
+    ]
 
 
 def test_a_changed_setup_is_not_resumed_into_the_same_directory(finished, capsys):
@@ -340,9 +461,10 @@ def test_a_dry_run_prices_the_plan_from_the_protocols_stored_throughput(tmp_path
     """Before anything has run, a dry run's cost comes from planning_tokens_per_s (a timing run on one machine,
     named in the output): per run, the budget's tokens at that rate plus its evals. An override that changes
     what a step costs leaves the cost unknown rather than wrong; nothing is written either way."""
+    from cli.ablate import typed_config, validate
     from studies.ablation import cost
     from studies.ablation.protocol import Spec
-    from cli.ablate import typed_config, validate
+
     spec = {**PROTOCOL, "planning_tokens_per_s": {"base": 1000.0}, "planning_tokens_per_s_source": "a test machine"}
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(spec))
     args = ["--protocol", str(tmp_path / "p.yaml"), "--dir", str(tmp_path / "p"), "--dry-run"]
@@ -365,6 +487,8 @@ def test_a_dry_run_trains_nothing_unless_told_to_time(tmp_path, capsys):
     trains nothing — `--probe-steps N` with it asks for the timing run (docs/ablation/README.md's example)."""
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(PROTOCOL))
     assert main(["--protocol", str(tmp_path / "p.yaml"), "--dir", str(tmp_path / "p"), "--dry-run", *tiny()]) == 0
-    assert "per-run time from nothing yet (no timing run: --probe-steps N times each size first)" in \
-        capsys.readouterr().out
+    assert (
+        "per-run time from nothing yet (no timing run: --probe-steps N times each size first)"
+        in capsys.readouterr().out
+    )
     assert not (tmp_path / "p").exists()  # not even the plan: a directory left behind is a protocol begun

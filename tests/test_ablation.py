@@ -1,5 +1,6 @@
 """The ablation experiments: every cell composes alike, a sweep runs and compares end to end, and the
 default protocol of scripts/ablate.py composes in every cell with its parameters matched."""
+
 import functools
 import itertools
 import json
@@ -11,11 +12,11 @@ import torch
 import yaml
 from matplotlib import image
 
-from studies.ablation.configs import apply_transfer, validate
-from studies.ablation.protocol import ProtocolError, Spec, load_spec_file
 from cli.ablate import DEFAULT_PROTOCOL
 from cli.config import compose
 from model import Transformer
+from studies.ablation.configs import apply_transfer, validate
+from studies.ablation.protocol import ProtocolError, Spec, load_spec_file
 from tests import forked
 from tests.test_configs import compose_typed
 from tests.train_helpers import REPO, interrupt_once_training, launch, read_metrics
@@ -29,8 +30,11 @@ def sweep_grid(experiment: str) -> dict:
 
 GRIDS = {
     "ablation_norm_mlp": {"seed": ["0", "1"], "model.norm": ["rmsnorm", "layernorm"], "model.mlp": ["swiglu", "gelu"]},
-    "ablation_mlp_zoo": {"seed": ["0", "1"], "model.norm": ["rmsnorm"],
-                         "model.mlp": ["swiglu", "geglu", "gelu", "relu2"]},
+    "ablation_mlp_zoo": {
+        "seed": ["0", "1"],
+        "model.norm": ["rmsnorm"],
+        "model.mlp": ["swiglu", "geglu", "gelu", "relu2"],
+    },
 }
 
 
@@ -105,8 +109,14 @@ def test_the_epoch_preset_trains_one_epoch_and_scores_the_whole_split():
 
 
 def sweep(tmp_path, cache_dir, *overrides, check=True, popen=False):
-    args = ["-m", "debug=tiny", f"hydra.sweep.dir={tmp_path / 'sweep'}", f"data.cache_dir={cache_dir}",
-            "trainer.num_threads=1", *overrides]
+    args = [
+        "-m",
+        "debug=tiny",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        f"data.cache_dir={cache_dir}",
+        "trainer.num_threads=1",
+        *overrides,
+    ]
     return launch([sys.executable], args, check=check, popen=popen)
 
 
@@ -119,15 +129,29 @@ def cache_dir(tiny_data_cache):
 def test_sweep_runs_the_grid_and_compare_runs_judges_it(tmp_path, cache_dir):
     """`-m experiment=ablation_norm_mlp` alone makes the grid (seed pinned to 0 here: 2×2×1)."""
     # The preset pins its shape (256 × 6, whatever model group is chosen): a smoke run shrinks it explicitly.
-    tiny_shape = ["model.hidden_size=64", "model.n_layers=2", "model.n_heads=4", "model.n_kv_heads=2",
-                  "model.multiple_of=16", "model.max_seq_len=64"]
-    sweep(tmp_path, cache_dir, "experiment=ablation_norm_mlp", "seed=0", "trainer.max_steps=4",
-          "trainer.eval_interval=2", *tiny_shape)
+    tiny_shape = [
+        "model.hidden_size=64",
+        "model.n_layers=2",
+        "model.n_heads=4",
+        "model.n_kv_heads=2",
+        "model.multiple_of=16",
+        "model.max_seq_len=64",
+    ]
+    sweep(
+        tmp_path,
+        cache_dir,
+        "experiment=ablation_norm_mlp",
+        "seed=0",
+        "trainer.max_steps=4",
+        "trainer.eval_interval=2",
+        *tiny_shape,
+    )
     runs = sorted((tmp_path / "sweep").glob("*/metrics.jsonl"))
     assert len(runs) == 4  # one directory level: no path-valued override nests the job directories
     configs = [yaml.safe_load((r.parent / "config.yaml").read_text()) for r in runs]
     assert {(c["model"]["norm"], c["model"]["mlp"]) for c in configs} == {
-        (n, m) for n in ("rmsnorm", "layernorm") for m in ("swiglu", "gelu")}
+        (n, m) for n in ("rmsnorm", "layernorm") for m in ("swiglu", "gelu")
+    }
     # One wandb group per sweep: every job names the same one, the sweep's directory.
     assert {c["logger"]["group"] for c in configs} == {str(tmp_path / "sweep")}
     for run in runs:
@@ -159,8 +183,15 @@ def test_a_failed_cell_does_not_cancel_the_sweep(tmp_path, cache_dir):
 
 @pytest.mark.serial
 def test_ctrl_c_stops_the_whole_sweep_after_a_checkpoint(tmp_path, cache_dir):
-    proc = sweep(tmp_path, cache_dir, "model.mlp=swiglu,gelu", "trainer.max_steps=100000",
-                 "trainer.eval_interval=100000", "trainer.ckpt_interval=100000", popen=True)
+    proc = sweep(
+        tmp_path,
+        cache_dir,
+        "model.mlp=swiglu,gelu",
+        "trainer.max_steps=100000",
+        "trainer.eval_interval=100000",
+        "trainer.ckpt_interval=100000",
+        popen=True,
+    )
     out, err = interrupt_once_training(proc, tmp_path / "sweep", "*/metrics.jsonl", signal.SIGINT)
     assert proc.returncode == 128 + signal.SIGINT, err
     assert "SIGINT: checkpoint saved" in out and "sweep stopped" in out
@@ -202,7 +233,13 @@ def test_every_cell_of_the_default_protocol_composes_with_parameters_matched():
     reference and the primaries at d6, width fixed; the parameter columns show what each variant changes."""
     spec, models, budgets = validated(DEFAULT_PROTOCOL)
     assert spec.reference == "rmsnorm_swiglu" and set(models["d2"]) == {
-        "rmsnorm_swiglu", "layernorm", "no_norm", "rmsnorm_bf16", "qk_norm", "gelu"}
+        "rmsnorm_swiglu",
+        "layernorm",
+        "no_norm",
+        "rmsnorm_bf16",
+        "qk_norm",
+        "gelu",
+    }
     assert set(models["d6"]) == {"rmsnorm_swiglu", "layernorm", "gelu"}
     for size, m in models.items():
         ref = m["rmsnorm_swiglu"]
@@ -219,6 +256,7 @@ def test_the_stored_planning_spread_is_the_first_protocols_measured_one():
     """default.yaml's planning_sd is traceable: pooled per-seed paired differences of its primaries in the
     stored manifest of the first protocol run."""
     from studies.ablation.planning import spread_from
+
     spec = load_spec_file(DEFAULT_PROTOCOL)
     sd, dof, source = spread_from(REPO / "docs" / "ablation" / "protocol" / "protocol.yaml", ["layernorm", "gelu"])
     assert spec.planning_sd == pytest.approx(sd, abs=5e-6) and dof == 16
@@ -231,17 +269,25 @@ def test_transfer_from_trains_every_cell_under_mup_based_at_that_width():
     spec, models, budgets = validated(DEFAULT_PROTOCOL.parent / "width_mup.yaml")
     assert spec.transfer_from == "w96" and spec.sweep_sizes == ["w96"]
     assert {"model.parametrization=mup", "model.mup_base_width=96"} <= set(spec.train_overrides)
-    cfg = compose_typed([f"experiment={spec.experiment}", *spec.train_overrides, *spec.sizes["w384"],
-                         "model.norm=layernorm"])
+    cfg = compose_typed(
+        [f"experiment={spec.experiment}", *spec.train_overrides, *spec.sizes["w384"], "model.norm=layernorm"]
+    )
     assert (cfg.model.parametrization, cfg.model.mup_base_width, cfg.model.hidden_size, cfg.model.n_layers) == (
-        "mup", 96, 384, 2)
+        "mup",
+        96,
+        384,
+        2,
+    )
     assert models["w384"]["rmsnorm_swiglu"]["total"] > models["w96"]["rmsnorm_swiglu"]["total"]
 
 
 def test_transfer_from_refuses_a_depth_ladder_and_keeps_a_base_width_it_is_given():
     depth = Spec(**{**load_spec_file(DEFAULT_PROTOCOL).to_dict(), "transfer_from": "d2"})
-    with pytest.raises(ProtocolError, match=r"differ in depth \(n_layers d2=2, d6=6\); μP transfers the LR across "
-                                            r"width only") as e:
+    with pytest.raises(
+        ProtocolError,
+        match=r"differ in depth \(n_layers d2=2, d6=6\); μP transfers the LR across "
+        r"width only",
+    ) as e:
         apply_transfer(depth, compose_typed)
     assert "\n" not in str(e.value)
     width = load_spec_file(DEFAULT_PROTOCOL.parent / "width_mup.yaml")

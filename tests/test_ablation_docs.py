@@ -1,6 +1,7 @@
 """The published ablation numbers are traceable: docs/ablation/protocol/per_seed.csv is its manifest's cells,
 and the re-reading docs/ablation/README.md gives of the first protocol run (10 tests, Holm) follows from them;
 the epoch-depth run's per_seed.csv is its manifest's cells, and every contrast of its report recomputes from it."""
+
 import csv
 import re
 
@@ -10,9 +11,9 @@ import yaml
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
+from analysis.verdicts import judge
 from studies.ablation.export import manifest_rows
 from studies.ablation.planning import manifest_values, paired_differences
-from analysis.verdicts import judge
 from tests.train_helpers import REPO
 
 DOCS = REPO / "docs" / "ablation" / "protocol"
@@ -28,7 +29,12 @@ def test_the_per_seed_csv_is_the_manifests_cells():
     assert len(rows) == len(expected) == 83  # 84 cells, one diverged
     for row, want in zip(rows, expected):
         assert (row["size"], row["variant"], float(row["lr"]), int(row["seed"]), row["stage"]) == (
-            want["size"], want["variant"], want["lr"], want["seed"], want["stage"])
+            want["size"],
+            want["variant"],
+            want["lr"],
+            want["seed"],
+            want["stage"],
+        )
         assert float(row["val_bpb"]) == want["val_bpb"]
 
 
@@ -55,14 +61,20 @@ EPOCH = REPO / "docs" / "ablation" / "epoch-depth"
 
 def epoch_values() -> dict:
     """{(size, variant, lr, seed): final val bpb} of the finished cells in the published per_seed.csv."""
-    return {(r["size"], r["variant"], float(r["lr"]), int(r["seed"])): float(r["val_bpb"])
-            for r in csv.DictReader(open(EPOCH / "per_seed.csv")) if r["state"] == "finished"}
+    return {
+        (r["size"], r["variant"], float(r["lr"]), int(r["seed"])): float(r["val_bpb"])
+        for r in csv.DictReader(open(EPOCH / "per_seed.csv"))
+        if r["state"] == "finished"
+    }
 
 
 def test_the_epoch_depth_per_seed_csv_is_its_manifests_cells():
     manifest = yaml.safe_load((EPOCH / "protocol.yaml").read_text())
-    stored = {(size, variant, lr, seed): bpb
-              for (size, variant, lr), seeds in manifest_values(manifest).items() for seed, bpb in seeds.items()}
+    stored = {
+        (size, variant, lr, seed): bpb
+        for (size, variant, lr), seeds in manifest_values(manifest).items()
+        for seed, bpb in seeds.items()
+    }
     published = {k: round(v, 6) for k, v in epoch_values().items()}
     assert published == stored and len(published) == len(manifest["cells"])
 
@@ -81,14 +93,24 @@ def test_every_epoch_depth_contrast_recomputes_from_the_per_seed_values():
         tests = []
         for row in family:
             lr, ref_lr = float(row["lr"]), float(row["reference_lr"])
-            seeds = [s for s in spec["seeds"] if (row["size"], row["variant"], lr, s) in values
-                     and (row["size"], spec["reference"], ref_lr, s) in values]
-            diffs = np.array([values[row["size"], row["variant"], lr, s] - values[row["size"], spec["reference"], ref_lr, s]
-                              for s in seeds])
+            seeds = [
+                s
+                for s in spec["seeds"]
+                if (row["size"], row["variant"], lr, s) in values
+                and (row["size"], spec["reference"], ref_lr, s) in values
+            ]
+            diffs = np.array(
+                [
+                    values[row["size"], row["variant"], lr, s] - values[row["size"], spec["reference"], ref_lr, s]
+                    for s in seeds
+                ]
+            )
             assert row["per_seed_delta"] == ";".join(f"{s}:{d:+.6f}" for s, d in zip(seeds, diffs))
             t = stats.ttest_1samp(diffs, 0.0)
-            tost = max(stats.ttest_1samp(diffs, -margin, alternative="greater").pvalue,
-                       stats.ttest_1samp(diffs, margin, alternative="less").pvalue)
+            tost = max(
+                stats.ttest_1samp(diffs, -margin, alternative="greater").pvalue,
+                stats.ttest_1samp(diffs, margin, alternative="less").pvalue,
+            )
             assert float(row["delta"]) == pytest.approx(diffs.mean(), abs=1e-9)
             assert float(row["p"]) == pytest.approx(t.pvalue, rel=1e-6)
             tests.append((row, diffs.mean(), t.pvalue, tost))
@@ -97,25 +119,40 @@ def test_every_epoch_depth_contrast_recomputes_from_the_per_seed_values():
         for (row, delta, _, _), p_adj, tost_adj in zip(tests, holm, holm_tost):
             assert float(row["p_adjusted"]) == pytest.approx(p_adj, rel=1e-6)
             assert float(row["tost_p_adjusted"]) == pytest.approx(tost_adj, rel=1e-6)
-            verdict = (("better" if delta < 0 else "worse") if p_adj < alpha
-                       else "equivalent" if tost_adj < alpha else "can't tell")
+            verdict = (
+                ("better" if delta < 0 else "worse")
+                if p_adj < alpha
+                else "equivalent"
+                if tost_adj < alpha
+                else "can't tell"
+            )
             assert row["verdict"] == verdict, (row["lr_choice"], row["size"], row["variant"])
 
 
 # What README.md and docs/ablation/README.md say of each contrast: (LR choice, size, variant) → verdict.
 EPOCH_VERDICTS = {
-    ("own", "d2", "layernorm"): "can't tell", ("shared", "d2", "layernorm"): "can't tell",
-    ("own", "d6", "layernorm"): "can't tell", ("shared", "d6", "layernorm"): "can't tell",
-    ("own", "d2", "gelu"): "can't tell", ("own", "d6", "gelu"): "can't tell",
-    ("shared", "d2", "gelu"): "worse", ("shared", "d6", "gelu"): "worse",
-    ("own", "d2", "no_norm"): "better", ("shared", "d2", "no_norm"): "worse",
-    ("own", "d2", "qk_norm"): "better", ("shared", "d2", "qk_norm"): "better",
-    ("own", "d2", "rmsnorm_bf16"): "can't tell", ("shared", "d2", "rmsnorm_bf16"): "equivalent"}
+    ("own", "d2", "layernorm"): "can't tell",
+    ("shared", "d2", "layernorm"): "can't tell",
+    ("own", "d6", "layernorm"): "can't tell",
+    ("shared", "d6", "layernorm"): "can't tell",
+    ("own", "d2", "gelu"): "can't tell",
+    ("own", "d6", "gelu"): "can't tell",
+    ("shared", "d2", "gelu"): "worse",
+    ("shared", "d6", "gelu"): "worse",
+    ("own", "d2", "no_norm"): "better",
+    ("shared", "d2", "no_norm"): "worse",
+    ("own", "d2", "qk_norm"): "better",
+    ("shared", "d2", "qk_norm"): "better",
+    ("own", "d2", "rmsnorm_bf16"): "can't tell",
+    ("shared", "d2", "rmsnorm_bf16"): "equivalent",
+}
 # Each bold phrase of README's ablation paragraph and the contrasts it claims: only Holm-significant or
 # TOST-equivalent ones may be bold.
 README_BOLD = {
-    "At the reference's learning rate, a parameter-matched GELU MLP is worse than SwiGLU at both depths":
-        [("shared", "d2", "gelu"), ("shared", "d6", "gelu")],
+    "At the reference's learning rate, a parameter-matched GELU MLP is worse than SwiGLU at both depths": [
+        ("shared", "d2", "gelu"),
+        ("shared", "d6", "gelu"),
+    ],
     "no normalisation is better at its own 8× higher LR": [("own", "d2", "no_norm")],
     "and far worse at the reference's": [("shared", "d2", "no_norm")],
     "QK-norm is better": [("own", "d2", "qk_norm")],
@@ -158,7 +195,7 @@ def test_no_post_hoc_comparison_is_bold_and_the_interpretation_is_labelled():
         bold = re.findall(r"\*\*(.+?)\*\*", text)
         assert not [b for b in bold if "runner-up" in b or " beats " in b], path
         for at in [m.start() for m in re.finditer(r"learning rate it tolerates", text)]:
-            assert "our reading" in text[max(0, at - 250):at], (path, text[max(0, at - 250):at + 30])
+            assert "our reading" in text[max(0, at - 250) : at], (path, text[max(0, at - 250) : at + 30])
 
 
 # A published contrast: "+0.039 ± 0.012, … Holm p = 0.003" (or "p < 0.001"), as README and the docs write them.
@@ -176,7 +213,7 @@ def published_contrasts(text: str) -> list:
             claim = text[cell_start:cell_end]
         else:  # the sentence, from the previous full stop to the next
             start = max(text.rfind(". ", 0, m.start()), text.rfind("\n\n", 0, m.start()), 0)
-            claim = text[start:text.find(". ", m.end()) % len(text)]
+            claim = text[start : text.find(". ", m.end()) % len(text)]
         found.append((float(m[1].replace("−", "-")), float(m[2]), m[3], float(m[4]), claim, m[0]))
     return found
 
@@ -184,7 +221,7 @@ def published_contrasts(text: str) -> list:
 def close(shown: float, actual: float, text: str) -> bool:
     """Whether `actual` rounds to `shown` at the decimals it was written with."""
     decimals = len(text.split(".")[1])
-    return abs(actual - shown) <= 0.5 * 10 ** -decimals + 1e-12
+    return abs(actual - shown) <= 0.5 * 10**-decimals + 1e-12
 
 
 def test_every_published_verdict_comes_from_contrasts_csv_and_states_its_scope():
@@ -194,20 +231,32 @@ def test_every_published_verdict_comes_from_contrasts_csv_and_states_its_scope()
     rows = list(csv.DictReader(open(REPO / "docs" / "ablation" / "epoch-depth" / "contrasts.csv")))
     readme = (REPO / "README.md").read_text()
     docs = (REPO / "docs" / "ablation" / "README.md").read_text()
-    sections = {"README": readme[readme.index("What the default protocol's run supports"):],
-                "docs/ablation": docs[docs.index("## The epoch-depth run"):docs.index("## A width ladder")]}
+    sections = {
+        "README": readme[readme.index("What the default protocol's run supports") :],
+        "docs/ablation": docs[docs.index("## The epoch-depth run") : docs.index("## A width ladder")],
+    }
     checked = 0
     for where, section in sections.items():
-        section = section[:section.find("\n\n**", 1) if where == "README" else len(section)]
+        section = section[: section.find("\n\n**", 1) if where == "README" else len(section)]
         assert all(word in section for word in ("layers", "width 96", "tokens")), (where, "scope")
         for delta, half, relation, p, claim, shown in published_contrasts(section):
             delta_text, half_text, p_text = CONTRAST.match(shown).group(1, 2, 4)
-            matches = [r for r in rows if close(delta, float(r["delta"]), delta_text)
-                       and close(half, (float(r["ci_high"]) - float(r["ci_low"])) / 2, half_text)]
+            matches = [
+                r
+                for r in rows
+                if close(delta, float(r["delta"]), delta_text)
+                and close(half, (float(r["ci_high"]) - float(r["ci_low"])) / 2, half_text)
+            ]
             assert matches, (where, shown)
             column = "tost_p_adjusted" if "TOST" in shown else "p_adjusted"  # equivalence is TOST's p
-            row = next((r for r in matches if (float(r[column]) < p if relation == "<"
-                                                else close(p, float(r[column]), p_text))), None)
+            row = next(
+                (
+                    r
+                    for r in matches
+                    if (float(r[column]) < p if relation == "<" else close(p, float(r[column]), p_text))
+                ),
+                None,
+            )
             assert row is not None, (where, shown, [r["p_adjusted"] for r in matches])
             word = "equivalent" if row["verdict"].startswith("equivalent") else row["verdict"]
             assert word in claim.replace("’", "'"), (where, shown, row["verdict"], claim)

@@ -1,6 +1,7 @@
 """studies/ablation/report.py on a hand-written two-size protocol with known numbers: an LR extension and a
 variant diverging everywhere, the four verdicts, Holm within each family at both LR choices, the literature
 paragraph, the power, the data files beside the report — and a protocol only half done."""
+
 import csv
 import json
 import math
@@ -15,27 +16,43 @@ from studies.ablation import export
 from studies.ablation import report as protocol_report
 from studies.ablation.protocol import Spec, stage2_cells
 from tests.run_helpers import write_run
-from training.runtime.run_files import JOB_STATUS
+from training.checkpoint import JOB_STATUS
 
-SPEC = Spec(variants={"ref": [], "gelu": ["model.mlp=gelu"], "ln": ["model.norm=layernorm"], "none": ["model.norm=none"]},
-            reference="ref", lr_grid=[1e-3, 2e-3, 4e-3], seeds=[0, 1, 2, 3, 4], stage1_seed=100, lr_extensions=1,
-            sizes={"small": [], "deep": ["model.n_layers=4"]}, primary=["ln", "gelu"], secondary=["none"],
-            planning_sd=0.02, equivalence_margin=0.01)
+SPEC = Spec(
+    variants={"ref": [], "gelu": ["model.mlp=gelu"], "ln": ["model.norm=layernorm"], "none": ["model.norm=none"]},
+    reference="ref",
+    lr_grid=[1e-3, 2e-3, 4e-3],
+    seeds=[0, 1, 2, 3, 4],
+    stage1_seed=100,
+    lr_extensions=1,
+    sizes={"small": [], "deep": ["model.n_layers=4"]},
+    primary=["ln", "gelu"],
+    secondary=["none"],
+    planning_sd=0.02,
+    equivalence_margin=0.01,
+)
 MODEL = {"ref": {}, "gelu": {"mlp": "gelu"}, "ln": {"norm": "layernorm"}, "none": {"norm": "none"}}
 U = {1e-3: 2.5, 2e-3: 2.4, 4e-3: 2.45}  # a bowl with its bottom at 2e-3
-SWEEPS = {("small", "gelu"): {1e-3: 2.6, 2e-3: 2.5, 4e-3: 2.45, 8e-3: 2.55},  # best at the edge, then interior
-          ("small", "none"): {1e-3: None, 2e-3: None, 4e-3: None, 5e-4: None},  # diverged, extension included
-          ("deep", "none"): {1e-3: 2.6, 2e-3: 2.7, 4e-3: 2.8, 5e-4: 2.65}}
-CHOSEN = {"small": {"ref": 2e-3, "gelu": 4e-3, "ln": 2e-3, "none": None},
-          "deep": {"ref": 2e-3, "gelu": 2e-3, "ln": 2e-3, "none": 1e-3}}
+SWEEPS = {
+    ("small", "gelu"): {1e-3: 2.6, 2e-3: 2.5, 4e-3: 2.45, 8e-3: 2.55},  # best at the edge, then interior
+    ("small", "none"): {1e-3: None, 2e-3: None, 4e-3: None, 5e-4: None},  # diverged, extension included
+    ("deep", "none"): {1e-3: 2.6, 2e-3: 2.7, 4e-3: 2.8, 5e-4: 2.65},
+}
+CHOSEN = {
+    "small": {"ref": 2e-3, "gelu": 4e-3, "ln": 2e-3, "none": None},
+    "deep": {"ref": 2e-3, "gelu": 2e-3, "ln": 2e-3, "none": 1e-3},
+}
 REFERENCE = {"small": [2.00, 2.10, 1.90, 2.05, 1.95], "deep": [1.80, 1.85, 1.75, 1.90, 1.70]}
 CLEAR = [0.05, 0.06, 0.04, 0.055, 0.045]
-DIFFS = {("small", "gelu", 4e-3): CLEAR,  # worse at its own LR: agrees with the literature
-         ("small", "gelu", 2e-3): [0.03, -0.02, 0.04, -0.01, 0.0],  # at the shared LR: can't tell
-         ("small", "ln", 2e-3): [0.001, -0.001, 0.0005, -0.0005, 0.0],  # equivalent within ±0.01
-         ("deep", "gelu", 2e-3): [-d for d in CLEAR],  # better: disagrees
-         ("deep", "ln", 2e-3): [0.03, -0.03, 0.02, -0.025, 0.004],  # can't tell
-         ("deep", "none", 1e-3): [0.3, 0.32, 0.28, 0.31, 0.29], ("deep", "none", 2e-3): [0.4, 0.42, 0.38, 0.41, 0.39]}
+DIFFS = {
+    ("small", "gelu", 4e-3): CLEAR,  # worse at its own LR: agrees with the literature
+    ("small", "gelu", 2e-3): [0.03, -0.02, 0.04, -0.01, 0.0],  # at the shared LR: can't tell
+    ("small", "ln", 2e-3): [0.001, -0.001, 0.0005, -0.0005, 0.0],  # equivalent within ±0.01
+    ("deep", "gelu", 2e-3): [-d for d in CLEAR],  # better: disagrees
+    ("deep", "ln", 2e-3): [0.03, -0.03, 0.02, -0.025, 0.004],  # can't tell
+    ("deep", "none", 1e-3): [0.3, 0.32, 0.28, 0.31, 0.29],
+    ("deep", "none", 2e-3): [0.4, 0.42, 0.38, 0.41, 0.39],
+}
 
 
 def bpb(size, variant, lr, seed):
@@ -45,8 +62,9 @@ def bpb(size, variant, lr, seed):
 def diverged(runs, cell):
     path = runs / cell.run_name
     path.mkdir(parents=True)
-    (path / JOB_STATUS).write_text(yaml.safe_dump({"status": "FAILED", "error": "non-finite loss",
-                                                      "error_types": ["NonFiniteLoss"]}))
+    (path / JOB_STATUS).write_text(
+        yaml.safe_dump({"status": "FAILED", "error": "non-finite loss", "error_types": ["NonFiniteLoss"]})
+    )
 
 
 def write_protocol(runs, finished_seeds=(0, 1, 2, 3, 4)):
@@ -64,8 +82,15 @@ def write_protocol(runs, finished_seeds=(0, 1, 2, 3, 4)):
         if (cell.size, cell.variant) == ("small", "none"):  # diverges at the shared LR too
             diverged(runs, cell)
         else:
-            write_run(runs, cell.run_name, seed=cell.seed, bpb=bpb(cell.size, cell.variant, cell.lr, cell.seed),
-                      lr=cell.lr, extra_model={"n_layers": 4} if cell.size == "deep" else None, **MODEL[cell.variant])
+            write_run(
+                runs,
+                cell.run_name,
+                seed=cell.seed,
+                bpb=bpb(cell.size, cell.variant, cell.lr, cell.seed),
+                lr=cell.lr,
+                extra_model={"n_layers": 4} if cell.size == "deep" else None,
+                **MODEL[cell.variant],
+            )
 
 
 def report(tmp_path, **kwargs):
@@ -105,9 +130,15 @@ def test_lr_sweeps_extend_past_the_edge_and_the_choice_follows(finished):
     assert chosen == CHOSEN
     small = section(text, "**small** (final val bpb", "**deep**")
     assert "| variant | lr 0.0005 | lr 0.001 | lr 0.002 | lr 0.004 | lr 0.008 | chosen |" in small
-    assert "| gelu | — | 2.6000 | 2.5000 | **2.4500** | 2.5500† | 0.004 (interior after 1 extension(s); margin +0.050 bpb over the runner-up) |" in small
+    assert (
+        "| gelu | — | 2.6000 | 2.5000 | **2.4500** | 2.5500† | 0.004 (interior after 1 extension(s); margin +0.050 bpb over the runner-up) |"
+        in small
+    )
     assert "| none | diverged† | diverged | diverged | diverged | — | diverged at every LR, down to 0.0005 |" in small
-    assert "| ref | — | 2.5000 | **2.4000** | 2.4500 | — | 0.002 (interior; margin +0.050 bpb over the runner-up) |" in small
+    assert (
+        "| ref | — | 2.5000 | **2.4000** | 2.4500 | — | 0.002 (interior; margin +0.050 bpb over the runner-up) |"
+        in small
+    )
 
 
 def test_primary_verdicts_at_both_lr_choices_are_holm_adjusted_within_their_family(finished):
@@ -115,8 +146,10 @@ def test_primary_verdicts_at_both_lr_choices_are_holm_adjusted_within_their_fami
     rows = {(r["lr_choice"], r["size"], r["variant"]): r for r in csv.DictReader(open(out / "contrasts.csv"))}
     for choice in ("own", "shared"):
         family = [(choice, size, v) for size in SPEC.sizes for v in SPEC.primary]
-        raw = [stats.ttest_rel([bpb(s, v, float(rows[choice, s, v]["lr"]), i) for i in range(5)],
-                               REFERENCE[s]).pvalue for _, s, v in family]
+        raw = [
+            stats.ttest_rel([bpb(s, v, float(rows[choice, s, v]["lr"]), i) for i in range(5)], REFERENCE[s]).pvalue
+            for _, s, v in family
+        ]
         for key, p, adjusted in zip(family, raw, holm_by_hand(raw)):
             assert float(rows[key]["p"]) == pytest.approx(p, rel=1e-6)
             assert float(rows[key]["p_adjusted"]) == pytest.approx(adjusted, rel=1e-6)
@@ -127,7 +160,10 @@ def test_primary_verdicts_at_both_lr_choices_are_holm_adjusted_within_their_fami
     assert outcomes[("own", "small", "none")] == "can't tell" and outcomes[("own", "deep", "none")] == "worse"
     secondary = section(text, "### Every variant at the reference's best LR", "## Does it hold")
     assert "| none vs ref | small | 0.002 / 0.002 | 0 | n/a |" in secondary
-    assert "- **none** at small: can't tell: fewer than 2 paired seeds, no test (5 run(s) diverged at lr 0.002)" in secondary
+    assert (
+        "- **none** at small: can't tell: fewer than 2 paired seeds, no test (5 run(s) diverged at lr 0.002)"
+        in secondary
+    )
     assert "- **none** at small: can't tell: no test — diverged at every LR tried" in text
     verdicts = section(text, "## Verdicts on the primary contrasts", "### Against the literature")
     assert "- **gelu vs ref** at small: worse: Δ = +0.0500 ± 0.0098 bpb (95 % CI), Holm p" in verdicts
@@ -151,12 +187,16 @@ def test_the_literature_paragraph_is_filled_in_from_the_verdicts(finished):
 
 def test_power_is_stated_from_the_plan_and_from_the_measured_spread(finished):
     from analysis import power
+
     _, _, text, _ = finished
     lines = section(text, "## Power", "## Stage 1")
     planned = power.mde(0.02, 5, 0.05 / 4)
     assert f"- primary (m = 4, α/m = 0.0125): planned {planned:.4f} bpb (sd 0.0200, the spec's planning_sd)" in lines
-    diffs = {k: v for k, v in DIFFS.items() if k in {("small", "gelu", 4e-3), ("small", "ln", 2e-3),
-                                                     ("deep", "gelu", 2e-3), ("deep", "ln", 2e-3)}}
+    diffs = {
+        k: v
+        for k, v in DIFFS.items()
+        if k in {("small", "gelu", 4e-3), ("small", "ln", 2e-3), ("deep", "gelu", 2e-3), ("deep", "ln", 2e-3)}
+    }
     assert f"pooled sd {power.pooled_sd(diffs):.4f} over 16 dof" in lines
 
 
@@ -168,11 +208,18 @@ def test_every_number_is_in_the_data_files_beside_the_report(finished):
     assert (row["stage"], row["state"]) == ("stage2", "finished")
     assert float(row["val_bpb"]) == pytest.approx(REFERENCE["small"][3] + CLEAR[3])
     assert {r["state"] for r in cells if (r["size"], r["variant"]) == ("small", "none")} == {"diverged"}
-    gelu = next(r for r in csv.DictReader(open(out / "contrasts.csv"))
-                if (r["lr_choice"], r["size"], r["variant"]) == ("own", "small", "gelu"))
+    gelu = next(
+        r
+        for r in csv.DictReader(open(out / "contrasts.csv"))
+        if (r["lr_choice"], r["size"], r["variant"]) == ("own", "small", "gelu")
+    )
     assert gelu["per_seed_delta"] == "0:+0.050000;1:+0.060000;2:+0.040000;3:+0.055000;4:+0.045000"
     data = json.loads((out / "results.json").read_text())
-    assert data["chosen_lr"] == CHOSEN and len(data["contrasts"]) == 2 * 2 * 3 and data["spec"]["primary"] == ["ln", "gelu"]
+    assert (
+        data["chosen_lr"] == CHOSEN
+        and len(data["contrasts"]) == 2 * 2 * 3
+        and data["spec"]["primary"] == ["ln", "gelu"]
+    )
     assert "[per_seed.csv](per_seed.csv)" in text and (out / "results.md").read_text() == text
     assert {r["precision"] for r in cells if r["state"] == "finished"} == {"bf16"}
     finished_runs = sum(s.run is not None for s in states.values())
@@ -188,8 +235,10 @@ def test_cells_that_trained_in_different_precisions_are_flagged(tmp_path):
         write_run(tmp_path, cell.run_name, seed=seed, precision=precision)
         states[cell] = C.inspect(cell, tmp_path)
     text = protocol_report._precisions(states)
-    assert text.startswith("Precision (from the cells' metrics): bf16 in 2, fp32 in 1, bf16+fp32 in 1, not recorded "
-                           "in 1. ⚠ The cells did not all train in one precision")
+    assert text.startswith(
+        "Precision (from the cells' metrics): bf16 in 2, fp32 in 1, bf16+fp32 in 1, not recorded "
+        "in 1. ⚠ The cells did not all train in one precision"
+    )
     rows = {r["seed"]: r["precision"] for r in export.cell_rows(SPEC, states)}
     assert rows == {0: "bf16", 1: "bf16", 2: "fp32", 3: "bf16+fp32", 4: ""}
 

@@ -1,4 +1,5 @@
 """analysis/benchmarks_doc.py: a benchmark rewrites only its own BENCHMARKS.md section."""
+
 import pytest
 
 from analysis.benchmarks_doc import write_section

@@ -4,6 +4,7 @@ state.json, so a kill -9 and a resume end bitwise where the uninterrupted run en
 
 The runs here read a step clock (tests/fault_injection.py's step_clock): each step costs the seconds the test
 says, so a machine that slows down, or a start on a busy machine, is the same on every CPU and every run."""
+
 import math
 import signal
 from pathlib import Path
@@ -15,10 +16,9 @@ from safetensors.torch import load_file
 from tests.fault_injection import step_clock
 from tests.train_helpers import read_metrics, run_dirs, run_faulty, train_in_process
 from training.budget import MIN_WINDOW_STEPS, PROBE_STEPS, WARMUP_STEPS
+from training.checkpoint import read_state
 from training.config import OptimConfig
-from training.optim.schedule import lr_at, planned_lr_at, wsd_decay_start
-from training.checkpoint.run_state import read_state
-
+from training.optim import lr_at, planned_lr_at, wsd_decay_start
 
 COSINE = OptimConfig(lr=1e-2, min_lr=1e-3, warmup_steps=10)
 WSD = OptimConfig(lr=1e-2, min_lr=1e-3, warmup_steps=10, schedule="wsd", decay_fraction=0.2)
@@ -36,16 +36,16 @@ def test_a_new_end_moves_the_schedule_without_a_jump_and_it_still_ends_at_min_lr
     ends, new_end = [(23, 400), (at, at + later)], at + later
     before = [lr_at(s, cfg, 400) for s in range(at + 1)]
     after = [planned_lr_at(s, cfg, ends) for s in range(new_end + 1)]
-    assert after[:at + 1] == before  # up to the plan, the curve is the one already trained
+    assert after[: at + 1] == before  # up to the plan, the curve is the one already trained
     pace = (400 - at) / later  # the rest of the schedule over the steps that now remain
     w = cfg.warmup_steps  # past the warmup's rise
-    biggest = max(abs(a - b) for a, b in zip(after[w:], after[w + 1:]))
+    biggest = max(abs(a - b) for a, b in zip(after[w:], after[w + 1 :]))
     plain = max(abs(lr_at(s, cfg, 400) - lr_at(s + 1, cfg, 400)) for s in range(w, 400))
     assert biggest <= 1.01 * max(pace, 1) * plain  # a new pace, never a jump
     # Simply stretching the curve to the new end would jump there, by several of the new curve's steps:
     assert abs(lr_at(at, cfg, new_end) - before[at]) > 3 * abs(after[at + 1] - after[at])
     assert after[-1] == pytest.approx(cfg.min_lr) and all(a >= cfg.min_lr - 1e-12 for a in after)
-    assert all(a >= b - 1e-15 for a, b in zip(after[w:], after[w + 1:]))  # it only decays
+    assert all(a >= b - 1e-15 for a, b in zip(after[w:], after[w + 1 :]))  # it only decays
 
 
 def test_where_nothing_depended_on_the_end_a_new_end_is_taken_as_is():
@@ -56,8 +56,14 @@ def test_where_nothing_depended_on_the_end_a_new_end_is_taken_as_is():
         assert all(planned_lr_at(s, cfg, ends) == lr_at(s, cfg, 700) for s in range(701)), (cfg.schedule, at)
 
 
-BUDGET_ARGS = ["trainer.time_budget=0.05", "trainer.eval_interval=40", "trainer.ckpt_interval=1000",
-               "trainer.log_interval=1", "trainer.sample_tokens=0", "trainer.activation_rms=false"]
+BUDGET_ARGS = [
+    "trainer.time_budget=0.05",
+    "trainer.eval_interval=40",
+    "trainer.ckpt_interval=1000",
+    "trainer.log_interval=1",
+    "trainer.sample_tokens=0",
+    "trainer.activation_rms=false",
+]
 
 
 def budget_run(tmp_path, monkeypatch, tiny_data_cache, segments, *extra):
@@ -65,8 +71,9 @@ def budget_run(tmp_path, monkeypatch, tiny_data_cache, segments, *extra):
     return train_in_process(tmp_path / "run", *BUDGET_ARGS, *extra, cache_dir=tiny_data_cache)
 
 
-def test_a_machine_that_slows_down_mid_run_still_ends_within_5_percent_of_the_budget(tmp_path, monkeypatch,
-                                                                                    tiny_data_cache, capsys):
+def test_a_machine_that_slows_down_mid_run_still_ends_within_5_percent_of_the_budget(
+    tmp_path, monkeypatch, tiny_data_cache, capsys
+):
     """3 s of budget; steps take 20 ms, then 60 ms from step 60 on (another process took the cores). One plan
     would have ended at ~145 steps after ~5.5 s; the plans follow the slow-down and end within ±5 %."""
     outcome = budget_run(tmp_path, monkeypatch, tiny_data_cache, [[0, 0.02], [60, 0.06]])
@@ -79,10 +86,13 @@ def test_a_machine_that_slows_down_mid_run_still_ends_within_5_percent_of_the_bu
     assert all(b["at_step"] - a["at_step"] >= MIN_WINDOW_STEPS for a, b in zip(plans, plans[1:]))
     out = capsys.readouterr().out
     assert "time budget 0.05 min → " in out and "time budget: re-planned at step " in out
-    from training.report import summary
+    from training.log import summary
+
     took = state.elapsed_s()
-    assert (f"time budget 0.05 min: the training loop took {took / 60:.2f} min ({took / 3 - 1:+.1%}), {len(plans)} plans "
-            "(state.json)") in summary(outcome, tmp_path / "run", torch.device("cpu"))
+    assert (
+        f"time budget 0.05 min: the training loop took {took / 60:.2f} min ({took / 3 - 1:+.1%}), {len(plans)} plans "
+        "(state.json)"
+    ) in summary(outcome, tmp_path / "run", torch.device("cpu"))
     lrs = [row["lr"] for row in read_metrics(tmp_path / "run") if row["kind"] == "train"]
     after_warmup = lrs[5:]  # debug=tiny's AdamW warms up over 5 steps; the probe and every plan come after
     assert max(abs(a - b) for a, b in zip(after_warmup, after_warmup[1:])) < 0.1 * max(lrs)  # no jump at any plan
@@ -93,8 +103,13 @@ def test_a_busy_start_whose_probe_is_badly_wrong_recovers(tmp_path, monkeypatch,
     """The probe runs at 0.1 s a step (a busy start, as the one that planned 37 steps for 10 minutes), then the
     machine is free (20 ms a step): the run plans again, trains 2.5× the first plan's steps and still ends within
     ±5 % of the budget."""
-    outcome = budget_run(tmp_path, monkeypatch, tiny_data_cache, [[0, 0.1], [WARMUP_STEPS + PROBE_STEPS, 0.02]],
-                         "trainer.time_budget=0.1")
+    outcome = budget_run(
+        tmp_path,
+        monkeypatch,
+        tiny_data_cache,
+        [[0, 0.1], [WARMUP_STEPS + PROBE_STEPS, 0.02]],
+        "trainer.time_budget=0.1",
+    )
     first = outcome.state.plans[0]["max_steps"]
     assert first < 70 and outcome.state.step > 2.5 * first
     assert abs(outcome.state.elapsed_s() / 6.0 - 1) <= 0.05, outcome.state.elapsed_s()
@@ -104,20 +119,28 @@ CLOCK = {"step_clock": [[0, 0.02], [50, 0.05]]}
 
 
 @pytest.mark.serial
-def test_kill_9_after_several_plans_and_a_resume_end_bitwise_where_the_uninterrupted_run_ends(tmp_path,
-                                                                                              tiny_data_cache):
+def test_kill_9_after_several_plans_and_a_resume_end_bitwise_where_the_uninterrupted_run_ends(
+    tmp_path, tiny_data_cache
+):
     """Killed after step 72 (a checkpoint at 70, after plans at 23, 40 and later); the resume reads the plans from
     state.json and plans on: the same plans, the same final weights and losses as the run never killed."""
     args = [*BUDGET_ARGS, "trainer.ckpt_interval=35", "model.dropout=0.1"]
-    killed = run_faulty(tmp_path / "a", {**CLOCK, "signal_at_step": [72, int(signal.SIGKILL)]}, *args,
-                        cache_dir=tiny_data_cache, check=False)
+    killed = run_faulty(
+        tmp_path / "a",
+        {**CLOCK, "signal_at_step": [72, int(signal.SIGKILL)]},
+        *args,
+        cache_dir=tiny_data_cache,
+        check=False,
+    )
     assert killed.returncode == -signal.SIGKILL
     (run,) = run_dirs(tmp_path / "a")
     saved = read_state(run / "checkpoints" / "step_0000070")["budget"]
     assert len(saved["plans"]) >= 2 and saved["plans"][0]["at_step"] == WARMUP_STEPS + PROBE_STEPS
     resumed = run_faulty(tmp_path / "a", CLOCK, *args, f"resume={run}", cache_dir=tiny_data_cache)
-    assert f"steps 70→{saved['max_steps']} (planned by trainer.time_budget=0.05 min, {len(saved['plans'])} plans" \
+    assert (
+        f"steps 70→{saved['max_steps']} (planned by trainer.time_budget=0.05 min, {len(saved['plans'])} plans"
         in resumed.stdout
+    )
     run_faulty(tmp_path / "b", CLOCK, *args, cache_dir=tiny_data_cache)
     (other,) = run_dirs(tmp_path / "b")
     ends = [read_state(max((r / "checkpoints").glob("step_*")))["budget"] for r in (run, other)]
@@ -144,17 +167,26 @@ def test_a_steady_machine_plans_exactly_the_steps_its_budget_holds(tmp_path, mon
 # trainer.max_epochs under a time budget (the default: 10 minutes or 4 passes, whichever comes first), on a corpus
 # of ~9 KB: ~3,000 training tokens at debug=tiny's 4 × 64 tokens a step, about 45 windows an epoch, so 4 passes
 # are ~45 steps — far inside a budget of 0.5 min at 20 ms a step (1,500 steps).
-PASSES_ARGS = ["trainer.time_budget=0.5", "trainer.max_epochs=4", "trainer.ckpt_interval=1000", "trainer.log_interval=1",
-               "trainer.sample_tokens=0", "trainer.activation_rms=false", "data=local", "data.vocab_size=512",
-               "trainer.eval_interval=null"]
+PASSES_ARGS = [
+    "trainer.time_budget=0.5",
+    "trainer.max_epochs=4",
+    "trainer.ckpt_interval=1000",
+    "trainer.log_interval=1",
+    "trainer.sample_tokens=0",
+    "trainer.activation_rms=false",
+    "data=local",
+    "data.vocab_size=512",
+    "trainer.eval_interval=null",
+]
 
 
 @pytest.fixture(scope="module")
 def small_corpus(tmp_path_factory):
     """(the corpus's overrides, its training tokens): the first 9,000 characters of a play, prepared once."""
     from data import prepare
-    from data.shakespeare import load_plays
+    from data.sources import load_plays
     from tests.train_helpers import compose_train_config
+
     root = tmp_path_factory.mktemp("small_corpus")
     (root / "play.txt").write_text(load_plays()[0]["text"][:9000])
     args = [f"data.path={root / 'play.txt'}", f"data.cache_dir={root / 'cache'}"]
@@ -164,14 +196,16 @@ def small_corpus(tmp_path_factory):
 
 def passes_run(run_dir, small_corpus, *extra, resume_ckpt=None):
     args, _ = small_corpus
-    return train_in_process(run_dir, *PASSES_ARGS, *args, *extra, cache_dir=Path(args[1].split("=", 1)[1]),
-                            resume_ckpt=resume_ckpt)
+    return train_in_process(
+        run_dir, *PASSES_ARGS, *args, *extra, cache_dir=Path(args[1].split("=", 1)[1]), resume_ckpt=resume_ckpt
+    )
 
 
-def test_a_corpus_used_up_before_the_budget_stops_at_its_passes_with_the_schedule_decayed(tmp_path, monkeypatch,
-                                                                                            small_corpus):
+def test_a_corpus_used_up_before_the_budget_stops_at_its_passes_with_the_schedule_decayed(
+    tmp_path, monkeypatch, small_corpus
+):
     from data import windows_per_epoch
-    from training.report import summary
+    from training.log import summary
 
     step_clock([[0, 0.02]], monkeypatch.setattr)
     outcome = passes_run(tmp_path / "run", small_corpus)
@@ -179,9 +213,14 @@ def test_a_corpus_used_up_before_the_budget_stops_at_its_passes_with_the_schedul
     passes_end = math.ceil(4 * windows_per_epoch(small_corpus[1], 64) / 4)
     assert WARMUP_STEPS + PROBE_STEPS < passes_end < 100  # the budget's first plan comes before the passes end
     assert state.step == state.max_steps == passes_end and state.elapsed_s() < 0.2 * 30  # far inside its 30 s
-    assert state.plans[0] == {"at_step": 0, "max_steps": passes_end, "next_at": WARMUP_STEPS + PROBE_STEPS,
-                              "step_s": 0.0, "spent_s": 0.0,
-                              "limit": "4 passes over every window (trainer.max_epochs=4)"}
+    assert state.plans[0] == {
+        "at_step": 0,
+        "max_steps": passes_end,
+        "next_at": WARMUP_STEPS + PROBE_STEPS,
+        "step_s": 0.0,
+        "spent_s": 0.0,
+        "limit": "4 passes over every window (trainer.max_epochs=4)",
+    }
     assert len(state.plans) > 1 and all(plan["max_steps"] == passes_end for plan in state.plans)  # never past it
     tiny_adamw = OptimConfig(lr=3e-3, min_lr=3e-4, warmup_steps=5)
     lrs = [row["lr"] for row in rows if row["kind"] == "train"]
@@ -190,12 +229,15 @@ def test_a_corpus_used_up_before_the_budget_stops_at_its_passes_with_the_schedul
     evals = [row["step"] for row in rows if row["kind"] == "eval"]
     assert len(evals) >= 10 and evals[-1] == passes_end  # sized to the run, and the end
     said = summary(outcome, tmp_path / "run", torch.device("cpu"))
-    assert (f"stopped at 4 passes over every window (trainer.max_epochs=4), after {state.elapsed_s() / 60:.2f} of "
-            "trainer.time_budget=0.5 min: more passes over the same data stop lowering the validation loss") in said
+    assert (
+        f"stopped at 4 passes over every window (trainer.max_epochs=4), after {state.elapsed_s() / 60:.2f} of "
+        "trainer.time_budget=0.5 min: more passes over the same data stop lowering the validation loss"
+    ) in said
 
 
-def test_a_budget_shorter_than_the_passes_plans_below_them_and_says_which_ends_it(tmp_path, monkeypatch,
-                                                                                  small_corpus, capsys):
+def test_a_budget_shorter_than_the_passes_plans_below_them_and_says_which_ends_it(
+    tmp_path, monkeypatch, small_corpus, capsys
+):
     """0.5 s a step: the budget (30 s) holds ~55 steps, fewer than 12 passes (~135 steps) — the budget ends the
     run, and its first plan says it comes before the passes."""
     step_clock([[0, 0.5]], monkeypatch.setattr)
@@ -221,6 +263,8 @@ def test_a_resume_across_the_passes_end_is_bitwise_the_run_never_stopped(tmp_pat
     assert resumed.state.step == whole.state.step and resumed.state.plans == whole.state.plans
     wa, wb = (load_file(o.checkpoint / "model.safetensors") for o in (whole, resumed))
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
-    losses = [{r["step"]: r["loss"] for r in read_metrics(d) if r["kind"] == "train"} for d in
-              (tmp_path / "whole", tmp_path / "part")]
+    losses = [
+        {r["step"]: r["loss"] for r in read_metrics(d) if r["kind"] == "train"}
+        for d in (tmp_path / "whole", tmp_path / "part")
+    ]
     assert losses[0] == losses[1]

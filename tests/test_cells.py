@@ -1,10 +1,11 @@
 """studies/ablation/cells.py: a cell's state from its run directory, the LR choice over states, moving aside."""
+
 import yaml
 
 from studies.ablation import cells as C
 from studies.ablation.protocol import Cell, Spec
 from tests.run_helpers import write_run
-from training.runtime.run_files import JOB_STATUS
+from training.checkpoint import JOB_STATUS
 
 CELL = Cell("small", "ref", 1e-3, 0)
 
@@ -51,8 +52,15 @@ def test_a_failed_status_outranks_complete_metrics(tmp_path):
 
 
 def test_chosen_lrs_waits_for_the_whole_sweep_and_skips_diverged(tmp_path):
-    spec = Spec(variants={"ref": [], "gelu": [], "none": []}, reference="ref", lr_grid=[1e-3, 1e-2, 3e-3], seeds=[1],
-                sizes={"small": []}, stage1_seed=0, lr_extensions=0)
+    spec = Spec(
+        variants={"ref": [], "gelu": [], "none": []},
+        reference="ref",
+        lr_grid=[1e-3, 1e-2, 3e-3],
+        seeds=[1],
+        sizes={"small": []},
+        stage1_seed=0,
+        lr_extensions=0,
+    )
     runs = tmp_path / "runs"
     write_run(runs, Cell("small", "ref", 1e-3, 0).run_name, bpb=2.2)
     write_run(runs, Cell("small", "ref", 3e-3, 0).run_name, bpb=2.05)
@@ -66,8 +74,9 @@ def test_chosen_lrs_waits_for_the_whole_sweep_and_skips_diverged(tmp_path):
 
 def test_an_edge_extends_the_sweep_and_the_choice_waits_for_it(tmp_path):
     """ref is best at the top of the grid: stage 1 grows by 2e-2, whose run decides the choice."""
-    spec = Spec(variants={"ref": []}, reference="ref", lr_grid=[2.5e-3, 5e-3, 1e-2], seeds=[0], sizes={"s": []},
-                lr_extensions=1)
+    spec = Spec(
+        variants={"ref": []}, reference="ref", lr_grid=[2.5e-3, 5e-3, 1e-2], seeds=[0], sizes={"s": []}, lr_extensions=1
+    )
     runs = tmp_path / "runs"
     for lr, bpb in ((2.5e-3, 2.3), (5e-3, 2.2), (1e-2, 2.1)):
         write_run(runs, Cell("s", "ref", lr, 100).run_name, bpb=bpb)
@@ -93,9 +102,17 @@ def test_move_aside_keeps_everything(tmp_path):
 
 def test_under_transfer_from_every_size_takes_the_transfer_sizes_choice(tmp_path):
     """Only w64 sweeps; w256 (and a variant that runs only at w64) take what w64 chose, once it is settled."""
-    spec = Spec(variants={"ref": [], "gelu": [], "qk": []}, reference="ref", lr_grid=[1e-3, 3e-3, 1e-2], seeds=[1],
-                sizes={"w64": [], "w256": ["model.hidden_size=256"]}, variant_sizes={"qk": ["w64"]},
-                transfer_from="w64", stage1_seed=0, lr_extensions=0)
+    spec = Spec(
+        variants={"ref": [], "gelu": [], "qk": []},
+        reference="ref",
+        lr_grid=[1e-3, 3e-3, 1e-2],
+        seeds=[1],
+        sizes={"w64": [], "w256": ["model.hidden_size=256"]},
+        variant_sizes={"qk": ["w64"]},
+        transfer_from="w64",
+        stage1_seed=0,
+        lr_extensions=0,
+    )
     runs = tmp_path / "runs"
     for variant, bpbs in (("ref", (2.2, 2.05, 2.1)), ("gelu", (2.1, 2.2, 2.3)), ("qk", (2.3, 2.2, 2.25))):
         for lr, bpb in zip(spec.lr_grid, bpbs):
@@ -103,7 +120,9 @@ def test_under_transfer_from_every_size_takes_the_transfer_sizes_choice(tmp_path
     inspect = lambda cells: {c: C.inspect(c, runs) for c in cells}
     states = C.stage1_states(spec, inspect)
     assert {c.size for c in states} == {"w64"} and len(states) == 9  # no LR sweep at w256
-    assert C.chosen_lrs(spec, states) == {"w64": {"ref": 3e-3, "gelu": 1e-3, "qk": 3e-3},
-                                          "w256": {"ref": 3e-3, "gelu": 1e-3}}
+    assert C.chosen_lrs(spec, states) == {
+        "w64": {"ref": 3e-3, "gelu": 1e-3, "qk": 3e-3},
+        "w256": {"ref": 3e-3, "gelu": 1e-3},
+    }
     unsettled = {c: s for c, s in states.items() if c.variant != "gelu" or c.lr != 1e-2}
     assert C.chosen_lrs(spec, unsettled) == {"w64": {"ref": 3e-3, "qk": 3e-3}, "w256": {"ref": 3e-3}}  # gelu waits

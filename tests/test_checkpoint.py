@@ -1,5 +1,6 @@
 """Checkpoint directories: atomic writes (interrupted for real), an exact resume of weights and optimizer
 moments, no NaN checkpoints, pruning, `latest`, strict and safe loading."""
+
 import json
 import os
 
@@ -7,13 +8,24 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-import training.checkpoint.save
+import training.checkpoint
 from model import ModelConfig, Transformer
-from training.checkpoint import (CheckpointError, NonFiniteCheckpoint, last_good_checkpoint, list_checkpoints, load_model,
-                                 load_training_state, read_weights, resolve_checkpoint, restore_rng, save_checkpoint)
-from training.checkpoint.save import _prune, rng_states_of_this_process
-from training.checkpoint.cleanup import clean_partial_checkpoints
-from training.checkpoint.state_dicts import full_optimizer_state, load_full_state
+from training.checkpoint import (
+    CheckpointError,
+    NonFiniteCheckpoint,
+    clean_partial_checkpoints,
+    full_optimizer_state,
+    last_good_checkpoint,
+    list_checkpoints,
+    load_full_state,
+    load_model,
+    load_training_state,
+    read_weights,
+    resolve_checkpoint,
+    restore_rng,
+    rng_states_of_this_process,
+    save_checkpoint,
+)
 
 CFG = dict(vocab_size=300, hidden_size=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=16)
 
@@ -21,11 +33,17 @@ CFG = dict(vocab_size=300, hidden_size=32, n_layers=2, n_heads=4, n_kv_heads=2, 
 @pytest.fixture
 def tokenizer_file(tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.train_from_iterator(["hello world"] * 10, trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["<|bos|>", "<|eos|>", "<|pad|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        ["hello world"] * 10,
+        trainers.BpeTrainer(
+            vocab_size=300,
+            special_tokens=["<|bos|>", "<|eos|>", "<|pad|>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     path = tmp_path / "tokenizer.json"
     tok.save(str(path))
     return path, tok.get_vocab_size()
@@ -33,8 +51,17 @@ def tokenizer_file(tmp_path):
 
 def save(root, step, model, tokenizer_path, **kw):
     opt = torch.optim.AdamW(model.parameters())
-    return save_checkpoint(root, step, model.state_dict(), model.cfg, tokenizer_path, {"step": step, "tokens_seen": 0,
-                           "elapsed_s": 0.0}, "a: 1\n", opt.state_dict(), **kw)
+    return save_checkpoint(
+        root,
+        step,
+        model.state_dict(),
+        model.cfg,
+        tokenizer_path,
+        {"step": step, "tokens_seen": 0, "elapsed_s": 0.0},
+        "a: 1\n",
+        opt.state_dict(),
+        **kw,
+    )
 
 
 def test_roundtrip_is_exact_and_head_stays_tied(tmp_path, tokenizer_file):
@@ -63,19 +90,30 @@ def test_a_resumed_model_and_optimizer_continue_exactly_as_if_never_saved(tmp_pa
     """Train 3 AdamW steps, save (moments, step counts, per-group lr), then 2 more; a fresh model and
     optimizer loaded from the checkpoint take the same 2 steps to the same bits."""
     model, path = model_and_tokenizer(tokenizer_file)
-    optimizer = torch.optim.AdamW([{"params": [p for n, p in model.named_parameters() if "norm" in n], "lr": 2e-3},
-                                   {"params": [p for n, p in model.named_parameters() if "norm" not in n]}],
-                                  lr=1e-2, weight_decay=0.1)
+    optimizer = torch.optim.AdamW(
+        [
+            {"params": [p for n, p in model.named_parameters() if "norm" in n], "lr": 2e-3},
+            {"params": [p for n, p in model.named_parameters() if "norm" not in n]},
+        ],
+        lr=1e-2,
+        weight_decay=0.1,
+    )
     adamw_steps(model, optimizer, 3, seed=0)
-    ckpt = save_checkpoint(tmp_path, 3, model.state_dict(), model.cfg, path, {"step": 3}, "",
-                           full_optimizer_state(model, [optimizer]))
+    ckpt = save_checkpoint(
+        tmp_path, 3, model.state_dict(), model.cfg, path, {"step": 3}, "", full_optimizer_state(model, [optimizer])
+    )
     adamw_steps(model, optimizer, 2, seed=1)
 
     torch.manual_seed(123)  # another init: everything must come from the checkpoint
     fresh, _ = model_and_tokenizer(tokenizer_file)
-    fresh_opt = torch.optim.AdamW([{"params": [p for n, p in fresh.named_parameters() if "norm" in n], "lr": 0.5},
-                                   {"params": [p for n, p in fresh.named_parameters() if "norm" not in n]}],
-                                  lr=0.5, weight_decay=0.1)
+    fresh_opt = torch.optim.AdamW(
+        [
+            {"params": [p for n, p in fresh.named_parameters() if "norm" in n], "lr": 0.5},
+            {"params": [p for n, p in fresh.named_parameters() if "norm" not in n]},
+        ],
+        lr=0.5,
+        weight_decay=0.1,
+    )
     _, optim_state, _ = load_training_state(ckpt)
     assert len(optim_state["state"]) == len(list(model.parameters()))  # moments of every parameter were saved
     load_full_state(fresh, [fresh_opt], read_weights(fresh, ckpt), optim_state)
@@ -104,8 +142,11 @@ def test_an_interrupted_save_never_touches_a_complete_checkpoint(tmp_path, token
         for p in model.parameters():
             p.add_(1.0)  # the new save would write other weights
     step = 1 if resave else 2
-    real = {"model.safetensors": training.checkpoint.save.save_file, "optimizer.pt": training.checkpoint.save._torch_save,
-            "rng.pt": training.checkpoint.save._torch_save}[after]
+    real = {
+        "model.safetensors": training.checkpoint.save_file,
+        "optimizer.pt": training.checkpoint._torch_save,
+        "rng.pt": training.checkpoint._torch_save,
+    }[after]
 
     def write_then_die(obj, target, *args, **kwargs):
         real(obj, target, *args, **kwargs)
@@ -113,7 +154,7 @@ def test_an_interrupted_save_never_touches_a_complete_checkpoint(tmp_path, token
             raise Interrupted
 
     name = "save_file" if after == "model.safetensors" else "_torch_save"
-    monkeypatch.setattr(training.checkpoint.save, name, write_then_die)
+    monkeypatch.setattr(training.checkpoint, name, write_then_die)
     with pytest.raises(Interrupted):
         save(root, step, model, path)
     monkeypatch.undo()
@@ -177,8 +218,11 @@ def test_non_finite_weights_or_optimizer_state_are_never_written(tmp_path, token
     model, path = model_and_tokenizer(tokenizer_file)
     with torch.no_grad():
         model.layers[1].mlp.down_proj.weight[0, 0] = float("nan")
-    with pytest.raises(NonFiniteCheckpoint, match=r"refusing to save step 1: 1 of \d+ weight tensors hold NaN or inf "
-                       r"\(first: layers.1.mlp.down_proj.weight\); there is no earlier good checkpoint") as refused:
+    with pytest.raises(
+        NonFiniteCheckpoint,
+        match=r"refusing to save step 1: 1 of \d+ weight tensors hold NaN or inf "
+        r"\(first: layers.1.mlp.down_proj.weight\); there is no earlier good checkpoint",
+    ) as refused:
         save(root, 1, model, path)
     assert refused.value.last_good is None and not root.exists()  # not even a .tmp
     good, path = model_and_tokenizer(tokenizer_file)
@@ -211,7 +255,7 @@ def test_pruning_never_deletes_the_newest_finite_checkpoint(tmp_path, tokenizer_
     for ckpt in steps[2:]:
         poison(ckpt)  # e.g. left by an older minillama that saved after a NaN
     assert last_good_checkpoint(tmp_path) == steps[1]  # found by reading the weights, not the flag
-    _prune(tmp_path, keep_last=1)
+    save(tmp_path, 2, model, path, keep_last=1)  # a save prunes: step 2 again (a re-save, as `best` does)
     assert list_checkpoints(tmp_path) == [steps[1], steps[3]]  # step 2 survives keep_last=1
     assert json.loads((steps[1] / "state.json").read_text())["weights_finite"] is True
     for ckpt in list_checkpoints(tmp_path):
@@ -255,8 +299,11 @@ def test_damaged_training_state_files_name_the_file(tmp_path, tokenizer_file):
     model, path = model_and_tokenizer(tokenizer_file)
     ckpt = save(tmp_path, 1, model, path)
     (ckpt / "optimizer.pt").write_bytes((ckpt / "optimizer.pt").read_bytes()[:100])
-    with pytest.raises(CheckpointError, match=r"optimizer.pt is truncated or corrupt \(PytorchStreamReader failed "
-                       r"reading zip archive: failed finding central directory\); resume from an older checkpoint$"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"optimizer.pt is truncated or corrupt \(PytorchStreamReader failed "
+        r"reading zip archive: failed finding central directory\); resume from an older checkpoint$",
+    ):
         load_training_state(ckpt)
     (ckpt / "rng.pt").unlink()
     (ckpt / "optimizer.pt").unlink()

@@ -1,12 +1,19 @@
 """Leftovers of a killed save are swept at start; resuming an older step moves the later ones aside."""
+
 import os
 
 import pytest
 
-import training.checkpoint.save
+import training.checkpoint
 from model import ModelConfig, Transformer
-from training.checkpoint import list_checkpoints, load_training_state, resolve_checkpoint, save_checkpoint
-from training.checkpoint.cleanup import clean_partial_checkpoints, move_aside_later_checkpoints
+from training.checkpoint import (
+    clean_partial_checkpoints,
+    list_checkpoints,
+    load_training_state,
+    move_aside_later_checkpoints,
+    resolve_checkpoint,
+    save_checkpoint,
+)
 
 CFG = dict(vocab_size=300, hidden_size=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=16)
 
@@ -19,8 +26,17 @@ def saver(tmp_path):
     tokenizer.write_text("{}")
 
     def save(root, step, **state):
-        return save_checkpoint(root, step, model.state_dict(), model.cfg, tokenizer, {"step": step, **state},
-                               optimizer_state={"state": {}, "param_groups": []}, keep_last=0)
+        return save_checkpoint(
+            root,
+            step,
+            model.state_dict(),
+            model.cfg,
+            tokenizer,
+            {"step": step, **state},
+            optimizer_state={"state": {}, "param_groups": []},
+            keep_last=0,
+        )
+
     return save
 
 
@@ -50,7 +66,7 @@ def test_a_resave_killed_between_its_renames_is_recovered(tmp_path, saver, monke
             raise KeyboardInterrupt
         real_replace(src, dst)
 
-    monkeypatch.setattr(training.checkpoint.save.os, "replace", killed_on_second_rename)
+    monkeypatch.setattr(training.checkpoint.os, "replace", killed_on_second_rename)
     with pytest.raises(KeyboardInterrupt):
         saver(root, 2, version="second")
     monkeypatch.undo()

@@ -1,4 +1,5 @@
 """A checkpoint whose files disagree, or a resume that would change its model, stops with one line."""
+
 import dataclasses
 import json
 
@@ -6,19 +7,19 @@ import pytest
 import yaml
 
 from model import ModelConfig, Transformer
-from training.checkpoint import CheckpointError, load_model, save_checkpoint
 from tests.test_checkpoint import CFG, tokenizer_file  # noqa: F401 (a fixture: the same tiny BPE tokenizer)
-from training.checkpoint.consistency import check_checkpoint_consistency, check_resume_fits, check_resume_tokenizer
+from training.checkpoint import CheckpointError, Resume, check_checkpoint_consistency, load_model, save_checkpoint
 
 
 @pytest.fixture
-def ckpt(tmp_path, tokenizer_file):
+def ckpt(tmp_path, tokenizer_file):  # noqa: F811 (the fixture imported above)
     """A checkpoint as train.py writes it: config.yaml holds the run's model section."""
     tokenizer_path, vocab = tokenizer_file
     cfg = ModelConfig(**{**CFG, "vocab_size": vocab})
     config_yaml = yaml.safe_dump({"model": dataclasses.asdict(cfg), "trainer": {"max_steps": 10}})
-    return save_checkpoint(tmp_path / "checkpoints", 7, Transformer(cfg).state_dict(), cfg, tokenizer_path,
-                           {"step": 7}, config_yaml)
+    return save_checkpoint(
+        tmp_path / "checkpoints", 7, Transformer(cfg).state_dict(), cfg, tokenizer_path, {"step": 7}, config_yaml
+    )
 
 
 def edit_json(path, **changes):
@@ -47,8 +48,9 @@ def test_hidden_size_edited_in_model_config_names_the_disagreeing_files(ckpt):
     edit_json(ckpt / "model_config.json", hidden_size=128)
     message = one_line_error(ckpt)
     assert message.startswith(f"checkpoint {ckpt} contradicts itself: model_config.json (hidden_size=128")
-    assert ("does not match model.safetensors: embed_tokens.weight has shape (320, 32), "
-            "the config needs (320, 128)") in message
+    assert (
+        "does not match model.safetensors: embed_tokens.weight has shape (320, 32), the config needs (320, 128)"
+    ) in message
     assert "config.yaml says model.hidden_size=32, model_config.json says 128" in message
     assert "intermediate_size" not in message  # derived from hidden_size: not a second disagreement
     assert message.endswith("restore them, or use another checkpoint")
@@ -80,24 +82,31 @@ def test_a_checkpoint_without_a_training_config_is_checked_without_it(ckpt):
 
 def test_resume_refuses_architecture_overrides_but_not_dropout(ckpt):
     cfg = check_checkpoint_consistency(ckpt)
-    check_resume_fits(ckpt, dataclasses.replace(cfg, dropout=0.1, max_seq_len=64))
-    with pytest.raises(CheckpointError, match=r"cannot resume .* with model.n_layers=3 \(the checkpoint has n_layers=2\), "
-                       r"model.qk_norm=True \(the checkpoint has qk_norm=False\): a resumed run keeps the checkpoint's "
-                       r"architecture; drop those model.\* overrides$"):
-        check_resume_fits(ckpt, dataclasses.replace(cfg, n_layers=3, qk_norm=True))
+    Resume.open(str(ckpt)).check_fits(dataclasses.replace(cfg, dropout=0.1, max_seq_len=64))
+    with pytest.raises(
+        CheckpointError,
+        match=r"cannot resume .* with model.n_layers=3 "
+        r"\(the checkpoint has n_layers=2\), "
+        r"model.qk_norm=True \(the checkpoint has qk_norm=False\): a resumed run keeps the checkpoint's "
+        r"architecture; drop those model.\* overrides$",
+    ):
+        Resume.open(str(ckpt)).check_fits(dataclasses.replace(cfg, n_layers=3, qk_norm=True))
     # An explicit intermediate_size equal to the derived one describes the same network.
-    check_resume_fits(ckpt, dataclasses.replace(cfg, intermediate_size=cfg.resolved_intermediate_size))
+    Resume.open(str(ckpt)).check_fits(dataclasses.replace(cfg, intermediate_size=cfg.resolved_intermediate_size))
 
 
 def test_resume_refuses_a_data_tokenizer_other_than_the_checkpoints(ckpt, tmp_path):
     check_checkpoint_consistency(ckpt)
     same = tmp_path / "same.json"
     same.write_text(json.dumps(json.loads((ckpt / "tokenizer.json").read_text()), indent=4))  # reformatted
-    check_resume_tokenizer(ckpt, same)
+    Resume.open(str(ckpt)).check_tokenizer(same)
     other = tmp_path / "other.json"
     content = json.loads(same.read_text())
     content["model"]["merges"] = content["model"]["merges"][:-1]
     other.write_text(json.dumps(content))
-    with pytest.raises(CheckpointError, match=rf"the data's tokenizer {other} differs from {ckpt}/tokenizer.json .*"
-                       rf"data.tokenizer_path={ckpt}/tokenizer.json$"):
-        check_resume_tokenizer(ckpt, other)
+    with pytest.raises(
+        CheckpointError,
+        match=rf"the data's tokenizer {other} differs from {ckpt}/tokenizer.json .*"
+        rf"data.tokenizer_path={ckpt}/tokenizer.json$",
+    ):
+        Resume.open(str(ckpt)).check_tokenizer(other)

@@ -1,6 +1,7 @@
-"""training/checkpoint/ at its edges (the main paths are in test_checkpoint.py): the files as other
+"""training/checkpoint.py at its edges (the main paths are in test_checkpoint.py): the files as other
 tools read them, every refusal's whole message, re-saving a step, a checkpoint written on a GPU, and
 the generator states of a CUDA machine (CUDA's RNG calls replaced by recorders)."""
+
 import io
 import json
 import os
@@ -11,18 +12,26 @@ import pytest
 import torch
 from safetensors import safe_open
 
-import training.checkpoint.format as F
-import training.checkpoint.load as L
-import training.checkpoint.save as S
+import training.checkpoint as C
 from model import ModelConfig, Transformer
 from tests.test_checkpoint import CFG, model_and_tokenizer, save, tokenizer_file  # noqa: F401 (fixture)
-from training.checkpoint.errors import first_line
-from training.checkpoint.format import TIED_KEY
-from training.checkpoint.manifest import write_manifest
-from training.checkpoint import (CheckpointError, CheckpointWriteError, last_good_checkpoint, list_checkpoints,
-                                 load_model, load_model_config, load_training_state, read_weights, resolve_checkpoint,
-                                 restore_rng, save_checkpoint)
-from training.checkpoint.save import rng_states_of_this_process
+from training.checkpoint import (
+    TIED_KEY,
+    CheckpointError,
+    CheckpointWriteError,
+    first_line,
+    last_good_checkpoint,
+    list_checkpoints,
+    load_model,
+    load_model_config,
+    load_training_state,
+    read_weights,
+    resolve_checkpoint,
+    restore_rng,
+    rng_states_of_this_process,
+    save_checkpoint,
+    write_manifest,
+)
 
 
 @pytest.fixture
@@ -98,13 +107,16 @@ def test_a_failed_rename_puts_the_old_copy_back_and_names_the_checkpoint(tmp_pat
         if str(src).endswith(".tmp"):
             raise PermissionError(13, "Permission denied", str(dst))
         real_replace(src, dst)
-    monkeypatch.setattr(S.os, "replace", refuse_publishing)
+
+    monkeypatch.setattr(C.os, "replace", refuse_publishing)
     with torch.no_grad():
         model.norm.weight.fill_(3.0)
     with pytest.raises(CheckpointWriteError) as raised:
         save(root, 2, model, path)
     message = str(raised.value)
-    assert message.startswith(f"cannot save checkpoint step_0000002: permission denied while writing {first}; "), message
+    assert message.startswith(f"cannot save checkpoint step_0000002: permission denied while writing {first}; "), (
+        message
+    )
     assert message.endswith(f"the last checkpoint, {first}, is intact"), message
     assert sorted(p.name for p in root.iterdir()) == ["step_0000002"]
     assert (first / "model.safetensors").read_bytes() == before
@@ -116,7 +128,7 @@ def test_a_leftover_that_cannot_be_deleted_does_not_fail_the_save(tmp_path, mode
     model, path = model_and_path
     for step in (1, 2):
         save(tmp_path, step, model, path, keep_last=1)
-    monkeypatch.setattr(S.shutil.os, "rmdir", lambda *a, **k: (_ for _ in ()).throw(PermissionError(13, "denied")))
+    monkeypatch.setattr(C.shutil.os, "rmdir", lambda *a, **k: (_ for _ in ()).throw(PermissionError(13, "denied")))
     assert save(tmp_path, 3, model, path, keep_last=1).name == "step_0000003"
     assert save(tmp_path, 3, model, path, keep_last=1).name == "step_0000003"  # a re-save: the .old stays behind
 
@@ -133,7 +145,7 @@ def test_the_finite_flag_is_trusted_and_old_checkpoints_are_read(tmp_path, model
     assert last_good_checkpoint(tmp_path) == old
     (new / "state.json").write_text(json.dumps({**state, "weights_finite": True}))
     write_manifest(new)
-    monkeypatch.setattr(F, "safe_open", lambda *a, **k: pytest.fail("a flagged checkpoint's weights were read"))
+    monkeypatch.setattr(C, "safe_open", lambda *a, **k: pytest.fail("a flagged checkpoint's weights were read"))
     assert last_good_checkpoint(tmp_path) == new
     (new / "state.json").write_text("{")  # unreadable: never a checkpoint to fall back on
     monkeypatch.undo()
@@ -144,17 +156,19 @@ def test_resolve_refuses_with_the_whole_message(tmp_path, model_and_path, monkey
     model, path = model_and_path
     messages = {
         str(tmp_path / "nope"): f"{tmp_path / 'nope'} does not exist; pass a checkpoint directory, a run directory, "
-                                "'latest' or 'best'",
+        "'latest' or 'best'",
         str(tmp_path): f"{tmp_path} is not a minillama checkpoint (missing model.safetensors, model_config.json, "
-                       "state.json); pass a directory like outputs/<run>/checkpoints/step_0001000",
+        "state.json); pass a directory like outputs/<run>/checkpoints/step_0001000",
     }
     (tmp_path / "tokenizer.json").write_text("{}")
     (tmp_path / "run" / "checkpoints").mkdir(parents=True)
     (tmp_path / "killed").mkdir()  # killed before its first checkpoint: no checkpoints/ folder yet
     (tmp_path / "killed" / "config.yaml").write_text("seed: 0\n")
     for run in ("run", "killed"):
-        messages[str(tmp_path / run)] = (f"run directory {tmp_path / run} has no complete checkpoint (it stopped "
-                                         "before its first checkpoint was written): start the run again")
+        messages[str(tmp_path / run)] = (
+            f"run directory {tmp_path / run} has no complete checkpoint (it stopped "
+            "before its first checkpoint was written): start the run again"
+        )
     for given, message in messages.items():
         with pytest.raises(CheckpointError) as raised:
             resolve_checkpoint(given)
@@ -162,14 +176,16 @@ def test_resolve_refuses_with_the_whole_message(tmp_path, model_and_path, monkey
     monkeypatch.chdir(tmp_path)  # 'latest' looks under ./outputs by default
     with pytest.raises(CheckpointError) as raised:
         resolve_checkpoint("latest")
-    assert str(raised.value) == "'latest' found no checkpoint under outputs/; train first or pass a checkpoint directory"
+    assert (
+        str(raised.value) == "'latest' found no checkpoint under outputs/; train first or pass a checkpoint directory"
+    )
     newer = save(tmp_path / "outputs" / "b" / "checkpoints", 1, model, path)
     newest = save(tmp_path / "outputs" / "a" / "checkpoints", 1, model, path)  # newest by time, not by name
     os.utime(newer / "state.json", (1, 1))
     assert resolve_checkpoint("latest").resolve() == newest
 
 
-def test_loading_refuses_with_the_whole_message(tmp_path, model_and_path):
+def test_an_invalid_model_config_is_refused_with_the_whole_message(tmp_path, model_and_path):
     model, path = model_and_path
     ckpt = save(tmp_path, 1, model, path)
     (ckpt / "model_config.json").write_text("[1]")
@@ -177,6 +193,11 @@ def test_loading_refuses_with_the_whole_message(tmp_path, model_and_path):
         load_model_config(ckpt)
     assert str(raised.value).startswith(f"{ckpt}/model_config.json is unreadable or invalid (")
     assert str(raised.value).endswith("); the checkpoint is damaged")
+
+
+def test_loading_refuses_with_the_whole_message(tmp_path, model_and_path):
+    model, path = model_and_path
+    ckpt = save(tmp_path, 1, model, path)
     saved = set(model.state_dict())
     for n_layers in (4, 1):  # only missing keys, then only unexpected ones: more than three each time
         other = Transformer(ModelConfig(**{**CFG, "vocab_size": model.cfg.vocab_size, "n_layers": n_layers}))
@@ -185,12 +206,15 @@ def test_loading_refuses_with_the_whole_message(tmp_path, model_and_path):
         missing, unexpected = sorted(set(other.state_dict()) - saved), sorted(saved - set(other.state_dict()))
         assert len(missing + unexpected) > 3 and str(raised.value) == (
             f"{ckpt}/model.safetensors does not match the model config "
-            f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+            f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
+        )
     wider = Transformer(ModelConfig(**{**CFG, "vocab_size": model.cfg.vocab_size + 64}))
     with pytest.raises(CheckpointError) as raised:
         read_weights(wider, ckpt)
-    assert str(raised.value) == (f"{ckpt}: weight embed_tokens.weight has shape {(model.cfg.padded_vocab_size, 32)}, "
-                                 f"model config expects {(wider.cfg.padded_vocab_size, 32)}")
+    assert str(raised.value) == (
+        f"{ckpt}: weight embed_tokens.weight has shape {(model.cfg.padded_vocab_size, 32)}, "
+        f"model config expects {(wider.cfg.padded_vocab_size, 32)}"
+    )
     (ckpt / "model.safetensors").write_bytes(b"\x00" * 10)
     with pytest.raises(CheckpointError) as raised:
         read_weights(model, ckpt)
@@ -239,15 +263,19 @@ def test_refused_and_damaged_files_have_one_whole_line(tmp_path, model_and_path,
     (ckpt / "state.json").write_text('{"step": 1,')
     with pytest.raises(CheckpointError) as raised:
         load_training_state(ckpt)
-    assert str(raised.value) == (f"{ckpt}/state.json is unreadable (Expecting property name enclosed in double "
-                                 "quotes: line 1 column 12 (char 11)); resume from an older checkpoint")
+    assert str(raised.value) == (
+        f"{ckpt}/state.json is unreadable (Expecting property name enclosed in double "
+        "quotes: line 1 column 12 (char 11)); resume from an older checkpoint"
+    )
     # A refused pickle whose message names no global: the same advice, without a name in parentheses.
-    monkeypatch.setattr(L.torch, "load", lambda *a, **k: (_ for _ in ()).throw(pickle.UnpicklingError("bad opcode")))
+    monkeypatch.setattr(C.torch, "load", lambda *a, **k: (_ for _ in ()).throw(pickle.UnpicklingError("bad opcode")))
     with pytest.raises(CheckpointError) as raised:
-        L._safe_torch_load(ckpt / "rng.pt")
-    assert str(raised.value) == (f"{ckpt / 'rng.pt'} holds Python objects that minillama never writes, so it was "
-                                 "refused unread: the file was tampered with or comes from elsewhere; do not use "
-                                 "this checkpoint, resume from another one")
+        C.safe_torch_load(ckpt / "rng.pt")
+    assert str(raised.value) == (
+        f"{ckpt / 'rng.pt'} holds Python objects that minillama never writes, so it was "
+        "refused unread: the file was tampered with or comes from elsewhere; do not use "
+        "this checkpoint, resume from another one"
+    )
 
 
 def test_first_line_of_an_error_is_never_empty_nor_long():

@@ -3,6 +3,7 @@ and resumes into the step its run would have trained; what the writer writes now
 layout; a checkpoint of a later version is refused in one line by every loader, verified or not.
 
 The fixtures are real run directories, made by tests/checkpoint_fixture.py (its docstring says when and how)."""
+
 import json
 import shutil
 from pathlib import Path
@@ -11,14 +12,22 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+import training.checkpoint as checkpoint_format
 from tests.checkpoint_fixture import STEP, checkpoint_of, fixed_tokens_loss, fixture_dir, recorded
 from tests.test_run_files import CODE, REPO, literals
 from tests.train_helpers import read_metrics, run_train
-from training.checkpoint import CheckpointError, checkpoint_name, load_model
-from training.checkpoint.init_from import InitFrom
-from training.checkpoint import format as checkpoint_format
-from training.checkpoint.manifest import FORMAT_PREFIX, FORMAT_VERSION, MANIFEST, format_version, verify
-from training.checkpoint.resume import Resume
+from training.checkpoint import (
+    FORMAT_PREFIX,
+    FORMAT_VERSION,
+    MANIFEST,
+    CheckpointError,
+    InitFrom,
+    Resume,
+    checkpoint_name,
+    format_version,
+    load_model,
+    verify,
+)
 
 RECORDS = recorded()
 VERSIONS = sorted(RECORDS)
@@ -29,7 +38,8 @@ TOLERANCE = 2e-5
 def test_there_is_a_fixture_for_every_version_up_to_the_current_one():
     assert VERSIONS == list(range(1, FORMAT_VERSION + 1)), (
         f"checkpoint formats with a fixture: {VERSIONS}; FORMAT_VERSION is {FORMAT_VERSION}: make the new format's "
-        "fixture with `.venv/bin/python -m tests.checkpoint_fixture` (never delete an older one)")
+        "fixture with `.venv/bin/python -m tests.checkpoint_fixture` (never delete an older one)"
+    )
     for version in VERSIONS:
         assert format_version(checkpoint_of(fixture_dir(version))) == version
 
@@ -66,12 +76,24 @@ def test_the_writer_writes_the_current_formats_layout(resumed):
     """Everything an older reader relies on, compared with the current version's fixture: a difference is a new
     format (see the message), not a fixture to re-make."""
     written = resumed[FORMAT_VERSION] / "checkpoints" / checkpoint_name(STEP + 1)
-    expected = layout(checkpoint_of(fixture_dir(FORMAT_VERSION)))
+    fixture = checkpoint_of(fixture_dir(FORMAT_VERSION))
+    expected = layout(fixture)
+    saved_config = json.loads((fixture / "model_config.json").read_text())
+    for name, default in DROPPED_MODEL_FIELDS.items():  # what an older reader fills in is what the fixture holds
+        if name in saved_config:
+            assert saved_config[name] == default, name
+            del expected["model_config.json"][name]
     assert layout(written) == expected, (
         f"the checkpoint writer no longer writes format {FORMAT_VERSION}'s layout (files, fields, weight names, "
         "optimizer or RNG structure): an older minillama would misread it. Raise FORMAT_VERSION "
-        "(training/checkpoint/manifest.py), keep reading the older formats, and make the new format's fixture — "
-        "docs/architecture.md, 'Change the checkpoint format'")
+        "(training/checkpoint.py), keep reading the older formats, and make the new format's fixture — "
+        "docs/architecture.md, 'Change the checkpoint format'"
+    )
+
+
+# model_config.json fields of removed features, which the writer no longer writes: every older reader defaults them
+# (to the value here), so a checkpoint without them reads the same there — no new format.
+DROPPED_MODEL_FIELDS = {"attention_kernel": "auto"}  # the hybrid/matmul CPU kernels, removed
 
 
 def test_the_layout_sees_a_renamed_field_a_new_weight_and_another_dtype(tmp_path):
@@ -109,10 +131,15 @@ def test_a_checkpoint_of_a_later_format_is_refused_by_every_loader(tmp_path, ver
     run = _newer(tmp_path)
     ckpt = checkpoint_of(run)
     reads = "format 1" if FORMAT_VERSION == 1 else f"formats 1 to {FORMAT_VERSION}"
-    expected = (f"checkpoint {ckpt} is in checkpoint format {FORMAT_VERSION + 1}, written by a newer minillama; this "
-                f"one reads {reads}: update minillama (git pull, then make setup) to load it")
-    for load in (lambda: load_model(str(run), verify=verified), lambda: Resume.open(str(run), verify=verified),
-                 lambda: InitFrom.open(str(ckpt), verify=verified)):
+    expected = (
+        f"checkpoint {ckpt} is in checkpoint format {FORMAT_VERSION + 1}, written by a newer minillama; this "
+        f"one reads {reads}: update minillama (git pull, then make setup) to load it"
+    )
+    for load in (
+        lambda: load_model(str(run), verify=verified),
+        lambda: Resume.open(str(run), verify=verified),
+        lambda: InitFrom.open(str(ckpt), verify=verified),
+    ):
         with pytest.raises(CheckpointError) as refused:
             load()
         assert str(refused.value) == expected
@@ -126,8 +153,11 @@ def test_a_resume_of_a_later_format_is_one_error_line_and_trains_nothing(tmp_pat
     run = _newer(tmp_path)
     proc = run_train(tmp_path, f"resume={run}", cache_dir=tiny_data_cache, check=False)
     assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines()[-1].startswith(f"error: checkpoint {checkpoint_of(run)} is in "
-                                                           f"checkpoint format {FORMAT_VERSION + 1}")
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"error: checkpoint {checkpoint_of(run)} is in checkpoint format {FORMAT_VERSION + 1}")
+    )
     assert not (run / "checkpoints" / checkpoint_name(STEP + 1)).exists()  # nothing trained, nothing written
 
 
@@ -143,38 +173,54 @@ def test_a_manifest_tag_that_is_not_a_version_is_damage(tmp_path):
     assert format_version(ckpt) == 1  # written before manifests: the first format
 
 
-# A checkpoint's file names, spelled only by training/checkpoint/format.py (and manifest.py its own), so that renaming
-# one is one edit there (and a new format version). The same names in other formats are not a checkpoint's files.
-CHECKPOINT_FILES = {checkpoint_format.WEIGHTS, checkpoint_format.MODEL_CONFIG, checkpoint_format.TOKENIZER,
-                    checkpoint_format.OPTIMIZER, checkpoint_format.RNG, MANIFEST}
+# A checkpoint's file names, spelled only by training/checkpoint.py, so that renaming one is one edit there (and a new
+# format version). The same names in other formats are not a checkpoint's files.
+CHECKPOINT_FILES = {
+    checkpoint_format.WEIGHTS,
+    checkpoint_format.MODEL_CONFIG,
+    checkpoint_format.TOKENIZER,
+    checkpoint_format.OPTIMIZER,
+    checkpoint_format.RNG,
+    MANIFEST,
+}
 OTHER_FORMATS = {
-    ("data/preparation.py", checkpoint_format.TOKENIZER): "the data cache's tokenizer",
+    ("data/cache.py", checkpoint_format.TOKENIZER): "the data cache's tokenizer",
     ("interop/hf_export.py", checkpoint_format.WEIGHTS): "a Hugging Face directory's files",
     ("interop/hf_export.py", checkpoint_format.TOKENIZER): "a Hugging Face directory's files",
-    ("interop/hf_import.py", checkpoint_format.WEIGHTS): "a Hugging Face directory's files",
-    ("interop/hf_import.py", checkpoint_format.TOKENIZER): "a Hugging Face directory's files",
-    ("devtools/bench/checkpoint.py", checkpoint_format.TOKENIZER): "the benchmark's own tokenizer file"}
+    ("interop/hf.py", checkpoint_format.WEIGHTS): "a Hugging Face directory's files",
+    ("interop/hf.py", checkpoint_format.TOKENIZER): "a Hugging Face directory's files",
+    ("devtools/bench/checkpoint.py", checkpoint_format.TOKENIZER): "the benchmark's own tokenizer file",
+}
 
 
 def test_no_module_but_the_format_spells_a_checkpoints_file_name():
-    owners = {"training/checkpoint/format.py", "training/checkpoint/manifest.py"}
-    found = [f"{name}:{line}: {value!r}" for path in CODE if (name := str(path.relative_to(REPO))) not in owners
-             for line, value in literals(path, CHECKPOINT_FILES) if (name, value) not in OTHER_FORMATS]
-    assert found == [], "use training/checkpoint/format.py's names (WEIGHTS, TOKENIZER, …): " + "; ".join(found)
+    owners = {"training/checkpoint.py"}
+    assert {value for _, value in literals(REPO / "training" / "checkpoint.py", CHECKPOINT_FILES)} == CHECKPOINT_FILES
+    found = [
+        f"{name}:{line}: {value!r}"
+        for path in CODE
+        if (name := str(path.relative_to(REPO))) not in owners
+        for line, value in literals(path, CHECKPOINT_FILES)
+        if (name, value) not in OTHER_FORMATS
+    ]
+    assert found == [], "use training/checkpoint.py's names (WEIGHTS, TOKENIZER, …): " + "; ".join(found)
 
 
 def layout(ckpt: Path) -> dict:
     """A checkpoint's layout without its values: its files; state.json's and model_config.json's fields and their
     types; each weight's name, dtype and shape; the optimizer's and RNG files' trees; the manifest's format."""
     from safetensors import safe_open
+
     with safe_open(str(ckpt / "model.safetensors"), framework="pt") as f:
         weights = {k: (str(f.get_slice(k).get_dtype()), tuple(f.get_slice(k).get_shape())) for k in f.keys()}
-    return {"files": sorted(p.name for p in ckpt.iterdir()),
-            "state.json": _tree(json.loads((ckpt / "state.json").read_text())),
-            "model_config.json": _tree(json.loads((ckpt / "model_config.json").read_text())),
-            "model.safetensors": weights,
-            **{name: _tree(torch.load(ckpt / name, weights_only=True)) for name in ("optimizer.pt", "rng.pt")},
-            "manifest": json.loads((ckpt / MANIFEST).read_text())["format"]}
+    return {
+        "files": sorted(p.name for p in ckpt.iterdir()),
+        "state.json": _tree(json.loads((ckpt / "state.json").read_text())),
+        "model_config.json": _tree(json.loads((ckpt / "model_config.json").read_text())),
+        "model.safetensors": weights,
+        **{name: _tree(torch.load(ckpt / name, weights_only=True)) for name in ("optimizer.pt", "rng.pt")},
+        "manifest": json.loads((ckpt / MANIFEST).read_text())["format"],
+    }
 
 
 def _tree(value):

@@ -3,14 +3,14 @@ refuses a flipped byte, NaN weights and a missing file in one `error:` line nami
 manifest.json the writer made. With verification off (--no-verify, verify_checkpoint=false) the loaders
 still refuse NaN weights and missing files by their own checks; a flipped byte inside a tensor only the
 manifest can see."""
+
 import json
 import shutil
 
 import pytest
 from safetensors.torch import load_file, save_file
 
-from cli import evaluate, export_hf, generate, import_hf
-from cli.entry import exit_status
+from cli import evaluate, exit_status, export_hf, generate, import_hf
 from tests.train_helpers import run_dirs, run_train, train_in_process
 
 pytestmark = pytest.mark.serial  # trains (the run every case starts from, and the resumes)
@@ -37,7 +37,7 @@ def flip_bytes(ckpt, name="model.safetensors"):
     path = ckpt / name
     data = bytearray(path.read_bytes())
     middle = len(data) // 2
-    data[middle:middle + 64] = bytes(b ^ 0xFF for b in data[middle:middle + 64])
+    data[middle : middle + 64] = bytes(b ^ 0xFF for b in data[middle : middle + 64])
     path.write_bytes(bytes(data))
 
 
@@ -83,8 +83,10 @@ def program_error(capsys, main, args) -> str:
 
 
 LOADERS = {
-    "generate": lambda ckpt, tmp, extra: (generate.main, [ckpt, "--prompt", "a", "--max-new-tokens", "2",
-                                                          "--device", "cpu", *extra]),
+    "generate": lambda ckpt, tmp, extra: (
+        generate.main,
+        [ckpt, "--prompt", "a", "--max-new-tokens", "2", "--device", "cpu", *extra],
+    ),
     "evaluate": lambda ckpt, tmp, extra: (evaluate.main, [ckpt, "--text", _text(tmp), "--device", "cpu", *extra]),
     "export": lambda ckpt, tmp, extra: (export_hf.main, [ckpt, tmp / "hf", *extra]),
 }
@@ -140,8 +142,11 @@ def test_an_intact_export_imports_and_a_foreign_one_is_said_unverifiable(run, tm
 RESUME = {  # damage → the line train.py ends with, verified and (when the run's own checks see it) unverified
     "flipped_byte": (flip_bytes, "is damaged: model.safetensors does not match its SHA-256", None),
     "nan": (write_nan, "is damaged: model.safetensors does not match its SHA-256", "holds NaN or inf in norm.weight"),
-    "missing": (lambda ckpt: (ckpt / "optimizer.pt").unlink(), "is damaged: optimizer.pt is missing",
-                "optimizer.pt is missing; the checkpoint is incomplete"),
+    "missing": (
+        lambda ckpt: (ckpt / "optimizer.pt").unlink(),
+        "is damaged: optimizer.pt is missing",
+        "optimizer.pt is missing; the checkpoint is incomplete",
+    ),
     "unlisted": (add_unlisted, "is damaged: special_tokens.json is not in the manifest", None),
     "no_manifest": (delete_manifest, NO_MANIFEST, None),
 }
@@ -155,8 +160,9 @@ def test_resume_refuses_a_damaged_checkpoint_and_trains_nothing(run, tmp_path, t
     for extra, message in (([], verified), (["verify_checkpoint=false"], unverified)):
         if message is None:
             continue
-        proc = run_train(tmp_path, f"resume={copy}", "trainer.max_steps=8", *extra, cache_dir=tiny_data_cache,
-                         check=False)
+        proc = run_train(
+            tmp_path, f"resume={copy}", "trainer.max_steps=8", *extra, cache_dir=tiny_data_cache, check=False
+        )
         assert proc.returncode == 1 and message in proc.stderr.strip().splitlines()[-1], proc.stderr[-1500:]
         assert sorted(p.name for p in (copy / "checkpoints").glob("step_*")) == ["step_0000004"]
     assert run_dirs(tmp_path) == [copy]  # no new run directory either
@@ -164,13 +170,37 @@ def test_resume_refuses_a_damaged_checkpoint_and_trains_nothing(run, tmp_path, t
 
 def test_keep_last_never_prunes_the_last_intact_checkpoint(tmp_path, tiny_data_cache):
     """keep_last=1 keeps the newest checkpoint — and also the newest one that verifies, when the newest does not."""
-    from training.checkpoint import last_good_checkpoint
-    from training.checkpoint.save import _prune
-    train_in_process(tmp_path / "run", "trainer.max_steps=6", "trainer.ckpt_interval=2", "trainer.keep_last=0",
-                     "trainer.eval_interval=6", cache_dir=tiny_data_cache)
+    from training.checkpoint import (
+        last_good_checkpoint,
+        load_model_config,
+        read_state,
+        safe_torch_load,
+        save_checkpoint,
+    )
+
+    train_in_process(
+        tmp_path / "run",
+        "trainer.max_steps=6",
+        "trainer.ckpt_interval=2",
+        "trainer.keep_last=0",
+        "trainer.eval_interval=6",
+        cache_dir=tiny_data_cache,
+    )
     ckpts = tmp_path / "run" / "checkpoints"
     flip_bytes(ckpts / "step_0000006")  # bit rot in the newest
-    _prune(ckpts, keep_last=1)
+    step_4 = ckpts / "step_0000004"  # re-saved as it is (a save prunes), with keep_last=1
+    save_checkpoint(
+        ckpts,
+        4,
+        load_file(step_4 / "model.safetensors"),
+        load_model_config(step_4),
+        step_4 / "tokenizer.json",
+        {k: v for k, v in read_state(step_4).items() if k not in ("weights_finite", "manifest")},
+        (step_4 / "config.yaml").read_text(),
+        safe_torch_load(step_4 / "optimizer.pt"),
+        keep_last=1,
+        rng_state=safe_torch_load(step_4 / "rng.pt"),
+    )
     assert sorted(p.name for p in ckpts.glob("step_*")) == ["step_0000004", "step_0000006"]
     assert last_good_checkpoint(ckpts) == ckpts / "step_0000004"
 
@@ -212,6 +242,7 @@ def test_a_run_whose_only_checkpoint_is_its_best_resumes_from_it(run, tmp_path, 
     """A run that died between its first evaluation and its first periodic checkpoint has only
     checkpoints/best/step_N: `resume=<run dir>` continues from it, and it is the run's last intact checkpoint."""
     from training.checkpoint import last_good_checkpoint, resolve_checkpoint
+
     copy, ckpt = copy_run(run, tmp_path)
     best = copy / "checkpoints" / "best" / "step_0000004"
     assert best.is_dir()

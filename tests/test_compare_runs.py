@@ -1,17 +1,18 @@
 """cli/compare_runs.py on hand-written runs with known numbers: statistics, best cell, the
 best-vs-runner-up verdict, paired Δ against the reference."""
-from tests import forked
-from pathlib import Path
 
 import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 from matplotlib import image
 
 from analysis.stats import paired_t
-from model import ModelConfig, Transformer
+from cli import exit_status
 from cli.compare_runs import main
-from cli.entry import exit_status
+from model import ModelConfig, Transformer
+from tests import forked
 from tests.run_helpers import BPB_TO_LOSS, write_run, write_variant
 from tests.train_helpers import REPO
 
@@ -96,9 +97,11 @@ def test_verdict_calls_a_real_lead_with_the_paired_test(tmp_path, capsys):
     _, _, text, _ = compare(tmp_path, capsys)
     expected = paired_t([1.05, 1.255, 1.445], [1.00, 1.20, 1.40])
     assert expected.p < 0.05
-    assert ("rmsnorm + swiglu is ahead of the runner-up rmsnorm + gelu (a post-hoc, unadjusted comparison of the "
-            "table's two best, not a verdict): rmsnorm + gelu is worse by "
-            f"{expected.delta:.3f} ± {expected.half_width:.3f} bpb (95 % CI)") in text
+    assert (
+        "rmsnorm + swiglu is ahead of the runner-up rmsnorm + gelu (a post-hoc, unadjusted comparison of the "
+        "table's two best, not a verdict): rmsnorm + gelu is worse by "
+        f"{expected.delta:.3f} ± {expected.half_width:.3f} bpb (95 % CI)"
+    ) in text
 
 
 def test_single_seed_says_std_unavailable_and_not_conclusive(tmp_path, capsys):
@@ -141,8 +144,9 @@ def test_qk_norm_is_compared_with_the_model_without_it(tmp_path, capsys):
     write_variant(tmp_path, [1.2, 1.3], extra_model={"qk_norm": False})
     write_variant(tmp_path, [1.1, 1.2], extra_model={"qk_norm": True})
     _, _, text, _ = compare(tmp_path, capsys)
-    (line,) = [line for line in text.split("## Paired Δ")[1].splitlines() if "qk_norm=True" in line and
-               line.startswith("| ")]
+    (line,) = [
+        line for line in text.split("## Paired Δ")[1].splitlines() if "qk_norm=True" in line and line.startswith("| ")
+    ]
     assert "| -0.1000 |" in line
 
 
@@ -170,8 +174,7 @@ def test_parameter_columns_are_the_models_own_counts(tmp_path, capsys):
     write_variant(tmp_path, [1.1], mlp="gelu")
     _, rows, _, _ = compare(tmp_path, capsys)
     for mlp, intermediate in (("swiglu", 96), ("gelu", 128)):  # 8/3·32 = 85 rounded up to 16s; 4·32
-        cfg = ModelConfig(vocab_size=64, hidden_size=32, n_layers=2, n_heads=4, multiple_of=16, max_seq_len=32,
-                          mlp=mlp)
+        cfg = ModelConfig(vocab_size=64, hidden_size=32, n_layers=2, n_heads=4, multiple_of=16, max_seq_len=32, mlp=mlp)
         counts = Transformer(cfg).param_counts()  # real weights, not the script's meta-device build
         row = next(r for label, r in rows.items() if label.endswith(mlp))
         assert row[1:4] == [f"{counts['total']:,}", f"{counts['mlp']:,}", str(intermediate)]
@@ -213,13 +216,16 @@ def test_no_rms_logged_means_no_rms_figure_and_a_warning(tmp_path, capsys):
     assert (tmp_path / "comparison" / "val_curves.png").exists()
 
 
-@pytest.mark.parametrize("breakage, message", [
-    ("empty", "no run directories"),
-    ("all_incomplete", "none of the 1 runs"),
-    ("config", "cannot read config.yaml"),
-    ("metrics", "line 2 is not a JSON object"),
-    ("model", "cannot build the model"),
-])
+@pytest.mark.parametrize(
+    "breakage, message",
+    [
+        ("empty", "no run directories"),
+        ("all_incomplete", "none of the 1 runs"),
+        ("config", "cannot read config.yaml"),
+        ("metrics", "line 2 is not a JSON object"),
+        ("model", "cannot build the model"),
+    ],
+)
 def test_bad_input_is_a_one_line_error(tmp_path, capsys, breakage, message):
     if breakage == "all_incomplete":
         write_run(tmp_path, "r", last_step=2)
@@ -249,8 +255,17 @@ def test_the_legend_sits_below_the_panels_for_many_variants(tmp_path, monkeypatc
     """Six variants (an ablation's usual count): a legend inside a panel covered the curves it names."""
     import analysis.plots as plots
     from analysis.runs import group_variants, read_complete_runs
-    for i, (norm, mlp) in enumerate([("rmsnorm", "swiglu"), ("layernorm", "swiglu"), ("rmsnorm", "gelu"),
-                                     ("none", "swiglu"), ("rmsnorm", "geglu"), ("layernorm", "gelu")]):
+
+    for i, (norm, mlp) in enumerate(
+        [
+            ("rmsnorm", "swiglu"),
+            ("layernorm", "swiglu"),
+            ("rmsnorm", "gelu"),
+            ("none", "swiglu"),
+            ("rmsnorm", "geglu"),
+            ("layernorm", "gelu"),
+        ]
+    ):
         write_variant(tmp_path, [1.0 + 0.05 * i, 1.1 + 0.05 * i], norm=norm, mlp=mlp)
     variants = group_variants(read_complete_runs([tmp_path])[0])
     figures = []
@@ -267,6 +282,7 @@ def test_each_evaluation_is_placed_at_its_seconds_into_the_training_loop(tmp_pat
     """From the rows' wall-clock stamps: the loop's start is the first train row's stamp less its elapsed_s, and
     an evaluation sits where its row was written (here 10 s a step, the eval row 2 s after its step's)."""
     from analysis.runs import read_run
+
     run = read_run(write_run(tmp_path, "timed", bpb=1.0, max_steps=4))
     assert run.eval_seconds() == [(22.0, 2.0), (42.0, 1.0)]
     for row in run.trains:
@@ -274,13 +290,19 @@ def test_each_evaluation_is_placed_at_its_seconds_into_the_training_loop(tmp_pat
     assert run.eval_seconds() == []  # rows from before the stamps: no time axis rather than a wrong one
 
 
-@pytest.mark.parametrize("state, complete", [({"step": 4, "max_steps": 4}, True),  # a budget or max_epochs ended it
-                                             ({"step": 4, "max_steps": 6}, False),  # stopped before its planned end
-                                             ({"step": 4, "max_steps": 6, "stopped_early": True}, True)])
+@pytest.mark.parametrize(
+    "state, complete",
+    [
+        ({"step": 4, "max_steps": 4}, True),  # a budget or max_epochs ended it
+        ({"step": 4, "max_steps": 6}, False),  # stopped before its planned end
+        ({"step": 4, "max_steps": 6, "stopped_early": True}, True),
+    ],
+)
 def test_a_run_is_complete_at_the_end_its_checkpoint_planned_not_at_trainer_max_steps(tmp_path, state, complete):
     """A time budget or trainer.max_epochs decides a run's length, and early stopping can end it: its config's
     trainer.max_steps (1000 here) is then only the schedule's ceiling. The newest checkpoint's state.json says."""
     from analysis.runs import read_run
+
     path = write_run(tmp_path, "planned", bpb=1.0, max_steps=1000, last_step=4)
     assert not read_run(path).complete  # no checkpoint: trainer.max_steps
     ckpt = path / "checkpoints" / "step_0000004"

@@ -1,4 +1,5 @@
 """training/compile.py: the auto decision, the eager fallback, and no recompiles between train and eval."""
+
 import os
 import subprocess
 import sys
@@ -9,8 +10,9 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 
 from model import ModelConfig, Transformer
-from training import compile as C
-from training.loss import CausalLMLoss
+from training import loop as C
+from training.evaluation import Windows, score
+from training.loop import CausalLMLoss
 
 REPO = Path(__file__).resolve().parents[1]
 VOCAB = 96
@@ -25,8 +27,11 @@ def fresh_dynamo():
 
 def tiny_loss(chunk_above=None, chunk_elements=5 * 128, n_layers=2) -> CausalLMLoss:
     torch.manual_seed(0)
-    model = Transformer(ModelConfig(vocab_size=VOCAB, hidden_size=32, n_layers=n_layers, n_heads=4, n_kv_heads=2,
-                                    multiple_of=16, max_seq_len=16))
+    model = Transformer(
+        ModelConfig(
+            vocab_size=VOCAB, hidden_size=32, n_layers=n_layers, n_heads=4, n_kv_heads=2, multiple_of=16, max_seq_len=16
+        )
+    )
     return CausalLMLoss(model, chunk_above=chunk_above, chunk_elements=chunk_elements)
 
 
@@ -48,8 +53,11 @@ class CountingBackend:
 
 # ---- resolve_compile ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("requested, expected", [("true", True), ("false", False), (True, True), (False, False),
-                                                 ("True", True), ("FALSE", False)])
+
+@pytest.mark.parametrize(
+    "requested, expected",
+    [("true", True), ("false", False), (True, True), (False, False), ("True", True), ("FALSE", False)],
+)
 def test_explicit_choice_is_taken_as_is(requested, expected):
     assert C.resolve_compile(requested, torch.device("mps")) == (expected, f"trainer.compile={str(expected).lower()}")
 
@@ -82,8 +90,10 @@ def test_toolchain_check_fails_without_a_compiler(tmp_path):
     # A fresh process and inductor cache, so a kernel built earlier cannot stand in for the compiler,
     # and a "compiler" that always fails.
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "CXX": "/bin/false"}
-    probe = (f"import sys; sys.path.insert(0, {str(REPO)!r}); from training.compile import resolve_compile; "
-             "print(resolve_compile('auto', __import__('torch').device('cpu')))")
+    probe = (
+        f"import sys; sys.path.insert(0, {str(REPO)!r}); from training.loop import resolve_compile; "
+        "print(resolve_compile('auto', __import__('torch').device('cpu')))"
+    )
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("(False, \"CPU: inductor's C++ toolchain failed (InvalidCxxCompiler: ")
@@ -92,9 +102,10 @@ def test_toolchain_check_fails_without_a_compiler(tmp_path):
 
 # ---- inductor's cache, one per CPU instruction set -------------------------------------------------
 
+
 def test_compiled_code_is_never_shared_across_cpu_instruction_sets(tmp_path):
     """torch 2.13's FX-graph cache key leaves ATEN_CPU_CAPABILITY out: the default run compiled under the AVX2
-    emulation and then run plainly on the same cache corrupted its heap (training/compile.py cache_for_this_cpu).
+    emulation and then run plainly on the same cache corrupted its heap (training/loop.py cache_for_this_cpu).
     The toolchain probe compiled on one cache root natively, then under another capability: without the folder
     per capability the second process is served the first one's graph (one FX-graph cache hit); with it, none.
     (That a process finds its own capability's graphs again: test_the_cache_folder_is_named_once_….)"""
@@ -102,15 +113,23 @@ def test_compiled_code_is_never_shared_across_cpu_instruction_sets(tmp_path):
     if native == "default":
         pytest.skip("ATen runs without vector kernels here: no lower capability to compile for")
     other = "avx2" if native == "avx512" else "default"  # one below this machine's own, whatever its class
-    child = ("import torch; from training.compile import resolve_compile; from torch._dynamo.utils import counters; "
-             "print(resolve_compile('auto', torch.device('cpu'))[0], counters['inductor']['fxgraph_cache_hit'])")
+    child = (
+        "import torch; from training.loop import resolve_compile; from torch._dynamo.utils import counters; "
+        "print(resolve_compile('auto', torch.device('cpu'))[0], counters['inductor']['fxgraph_cache_hit'])"
+    )
 
-    def hits(capability):  # None: this process's own capability, ATEN_CPU_CAPABILITY included when the suite runs capped
+    def hits(
+        capability,
+    ):  # None: this process's own capability, ATEN_CPU_CAPABILITY included when the suite runs capped
         env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
-        env.update(TORCHINDUCTOR_CACHE_DIR=str(tmp_path), PYTHONPATH=str(REPO),
-                   **({"ATEN_CPU_CAPABILITY": capability} if capability else {}))
-        out = subprocess.run([sys.executable, "-c", child], env=env, cwd=REPO, capture_output=True, text=True,
-                             timeout=300)
+        env.update(
+            TORCHINDUCTOR_CACHE_DIR=str(tmp_path),
+            PYTHONPATH=str(REPO),
+            **({"ATEN_CPU_CAPABILITY": capability} if capability else {}),
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", child], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
+        )
         assert out.returncode == 0, out.stderr
         compiled, n = out.stdout.split()
         assert compiled == "True"
@@ -130,8 +149,10 @@ def test_the_cache_folder_is_named_once_under_the_users_root(tmp_path, monkeypat
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "aten-avx512")
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
     assert C.cache_for_this_cpu() == tmp_path / "aten-avx2"
-    for step in (lambda: C.resolve_compile("false", torch.device("cpu")),
-                 lambda: C.CompiledLoss(tiny_loss(), backend=CountingBackend())):
+    for step in (
+        lambda: C.resolve_compile("false", torch.device("cpu")),
+        lambda: C.CompiledLoss(tiny_loss(), backend=CountingBackend()),
+    ):
         monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
         step()
         assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "aten-avx2")
@@ -139,16 +160,22 @@ def test_the_cache_folder_is_named_once_under_the_users_root(tmp_path, monkeypat
 
 # ---- the fallback ---------------------------------------------------------------------------------
 
+
 def failing_backend(gm, example_inputs):
     raise RuntimeError("injected compiler failure")
 
 
-@pytest.mark.parametrize("backend, reason", [
-    (failing_backend, "RuntimeError: injected compiler failure"),  # forward graph fails to compile
-    (aot_autograd(fw_compiler=lambda gm, _: gm.forward, bw_compiler=failing_backend),
-     "RuntimeError: injected compiler failure"),  # only the backward graph fails (lazy by default)
-    ("no_such_backend", "no_such_backend"),  # rejected by torch.compile itself
-])
+@pytest.mark.parametrize(
+    "backend, reason",
+    [
+        (failing_backend, "RuntimeError: injected compiler failure"),  # forward graph fails to compile
+        (
+            aot_autograd(fw_compiler=lambda gm, _: gm.forward, bw_compiler=failing_backend),
+            "RuntimeError: injected compiler failure",
+        ),  # only the backward graph fails (lazy by default)
+        ("no_such_backend", "no_such_backend"),  # rejected by torch.compile itself
+    ],
+)
 def test_compile_failure_falls_back_to_eager_with_one_warning(backend, reason):
     loss_fn, warnings = tiny_loss(), []
     wrapped = C.CompiledLoss(loss_fn, warn=warnings.append, backend=backend)
@@ -180,15 +207,15 @@ def test_wrapper_reaches_the_module():
 
 # ---- recompiles -----------------------------------------------------------------------------------
 
+
 def train_eval_cycle(call, loss_fn, x, y):
-    """A training step, an eval pass ending in a partial batch, and the same again."""
+    """A training step and an evaluation whose last batch is partial (training/evaluation.py score pads it), twice."""
+    windows = Windows(torch.cat([x, x[:3]]), torch.cat([y, y[:3]]))
     for _ in range(2):
         loss_fn.train()
         call(x, y).backward()
         loss_fn.eval()
-        with torch.no_grad():
-            call(x, y)
-            call(x[:3], y[:3])  # the last, partial eval batch
+        score(call, windows, len(x), torch.device("cpu"), lambda: torch.autocast("cpu", enabled=False))
 
 
 @pytest.mark.parametrize("chunk_above", [None, 0], ids=["one-shot", "chunked"])
@@ -203,20 +230,25 @@ def test_one_graph_per_mode_and_no_recompiles(chunk_above):
 
 
 def test_without_padding_the_partial_batch_recompiles():
-    # The control for the test above: what CompiledLoss's padding saves.
+    # The control for the test above: what the evaluation's padding saves.
     loss_fn, counter = tiny_loss(), CountingBackend()
-    x, y = batch()
-    train_eval_cycle(torch.compile(loss_fn, backend=counter), loss_fn, x, y)
-    assert counter.graphs == 3
+    compiled, x, y = torch.compile(loss_fn, backend=counter), *batch()
+    for _ in range(2):
+        loss_fn.eval()
+        with torch.no_grad():
+            compiled(x, y)
+            compiled(x[:3], y[:3])
+    assert counter.graphs == 2
 
 
 def test_padding_keeps_the_partial_batch_loss():
     loss_fn = tiny_loss()
-    wrapped = C.CompiledLoss(loss_fn, backend=CountingBackend())
     x, y = batch()
+    windows = Windows(torch.cat([x, x[:3]]), torch.cat([y, y[:3]]))
+    nats, tokens = score(loss_fn, windows, len(x), torch.device("cpu"), lambda: torch.autocast("cpu", enabled=False))
     with torch.no_grad():
-        wrapped(x, y)
-        assert wrapped(x[:3], y[:3]).item() == pytest.approx(loss_fn(x[:3], y[:3]).item(), rel=1e-6)
+        expected = loss_fn(x, y).double() * y.numel() + loss_fn(x[:3], y[:3]).double() * y[:3].numel()
+    assert tokens.item() == y.numel() + y[:3].numel() and nats.item() == pytest.approx(expected.item(), rel=1e-6)
 
 
 def test_inductor_compiled_chunked_loss_matches_eager():

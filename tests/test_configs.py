@@ -1,4 +1,5 @@
 """Every config group option and every experiment composes onto the typed schema and builds a model."""
+
 import re
 import subprocess
 import sys
@@ -44,6 +45,7 @@ def own_values(group: str, option: str) -> dict:
                 walk(value, f"{prefix}{key}.")
             elif not (isinstance(value, str) and "${" in value):
                 flat[f"{prefix}{key}"] = value
+
     walk(OmegaConf.to_container(OmegaConf.load(path), resolve=False), root)  # YAML as Hydra reads it (3e-3 a float)
     return flat
 
@@ -92,13 +94,16 @@ def test_model_presets_have_the_sizes_their_files_state(option):
 SHAPE = ("hidden_size", "n_layers", "n_heads", "n_kv_heads")
 
 
-@pytest.mark.parametrize("experiment", sorted(p.stem for p in (Path(__file__).parents[1] / "configs" / "experiment")
-                                               .glob("*.yaml")))
+@pytest.mark.parametrize(
+    "experiment", sorted(p.stem for p in (Path(__file__).parents[1] / "configs" / "experiment").glob("*.yaml"))
+)
 def test_every_study_preset_pins_its_model_shape(experiment):
     """A preset's study means the same model whatever the default is: composed on top of two different
     model groups, it trains the same shape."""
-    shapes = [tuple(getattr(compose_train_config([f"experiment={experiment}", f"model={base}"])[0].model, k)
-                    for k in SHAPE) for base in ("cpu", "25m")]
+    shapes = [
+        tuple(getattr(compose_train_config([f"experiment={experiment}", f"model={base}"])[0].model, k) for k in SHAPE)
+        for base in ("cpu", "25m")
+    ]
     assert shapes[0] == shapes[1], f"experiment={experiment} takes its model shape from the model group: {shapes}"
 
 
@@ -113,22 +118,31 @@ def test_the_readmes_default_run_is_what_train_py_composes():
     with torch.device("meta"):
         counts = Transformer(cfg.model).param_counts()
     m = cfg.model
-    assert model_line.startswith(f"model: {m.norm} + {m.mlp}, hidden_size {m.hidden_size}, intermediate_size "
-                                 f"{m.resolved_intermediate_size}, {m.depth}, parametrization {m.parametrization}, "
-                                 f"{counts['total'] / 1e6:.2f}M parameters"), model_line
+    assert model_line.startswith(
+        f"model: {m.norm} + {m.mlp}, hidden_size {m.hidden_size}, intermediate_size "
+        f"{m.resolved_intermediate_size}, {m.depth}, parametrization {m.parametrization}, "
+        f"{counts['total'] / 1e6:.2f}M parameters"
+    ), model_line
     assert m.n_layers >= 4  # a LLaMA stack: a residual stream across blocks, depth for induction heads
     budget = cfg.trainer.time_budget
     assert f"(trainer.time_budget={budget:g} min decides: a first plan after step" in block
     assert f"time budget {budget:g} min → " in block
 
 
-@pytest.mark.parametrize("arg, said", [
-    ("model.hidden_sise=128",
-     "model.hidden_sise is not a setting (model has no 'hidden_sise'); did you mean model.hidden_size?"),
-    ("modle.n_layers=3",
-     "modle.n_layers is not a setting (the top level has no 'modle'); did you mean model.n_layers?"),
-    ("trainer.zzz=1", "trainer.zzz is not a setting (trainer has no 'zzz'); README's configuration table"),
-])
+@pytest.mark.parametrize(
+    "arg, said",
+    [
+        (
+            "model.hidden_sise=128",
+            "model.hidden_sise is not a setting (model has no 'hidden_sise'); did you mean model.hidden_size?",
+        ),
+        (
+            "modle.n_layers=3",
+            "modle.n_layers is not a setting (the top level has no 'modle'); did you mean model.n_layers?",
+        ),
+        ("trainer.zzz=1", "trainer.zzz is not a setting (trainer has no 'zzz'); README's configuration table"),
+    ],
+)
 def test_a_mistyped_key_is_one_line_naming_the_closest_setting(arg, said):
     with pytest.raises(ConfigError) as raised:
         check_override_keys(["model=cpu", arg])
@@ -136,27 +150,51 @@ def test_a_mistyped_key_is_one_line_naming_the_closest_setting(arg, said):
 
 
 def test_every_real_key_group_and_hydra_flag_passes_the_key_check():
-    check_override_keys(["model=25m", "trainer.max_steps=3", "+cell=x", "~trainer.peak_tflops", "hydra.run.dir=/tmp/x",
-                         "data.data_files=[a,b]", "optim.lr=1e-3", "logger.wandb=disabled", "--multirun", "seed=3",
-                         "resume=latest", "model.norm=rmsnorm,layernorm", "trainer.time_budget=null"])
+    check_override_keys(
+        [
+            "model=25m",
+            "trainer.max_steps=3",
+            "+cell=x",
+            "~trainer.peak_tflops",
+            "hydra.run.dir=/tmp/x",
+            "data.data_files=[a,b]",
+            "optim.lr=1e-3",
+            "logger.wandb=disabled",
+            "--multirun",
+            "seed=3",
+            "resume=latest",
+            "model.norm=rmsnorm,layernorm",
+            "trainer.time_budget=null",
+        ]
+    )
 
 
 def test_train_py_refuses_a_mistyped_key_in_one_line_before_hydra():
-    result = subprocess.run([sys.executable, "train.py", "model.hidden_sise=128"], cwd=CONFIGS.parent,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "train.py", "model.hidden_sise=128"],
+        cwd=CONFIGS.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 1 and result.stdout == ""
-    assert result.stderr.splitlines() == ["error: model.hidden_sise is not a setting (model has no 'hidden_sise'); "
-                                          "did you mean model.hidden_size? README's configuration table lists every "
-                                          "setting"]
+    assert result.stderr.splitlines() == [
+        "error: model.hidden_sise is not a setting (model has no 'hidden_sise'); "
+        "did you mean model.hidden_size? README's configuration table lists every "
+        "setting"
+    ]
 
 
-@pytest.mark.parametrize("arg, said", [
-    ("optim.lr=abc", "optim.lr=abc: optim.lr takes a number, not 'abc'"),
-    ("trainer.max_steps=2.5", "trainer.max_steps=2.5: trainer.max_steps takes an integer, not '2.5'"),
-    ("trainer.keep_best=maybe", "trainer.keep_best=maybe: trainer.keep_best takes true or false, not 'maybe'"),
-    ("seed=x", "seed=x: seed takes an integer, not 'x'"),
-    ("trainer.time_budget=soon", "trainer.time_budget=soon: trainer.time_budget takes a number, not 'soon'"),
-])
+@pytest.mark.parametrize(
+    "arg, said",
+    [
+        ("optim.lr=abc", "optim.lr=abc: optim.lr takes a number, not 'abc'"),
+        ("trainer.max_steps=2.5", "trainer.max_steps=2.5: trainer.max_steps takes an integer, not '2.5'"),
+        ("trainer.keep_best=maybe", "trainer.keep_best=maybe: trainer.keep_best takes true or false, not 'maybe'"),
+        ("seed=x", "seed=x: seed takes an integer, not 'x'"),
+        ("trainer.time_budget=soon", "trainer.time_budget=soon: trainer.time_budget takes a number, not 'soon'"),
+    ],
+)
 def test_a_value_of_the_wrong_type_is_one_line_naming_the_type(arg, said):
     with pytest.raises(ConfigError) as raised:
         check_override_keys(["model=cpu", arg])
@@ -164,10 +202,17 @@ def test_a_value_of_the_wrong_type_is_one_line_naming_the_type(arg, said):
 
 
 def test_train_py_refuses_a_value_of_the_wrong_type_in_one_line_before_hydra(tmp_path):
-    result = subprocess.run([sys.executable, "train.py", "optim.muon_ns_steps=abc", f"outputs_dir={tmp_path}"],
-                            cwd=CONFIGS.parent, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "train.py", "optim.muon_ns_steps=abc", f"outputs_dir={tmp_path}"],
+        cwd=CONFIGS.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 1 and result.stdout == "" and not any(tmp_path.iterdir())
-    assert result.stderr.splitlines() == ["error: optim.muon_ns_steps=abc: optim.muon_ns_steps takes an integer, not 'abc'"]
+    assert result.stderr.splitlines() == [
+        "error: optim.muon_ns_steps=abc: optim.muon_ns_steps takes an integer, not 'abc'"
+    ]
 
 
 def test_train_help_lists_the_groups_train_py_uses_and_their_every_option():
@@ -177,24 +222,36 @@ def test_train_help_lists_the_groups_train_py_uses_and_their_every_option():
     import sys
 
     import yaml
+
     root = Path(__file__).resolve().parents[1]
     template = yaml.safe_load((root / "configs" / "train.yaml").read_text())["hydra"]["help"]["template"]
-    listed = dict(line.split(": ", 1) for line in template.splitlines()
-                  if ": " in line and line.split(": ")[0].isidentifier())
-    on_disk = {group.name: {p.stem for p in group.glob("*.yaml")} for group in (root / "configs").iterdir()
-               if group.is_dir() and group.name not in ("protocol", "speedrun")}
+    listed = dict(
+        line.split(": ", 1) for line in template.splitlines() if ": " in line and line.split(": ")[0].isidentifier()
+    )
+    on_disk = {
+        group.name: {p.stem for p in group.glob("*.yaml")}
+        for group in (root / "configs").iterdir()
+        if group.is_dir() and group.name not in ("protocol", "speedrun")
+    }
     assert {group: set(options.split(", ")) - {"null"} for group, options in listed.items()} == on_disk
-    proc = subprocess.run([sys.executable, str(root / "train.py"), "--help"], capture_output=True, text=True,
-                          cwd=root, timeout=120)
-    assert proc.returncode == 0 and "\nmodel: cpu, tiny, 25m, 125m\n" in proc.stdout and "\nprotocol: " not in proc.stdout
+    proc = subprocess.run(
+        [sys.executable, str(root / "train.py"), "--help"], capture_output=True, text=True, cwd=root, timeout=120
+    )
+    assert (
+        proc.returncode == 0 and "\nmodel: cpu, tiny, 25m, 125m\n" in proc.stdout and "\nprotocol: " not in proc.stdout
+    )
     assert "hidden_size: 192" in proc.stdout  # the composed config follows
 
 
 RECIPES = {"small_corpus"}  # presets a user trains with: they take the default data order; every other is a study
 
 
-@pytest.mark.parametrize("experiment", sorted(p.stem for p in (Path(__file__).parents[1] / "configs" / "experiment")
-                                              .glob("*.yaml") if p.stem not in RECIPES))
+@pytest.mark.parametrize(
+    "experiment",
+    sorted(
+        p.stem for p in (Path(__file__).parents[1] / "configs" / "experiment").glob("*.yaml") if p.stem not in RECIPES
+    ),
+)
 def test_every_study_preset_pins_its_data_order(experiment):
     """The studies' published runs drew windows at random (data.sampling=random); the default is now epochs. A
     preset that did not pin its order would change its study's data under it (and refuse its own resumes)."""
@@ -202,12 +259,18 @@ def test_every_study_preset_pins_its_data_order(experiment):
     assert compose_train_config([f"experiment={experiment}"])[0].data.sampling == "random"
 
 
-@pytest.mark.parametrize("experiment", sorted(p.stem for p in (Path(__file__).parents[1] / "configs" / "experiment")
-                                              .glob("*.yaml") if p.stem not in RECIPES))
+@pytest.mark.parametrize(
+    "experiment",
+    sorted(
+        p.stem for p in (Path(__file__).parents[1] / "configs" / "experiment").glob("*.yaml") if p.stem not in RECIPES
+    ),
+)
 def test_every_study_preset_pins_the_kernels_its_published_runs_used(experiment):
-    """The defaults that changed a compiled CPU step's numbers since the studies ran — attention as matmuls
-    (model.attention_kernel=auto) and Muon's Newton–Schulz in bf16 on bf16 CPUs (optim.muon_ns_dtype=auto) — are
-    pinned back in every study preset, so a rerun computes what its published runs did."""
+    """The default that changed a compiled CPU step's numbers since the studies ran — Muon's Newton–Schulz in bf16 on
+    bf16 CPUs (optim.muon_ns_dtype=auto) — is pinned back in every study preset, so a rerun computes what its
+    published runs did. (Their attention is SDPA's, the only attention there is since model.attention_kernel went.)"""
     cfg = compose_train_config([f"experiment={experiment}"])[0]
-    assert (cfg.model.attention_kernel, cfg.optim.muon_ns_dtype) == ("sdpa", "fp32")
-    assert compose_train_config([])[0].model.attention_kernel == "auto"
+    assert cfg.optim.muon_ns_dtype == "fp32"
+    assert compose_train_config([])[0].optim.muon_ns_dtype == "auto"
+    assert not hasattr(cfg.model, "attention_kernel")
+    assert "attention_kernel" not in (CONFIGS / "experiment" / f"{experiment}.yaml").read_text()

@@ -1,6 +1,7 @@
 """tests/conftest.py: under `make test`'s two workers, the tests that train stay on one worker (one at a
 time) and every worker computes on one thread. Run any other way (plain pytest, one file), this file runs
 itself under two workers in a child pytest, so the checks never skip."""
+
 import os
 import subprocess
 import sys
@@ -21,8 +22,26 @@ def checked_in_workers(request):
     """None under make test's workers (check here); else the output of this file run under two workers."""
     if under_make_test(request.config):
         return None
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-n", "2", "--dist", "loadgroup",
-                           "-p", "no:cacheprovider", __file__], capture_output=True, text=True, timeout=300, cwd=REPO)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-rs",
+            "-n",
+            "2",
+            "--dist",
+            "loadgroup",
+            "-p",
+            "no:cacheprovider",
+            __file__,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout
 

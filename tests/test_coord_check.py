@@ -7,6 +7,7 @@ machines' summation orders; under SP the logits' slope was +0.65…+0.67 (AdamW)
 the blocks' outputs' +1.2 or more, so GROWS = 0.4. Muon at Adam's lr/m (μP scaled twice) measured an MLP
 slope of -0.54…-0.64: this test fails on it.
 """
+
 import pytest
 import torch
 
@@ -22,8 +23,11 @@ def results():
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return {(o, p): coord_check(CoordSetup(widths=(32, 64, 128, 256), base_width=32, optimizer=o, steps=10), p)
-                for o in ("adamw", "muon") for p in ("sp", "mup")}
+        return {
+            (o, p): coord_check(CoordSetup(widths=(32, 64, 128, 256), base_width=32, optimizer=o, steps=10), p)
+            for o in ("adamw", "muon")
+            for p in ("sp", "mup")
+        }
     finally:
         torch.set_num_threads(before)
 
@@ -67,9 +71,18 @@ def test_the_attention_logits_shrink_with_width_under_mup_at_init(results, optim
 def test_as_trained_uses_the_transfer_runs_schedule_clipping_and_weight_decay(capsys, monkeypatch):
     seen = []
     monkeypatch.setattr(program, "coord_check", lambda setup, p: seen.append(setup) or coord_check(setup, p))
-    assert program.main(["--as-trained", "--widths", "32,64", "--steps", "3", "--optimizers", "adamw",
-                         "--out", "/dev/null"]) == 0
+    assert (
+        program.main(
+            ["--as-trained", "--widths", "32,64", "--steps", "3", "--optimizers", "adamw", "--out", "/dev/null"]
+        )
+        == 0
+    )
     setup = seen[0]
-    assert (setup.steps, setup.warmup_steps > 0, setup.min_lr, setup.weight_decay > 0, setup.grad_clip > 0) == \
-        (3, True, pytest.approx(1e-3), True, True)
+    assert (setup.steps, setup.warmup_steps > 0, setup.min_lr, setup.weight_decay > 0, setup.grad_clip > 0) == (
+        3,
+        True,
+        pytest.approx(1e-3),
+        True,
+        True,
+    )
     assert ATTENTION_LOGITS in capsys.readouterr().out

@@ -1,8 +1,9 @@
 """studies/ablation/cost.py: seconds per run from measured throughput, and the cost table's arithmetic."""
+
 import pytest
 
-from studies.ablation import cost
 from analysis.runs import Run
+from studies.ablation import cost
 
 
 def run_with_rates(rates) -> Run:
@@ -17,16 +18,23 @@ def test_throughput_is_the_median_without_the_warm_up_interval():
 
 def test_run_seconds_scales_the_measured_rate_to_the_budget():
     budget = cost.Budget(max_steps=100, tokens_per_step=2048, eval_interval=25, eval_tokens=8192)
-    runs = [run_with_rates([1.0, 2048.0, 2048.0, 2048.0]), run_with_rates([1.0, 4096.0, 4096.0, 4096.0]),
-            run_with_rates([1.0, 1024.0, 1024.0, 1024.0])]  # median throughput: 2048 tokens/s
+    runs = [
+        run_with_rates([1.0, 2048.0, 2048.0, 2048.0]),
+        run_with_rates([1.0, 4096.0, 4096.0, 4096.0]),
+        run_with_rates([1.0, 1024.0, 1024.0, 1024.0]),
+    ]  # median throughput: 2048 tokens/s
     expected = 100 * 1.0 + 4 * 8192 * cost.EVAL_COST / 2048 + cost.JOB_OVERHEAD_S
     assert cost.run_seconds(budget, runs) == pytest.approx(expected)
     assert cost.run_seconds(budget, [run_with_rates([])]) is None
 
 
 def test_evals_cost_what_the_runs_measured():
-    run = Run(path=None, config={}, trains=[{"step": s, "time": 100.0 + s, "tokens_per_s": 2048.0} for s in (1, 2, 3, 4)],
-              evals=[{"step": 2, "time": 104.5}, {"step": 4, "time": 106.5}])  # 2.5 s after each logged step
+    run = Run(
+        path=None,
+        config={},
+        trains=[{"step": s, "time": 100.0 + s, "tokens_per_s": 2048.0} for s in (1, 2, 3, 4)],
+        evals=[{"step": 2, "time": 104.5}, {"step": 4, "time": 106.5}],
+    )  # 2.5 s after each logged step
     assert cost.eval_seconds(run) == 2.5
     budget = cost.Budget(max_steps=100, tokens_per_step=2048, eval_interval=25, eval_tokens=8192)
     assert cost.run_seconds(budget, [run]) == pytest.approx(100.0 + 4 * 2.5 + cost.JOB_OVERHEAD_S)

@@ -1,4 +1,5 @@
 """The token cache: a second run is instant, any change that alters the tokens misses, a crash leaves nothing valid."""
+
 import contextlib
 import dataclasses
 import os
@@ -10,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import data.preparation
+import data.cache
 from data import DataConfig, prepare
 from data.cache import publish, read_meta
 from tests.data_helpers import QUIET, REPO, cache_entries, make_documents, write_local
@@ -22,15 +23,17 @@ def corpus(tmp_path, documents):
 
 
 def config(tmp_path, path, **overrides):
-    return DataConfig(**{**dict(source="local", path=path, vocab_size=320, cache_dir=str(tmp_path / "cache")), **overrides})
+    return DataConfig(
+        **{**dict(source="local", path=path, vocab_size=320, cache_dir=str(tmp_path / "cache")), **overrides}
+    )
 
 
 def test_second_run_is_a_cache_hit(tmp_path, corpus, monkeypatch):
     first = prepare(config(tmp_path, corpus), **QUIET)
     stamp = os.stat(first.dir / "train.bin").st_mtime_ns
-    monkeypatch.setattr(data.preparation, "_build", lambda *a, **k: pytest.fail("rebuilt a cached corpus"))
+    monkeypatch.setattr(data.cache, "_build", lambda *a, **k: pytest.fail("rebuilt a cached corpus"))
     messages = []
-    second = prepare(config(tmp_path, corpus, num_proc=2), log=messages.append)  # num_proc doesn't change tokens
+    second = prepare(config(tmp_path, corpus, sampling="random"), log=messages.append)  # sampling doesn't change tokens
     assert second.dir == first.dir and second.meta == first.meta
     assert os.stat(second.dir / "train.bin").st_mtime_ns == stamp and "using cache" in messages[0]
     assert sorted(p.name for p in first.dir.iterdir()) == ["meta.json", "tokenizer.json", "train.bin", "val.bin"]
@@ -43,8 +46,9 @@ def test_a_local_corpus_leaves_no_arrow_copy_in_the_cache(tmp_path, corpus):
     Path(corpus).write_text(Path(corpus).read_text() + '{"text": "one more document"}\n')
     second = prepare(config(tmp_path, corpus), **QUIET)
     assert first.dir != second.dir
-    assert sorted(p.name for p in (tmp_path / "cache").iterdir() if p.name != ".prepare.lock") == \
-        sorted([first.dir.name, second.dir.name])
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir() if p.name != ".prepare.lock") == sorted(
+        [first.dir.name, second.dir.name]
+    )
 
 
 def test_a_waiter_reads_the_cache_built_while_it_waited(tmp_path, corpus, monkeypatch):
@@ -52,25 +56,27 @@ def test_a_waiter_reads_the_cache_built_while_it_waited(tmp_path, corpus, monkey
     a torchrun job, a run started beside this one). The waiter must find it and build nothing. Here the other
     builder runs, start to end, at the moment this process asks for the lock — every time, not only when a real
     race goes that way: dropping the re-check under the lock passed the whole suite in 2 runs of 5."""
-    real_build, real_lock, builds, others = data.preparation._build, data.preparation._build_lock, [], []
-    monkeypatch.setattr(data.preparation, "_build", lambda *a, **k: builds.append(1) or real_build(*a, **k))
+    real_build, real_lock, builds, others = data.cache._build, data.cache._build_lock, [], []
+    monkeypatch.setattr(data.cache, "_build", lambda *a, **k: builds.append(1) or real_build(*a, **k))
 
     @contextlib.contextmanager
     def lock_after_another_builder(cache_root, warn):
-        monkeypatch.setattr(data.preparation, "_build_lock", real_lock)  # the other builder's own, plain lock
+        monkeypatch.setattr(data.cache, "_build_lock", real_lock)  # the other builder's own, plain lock
         others.append(prepare(config(tmp_path, corpus), **QUIET))
         assert builds == [1]  # it missed and built
         with real_lock(cache_root, warn):
             yield
 
-    monkeypatch.setattr(data.preparation, "_build_lock", lock_after_another_builder)
+    monkeypatch.setattr(data.cache, "_build_lock", lock_after_another_builder)
     mine, (other,) = prepare(config(tmp_path, corpus), **QUIET), others
     assert builds == [1] and mine.dir == other.dir and mine.meta == other.meta  # nothing built twice
     assert cache_entries(tmp_path / "cache") == [other.dir.name]
 
 
-@pytest.mark.parametrize("change", [dict(vocab_size=300), dict(val_fraction=0.1), dict(seed=1),
-                                    dict(text_column="id2"), dict(token_budget=1000)])
+@pytest.mark.parametrize(
+    "change",
+    [dict(vocab_size=300), dict(val_fraction=0.1), dict(seed=1), dict(text_column="id2"), dict(token_budget=1000)],
+)
 def test_changed_settings_miss_the_cache(tmp_path, corpus, change):
     base = prepare(config(tmp_path, corpus), **QUIET)
     if "text_column" in change:  # same documents under another column name
@@ -113,11 +119,11 @@ def test_given_tokenizer_reproduces_the_trained_one(tmp_path, corpus):
 
 
 def test_failure_mid_write_leaves_no_cache(tmp_path, corpus, monkeypatch):
-    def crash(dataset, encoder, out, *args, **kwargs):
+    def crash(dataset, column, tokenizer, eos_id, out, *args, **kwargs):
         out.write_bytes(b"\0" * 100)  # half a token file
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(data.preparation, "write_split", crash)
+    monkeypatch.setattr(data.cache, "write_split", crash)
     with pytest.raises(RuntimeError, match="disk full"):
         prepare(config(tmp_path, corpus), **QUIET)
     assert cache_entries(tmp_path / "cache") == []
@@ -129,13 +135,13 @@ def test_killed_process_leaves_nothing_that_looks_valid(tmp_path, corpus):
     script = textwrap.dedent(f"""
         import os, signal, sys
         sys.path.insert(0, {str(REPO)!r})
-        import data.preparation
+        import data.cache
         from data import DataConfig, prepare
-        def killed(dataset, encoder, out, *args, **kwargs):
+        def killed(dataset, column, tokenizer, eos_id, out, *args, **kwargs):
             out.write_bytes(b"\\0" * 100)
             (out.parent / "meta.json").write_text("{{}}")  # even a stray meta.json in the temp dir
             os.kill(os.getpid(), signal.SIGKILL)
-        data.preparation.write_split = killed
+        data.cache.write_split = killed
         prepare(DataConfig(source="local", path={corpus!r}, vocab_size=320, cache_dir={str(tmp_path / "cache")!r}))
     """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
@@ -146,10 +152,10 @@ def test_killed_process_leaves_nothing_that_looks_valid(tmp_path, corpus):
     assert cache_entries(tmp_path / "cache") == [prepared.dir.name]  # the dead process's temp dir is swept
 
 
-# A builder in another process: data/cache.py loaded on its own (standard library only), so the process
-# starts in ~50 ms instead of importing torch through the data package.
+# A builder in another process: data/cache.py's publish(), the process started from the repository.
 BUILDER = """
 import importlib.util, json, os, sys
+sys.path.insert(0, {repo!r})
 spec = importlib.util.spec_from_file_location("cache", {cache_py!r})
 cache = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(cache)
@@ -168,9 +174,10 @@ def test_a_builder_never_sweeps_the_temp_dir_of_a_live_one(tmp_path):
     loses the rename race cleanly (exit 0) and leaves nothing behind. The sweep removes only the temp
     dirs of processes that no longer run."""
     final = tmp_path / "local-abc"
-    script = BUILDER.format(cache_py=str(REPO / "data" / "cache.py"), final=str(final))
-    slow = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    script = BUILDER.format(repo=str(REPO), cache_py=str(REPO / "data" / "cache.py"), final=str(final))
+    slow = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         slow_temp = tmp_path / slow.stdout.readline().strip()
         assert slow_temp.name == f"local-abc.tmp-{slow.pid}" and slow_temp.is_dir()
@@ -200,14 +207,26 @@ def test_concurrent_builders_keep_the_first_copy(tmp_path):
 # change the key (a cache built with another value would be served as this one); the others only say where or how
 # fast the cache is built. A new field fails test_every_data_field_is_classified until it is put in one of the two.
 CONTENT_CHANGES = {  # field → another value, on a local text corpus (hub-only fields: on a hub source below)
-    "source": "hub", "path": "other.txt", "text_column": "body", "sample_by": "document", "train_split": "train2",
-    "val_split": "valid", "val_fraction": 0.1, "streaming": True, "token_budget": 1000, "val_token_budget": 500,
-    "vocab_size": 300, "tokenizer_train_bytes": 10_000, "seed": 1,
+    "source": "hub",
+    "path": "other.txt",
+    "text_column": "body",
+    "sample_by": "document",
+    "train_split": "train2",
+    "val_split": "valid",
+    "val_fraction": 0.1,
+    "streaming": True,
+    "token_budget": 1000,
+    "val_token_budget": 500,
+    "vocab_size": 300,
+    "tokenizer_train_bytes": 10_000,
+    "seed": 1,
 }
 HUB_ONLY_CHANGES = {"name": "sample-10BT", "data_files": ["train-*.parquet"]}
 TOKENIZER_FILE_FIELD = "tokenizer_path"  # keyed by the file's hash (test_given_tokenizer_reproduces_the_trained_one)
-NOT_CONTENT = {"cache_dir": "where the cache lives", "num_proc": "how many processes tokenize: the same tokens",
-               "sampling": "how training draws windows from the tokens, not which tokens there are"}
+NOT_CONTENT = {
+    "cache_dir": "where the cache lives",
+    "sampling": "how training draws windows from the tokens, not which tokens there are",
+}
 
 
 def test_every_data_field_is_classified():
@@ -222,23 +241,22 @@ def test_each_content_setting_is_in_the_cache_key(tmp_path, field):
         (tmp_path / name).write_text("To be, or not to be.\n\nThat is the question.\n")
     base = DataConfig(source="local", path=str(tmp_path / "plays.txt"), vocab_size=320)
     changed = dataclasses_replace(base, field, CONTENT_CHANGES[field], tmp_path)
-    assert data.preparation.cache_identity(changed) != data.preparation.cache_identity(base)
+    assert data.cache.cache_identity(changed) != data.cache.cache_identity(base)
 
 
 @pytest.mark.parametrize("field", sorted(HUB_ONLY_CHANGES))
 def test_each_hub_setting_is_in_the_cache_key(field):
     base = DataConfig(source="hub", path="roneneldan/TinyStories", vocab_size=320)
     changed = dataclasses_replace(base, field, HUB_ONLY_CHANGES[field])
-    assert data.preparation.cache_identity(changed) != data.preparation.cache_identity(base)
+    assert data.cache.cache_identity(changed) != data.cache.cache_identity(base)
 
 
 @pytest.mark.parametrize("field", sorted(NOT_CONTENT))
 def test_where_how_fast_and_in_what_order_do_not_change_the_key(tmp_path, field):
     (tmp_path / "plays.txt").write_text("To be, or not to be.\n")
     base = DataConfig(source="local", path=str(tmp_path / "plays.txt"), vocab_size=320)
-    changed = dataclasses_replace(base, field, {"cache_dir": str(tmp_path / "elsewhere"), "num_proc": 2,
-                                                "sampling": "epochs"}[field])
-    assert data.preparation.cache_identity(changed) == data.preparation.cache_identity(base)
+    changed = dataclasses_replace(base, field, {"cache_dir": str(tmp_path / "elsewhere"), "sampling": "random"}[field])
+    assert data.cache.cache_identity(changed) == data.cache.cache_identity(base)
 
 
 def dataclasses_replace(cfg: DataConfig, field: str, value, tmp_path=None) -> DataConfig:

@@ -1,11 +1,11 @@
 """Bad input: each problem is one DataError line naming the fix, and no cache is left behind."""
+
 import json
 import re
 
 import pytest
 
-from cli import prepare_data
-from cli.entry import exit_status
+from cli import exit_status, prepare_data
 from data import DataConfig, DataError, prepare
 from tests import forked
 from tests.data_helpers import QUIET, REPO, cache_entries, make_documents, write_local
@@ -49,7 +49,10 @@ def test_text_column_that_is_not_text(tmp_path, documents):
 def test_no_text_after_cleaning(tmp_path):
     path = tmp_path / "blank.jsonl"
     path.write_text("".join(json.dumps({"text": t}) + "\n" for t in ["", "  ", "\n\n", "\t"] * 10))
-    fails(local(tmp_path, str(path)), r"no text after dropping empty documents \(all \d+ are empty or have no 'text' field\)")
+    fails(
+        local(tmp_path, str(path)),
+        r"no text after dropping empty documents \(all \d+ are empty or have no 'text' field\)",
+    )
 
 
 def test_rows_without_the_text_field_are_counted_and_reported(tmp_path, documents):
@@ -61,8 +64,13 @@ def test_rows_without_the_text_field_are_counted_and_reported(tmp_path, document
     data = prepare(local(tmp_path, str(path)), log=said.append)
     assert data.meta["train_dropped"] + data.meta["val_dropped"] == 10
     assert data.meta["train_documents"] + data.meta["val_documents"] == 60
-    assert any(line.startswith("data: dropped 10 of 70 documents with no text (empty, whitespace only, or no 'text' "
-                               "field: data.text_column)") for line in said), said
+    assert any(
+        line.startswith(
+            "data: dropped 10 of 70 documents with no text (empty, whitespace only, or no 'text' "
+            "field: data.text_column)"
+        )
+        for line in said
+    ), said
 
 
 def test_too_few_documents_to_hold_out(tmp_path):
@@ -76,14 +84,20 @@ def test_one_long_line_and_a_folder_without_text_get_advice_that_applies(tmp_pat
     split, not the setting already in use; a folder of images and binaries holds no text at all."""
     line = tmp_path / "line.txt"
     line.write_text("word " * 20000)  # one line, no paragraphs
-    fails(local(tmp_path, str(line)), r"1 document\(s\), too few to hold out validation \(data.sample_by=paragraph\); "
-                                      r"use data.sample_by=line, add documents or files, or give a validation split")
+    fails(
+        local(tmp_path, str(line)),
+        r"1 document\(s\), too few to hold out validation \(data.sample_by=paragraph\); "
+        r"use data.sample_by=line, add documents or files, or give a validation split",
+    )
     folder = tmp_path / "binaries"
     folder.mkdir()
     (folder / "cover.png").write_bytes(b"\x89PNG" + bytes(100))
     (folder / "weights.bin").write_bytes(bytes(100))
-    fails(local(tmp_path, str(folder)), r"folder '.*binaries' holds no text data \(cover.png, weights.bin\); "
-                                        r"supported files are .txt")
+    fails(
+        local(tmp_path, str(folder)),
+        r"folder '.*binaries' holds no text data \(cover.png, weights.bin\); "
+        r"supported files are .txt",
+    )
 
 
 def test_vocab_too_small_for_the_special_tokens(tmp_path):
@@ -103,8 +117,11 @@ def test_tokenizer_vocab_disagreeing_with_the_model(tmp_path, documents):
     fails(cfg, r"data.vocab_size=320 gives token ids up to 319 but model.vocab_size=256", model_vocab_size=256)
     tokenizer = prepare(cfg, **QUIET).tokenizer_path
     given = local(tmp_path, cfg.path, tokenizer_path=str(tokenizer), cache_dir=str(tmp_path / "cache2"))
-    fails(given, rf"tokenizer {tokenizer} has token ids up to 319 but model.vocab_size=300; set data.vocab_size=320",
-          model_vocab_size=300)
+    fails(
+        given,
+        rf"tokenizer {tokenizer} has token ids up to 319 but model.vocab_size=300; set data.vocab_size=320",
+        model_vocab_size=300,
+    )
     assert prepare(given, model_vocab_size=320, **QUIET).meta["vocab_size"] == 320
     assert prepare(given, model_vocab_size=384, **QUIET).meta["vocab_size"] == 320  # spare rows are fine
 
@@ -117,13 +134,16 @@ def test_corpus_too_small_for_the_vocab_is_said_not_fatal(tmp_path):
     assert f"the corpus only supports {meta['vocab_size']} of data.vocab_size=1000 tokens" in "\n".join(messages)
 
 
-@pytest.mark.parametrize("override, match", [
-    (dict(source="wikipedia"), "unknown data source 'wikipedia'"),
-    (dict(val_fraction=1.5), "val_fraction=1.5"),
-    (dict(token_budget=0), "token_budget=0"),
-    (dict(sample_by="sentence"), "sample_by='sentence'"),
-    (dict(tokenizer_path="/no/such/tokenizer.json"), "does not exist"),
-])
+@pytest.mark.parametrize(
+    "override, match",
+    [
+        (dict(source="wikipedia"), "unknown data source 'wikipedia'"),
+        (dict(val_fraction=1.5), "val_fraction=1.5"),
+        (dict(token_budget=0), "token_budget=0"),
+        (dict(sample_by="sentence"), "sample_by='sentence'"),
+        (dict(tokenizer_path="/no/such/tokenizer.json"), "does not exist"),
+    ],
+)
 def test_impossible_settings(tmp_path, override, match):
     fails(DataConfig(cache_dir=str(tmp_path / "cache"), **override), match)
 
@@ -143,11 +163,17 @@ def test_unsupported_and_malformed_files(tmp_path):
 
 def test_prepare_data_script_exits_1_with_one_line(tmp_path):
     missing = tmp_path / "missing.txt"
-    proc = forked.run_script(REPO / "scripts" / "prepare_data.py", "data=local", f"data.path={missing}",
-                             f"data.cache_dir={tmp_path / 'cache'}", cwd=tmp_path)
+    proc = forked.run_script(
+        REPO / "scripts" / "prepare_data.py",
+        "data=local",
+        f"data.path={missing}",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines() == [f"error: data.path '{missing}' matches no files "
-                                                f"(relative to {tmp_path}); check the path or glob"]
+    assert proc.stderr.strip().splitlines() == [
+        f"error: data.path '{missing}' matches no files (relative to {tmp_path}); check the path or glob"
+    ]
     assert cache_entries(tmp_path / "cache") == []
 
 
@@ -170,18 +196,23 @@ def test_a_disk_that_fills_while_preparing_is_one_line_and_keeps_nothing(tmp_pat
 
     from tests.test_write_errors import mount_namespace
     from tests.train_helpers import REPO
+
     prefix, disk = mount_namespace(), tmp_path / "small"
     disk.mkdir()
-    child = ("import os, sys; from data import DataConfig, prepare; from data.errors import DataError\n"
-             f"try: prepare(DataConfig(cache_dir={str(disk)!r}), log=lambda m: None)\n"
-             "except DataError as e: print('ERROR', e)\n"
-             f"print('LEFT', sorted(os.listdir({str(disk)!r})))")
-    script = f"mount -t tmpfs -o size=600k tmpfs {disk} && {sys.executable} -c \"$0\""
-    proc = subprocess.run(prefix + ["sh", "-c", script, child], capture_output=True, text=True, timeout=300,
-                          cwd=REPO)
+    child = (
+        "import os, sys; from data import DataConfig, prepare; from data.sources import DataError\n"
+        f"try: prepare(DataConfig(cache_dir={str(disk)!r}), log=lambda m: None)\n"
+        "except DataError as e: print('ERROR', e)\n"
+        f"print('LEFT', sorted(os.listdir({str(disk)!r})))"
+    )
+    script = f'mount -t tmpfs -o size=600k tmpfs {disk} && {sys.executable} -c "$0"'
+    proc = subprocess.run(prefix + ["sh", "-c", script, child], capture_output=True, text=True, timeout=300, cwd=REPO)
     lines = proc.stdout.splitlines()
     error = next(line for line in lines if line.startswith("ERROR "))
-    assert error.startswith(f"ERROR cannot prepare the data in {disk}: no space left on device"), proc.stdout + proc.stderr
-    assert error.endswith("; nothing was kept (a half-built cache is deleted); free space there, or point "
-                          "data.cache_dir at another disk")
+    assert error.startswith(f"ERROR cannot prepare the data in {disk}: no space left on device"), (
+        proc.stdout + proc.stderr
+    )
+    assert error.endswith(
+        "; nothing was kept (a half-built cache is deleted); free space there, or point data.cache_dir at another disk"
+    )
     assert lines[-1] == "LEFT []", lines[-1]

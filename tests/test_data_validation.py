@@ -1,10 +1,11 @@
 """Validation hold-out rules: whole files by bytes (several text files), documents by a seeded hash."""
+
 import random
 
 import numpy as np
 import pytest
 
-from data.validation import describe_held_files, hold_out_files, uniform_hash
+from data.sources import describe_held_files, hold_out_files, uniform_hash
 
 
 def make_files(folder, sizes, prefix="f"):

@@ -1,8 +1,9 @@
-"""training/device.py: the one device picker behind trainer.device and scripts' --device."""
+"""training/distributed.py: the one device picker behind trainer.device and scripts' --device."""
+
 import pytest
 import torch
 
-from training.runtime.device import pick_device
+from training.distributed import pick_device
 
 
 def test_auto_and_cpu():
@@ -11,10 +12,13 @@ def test_auto_and_cpu():
     assert pick_device("cpu") == torch.device("cpu")
 
 
-@pytest.mark.parametrize("name, option, message", [
-    ("tpu9", "trainer.device", "trainer.device='tpu9' is not a device; use auto, cpu, cuda, cuda:N or mps"),
-    ("xpu", "--device", "--device='xpu' is not supported"),
-])
+@pytest.mark.parametrize(
+    "name, option, message",
+    [
+        ("tpu9", "trainer.device", "trainer.device='tpu9' is not a device; use auto, cpu, cuda, cuda:N or mps"),
+        ("xpu", "--device", "--device='xpu' is not supported"),
+    ],
+)
 def test_unknown_devices_name_the_option(name, option, message):
     with pytest.raises(ValueError) as err:
         pick_device(name, option=option)

@@ -7,6 +7,7 @@ The one-process reference runs in this process (training/loop.py, no ~6 s interp
 FSDP2 runs that check what the ranks compute start each rank as torchrun does (its environment) but
 forked from the preloaded server (train_helpers.run_ranks); what torchrun itself does — SIGTERM to one
 rank, a hung rank — goes through `torchrun`."""
+
 import contextlib
 import json
 import math
@@ -26,19 +27,36 @@ from safetensors.torch import load_file
 
 from data import SAMPLERS, prepare
 from model import Transformer
-from tests.train_helpers import (REPO, compose_train_config, launch, read_metrics, run_dirs, run_ranks,
-                                 run_train, running, tiny_args, torchrun_worker, train_in_process, wait_for_step)
-from training.runtime import distributed as D
+from tests.train_helpers import (
+    REPO,
+    compose_train_config,
+    launch,
+    read_metrics,
+    run_dirs,
+    run_ranks,
+    run_train,
+    running,
+    tiny_args,
+    torchrun_worker,
+    train_in_process,
+    wait_for_step,
+)
+from training import distributed as D
 from training.checkpoint import load_model
-from training.loss import CausalLMLoss
-from training.step import TrainStep
+from training.loop import CausalLMLoss, TrainStep
 
 pytestmark = [pytest.mark.distributed, pytest.mark.serial]
 
 # fp32 so the only differences left are summation order; every step logged; evals at 6 and 12. Two
 # micro-steps of 4 windows per optimizer step: 2 ranks × micro batch 2, or 1 process × micro batch 4.
-EXACT = ["trainer.precision=fp32", "trainer.max_steps=12", "trainer.log_interval=1", "trainer.eval_interval=6",
-         "trainer.ckpt_interval=6", "trainer.grad_accum_steps=2"]
+EXACT = [
+    "trainer.precision=fp32",
+    "trainer.max_steps=12",
+    "trainer.log_interval=1",
+    "trainer.eval_interval=6",
+    "trainer.ckpt_interval=6",
+    "trainer.grad_accum_steps=2",
+]
 ONE_PROCESS = [*EXACT, "trainer.micro_batch_size=4"]
 TWO_RANKS = [*EXACT, "trainer.micro_batch_size=2"]
 # The 2-rank DDP runs are compiled (model + loss, through DDP's graph splitting): dynamo and AOT
@@ -67,7 +85,8 @@ def assert_same_run(run, reference, steps, rtol=1e-4):
         assert ours[step]["grad_norm"] == pytest.approx(ref[step]["grad_norm"], rel=10 * rtol), step
     evals = val_losses(reference)
     assert {s: v for s, v in val_losses(run).items() if s in steps} == pytest.approx(
-        {s: v for s, v in evals.items() if s in steps}, rel=rtol)
+        {s: v for s, v in evals.items() if s in steps}, rel=rtol
+    )
     wa, wb = weights(run, steps[-1]), weights(reference, steps[-1])
     assert wa.keys() == wb.keys()
     for k in wa:
@@ -88,8 +107,14 @@ TEARDOWN_LOG = "teardown.log"  # beside ddp_run's outputs/: "<rank> <group up be
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory, tiny_data_cache):
     root = tmp_path_factory.mktemp("ddp")
-    proc = run_ranks(root, 2, *TWO_RANKS, *COMPILED, cache_dir=tiny_data_cache,
-                     faults={**AOT_EAGER, "teardown_log": str(root / TEARDOWN_LOG)})
+    proc = run_ranks(
+        root,
+        2,
+        *TWO_RANKS,
+        *COMPILED,
+        cache_dir=tiny_data_cache,
+        faults={**AOT_EAGER, "teardown_log": str(root / TEARDOWN_LOG)},
+    )
     assert "parallel=ddp, compile: trainer.compile=true" in proc.stdout
     assert "2 micro batch × 64 seq_len × 2 accumulation × 2 processes" in proc.stdout
     assert "torch.compile failed" not in proc.stderr
@@ -106,8 +131,13 @@ def first_step_by_hand(cache_dir):
     data = prepare(cfg.data, seq_len=cfg.trainer.seq_len, log=lambda *a: None)
     torch.manual_seed(cfg.seed)
     model = Transformer(cfg.model)
-    batches = SAMPLERS[cfg.data.sampling](data.train_tokens(), cfg.trainer.seq_len, cfg.trainer.micro_batch_size,
-                                          cfg.seed, grad_accum_steps=cfg.trainer.grad_accum_steps)
+    batches = SAMPLERS[cfg.data.sampling](
+        data.train_tokens(),
+        cfg.trainer.seq_len,
+        cfg.trainer.micro_batch_size,
+        cfg.seed,
+        grad_accum_steps=cfg.trainer.grad_accum_steps,
+    )
     losses = []
     for micro in range(cfg.trainer.grad_accum_steps):
         x, y = batches.get(0, micro)
@@ -135,14 +165,23 @@ def test_sigterm_to_one_rank_stops_both_at_one_step_and_the_resume_is_exact(tmp_
     boundary and save step 5 together, within seconds rather than after the collective timeout (a rank
     alone in save() would wait there for the other). `resume=` on two ranks then finishes the run
     bitwise equal to the uninterrupted ddp_run: losses, validation and weights."""
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                str(REPO / "tests" / "fault_injection.py"),
-                json.dumps({"signal_at_step": [5, signal.SIGTERM, 1], **AOT_EAGER})]
+    launcher = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        str(REPO / "tests" / "fault_injection.py"),
+        json.dumps({"signal_at_step": [5, signal.SIGTERM, 1], **AOT_EAGER}),
+    ]
     started = time.time()
     # A collective timeout far beyond the whole launch (~30 s here, more on a busy machine): a rank left
     # waiting in save() would show as a run that takes over 300 s.
-    stopped = launch(launcher, tiny_args(tmp_path, [*TWO_RANKS, *COMPILED, "trainer.dist_timeout_s=300"],
-                                         tiny_data_cache), check=False)
+    stopped = launch(
+        launcher,
+        tiny_args(tmp_path, [*TWO_RANKS, *COMPILED, "trainer.dist_timeout_s=300"], tiny_data_cache),
+        check=False,
+    )
     assert time.time() - started < 150, "the stop waited for the collective timeout"
     assert stopped.returncode != 0  # torchrun reports workers that exit 143 as failed, as a scheduler expects
     (part,) = run_dirs(tmp_path)
@@ -175,8 +214,16 @@ def test_each_rank_draws_its_own_dropout_and_resumes_its_own_stream(tmp_path, ti
     every rank would correlate the replicas' noise), and a resume restores every rank's own generator —
     a 2-rank run with dropout, stopped at step 3 and resumed, equals the uninterrupted one bitwise. With Muon,
     the default's optimizer (its momentum and AdamW's moments for the rest), where the SIGTERM test resumes AdamW."""
-    dropout = ["trainer.precision=fp32", "model.dropout=0.1", "trainer.max_steps=6", "trainer.log_interval=1",
-               "trainer.eval_interval=6", "trainer.ckpt_interval=3", "trainer.micro_batch_size=2", "optim=muon"]
+    dropout = [
+        "trainer.precision=fp32",
+        "model.dropout=0.1",
+        "trainer.max_steps=6",
+        "trainer.log_interval=1",
+        "trainer.eval_interval=6",
+        "trainer.ckpt_interval=3",
+        "trainer.micro_batch_size=2",
+        "optim=muon",
+    ]
     run_ranks(tmp_path / "straight", 2, *dropout, cache_dir=tiny_data_cache)
     (straight,) = run_dirs(tmp_path / "straight")
     assert yaml.safe_load((straight / "config.yaml").read_text())["optim"]["name"] == "muon"
@@ -185,7 +232,9 @@ def test_each_rank_draws_its_own_dropout_and_resumes_its_own_stream(tmp_path, ti
     run_ranks(tmp_path / "resumed", 2, *dropout, "trainer.stop_at_step=3", cache_dir=tiny_data_cache)
     (part,) = run_dirs(tmp_path / "resumed")
     run_ranks(tmp_path / "resumed", 2, f"resume={part}", cache_dir=tiny_data_cache)
-    assert {s: r["loss"] for s, r in train_rows(part).items()} == {s: r["loss"] for s, r in train_rows(straight).items()}
+    assert {s: r["loss"] for s, r in train_rows(part).items()} == {
+        s: r["loss"] for s, r in train_rows(straight).items()
+    }
     wa, wb = weights(straight, 6), weights(part, 6)
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
@@ -219,13 +268,22 @@ def test_fsdp_checkpoint_resumes_on_a_different_world_size(tmp_path, reference, 
     run to step 12: losses, validation and weights as if it had never stopped, and it loads for generation."""
     from model.generate import generate
 
-    proc = run_ranks(tmp_path, 2, *TWO_RANKS, *COMPILED, "trainer.parallel=fsdp", "trainer.stop_at_step=6",
-                        cache_dir=tiny_data_cache, faults=AOT_EAGER)
+    proc = run_ranks(
+        tmp_path,
+        2,
+        *TWO_RANKS,
+        *COMPILED,
+        "trainer.parallel=fsdp",
+        "trainer.stop_at_step=6",
+        cache_dir=tiny_data_cache,
+        faults=AOT_EAGER,
+    )
     assert "parallel=fsdp, compile: trainer.compile=true" in proc.stdout and "torch.compile failed" not in proc.stderr
     (run,) = run_dirs(tmp_path)
     assert_same_run(run, reference, steps=list(range(1, 7)))
-    proc = run_train(tmp_path, f"resume={run}", "trainer.micro_batch_size=4", "trainer.compile=false",
-                     cache_dir=tiny_data_cache)
+    proc = run_train(
+        tmp_path, f"resume={run}", "trainer.micro_batch_size=4", "trainer.compile=false", cache_dir=tiny_data_cache
+    )
     assert "warning: resuming a 2-process run on 1" in proc.stdout
     assert json.loads((run / "checkpoints" / "step_0000012" / "state.json").read_text())["step"] == 12
     assert sorted(train_rows(run)) == list(range(1, 13))
@@ -235,6 +293,7 @@ def test_fsdp_checkpoint_resumes_on_a_different_world_size(tmp_path, reference, 
 
 
 # ---- no_sync: one all-reduce per optimizer step, whatever the accumulation ----------------------------
+
 
 @pytest.fixture
 def one_rank_group():
@@ -258,8 +317,8 @@ class _Batches:
 def test_accumulation_all_reduces_once_per_optimizer_step(one_rank_group):
     """DDP's gradient buckets are all-reduced on the last micro-step only (`no_sync` on the others):
     4 micro-steps launch exactly as many all-reduces as 1. Counted by a comm hook around DDP's own."""
-    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
     from model_helpers import tiny_model_config
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
     launched = []
 
@@ -275,8 +334,9 @@ def test_accumulation_all_reduces_once_per_optimizer_step(one_rank_group):
     per_step = []
     for step, accum in enumerate([1, 4, 2, 1]):
         launched.clear()
-        train_step = TrainStep(ddp, _Batches(model.cfg.vocab_size), [optimizer], contextlib.nullcontext, accum, 1.0,
-                               torch.device("cpu"))
+        train_step = TrainStep(
+            ddp, _Batches(model.cfg.vocab_size), [optimizer], contextlib.nullcontext, accum, 1.0, torch.device("cpu")
+        )
         loss = train_step(step).loss
         assert math.isfinite(loss.item())
         per_step.append(len(launched))
@@ -285,17 +345,34 @@ def test_accumulation_all_reduces_once_per_optimizer_step(one_rank_group):
 
 # ---- a hung rank: the collective timeout fails the run, the group is torn down ------------------------
 
+
 def test_a_hung_rank_fails_the_run_within_the_timeout_and_tears_down(tmp_path, tiny_data_cache):
     """Rank 1 stops answering (SIGSTOP) mid-run: rank 0 must not hang in its next collective but fail
     after trainer.dist_timeout_s, saying so, and destroy its process group on the way out; torchrun then
     reports the job failed."""
     timeout_s, log = 5, tmp_path / "teardown.log"  # well above a tiny step, so only the hang can trip it
-    args = tiny_args(tmp_path, ["trainer.max_steps=100000", "trainer.log_interval=1", "trainer.eval_interval=100000",
-                                "trainer.ckpt_interval=100000", f"trainer.dist_timeout_s={timeout_s}"],
-                     tiny_data_cache)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           str(REPO / "tests" / "fault_injection.py"), json.dumps({"teardown_log": str(log)}), str(REPO / "train.py"),
-           *args]
+    args = tiny_args(
+        tmp_path,
+        [
+            "trainer.max_steps=100000",
+            "trainer.log_interval=1",
+            "trainer.eval_interval=100000",
+            "trainer.ckpt_interval=100000",
+            f"trainer.dist_timeout_s={timeout_s}",
+        ],
+        tiny_data_cache,
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        str(REPO / "tests" / "fault_injection.py"),
+        json.dumps({"teardown_log": str(log)}),
+        str(REPO / "train.py"),
+        *args,
+    ]
     env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "0"}
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     rank1 = None
@@ -322,10 +399,25 @@ def test_a_hung_rank_fails_the_run_within_the_timeout_and_tears_down(tmp_path, t
 def test_a_killed_rank_leaves_the_survivor_one_line_naming_the_intact_checkpoint(tmp_path, tiny_data_cache):
     """kill -9 of rank 1 mid-run: rank 0 stops at once and says that a peer died and which checkpoint is
     intact, in one `error:` line instead of gloo's "Connection reset by peer" traceback."""
-    args = tiny_args(tmp_path, ["trainer.max_steps=100000", "trainer.log_interval=1", "trainer.eval_interval=100000",
-                                "trainer.ckpt_interval=2"], tiny_data_cache)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(REPO / "train.py"),
-           *args]
+    args = tiny_args(
+        tmp_path,
+        [
+            "trainer.max_steps=100000",
+            "trainer.log_interval=1",
+            "trainer.eval_interval=100000",
+            "trainer.ckpt_interval=2",
+        ],
+        tiny_data_cache,
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        str(REPO / "train.py"),
+        *args,
+    ]
     env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "0"}
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
@@ -338,11 +430,17 @@ def test_a_killed_rank_leaves_the_survivor_one_line_naming_the_intact_checkpoint
     assert len(ours) == 1, err[-3000:]
     intact = sorted((run / "checkpoints").glob("step_*"))[-1]
     # gloo words it as the timing falls: "reset" when the peer's socket is torn down mid-read, "closed" after.
-    said = next((text for text in D.PEER_GONE if f"({text})" in ours[0]), None)
-    assert ours[0] == (f"error: rank 0 lost contact with the other ranks ({said}): another process "
-                       f"of this torchrun job died or was killed; the last checkpoint, {intact}, is intact: resume "
-                       "from it"), ours[0]
-    assert not re.search(r'File ".*/(training|model|data|cli)/|File ".*/train.py"', err)  # no traceback through our code
+    found = re.search(r"lost contact with the other ranks \(([^)]*)\)", ours[0])
+    said = found.group(1) if found else None
+    assert said and D.peer_lost(RuntimeError(said), D.DistInfo(world_size=2)) == said, ours[0]  # gloo's own words
+    assert ours[0] == (
+        f"error: rank 0 lost contact with the other ranks ({said}): another process "
+        f"of this torchrun job died or was killed; the last checkpoint, {intact}, is intact: resume "
+        "from it"
+    ), ours[0]
+    assert not re.search(
+        r'File ".*/(training|model|data|cli)/|File ".*/train.py"', err
+    )  # no traceback through our code
 
 
 def test_another_ranks_error_starts_a_line_of_its_own(tmp_path, tiny_data_cache):
@@ -350,10 +448,17 @@ def test_another_ranks_error_starts_a_line_of_its_own(tmp_path, tiny_data_cache)
     `error:` line would be glued to it (`train: 50%|…|error: rank 1 lost contact…`) and `grep '^error:'` would
     miss it. A rank other than 0 starts its error on a new line (here one that fails before joining the group)."""
     args = tiny_args(tmp_path, ["data.path=/nonexistent/corpus.txt"], tiny_data_cache)
-    env = {**os.environ, "WANDB_MODE": "disabled", "HYDRA_FULL_ERROR": "0", "RANK": "1", "LOCAL_RANK": "1",
-           "WORLD_SIZE": "2"}
-    proc = subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=REPO, capture_output=True, text=True,
-                          env=env, timeout=120)
+    env = {
+        **os.environ,
+        "WANDB_MODE": "disabled",
+        "HYDRA_FULL_ERROR": "0",
+        "RANK": "1",
+        "LOCAL_RANK": "1",
+        "WORLD_SIZE": "2",
+    }
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), *args], cwd=REPO, capture_output=True, text=True, env=env, timeout=120
+    )
     assert proc.returncode == 1 and "\nerror: " in "\n" + proc.stderr, proc.stderr[-2000:]
     line = next(i for i, text in enumerate(proc.stderr.split("\n")) if text.startswith("error: "))
     assert line > 0 and proc.stderr.split("\n")[line - 1] == "", proc.stderr  # a newline first: a line of its own

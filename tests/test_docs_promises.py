@@ -4,6 +4,7 @@ tests/test_x.py (parametrized or not), every `tests/test_x.py` they name exists,
 test for each of its (at least 30) rows, and the reliability catalogue is numbered 1, 2, 3, … without a
 gap. Reads the files with `ast`: nothing is imported or run, so a renamed or deleted test fails here at
 once, not when someone follows a dead link."""
+
 import ast
 import re
 from functools import lru_cache
@@ -72,8 +73,9 @@ def test_every_test_the_doc_names_exists(doc):
     assert len(refs) >= 30, f"{doc.name}: only {len(refs)} test references found: is the pattern still right?"
     assert not missing(refs), f"{doc.name} names tests that do not exist: {missing(refs)}"
     files = {m.group(1) for m in TEST_FILE.finditer(text)}
-    assert not sorted(f for f in files if not (REPO / "tests" / f"{f}.py").is_file()), \
+    assert not sorted(f for f in files if not (REPO / "tests" / f"{f}.py").is_file()), (
         f"{doc.name} names test files that do not exist"
+    )
 
 
 def test_the_reliability_catalogue_is_numbered_without_gaps():
@@ -83,9 +85,11 @@ def test_the_reliability_catalogue_is_numbered_without_gaps():
 
 def test_the_reference_checker_sees_a_test_that_does_not_exist():
     """The control: a bogus name in either form is reported, a real (parametrized) one is not."""
-    text = ("`test_faults::test_kill9_at_random_steps_then_resume_is_bitwise_identical`, "
-            "`tests/test_step.py::test_a_nonfinite_step_leaves_weights_and_optimizer_state_untouched`, "
-            "`test_faults::test_no_such_test`, `tests/test_no_such_file.py::test_anything`")
+    text = (
+        "`test_faults::test_kill9_at_random_steps_then_resume_is_bitwise_identical`, "
+        "`tests/test_step.py::test_a_nonfinite_step_leaves_weights_and_optimizer_state_untouched`, "
+        "`test_faults::test_no_such_test`, `tests/test_no_such_file.py::test_anything`"
+    )
     refs = [m.groups() for m in TEST_REF.finditer(text)]
     assert len(refs) == 4
     assert missing(refs) == [("test_faults", "test_no_such_test"), ("test_no_such_file", "test_anything")]

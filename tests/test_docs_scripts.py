@@ -7,6 +7,7 @@ must also leave the directory as it found it. The rest train for minutes to hour
 experiments, benchmarks): their arguments must be accepted by their program's own parser, which is where a
 renamed or mistyped flag fails. A command with a placeholder (`<run>`) is parsed with the placeholder filled.
 """
+
 import argparse
 import ast
 import importlib
@@ -15,8 +16,8 @@ import shutil
 
 import pytest
 
-from cli.entry import exit_status
-from data.shakespeare import load_plays
+from cli import exit_status
+from data.sources import load_plays
 from tests.doc_commands import REPO, fenced_python_commands, has_placeholder
 from tests.train_helpers import train_in_process
 
@@ -36,8 +37,11 @@ def runs_as_written(words: list) -> bool:
 def program(script: str):
     """The `main` a scripts/ file hands its command line to (`from cli.x import main` in it)."""
     tree = ast.parse((REPO / script).read_text())
-    module = next(node.module for node in ast.walk(tree)
-                  if isinstance(node, ast.ImportFrom) and any(alias.name == "main" for alias in node.names))
+    module = next(
+        node.module
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and any(alias.name == "main" for alias in node.names)
+    )
     return importlib.import_module(module).main
 
 
@@ -50,6 +54,7 @@ def parse_only(monkeypatch):
     value still exits 2, as on the command line (parse_args checks for leftovers after its inner calls)."""
     depth = [0]
     for name in ("parse_args", "parse_known_args", "parse_intermixed_args", "parse_known_intermixed_args"):
+
         def parse(self, *args, _original=getattr(argparse.ArgumentParser, name), **kwargs):
             depth[0] += 1
             try:
@@ -59,15 +64,19 @@ def parse_only(monkeypatch):
             if depth[0] == 0:
                 raise Parsed(result)
             return result
+
         monkeypatch.setattr(argparse.ArgumentParser, name, parse)
 
 
 def test_a_mistyped_flag_or_value_still_fails_when_only_parsing(monkeypatch, capsys):
     """The check can fail: each kind of parse (speedrun's is intermixed) still refuses what the shell would."""
     parse_only(monkeypatch)
-    for script, argv in (("scripts/speedrun.py", ["--onlyy", "x"]), ("scripts/speedrun.py", ["--seeds", "x3"]),
-                         ("scripts/generate.py", ["latest", "--max-tokens", "5"]),
-                         ("scripts/ablate.py", ["--dry-runn"])):
+    for script, argv in (
+        ("scripts/speedrun.py", ["--onlyy", "x"]),
+        ("scripts/speedrun.py", ["--seeds", "x3"]),
+        ("scripts/generate.py", ["latest", "--max-tokens", "5"]),
+        ("scripts/ablate.py", ["--dry-runn"]),
+    ):
         with pytest.raises(SystemExit) as exit:
             program(script)(argv)
         assert exit.value.code == 2 and "error: " in capsys.readouterr().err, (script, argv)
@@ -98,8 +107,9 @@ def test_a_documented_long_command_is_accepted_by_its_program(monkeypatch, where
 def newcomer(tmp_path, tiny_data_cache, monkeypatch):
     """A working directory as `make train` leaves it (a tiny run under outputs/, with a best checkpoint),
     plus the text files docs/training.md's preparation example names (`my/*.txt`)."""
-    train_in_process(tmp_path / "outputs" / "2026-12-03" / "12-00-00", "trainer.max_steps=20",
-                     cache_dir=tiny_data_cache)
+    train_in_process(
+        tmp_path / "outputs" / "2026-12-03" / "12-00-00", "trainer.max_steps=20", cache_dir=tiny_data_cache
+    )
     (tmp_path / "my").mkdir()
     for i, play in enumerate(load_plays()[:2]):
         (tmp_path / "my" / f"{i}.txt").write_text(play["text"])
@@ -125,6 +135,8 @@ def test_the_quick_documented_commands_run_as_written(newcomer, capsys):
 
 def test_the_collection_joins_continued_lines_and_skips_prose(tmp_path):
     doc = tmp_path / "x.md"
-    doc.write_text("python scripts/a.py in prose\n```bash\npython scripts/a.py --x 1 \\\n    --y 2   # both\n"
-                   ".venv/bin/python -m pytest -q\n```\n")
+    doc.write_text(
+        "python scripts/a.py in prose\n```bash\npython scripts/a.py --x 1 \\\n    --y 2   # both\n"
+        ".venv/bin/python -m pytest -q\n```\n"
+    )
     assert fenced_python_commands([doc]) == [("x.md:3", ["scripts/a.py", "--x", "1", "--y", "2"])]

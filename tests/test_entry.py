@@ -1,5 +1,6 @@
 """cli/entry.py: a program's --help description is its docstring's whole first paragraph; an environment variable
 that would break torch's import is one `error:` line before any program starts (docs/reliability.md row 97)."""
+
 import importlib
 import os
 import subprocess
@@ -8,21 +9,28 @@ from pathlib import Path
 
 import pytest
 
-from cli.entry import description, inductor_cache_problem
+from cli import description, inductor_cache_problem
 
 REPO = Path(__file__).resolve().parents[1]
-PROGRAMS = sorted(p for pkg in ("cli", "devtools") for p in (REPO / pkg).rglob("*.py")
-                  if "description(__doc__)" in p.read_text())
+PROGRAMS = sorted(
+    p for pkg in ("cli", "devtools") for p in (REPO / pkg).rglob("*.py") if "description(__doc__)" in p.read_text()
+)
 
 
 def test_the_description_is_the_first_paragraph_on_one_line():
-    assert description("Train a model on\n  the corpus, for a while.\n\nUsage: ...\n") == \
-        "Train a model on the corpus, for a while."
+    assert (
+        description("Train a model on\n  the corpus, for a while.\n\nUsage: ...\n")
+        == "Train a model on the corpus, for a while."
+    )
 
 
 def test_no_program_cuts_its_description_at_the_first_line():
-    cut = [str(p.relative_to(REPO)) for pkg in ("cli", "devtools") for p in (REPO / pkg).rglob("*.py")
-           if "__doc__.splitlines()[0]" in p.read_text()]
+    cut = [
+        str(p.relative_to(REPO))
+        for pkg in ("cli", "devtools")
+        for p in (REPO / pkg).rglob("*.py")
+        if "__doc__.splitlines()[0]" in p.read_text()
+    ]
     assert cut == []
 
 
@@ -36,6 +44,7 @@ def test_every_programs_description_ends_a_sentence(path):
 
 # ---- TORCHINDUCTOR_CACHE_DIR, checked when cli/ is imported ----------------------------------------------
 
+
 def run_with_cache_dir(folder, *argv) -> subprocess.CompletedProcess:
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(folder), "WANDB_MODE": "disabled"}
     return subprocess.run([sys.executable, *argv], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
@@ -47,12 +56,16 @@ def test_a_cache_folder_torch_cannot_create_is_one_line_from_train_py_and_every_
     untouched — from train.py (before Hydra starts) and from a script alike."""
     a_file = tmp_path / "notes.txt"
     a_file.write_text("mine")
-    for folder, argv, why in ((a_file, ["train.py", "debug=tiny"], "file exists"),
-                              (a_file / "cache", ["scripts/generate.py", "--help"], "not a directory")):
+    for folder, argv, why in (
+        (a_file, ["train.py", "debug=tiny"], "file exists"),
+        (a_file / "cache", ["scripts/generate.py", "--help"], "not a directory"),
+    ):
         out = run_with_cache_dir(folder, *argv)
         assert out.returncode == 1 and out.stdout == "", out.stderr[-2000:]
-        assert out.stderr == (f"error: TORCHINDUCTOR_CACHE_DIR={folder} cannot hold torch.compile's cache ({why}); "
-                              "point it at a folder you can write, or unset it\n")
+        assert out.stderr == (
+            f"error: TORCHINDUCTOR_CACHE_DIR={folder} cannot hold torch.compile's cache ({why}); "
+            "point it at a folder you can write, or unset it\n"
+        )
     assert a_file.read_text() == "mine"
 
 

@@ -1,16 +1,26 @@
-"""cli/estimate.py: parameters, FLOPs and time, the simulated memory against a real step, the verdict."""
+"""cli/estimate.py: parameters, FLOPs and time, the simulated memory against a real step, the verdict; and the
+memory readings it and the training log take (the CPU peak follows a real allocation and can be reset; CUDA reads
+the allocator)."""
+
 import json
 import re
+import sys
 
 import pytest
 import torch
 
-from cli import estimate
+from cli import estimate, exit_status
 from cli.config import compose_run_config
-from cli.entry import exit_status
+from training.log import peak_memory_bytes
 
-TINY = ["model=tiny", "data.vocab_size=512", "trainer.micro_batch_size=4", "trainer.seq_len=64",
-        "trainer.precision=fp32", "trainer.device=cpu"]
+TINY = [
+    "model=tiny",
+    "data.vocab_size=512",
+    "trainer.micro_batch_size=4",
+    "trainer.seq_len=64",
+    "trainer.precision=fp32",
+    "trainer.device=cpu",
+]
 
 
 def run(capsys, *argv) -> tuple:
@@ -24,8 +34,9 @@ def number_after(text: str, label: str) -> float:
 
 
 def test_parameters_flops_and_time_of_the_tiny_config(capsys, tmp_path):
-    status, out, err = run(capsys, *TINY, f"outputs_dir={tmp_path}", "--device-memory-gb", "100", "--peak-tflops", "2",
-                           "--mfu", "0.25")
+    status, out, err = run(
+        capsys, *TINY, f"outputs_dir={tmp_path}", "--device-memory-gb", "100", "--peak-tflops", "2", "--mfu", "0.25"
+    )
     assert status == 0, err
     cfg = compose_run_config(TINY)
     model = __import__("model").Transformer(cfg.model)
@@ -45,21 +56,34 @@ def test_a_config_that_does_not_fit_gets_a_micro_batch_that_does(capsys, tmp_pat
     mem = estimate.simulate(cfg, "fp32", "auto")
     fixed = mem.peak - mem.activations + estimate.CUDA_OVERHEAD
     memory_gb = (fixed + 0.5 * mem.activations) / estimate.HEADROOM / 1e9  # about half the activations fit
-    status, out, _ = run(capsys, *big, "--device", "cuda", "--device-memory-gb", f"{memory_gb:.4f}",
-                         "--peak-tflops", "1")
+    status, out, _ = run(
+        capsys, *big, "--device", "cuda", "--device-memory-gb", f"{memory_gb:.4f}", "--peak-tflops", "1"
+    )
     assert status == 0 and "verdict: does NOT fit" in out, out
     suggested = int(number_after(out, "trainer.micro_batch_size="))
     accum = int(number_after(out, "trainer.grad_accum_steps="))
     assert 1 <= suggested < 64 and suggested * accum >= 64  # no fewer tokens per step
-    status, out, _ = run(capsys, *TINY, f"trainer.micro_batch_size={suggested}", f"outputs_dir={tmp_path}",
-                         "--device", "cuda", "--device-memory-gb", f"{memory_gb:.4f}", "--peak-tflops", "1")
+    status, out, _ = run(
+        capsys,
+        *TINY,
+        f"trainer.micro_batch_size={suggested}",
+        f"outputs_dir={tmp_path}",
+        "--device",
+        "cuda",
+        "--device-memory-gb",
+        f"{memory_gb:.4f}",
+        "--peak-tflops",
+        "1",
+    )
     assert "verdict: fits" in out
 
 
 def test_activations_grow_with_the_micro_batch_and_chunking_removes_logits_copies():
     cfg = compose_run_config(TINY)
-    small, double = (estimate.simulate(compose_run_config([*TINY, f"trainer.micro_batch_size={b}"]), "fp32",
-                                       "auto").activations for b in (4, 8))
+    small, double = (
+        estimate.simulate(compose_run_config([*TINY, f"trainer.micro_batch_size={b}"]), "fp32", "auto").activations
+        for b in (4, 8)
+    )
     assert 1.8 < double / small < 2.2
     big_vocab = compose_run_config([*TINY, "data.vocab_size=32768"])
     one_shot, chunked = (estimate.simulate(big_vocab, "fp32", c) for c in (None, 0))
@@ -70,7 +94,12 @@ def test_activations_grow_with_the_micro_batch_and_chunking_removes_logits_copie
 
 def test_simulated_peak_matches_a_measured_step(tmp_path):
     # The default CPU model at micro-batch 4: every live tensor of a real step, counted by MemTracker.
-    overrides = ["trainer.micro_batch_size=4", "trainer.precision=fp32", "trainer.device=cpu", f"outputs_dir={tmp_path}"]
+    overrides = [
+        "trainer.micro_batch_size=4",
+        "trainer.precision=fp32",
+        "trainer.device=cpu",
+        f"outputs_dir={tmp_path}",
+    ]
     cfg = compose_run_config(overrides)
     mem = estimate.simulate(cfg, "fp32", "auto")
     measured = estimate.measured_peak(cfg)
@@ -80,6 +109,7 @@ def test_simulated_peak_matches_a_measured_step(tmp_path):
 def test_mfu_comes_from_the_newest_run_of_the_same_model(capsys, tmp_path):
     cfg = compose_run_config([*TINY, f"outputs_dir={tmp_path}"])
     from omegaconf import OmegaConf
+
     for name, model_cfg, mfu in (("old", cfg.model, 0.1), ("other_model", {"hidden_size": 1}, 0.9)):
         run_dir = tmp_path / "2026-01-01" / name
         run_dir.mkdir(parents=True)
@@ -90,38 +120,74 @@ def test_mfu_comes_from_the_newest_run_of_the_same_model(capsys, tmp_path):
     assert status == 0 and "at MFU 10.0 %" in out and "old/metrics.jsonl" in out  # not the other model's 90 %
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["model=nope"], "model"),
-    (["trainer.micro_batch_size=0"], "trainer.micro_batch_size=0"),
-    (["--mfu-from", "/nonexistent/run"], "--mfu-from /nonexistent/run"),
-    ([*TINY, "--gpu", "NVIDIA L40G", "--device", "cuda"], "--gpu 'NVIDIA L40G'"),
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["model=nope"], "model"),
+        (["trainer.micro_batch_size=0"], "trainer.micro_batch_size=0"),
+        (["--mfu-from", "/nonexistent/run"], "--mfu-from /nonexistent/run"),
+        ([*TINY, "--gpu", "NVIDIA L40G", "--device", "cuda"], "--gpu 'NVIDIA L40G'"),
+    ],
+)
 def test_bad_input_is_one_error_line(capsys, argv, expected):
     status, out, err = run(capsys, *argv)
     assert status == 1 and err.startswith("error: ") and len(err.strip().splitlines()) == 1 and expected in err
 
 
 def test_runs_without_a_gpu_for_a_gpu_target(capsys):
-    status, out, _ = run(capsys, "model=tiny", "trainer=gpu", "data.vocab_size=32768", "trainer.micro_batch_size=4",
-                         "trainer.seq_len=64", "--device", "cuda", "--device-memory-gb", "80", "--gpu",
-                         "NVIDIA H100 80GB HBM3", "--mfu", "0.4")
+    status, out, _ = run(
+        capsys,
+        "model=tiny",
+        "trainer=gpu",
+        "data.vocab_size=32768",
+        "trainer.micro_batch_size=4",
+        "trainer.seq_len=64",
+        "--device",
+        "cuda",
+        "--device-memory-gb",
+        "80",
+        "--gpu",
+        "NVIDIA H100 80GB HBM3",
+        "--mfu",
+        "0.4",
+    )
     assert status == 0 and "data sheet: H100 SXM" in out and "chunked" in out
     assert torch.cuda.is_available() or "bf16 (" in out
 
 
-@pytest.mark.parametrize("gpu,gb", [("NVIDIA H100 80GB HBM3", 80), ("NVIDIA A100-SXM4-40GB", 40), ("NVIDIA H200", 141),
-                                    ("NVIDIA L4", 24), ("NVIDIA A100", None), ("NVIDIA GH200", None),
-                                    ("Some Future GPU", None)])
+@pytest.mark.parametrize(
+    "gpu,gb",
+    [
+        ("NVIDIA H100 80GB HBM3", 80),
+        ("NVIDIA A100-SXM4-40GB", 40),
+        ("NVIDIA H200", 141),
+        ("NVIDIA L4", 24),
+        ("NVIDIA A100", None),
+        ("NVIDIA GH200", None),
+        ("Some Future GPU", None),
+    ],
+)
 def test_a_gpus_memory_comes_from_its_name_or_its_data_sheet(gpu, gb):
-    from training.runtime.mfu import gpu_memory_bytes
+    from cli.estimate import gpu_memory_bytes
+
     assert gpu_memory_bytes(gpu) == (gb * 1e9 if gb else None)
 
 
 def test_a_named_gpu_answers_will_it_fit(capsys):
     """README's "will it fit?" command names a GPU and no memory: the data sheet's memory gives the verdict; a
     model sold with several sizes asks which."""
-    args = ["trainer=gpu", "data.vocab_size=32768", "trainer.micro_batch_size=4", "trainer.seq_len=64", "model=tiny",
-            "--device", "cuda", "--mfu", "0.4", "--gpu"]
+    args = [
+        "trainer=gpu",
+        "data.vocab_size=32768",
+        "trainer.micro_batch_size=4",
+        "trainer.seq_len=64",
+        "model=tiny",
+        "--device",
+        "cuda",
+        "--mfu",
+        "0.4",
+        "--gpu",
+    ]
     status, out, _ = run(capsys, *args, "NVIDIA H100 80GB HBM3")
     assert status == 0 and "of 74.51 GiB" in out and "data sheet: NVIDIA H100 80GB HBM3" in out
     assert "verdict: fits" in out, out
@@ -135,10 +201,53 @@ def test_the_presets_descriptions_state_their_parameter_counts():
     from pathlib import Path
 
     from model import Transformer
+
     for preset, stated in (("125m", "78.7M"), ("25m", "25.7M")):
         cfg = compose_run_config([f"model={preset}"]).model
         with torch.device("meta"):
             total = sum(p.numel() for p in Transformer(cfg).parameters())
         assert f"{total / 1e6:.1f}M" == stated, (preset, total)
         assert stated in Path("README.md").read_text()
-    assert "78.7M parameters in all with the default 4,096-token vocabulary" in Path("configs/model/125m.yaml").read_text()
+    assert (
+        "78.7M parameters in all with the default 4,096-token vocabulary" in Path("configs/model/125m.yaml").read_text()
+    )
+
+
+# ---- memory readings: the peak (training/log.py), the current usage and its reset (cli/estimate.py) ----------
+
+CPU = torch.device("cpu")
+MB = 2**20
+
+
+def test_cpu_peak_grows_with_an_allocation_and_stays_after_it_is_freed():
+    if not estimate.reset_peak_memory(CPU):  # an earlier test's higher peak would hide this allocation
+        pytest.skip("resetting the peak RSS needs Linux /proc")
+    before = peak_memory_bytes(CPU)
+    block = torch.ones(200 * MB // 4)  # 200 MB, touched, so resident
+    during = peak_memory_bytes(CPU)
+    del block
+    assert during >= before + 150 * MB  # more than the page cache's noise
+    assert peak_memory_bytes(CPU) >= during  # a peak, not the current usage
+    assert estimate.current_memory_bytes(CPU) < during - 150 * MB
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="resetting the peak RSS needs Linux /proc")
+def test_cpu_peak_resets_to_the_current_usage():
+    block = torch.ones(200 * MB // 4)
+    del block
+    assert estimate.reset_peak_memory(CPU)
+    after_reset = peak_memory_bytes(CPU)
+    assert after_reset < estimate.current_memory_bytes(CPU) + 50 * MB
+    small = torch.ones(80 * MB // 4)
+    assert peak_memory_bytes(CPU) >= after_reset + 60 * MB
+    del small
+
+
+def test_cuda_reads_the_allocator(monkeypatch):
+    # No GPU needed: what is read on CUDA is the allocator's peak and current allocation, not the process RSS.
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device: 123)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 45)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device: None)
+    cuda = torch.device("cuda", 0)
+    assert peak_memory_bytes(cuda) == 123 and estimate.reset_peak_memory(cuda)
+    assert estimate.current_memory_bytes(cuda) == 45

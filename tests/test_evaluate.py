@@ -1,9 +1,9 @@
 """cli/evaluate.py as a user runs it: every token scored once, equal to a float64 hand computation, on
 text files, data configs, cache directories and HF directories; bad input is one error line."""
+
 import json
 import math
 import re
-from tests import forked
 from dataclasses import asdict
 
 import numpy as np
@@ -13,15 +13,24 @@ from omegaconf import OmegaConf
 
 from cli import evaluate as script
 from data import DataConfig, prepare
-from tests.tiny_checkpoint import single_thread  # noqa: F401 (autouse fixture)
-from tests.tiny_checkpoint import CORPUS, REPO, random_model, tiny_config, tiny_tokenizer
+from tests import forked
+from tests.tiny_checkpoint import (
+    CORPUS,
+    REPO,
+    random_model,
+    single_thread,  # noqa: F401 (autouse fixture)
+    tiny_config,
+    tiny_tokenizer,
+)
 from training.checkpoint import save_checkpoint
 
 TOKENIZER = tiny_tokenizer()
 EOS = TOKENIZER.token_to_id("<|eos|>")
 SCRIPT = REPO / "scripts" / "evaluate.py"
-DOCS = ["ROMEO: But, soft! what light through yonder window breaks?\nIt is the east.",
-        "JULIET: O Romeo, Romeo! wherefore art thou Romeo? — naïve café 😀"]
+DOCS = [
+    "ROMEO: But, soft! what light through yonder window breaks?\nIt is the east.",
+    "JULIET: O Romeo, Romeo! wherefore art thou Romeo? — naïve café 😀",
+]
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +44,13 @@ def data(tmp_path_factory, model):
     root = tmp_path_factory.mktemp("corpus")
     (root / "corpus.txt").write_text("\n\n".join(CORPUS[:40]))
     TOKENIZER.save(str(root / "tokenizer.json"))
-    cfg = DataConfig(source="local", path=str(root / "corpus.txt"), tokenizer_path=str(root / "tokenizer.json"),
-                     cache_dir=str(root / "cache"), val_fraction=0.2)
+    cfg = DataConfig(
+        source="local",
+        path=str(root / "corpus.txt"),
+        tokenizer_path=str(root / "tokenizer.json"),
+        cache_dir=str(root / "cache"),
+        val_fraction=0.2,
+    )
     return cfg, prepare(cfg, log=lambda *a: None)
 
 
@@ -45,8 +59,15 @@ def ckpt(tmp_path_factory, model, data):
     """A checkpoint whose config.yaml names that data, like every checkpoint train.py writes."""
     root = tmp_path_factory.mktemp("run")
     cfg, prepared = data
-    return save_checkpoint(root / "checkpoints", 10, model.state_dict(), model.cfg, prepared.tokenizer_path,
-                           state={"step": 10}, config_yaml=OmegaConf.to_yaml({"data": asdict(cfg)}))
+    return save_checkpoint(
+        root / "checkpoints",
+        10,
+        model.state_dict(),
+        model.cfg,
+        prepared.tokenizer_path,
+        state={"step": 10},
+        config_yaml=OmegaConf.to_yaml({"data": asdict(cfg)}),
+    )
 
 
 def hand_nats(model, tokens, context, stride):
@@ -74,8 +95,9 @@ def evaluate(tmp_path, capsys, *args):
 @pytest.mark.parametrize("stride", [None, 16, 5])
 def test_text_file_matches_a_float64_hand_computation(tmp_path, capsys, model, ckpt, stride):
     (tmp_path / "docs.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in DOCS))
-    result, stdout, stderr = evaluate(tmp_path, capsys, ckpt, "--text", tmp_path / "docs.jsonl",
-                                      *(["--stride", stride] if stride else []))
+    result, stdout, stderr = evaluate(
+        tmp_path, capsys, ckpt, "--text", tmp_path / "docs.jsonl", *(["--stride", stride] if stride else [])
+    )
     tokens = [t for d in DOCS for t in TOKENIZER.encode(d).ids + [EOS]]
     n_bytes = sum(len(d.encode("utf-8")) for d in DOCS)
     nats = hand_nats(model, tokens, 16, stride or 16)
@@ -90,7 +112,9 @@ def test_text_file_matches_a_float64_hand_computation(tmp_path, capsys, model, c
 def test_stride_equal_to_context_is_the_default(tmp_path, capsys, ckpt):
     (tmp_path / "a.txt").write_text("\n\n".join(DOCS))
     default, _, _ = evaluate(tmp_path, capsys, ckpt, "--text", tmp_path / "a.txt", "--sample-by", "paragraph")
-    tiled, _, _ = evaluate(tmp_path, capsys, ckpt, "--text", tmp_path / "a.txt", "--sample-by", "paragraph", "--stride", 16)
+    tiled, _, _ = evaluate(
+        tmp_path, capsys, ckpt, "--text", tmp_path / "a.txt", "--sample-by", "paragraph", "--stride", 16
+    )
     assert default["loss"] == tiled["loss"] and default["tokens"] == tiled["tokens"]
     assert default["bytes"] == sum(len(d.encode()) for d in DOCS)  # paragraphs: the separators are not text
 
@@ -120,6 +144,7 @@ def test_data_config_with_another_tokenizer_is_retokenized_with_the_checkpoints(
 
 def test_hugging_face_directory_scores_like_the_checkpoint(tmp_path, capsys, ckpt):
     from interop.hf_export import export_checkpoint
+
     hf = export_checkpoint(str(ckpt), str(tmp_path / "hf"))
     (tmp_path / "a.txt").write_text(DOCS[0])
     ours, _, _ = evaluate(tmp_path, capsys, ckpt, "--text", tmp_path / "a.txt")
@@ -128,19 +153,25 @@ def test_hugging_face_directory_scores_like_the_checkpoint(tmp_path, capsys, ckp
     assert theirs["tokens"] == ours["tokens"] and theirs["loss"] == pytest.approx(ours["loss"], rel=1e-6)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--stride", "17"], "--stride 17 must be between 1 and the context (16)"),
-    (["--stride", "0"], "--stride 0 must be between 1 and the context (16)"),
-    (["--context", "0"], "--context 0 must be between 1"),
-    (["--text", "{tmp}/a.txt", "--split", "train"], "--set and --split apply to a data config"),
-    (["--context", "32"], "--context 32 must be between 1 and the model's max_seq_len=16"),
-    (["--text", "{tmp}/doc.pdf"], "only .txt, .md and .jsonl files can be scored"),
-    (["--text", "{tmp}/bad.jsonl"], "bad.jsonl:1 has no string field 'text'; set --text-column"),
-    (["--text", "{tmp}/empty.txt"], "no non-empty document to score"),
-    (["--text", "{tmp}/latin1.txt"], "latin1.txt is not UTF-8 text (invalid continuation byte at byte 3); convert it to UTF-8"),
-    (["--data", "nonexistent"], "--data nonexistent: no such config or cache directory; use one of"),
-    (["--set", "no_such_field=1"], "data config: Key 'no_such_field' not in 'DataConfig'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--stride", "17"], "--stride 17 must be between 1 and the context (16)"),
+        (["--stride", "0"], "--stride 0 must be between 1 and the context (16)"),
+        (["--context", "0"], "--context 0 must be between 1"),
+        (["--text", "{tmp}/a.txt", "--split", "train"], "--set and --split apply to a data config"),
+        (["--context", "32"], "--context 32 must be between 1 and the model's max_seq_len=16"),
+        (["--text", "{tmp}/doc.pdf"], "only .txt, .md and .jsonl files can be scored"),
+        (["--text", "{tmp}/bad.jsonl"], "bad.jsonl:1 has no string field 'text'; set --text-column"),
+        (["--text", "{tmp}/empty.txt"], "no non-empty document to score"),
+        (
+            ["--text", "{tmp}/latin1.txt"],
+            "latin1.txt is not UTF-8 text (invalid continuation byte at byte 3); convert it to UTF-8",
+        ),
+        (["--data", "nonexistent"], "--data nonexistent: no such config or cache directory; use one of"),
+        (["--set", "no_such_field=1"], "data config: Key 'no_such_field' not in 'DataConfig'"),
+    ],
+)
 def test_bad_input_is_refused_naming_the_flag(tmp_path, ckpt, args, message):
     (tmp_path / "doc.pdf").write_text("x")
     (tmp_path / "a.txt").write_text("x")
@@ -154,9 +185,17 @@ def test_bad_input_is_refused_naming_the_flag(tmp_path, ckpt, args, message):
 def test_checkpoint_without_training_config_is_one_error_line(tmp_path, model, data):
     """A real subprocess: the exit code and the one stderr line a user sees."""
     _, prepared = data
-    bare = save_checkpoint(tmp_path / "checkpoints", 1, model.state_dict(), model.cfg, prepared.tokenizer_path,
-                           state={"step": 1}, config_yaml="# imported\n")
+    bare = save_checkpoint(
+        tmp_path / "checkpoints",
+        1,
+        model.state_dict(),
+        model.cfg,
+        prepared.tokenizer_path,
+        state={"step": 1},
+        config_yaml="# imported\n",
+    )
     proc = forked.run_script(SCRIPT, bare, "--device", "cpu")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        f"error: {bare} has no training config with a data section; pass --data or --text"]
+        f"error: {bare} has no training config with a data section; pass --data or --text"
+    ]

@@ -1,5 +1,6 @@
 """Evaluation in the loop (training/evaluation.py `evaluate`): the loss is the plain mean cross-entropy over the
 scored targets; bits per byte follows it; with eval_windows=all it is every token of the split, once."""
+
 import math
 
 import numpy as np
@@ -8,11 +9,9 @@ import torch
 import torch.nn.functional as F
 
 from model import ModelConfig, Transformer
-from training.runtime.distributed import DistInfo
-from training.evaluation import evaluate
-from training.loss import CausalLMLoss
-from training.precision import autocast_context
-from training.evaluation import full_split_windows
+from training.distributed import DistInfo
+from training.evaluation import evaluate, full_split_windows
+from training.loop import CausalLMLoss, autocast_context
 
 FP32 = autocast_context("fp32", torch.device("cpu"))
 
@@ -45,8 +44,10 @@ def test_all_windows_score_every_token_and_bpb_is_total_bits_over_bytes():
     out = evaluate(CausalLMLoss(model), windows, 2, FP32, meta, DistInfo())
     stream = torch.tensor([eos, *tokens.tolist()])
     with torch.no_grad():  # the same tiling by hand: inputs stream[16k : 16k+16], targets one later
-        nats = sum(F.cross_entropy(model(stream[s:min(s + 16, 70)][None])[0], stream[s + 1:s + 17],
-                                   reduction="sum").item() for s in range(0, 70, 16))
+        nats = sum(
+            F.cross_entropy(model(stream[s : min(s + 16, 70)][None])[0], stream[s + 1 : s + 17], reduction="sum").item()
+            for s in range(0, 70, 16)
+        )
     assert out["val_loss"] == pytest.approx(nats / 70, rel=1e-5)
     assert out["val_bpb"] == pytest.approx(nats / math.log(2) / 250, rel=1e-5)
 

@@ -4,6 +4,7 @@ Every test drives train.py in a subprocess as a user (or a scheduler) would; fau
 outside (kill -9, signals) or from tests/fault_injection.py, which patches library calls before
 train.py starts. docs/reliability.md lists each failure with the test that holds it.
 """
+
 import multiprocessing as mp
 import random
 import signal
@@ -54,7 +55,10 @@ def test_kill9_at_random_steps_then_resume_is_bitwise_identical(tmp_path, cache_
     stopped = run_train(part_root, *args, "trainer.stop_at_step=5", cache_dir=cache_dir)
     (run,) = run_dirs(part_root)
     assert f"stopped at trainer.stop_at_step=5; continue with: python train.py resume={run}" in stopped.stdout
-    assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == ["step_0000003", "step_0000005"]  # the stop saves
+    assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == [
+        "step_0000003",
+        "step_0000005",
+    ]  # the stop saves
     kill_steps = sorted(random.Random(0).sample(range(7, 23), 3))  # ≥ 3 kills, at seeded "random" steps
     for kill_at in kill_steps:
         proc = run_train(part_root, *args, f"resume={run}", cache_dir=cache_dir, popen=True)
@@ -73,16 +77,26 @@ def test_kill9_at_random_steps_then_resume_is_bitwise_identical(tmp_path, cache_
     again = run_train(part_root, *args, f"resume={older}", cache_dir=cache_dir)
     assert "moved 2 later checkpoint(s) of the abandoned branch" in again.stdout, again.stdout
     (abandoned,) = (run / "checkpoints").glob("abandoned-*")  # the step and the best checkpoint after step 21
-    assert sorted(str(p.relative_to(abandoned)) for p in abandoned.glob("**/step_*")) == \
-        ["best/step_0000024", "step_0000024"]
+    assert sorted(str(p.relative_to(abandoned)) for p in abandoned.glob("**/step_*")) == [
+        "best/step_0000024",
+        "step_0000024",
+    ]
     assert_same_weights(full / "checkpoints" / "step_0000024", run / "checkpoints" / "step_0000024")
 
 
 def test_kill9_during_a_checkpoint_write_keeps_the_previous_one(tmp_path, cache_dir):
     marker = tmp_path / "in_save"
-    proc = run_faulty(tmp_path, {"hang_in_save": str(marker)}, *EXACT, "trainer.max_steps=8",
-                      "trainer.ckpt_interval=4", "trainer.stop_at_step=8", "trainer.eval_interval=8",
-                      cache_dir=cache_dir, popen=True)
+    proc = run_faulty(
+        tmp_path,
+        {"hang_in_save": str(marker)},
+        *EXACT,
+        "trainer.max_steps=8",
+        "trainer.ckpt_interval=4",
+        "trainer.stop_at_step=8",
+        "trainer.eval_interval=8",
+        cache_dir=cache_dir,
+        popen=True,
+    )
     deadline = time.time() + 120
     while not marker.exists() and time.time() < deadline and proc.poll() is None:
         time.sleep(0.05)
@@ -102,13 +116,20 @@ def test_concurrent_starts_never_share_a_run_directory(tmp_path):
     # Both start with a cold data cache too: one builds it, the other waits for it.
     same = "hydra.run.dir=" + str(tmp_path / "outputs" / "runs" / "r")
     corpus = write_local(tmp_path / "corpus", make_documents(300), "txt")  # small: built in a second or two
-    args = ["trainer.precision=fp32", "trainer.max_steps=20", same, "trainer.eval_interval=20", "data=local",
-            f"data.path={corpus}"]
+    args = [
+        "trainer.precision=fp32",
+        "trainer.max_steps=20",
+        same,
+        "trainer.eval_interval=20",
+        "data=local",
+        f"data.path={corpus}",
+    ]
     cache = tmp_path / "cold_cache"
     # The build is made 5 s slower, so the second start always finds it under way (a cache already built
     # would be a plain hit, and the waiting this test holds would go untested).
-    procs = [run_faulty(tmp_path, {"slow_prepare": 5}, *args, f"seed={seed}", cache_dir=cache, popen=True)
-             for seed in (0, 1)]
+    procs = [
+        run_faulty(tmp_path, {"slow_prepare": 5}, *args, f"seed={seed}", cache_dir=cache, popen=True) for seed in (0, 1)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
     assert sum("data: waiting for another process preparing data" in err for _, err in outs) == 1
@@ -136,8 +157,13 @@ def test_a_run_that_loses_the_claim_leaves_the_winners_directory_alone(tmp_path,
     winner.start()
     try:
         assert claimed.wait(30)
-        loser = run_train(tmp_path, "trainer.max_steps=2", "trainer.eval_interval=2",
-                          f"hydra.run.dir={tmp_path / 'outputs' / 'r'}", cache_dir=cache_dir)
+        loser = run_train(
+            tmp_path,
+            "trainer.max_steps=2",
+            "trainer.eval_interval=2",
+            f"hydra.run.dir={tmp_path / 'outputs' / 'r'}",
+            cache_dir=cache_dir,
+        )
         assert f"using {tmp_path / 'outputs' / 'r-1'}" in loser.stderr
         assert (tmp_path / "outputs" / "r" / ".owner").exists()
     finally:
@@ -147,8 +173,9 @@ def test_a_run_that_loses_the_claim_leaves_the_winners_directory_alone(tmp_path,
 
 def test_a_run_directory_in_use_is_never_shared_nor_resumed(tmp_path, cache_dir):
     named = "hydra.run.dir=" + str(tmp_path / "outputs" / "mine")
-    slow = run_train(tmp_path, "trainer.max_steps=100000", "trainer.log_interval=1", named, cache_dir=cache_dir,
-                     popen=True)
+    slow = run_train(
+        tmp_path, "trainer.max_steps=100000", "trainer.log_interval=1", named, cache_dir=cache_dir, popen=True
+    )
     try:
         wait_for_step(tmp_path / "outputs", 1, slow)
         second = run_train(tmp_path, "trainer.max_steps=2", "trainer.eval_interval=2", named, cache_dir=cache_dir)
@@ -162,8 +189,16 @@ def test_a_run_directory_in_use_is_never_shared_nor_resumed(tmp_path, cache_dir)
 
 
 def test_nan_at_a_step_stops_naming_it_and_the_last_good_checkpoint(tmp_path, cache_dir):
-    proc = run_faulty(tmp_path, {"nan_steps": [5]}, *EXACT, "trainer.max_steps=20", "trainer.ckpt_interval=2",
-                      "trainer.log_interval=10", cache_dir=cache_dir, check=False)
+    proc = run_faulty(
+        tmp_path,
+        {"nan_steps": [5]},
+        *EXACT,
+        "trainer.max_steps=20",
+        "trainer.ckpt_interval=2",
+        "trainer.log_interval=10",
+        cache_dir=cache_dir,
+        check=False,
+    )
     assert proc.returncode == 1
     (run,) = run_dirs(tmp_path)
     last = proc.stderr.strip().splitlines()[-1]
@@ -197,28 +232,44 @@ def test_skip_nonfinite_steps_skips_the_update_and_stops_at_n_in_a_row(tmp_path,
 
 
 def test_a_disk_that_fills_while_logging_is_one_line_error_not_a_chained_traceback(tmp_path, cache_dir):
-    proc = run_faulty(tmp_path, {"metrics_disk_full_after": 3}, "trainer.log_interval=1", cache_dir=cache_dir,
-                      check=False)
+    proc = run_faulty(
+        tmp_path, {"metrics_disk_full_after": 3}, "trainer.log_interval=1", cache_dir=cache_dir, check=False
+    )
     assert proc.returncode == 1
     (run,) = run_dirs(tmp_path)
     assert proc.stderr.strip().splitlines()[-1] == (
         f"error: cannot write metrics: no space left on device while writing {run / 'metrics.jsonl'}; free space on "
-        f"the disk holding {run} (or lower trainer.keep_last)")
+        f"the disk holding {run} (or lower trainer.keep_last)"
+    )
     assert "Traceback" not in proc.stderr
 
 
 def test_sigterm_during_a_periodic_save_saves_once_and_exits_143(tmp_path, cache_dir):
     log = tmp_path / "saves"
-    proc = run_faulty(tmp_path, {"signal_in_save": int(signal.SIGTERM), "save_log": str(log)}, *EXACT,
-                      "trainer.max_steps=100", "trainer.ckpt_interval=4", cache_dir=cache_dir, check=False)
+    proc = run_faulty(
+        tmp_path,
+        {"signal_in_save": int(signal.SIGTERM), "save_log": str(log)},
+        *EXACT,
+        "trainer.max_steps=100",
+        "trainer.ckpt_interval=4",
+        cache_dir=cache_dir,
+        check=False,
+    )
     assert proc.returncode == 143, proc.stderr[-2000:]
     assert log.read_text().split() == ["4"]  # the periodic save only, not a second copy of step 4
     assert "SIGTERM: checkpoint saved at step 4" in proc.stdout
 
 
 def test_second_ctrl_c_stops_at_once_with_one_line_and_exit_130(tmp_path, cache_dir):
-    proc = run_faulty(tmp_path, {"signal_at_step": [3, int(signal.SIGINT)], "signal_in_save": int(signal.SIGINT)},
-                      *EXACT, "trainer.max_steps=100", "trainer.ckpt_interval=1000", cache_dir=cache_dir, check=False)
+    proc = run_faulty(
+        tmp_path,
+        {"signal_at_step": [3, int(signal.SIGINT)], "signal_in_save": int(signal.SIGINT)},
+        *EXACT,
+        "trainer.max_steps=100",
+        "trainer.ckpt_interval=1000",
+        cache_dir=cache_dir,
+        check=False,
+    )
     assert proc.returncode == 130, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("SIGINT: stopped at once without saving")
@@ -230,7 +281,16 @@ def test_slow_data_preparation_never_trips_the_collective_timeout(tmp_path, cach
     # A cold cache of a small corpus: one rank really builds it (tokenizer and all) in a second or two.
     # Two ranks with the environment torchrun gives them (run_ranks), each preparing 4 s slower.
     corpus = write_local(tmp_path / "corpus", make_documents(300), "txt")
-    run_ranks(tmp_path, 2, "data=local", f"data.path={corpus}", "trainer.max_steps=4", "trainer.eval_interval=4",
-              "trainer.dist_timeout_s=3", cache_dir=tmp_path / "fresh_cache", faults={"slow_prepare": 4})
+    run_ranks(
+        tmp_path,
+        2,
+        "data=local",
+        f"data.path={corpus}",
+        "trainer.max_steps=4",
+        "trainer.eval_interval=4",
+        "trainer.dist_timeout_s=3",
+        cache_dir=tmp_path / "fresh_cache",
+        faults={"slow_prepare": 4},
+    )
     (run,) = run_dirs(tmp_path)
     assert (run / "checkpoints" / "step_0000004").is_dir()

@@ -1,5 +1,6 @@
 """Generation: KV-cache == recompute on every variant, what the cache feeds, batching, EOS, overflow, streaming,
 and padding ids of a padded vocabulary never generated. The filters and the draw: test_generate_sampling.py."""
+
 import itertools
 
 import pytest
@@ -29,7 +30,7 @@ def naive_greedy(model, prompt, n, window=None):
             if len(ids) - start >= max_len:  # the documented slide: keep the last max_seq_len // 2
                 start = len(ids) - max_len // 2
             ids.append(int(model(torch.tensor([ids[start:]]))[0, -1, :VOCAB].argmax()))  # real tokens only
-    return ids[len(prompt):]
+    return ids[len(prompt) :]
 
 
 @pytest.mark.parametrize("norm,mlp,qk_norm", [*itertools.product(NORMS, MLPS, [False]), ("rmsnorm", "swiglu", True)])
@@ -45,7 +46,7 @@ def test_cached_greedy_equals_full_recompute_on_every_variant(norm, mlp, qk_norm
 @pytest.mark.parametrize("max_seq_len", [16, 3])
 def test_generation_past_the_context_slides_the_same_way_with_and_without_cache(max_seq_len):
     model = model_for(max_seq_len=max_seq_len)  # 3: the slide keeps a single token
-    prompt = TOKENIZER.encode("JULIET: O Romeo").ids[-(max_seq_len - 1):]
+    prompt = TOKENIZER.encode("JULIET: O Romeo").ids[-(max_seq_len - 1) :]
     n = 40  # crosses the window several times
     expected = naive_greedy(model, prompt, n)
     cached = generate_ids(model, [prompt], n, temperature=0)
@@ -124,11 +125,11 @@ def test_generation_stops_after_eos():
     free = generate_ids(model, [prompt], 20, temperature=0)[0]
     eos = free[5]
     stopped = generate_ids(model, [prompt], 20, temperature=0, eos_id=eos)[0]
-    assert stopped == free[:free.index(eos) + 1]
+    assert stopped == free[: free.index(eos) + 1]
     # Text API: the stop token is not part of the text; without stop_at_eos generation runs on.
     eos_token = TOKENIZER.id_to_token(eos)
     text = generate(model, TOKENIZER, ["ROMEO:"], 20, temperature=0, eos_token=eos_token)[0]
-    assert text == TOKENIZER.decode(free[:free.index(eos)], skip_special_tokens=False)
+    assert text == TOKENIZER.decode(free[: free.index(eos)], skip_special_tokens=False)
     full = generate(model, TOKENIZER, ["ROMEO:"], 20, temperature=0, eos_token=eos_token, stop_at_eos=False)[0]
     assert full == TOKENIZER.decode(free, skip_special_tokens=False)
 
@@ -136,8 +137,16 @@ def test_generation_stops_after_eos():
 def test_streamed_pieces_concatenate_to_the_returned_text():
     model = model_for()
     pieces = {}
-    texts = generate(model, TOKENIZER, ["ROMEO:", "日本"], 30, temperature=1.0, seed=0, num_samples=2,
-                     on_text=lambda row, piece: pieces.setdefault(row, []).append(piece))
+    texts = generate(
+        model,
+        TOKENIZER,
+        ["ROMEO:", "日本"],
+        30,
+        temperature=1.0,
+        seed=0,
+        num_samples=2,
+        on_text=lambda row, piece: pieces.setdefault(row, []).append(piece),
+    )
     assert len(texts) == 4 and texts[0] != texts[1]  # prompt-major: two different samples of "ROMEO:"
     assert ["".join(pieces.get(row, [])) for row in range(4)] == texts
 
@@ -196,8 +205,15 @@ def padding_loving(model):
     return model
 
 
-@pytest.mark.parametrize("kwargs", [dict(temperature=0), dict(temperature=0, use_cache=False),
-                                    dict(temperature=1.5, seed=0), dict(temperature=1.0, top_k=5, top_p=0.9, seed=1)])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(temperature=0),
+        dict(temperature=0, use_cache=False),
+        dict(temperature=1.5, seed=0),
+        dict(temperature=1.0, top_k=5, top_p=0.9, seed=1),
+    ],
+)
 def test_padding_ids_are_never_generated(kwargs):
     model = padding_loving(model_for())
     assert model.cfg.padded_vocab_size == 320 and model.cfg.vocab_size == VOCAB == 300
@@ -224,9 +240,16 @@ def test_prompt_with_a_padding_id_is_a_clear_error():
         generate_ids(model_for(), [[5, VOCAB + 3]], 4)
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(max_new_tokens=-1), "max_new_tokens"), (dict(temperature=-0.5), "temperature"),
-    (dict(top_k=0), "top_k"), (dict(top_p=1.5), "top_p"), (dict(num_samples=0), "num_samples")])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(max_new_tokens=-1), "max_new_tokens"),
+        (dict(temperature=-0.5), "temperature"),
+        (dict(top_k=0), "top_k"),
+        (dict(top_p=1.5), "top_p"),
+        (dict(num_samples=0), "num_samples"),
+    ],
+)
 def test_bad_arguments_are_clear_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
         generate(model_for(), TOKENIZER, ["x"], **kwargs)
@@ -270,8 +293,10 @@ def test_prompts_are_checked_with_messages_that_say_the_limits():
     for bad in ([], list(range(3, 19))):
         with pytest.raises(ValueError) as raised:
             generate_ids(model, [[5], bad], 4)
-        assert str(raised.value) == (f"prompt 1 has {len(bad)} tokens; it must have 1 to 15 "
-                                     "(the model's max_seq_len=16 minus room for one new token)")
+        assert str(raised.value) == (
+            f"prompt 1 has {len(bad)} tokens; it must have 1 to 15 "
+            "(the model's max_seq_len=16 minus room for one new token)"
+        )
     with pytest.raises(ValueError, match=r"prompt 0 has token ids outside the vocabulary \[0, 300\)"):
         generate_ids(model, [[VOCAB]], 4)  # the first id past the tokenizer's
     assert len(generate_ids(model, [[VOCAB - 1]], 2)[0]) == 2
@@ -289,8 +314,15 @@ def test_special_tokens_other_than_the_stopping_eos_are_part_of_the_text():
     bos = SPECIAL_TOKENS["bos"]
     model = special_loving(model_for(), TOKENIZER.token_to_id(bos))
     pieces = []
-    text = generate(model, TOKENIZER, ["O"], 3, temperature=0, eos_token=SPECIAL_TOKENS["eos"],
-                    on_text=lambda row, piece: pieces.append(piece))
+    text = generate(
+        model,
+        TOKENIZER,
+        ["O"],
+        3,
+        temperature=0,
+        eos_token=SPECIAL_TOKENS["eos"],
+        on_text=lambda row, piece: pieces.append(piece),
+    )
     assert text == [bos * 3] and pieces == [bos] * 3  # streamed as they come, not all at the end
 
 

@@ -1,5 +1,6 @@
 """Sampling (model/generate.py): temperature, top-k and top-p filters and the draw itself, against their
 definitions and torch.multinomial, on one distribution or any batch shape. The decode loop is test_generate.py."""
+
 import pytest
 import torch
 
@@ -12,8 +13,9 @@ def test_sample_next_draws_from_the_softmax_of_logits_over_temperature(temperatu
     logits = torch.randn(64, 9, generator=torch.Generator().manual_seed(0))
     kwargs = {} if temperature is None else {"temperature": temperature}
     ours = sample_next(logits, generator=torch.Generator().manual_seed(1), **kwargs)
-    reference = torch.multinomial((logits / (temperature or 1.0)).softmax(-1), 1,
-                                  generator=torch.Generator().manual_seed(1))[:, 0]
+    reference = torch.multinomial(
+        (logits / (temperature or 1.0)).softmax(-1), 1, generator=torch.Generator().manual_seed(1)
+    )[:, 0]
     assert torch.equal(ours, reference)
     assert not torch.equal(ours, sample_next(logits, 3.0, generator=torch.Generator().manual_seed(1)))
 

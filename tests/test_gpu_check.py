@@ -1,4 +1,5 @@
 """scripts/gpu_check.sh: its CPU-side dry run, its refusal without a GPU, and that -m cuda selects real tests."""
+
 import subprocess
 import sys
 from pathlib import Path
@@ -45,8 +46,13 @@ def test_cuda_marker_selects_the_gpu_tests(request):
         collected = [item.nodeid for item in ours if item.get_closest_marker("cuda") is not None]
         assert collected == [item.nodeid for item in ours]  # every test there is a GPU test
     else:
-        proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "cuda",
-                               "tests/test_cuda.py"], capture_output=True, text=True, timeout=120, cwd=REPO)
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "cuda", "tests/test_cuda.py"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=REPO,
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         collected = [line for line in proc.stdout.splitlines() if line.startswith("tests/test_cuda.py::")]
     names = " ".join(collected)

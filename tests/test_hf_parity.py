@@ -1,10 +1,11 @@
 """Same weights into Hugging Face's Llama modules give the same outputs: the proof that the math is LLaMA's
 (and, with qk_norm, Qwen3's), padded vocabulary included."""
+
 import pytest
 import torch
+from model_helpers import one_thread, random_transformer, tiny_model_config
 
 from model import RMSNorm, SwiGLU, Transformer
-from model_helpers import one_thread, random_transformer, tiny_model_config
 
 transformers = pytest.importorskip("transformers", reason="parity tests need `transformers` (requirements-dev.txt)")
 modeling_llama = pytest.importorskip("transformers.models.llama.modeling_llama")
@@ -18,12 +19,20 @@ TOL = dict(rtol=0, atol=1e-4)
 def hf_config(model: Transformer, config_cls=LlamaConfig):
     cfg = model.cfg
     return config_cls(  # HF's vocab_size is the embedding's row count: the padded one
-        vocab_size=cfg.padded_vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.resolved_intermediate_size,
-        num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.resolved_n_kv_heads,
-        head_dim=cfg.head_dim, max_position_embeddings=cfg.max_seq_len, rms_norm_eps=cfg.norm_eps,
+        vocab_size=cfg.padded_vocab_size,
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.resolved_intermediate_size,
+        num_hidden_layers=cfg.n_layers,
+        num_attention_heads=cfg.n_heads,
+        num_key_value_heads=cfg.resolved_n_kv_heads,
+        head_dim=cfg.head_dim,
+        max_position_embeddings=cfg.max_seq_len,
+        rms_norm_eps=cfg.norm_eps,
         rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta},
-        tie_word_embeddings=cfg.tie_embeddings, attention_bias=False,
-        **({"mlp_bias": False} if config_cls is LlamaConfig else {"use_sliding_window": False}))
+        tie_word_embeddings=cfg.tie_embeddings,
+        attention_bias=False,
+        **({"mlp_bias": False} if config_cls is LlamaConfig else {"use_sliding_window": False}),
+    )
 
 
 def to_hf_state_dict(model: Transformer) -> dict:
@@ -62,22 +71,34 @@ def test_rmsnorm_matches_llama_rmsnorm():
 def test_swiglu_matches_llama_mlp():
     torch.manual_seed(0)
     ours = SwiGLU(48, 128)
-    theirs = LlamaMLP(LlamaConfig(hidden_size=48, intermediate_size=128, num_attention_heads=4, hidden_act="silu",
-                                  mlp_bias=False))
+    theirs = LlamaMLP(
+        LlamaConfig(hidden_size=48, intermediate_size=128, num_attention_heads=4, hidden_act="silu", mlp_bias=False)
+    )
     gate, up = ours.gate_up_proj.weight.detach().chunk(2, dim=0)
-    theirs.load_state_dict({"gate_proj.weight": gate, "up_proj.weight": up,
-                            "down_proj.weight": ours.down_proj.weight.detach()})
+    theirs.load_state_dict(
+        {"gate_proj.weight": gate, "up_proj.weight": up, "down_proj.weight": ours.down_proj.weight.detach()}
+    )
     x = torch.randn(3, 7, 48)
     torch.testing.assert_close(ours(x), theirs(x), **TOL)
 
 
-@pytest.mark.parametrize("overrides", [
-    {"n_kv_heads": None},  # MHA: 4 query heads, 4 kv heads (enable_gqa off); tied embeddings, multiple_of 16
-    {},  # GQA: 4 query heads sharing 2 kv heads (tiny_model_config's default)
-    # MQA, untied head, non-default width rule, theta and eps
-    {"n_kv_heads": 1, "multiple_of": 48, "ffn_dim_multiplier": 1.3, "tie_embeddings": False,
-     "rope_theta": 5e5, "norm_eps": 1e-6},
-], ids=["mha-tied", "gqa-tied", "mqa-untied-multiple48"])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"n_kv_heads": None},  # MHA: 4 query heads, 4 kv heads (enable_gqa off); tied embeddings, multiple_of 16
+        {},  # GQA: 4 query heads sharing 2 kv heads (tiny_model_config's default)
+        # MQA, untied head, non-default width rule, theta and eps
+        {
+            "n_kv_heads": 1,
+            "multiple_of": 48,
+            "ffn_dim_multiplier": 1.3,
+            "tie_embeddings": False,
+            "rope_theta": 5e5,
+            "norm_eps": 1e-6,
+        },
+    ],
+    ids=["mha-tied", "gqa-tied", "mqa-untied-multiple48"],
+)
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
 def test_whole_model_matches_llama_for_causal_lm(overrides, attn_implementation):
     model = random_transformer(tiny_model_config(**overrides))

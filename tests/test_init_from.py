@@ -1,31 +1,33 @@
 """`init_from=`: a new run that starts from the weights of a minillama checkpoint or a Hugging Face Llama
 directory — its own data, optimizer, schedule and run directory, the checkpoint's architecture and tokenizer
 (docs/training.md, "Starting from weights")."""
+
 import random
 
 import pytest
 import torch
 
-from cli import export_hf
+from cli import exit_status, export_hf
 from cli.config import ConfigError, compose, compose_run_config, resolve_config
-from cli.entry import exit_status
 from model import Transformer
 from tests.train_helpers import read_metrics, run_train, train_in_process
-from training.checkpoint import CheckpointError, load_model
-from training.checkpoint.init_from import InitFrom
+from training.checkpoint import CheckpointError, InitFrom, load_model
 
 pytestmark = pytest.mark.serial  # trains
 
-WORDS = ("the cat sat on a mat and then the dog ran to the park where children play with a red ball every day "
-         "while birds sing in tall green trees").split()
+WORDS = (
+    "the cat sat on a mat and then the dog ran to the park where children play with a red ball every day "
+    "while birds sing in tall green trees"
+).split()
 
 
 @pytest.fixture(scope="module")
 def pretrained(tmp_path_factory, tiny_data_cache):
     """A tiny run pretrained on Shakespeare (60 steps): its run directory."""
     run = tmp_path_factory.mktemp("pretrained") / "run"
-    train_in_process(run, "trainer.max_steps=60", "trainer.eval_interval=60", "trainer.ckpt_interval=60",
-                     cache_dir=tiny_data_cache)
+    train_in_process(
+        run, "trainer.max_steps=60", "trainer.eval_interval=60", "trainer.ckpt_interval=60", cache_dir=tiny_data_cache
+    )
     return run
 
 
@@ -45,14 +47,25 @@ def on_corpus(corpus) -> list:
 def test_a_pretrained_run_continues_on_a_second_corpus(pretrained, corpus, tmp_path, tiny_data_cache):
     """The loss on the new corpus starts far below a fresh model's (the weights were loaded) and falls below
     where it started; the run is new: step 0, its own run directory, the pretrained tokenizer."""
-    common = [*on_corpus(corpus), "trainer.max_steps=30", "trainer.log_interval=1", "trainer.eval_interval=30",
-              "trainer.ckpt_interval=30"]
-    tuned = run_train(tmp_path, f"init_from={pretrained}", *common, f"hydra.run.dir={tmp_path / 'tuned'}",
-                      cache_dir=tiny_data_cache)
+    common = [
+        *on_corpus(corpus),
+        "trainer.max_steps=30",
+        "trainer.log_interval=1",
+        "trainer.eval_interval=30",
+        "trainer.ckpt_interval=30",
+    ]
+    tuned = run_train(
+        tmp_path, f"init_from={pretrained}", *common, f"hydra.run.dir={tmp_path / 'tuned'}", cache_dir=tiny_data_cache
+    )
     source = pretrained / "checkpoints" / "step_0000060"
     assert f"weights: from {pretrained} → {source} (its step 60); a new run from step 0" in tuned.stdout
-    scratch = run_train(tmp_path, *common, f"data.tokenizer_path={source / 'tokenizer.json'}",
-                        f"hydra.run.dir={tmp_path / 'scratch'}", cache_dir=tiny_data_cache)
+    scratch = run_train(
+        tmp_path,
+        *common,
+        f"data.tokenizer_path={source / 'tokenizer.json'}",
+        f"hydra.run.dir={tmp_path / 'scratch'}",
+        cache_dir=tiny_data_cache,
+    )
     assert "weights: from" not in scratch.stdout
     rows = {name: read_metrics(tmp_path / name) for name in ("tuned", "scratch")}
     first = {name: next(r["loss"] for r in rows[name] if r.get("kind") == "train") for name in rows}
@@ -71,8 +84,14 @@ def test_a_fine_tuned_hugging_face_model_exports_back_with_parity(pretrained, tm
     logits in transformers equal the fine-tuned checkpoint's."""
     transformers = pytest.importorskip("transformers")
     assert exit_status(export_hf.main, [str(pretrained), str(tmp_path / "hf")]) == 0
-    proc = run_train(tmp_path, f"init_from={tmp_path / 'hf'}", "trainer.max_steps=6", "trainer.eval_interval=6",
-                     f"hydra.run.dir={tmp_path / 'tuned'}", cache_dir=tiny_data_cache)
+    proc = run_train(
+        tmp_path,
+        f"init_from={tmp_path / 'hf'}",
+        "trainer.max_steps=6",
+        "trainer.eval_interval=6",
+        f"hydra.run.dir={tmp_path / 'tuned'}",
+        cache_dir=tiny_data_cache,
+    )
     assert f"weights: from {tmp_path / 'hf'} → " in proc.stdout and "/imported/" in proc.stdout
     tuned = tmp_path / "tuned" / "checkpoints" / "step_0000006"
     assert exit_status(export_hf.main, [str(tuned), str(tmp_path / "hf2")]) == 0
@@ -97,12 +116,20 @@ def test_the_model_and_tokenizer_come_from_the_checkpoint(pretrained):
     assert open(carried).read() == (pretrained / "checkpoints" / "step_0000060" / "tokenizer.json").read_text()
 
 
-@pytest.mark.parametrize("overrides,message", [
-    (["model.hidden_size=128"], "cannot start from {ckpt} with model.hidden_size=128 (the checkpoint has "
-                                "hidden_size=64): init_from keeps the checkpoint's architecture"),
-    (["resume={run}"], "resume= continues a run and init_from= starts a new one from a checkpoint's weights; "
-                       "pass one of them"),
-])
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (
+            ["model.hidden_size=128"],
+            "cannot start from {ckpt} with model.hidden_size=128 (the checkpoint has "
+            "hidden_size=64): init_from keeps the checkpoint's architecture",
+        ),
+        (
+            ["resume={run}"],
+            "resume= continues a run and init_from= starts a new one from a checkpoint's weights; pass one of them",
+        ),
+    ],
+)
 def test_what_a_start_from_weights_cannot_change_is_one_line(pretrained, overrides, message):
     ckpt = pretrained / "checkpoints" / "step_0000060"
     overrides = [o.format(run=pretrained) for o in overrides]
@@ -113,6 +140,7 @@ def test_what_a_start_from_weights_cannot_change_is_one_line(pretrained, overrid
 
 def test_another_tokenizer_is_refused(pretrained, tmp_path):
     from tests.tiny_checkpoint import tiny_tokenizer
+
     other = tmp_path / "tokenizer.json"
     tiny_tokenizer().save(str(other))
     with pytest.raises(CheckpointError, match=r"data.tokenizer_path=.* is not the tokenizer of .*; drop "):
@@ -123,8 +151,15 @@ def test_a_mup_checkpoint_starts_a_mup_run_with_the_same_function(tmp_path, tiny
     """μP's multipliers live in the model config, not the weights: the new run builds the checkpoint's μP model,
     whose logits equal the checkpoint's before any step."""
     run = tmp_path / "mup"
-    train_in_process(run, "model.parametrization=mup", "model.mup_base_width=32", "trainer.max_steps=4",
-                     "trainer.eval_interval=4", "trainer.ckpt_interval=4", cache_dir=tiny_data_cache)
+    train_in_process(
+        run,
+        "model.parametrization=mup",
+        "model.mup_base_width=32",
+        "trainer.max_steps=4",
+        "trainer.eval_interval=4",
+        "trainer.ckpt_interval=4",
+        cache_dir=tiny_data_cache,
+    )
     cfg = compose_run_config(["debug=tiny", f"init_from={run}"])
     assert (cfg.model.parametrization, cfg.model.mup_base_width) == ("mup", 32)
     init = InitFrom.open(str(run))
@@ -144,6 +179,9 @@ def test_resolve_config_returns_the_start(pretrained):
 
 
 def test_a_missing_source_is_one_line_naming_what_init_from_takes():
-    with pytest.raises(CheckpointError, match=r"^init_from=/nonexistent does not exist; pass a checkpoint directory, a "
-                                              r"run directory, 'latest', 'best' or a Hugging Face Llama directory$"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"^init_from=/nonexistent does not exist; pass a checkpoint directory, a "
+        r"run directory, 'latest', 'best' or a Hugging Face Llama directory$",
+    ):
         compose_run_config(["debug=tiny", "init_from=/nonexistent"])

@@ -1,5 +1,6 @@
 """Hugging Face interop: exported logits/greedy/tokens match transformers; import(export(x)) == x bitwise;
 padded vocabularies (a 300-token tokenizer, 320 embedding rows) both ways; special tokens carried forward."""
+
 import dataclasses
 import json
 import os
@@ -11,10 +12,16 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from data.tokenizer import read_special_tokens
-from interop import ConversionError, export_checkpoint, import_checkpoint
+from interop.hf import ConversionError, import_checkpoint
+from interop.hf_export import export_checkpoint
 from model.generate import generate_ids
-from tests.tiny_checkpoint import single_thread  # noqa: F401 (autouse fixture)
-from tests.tiny_checkpoint import random_model, tiny_config, tiny_tokenizer, write_checkpoint
+from tests.tiny_checkpoint import (
+    random_model,
+    single_thread,  # noqa: F401 (autouse fixture)
+    tiny_config,
+    tiny_tokenizer,
+    write_checkpoint,
+)
 from training.checkpoint import load_model, load_model_config, save_checkpoint
 
 transformers = pytest.importorskip("transformers")
@@ -24,8 +31,16 @@ VOCAB = TOKENIZER.get_vocab_size()  # 300: not a multiple of 64, so every model 
 CONFIGS = {  # GQA / MQA / MHA, non-default multiple_of and ffn multiplier, tied and untied, theta, eps
     "gqa_tied": dict(n_kv_heads=2, multiple_of=16),
     "mha_untied": dict(n_kv_heads=4, multiple_of=64, tie_embeddings=False, rope_theta=500.0, norm_eps=1e-6),
-    "mqa_ffn_mult": dict(hidden_size=96, n_heads=6, n_kv_heads=1, multiple_of=48, ffn_dim_multiplier=1.3,
-                         max_seq_len=128, dropout=0.1, init_std=0.25),
+    "mqa_ffn_mult": dict(
+        hidden_size=96,
+        n_heads=6,
+        n_kv_heads=1,
+        multiple_of=48,
+        ffn_dim_multiplier=1.3,
+        max_seq_len=128,
+        dropout=0.1,
+        init_std=0.25,
+    ),
 }
 
 
@@ -45,8 +60,12 @@ def test_export_loads_as_llama_with_the_same_logits(exported):
     model, _, out, hf_model = exported
     assert type(hf_model).__name__ == "LlamaForCausalLM"
     hf_cfg, cfg = hf_model.config, model.cfg
-    assert (hf_cfg.intermediate_size, hf_cfg.tie_word_embeddings, hf_cfg.rms_norm_eps, hf_cfg.num_key_value_heads) \
-        == (cfg.resolved_intermediate_size, cfg.tie_embeddings, cfg.norm_eps, cfg.resolved_n_kv_heads)
+    assert (hf_cfg.intermediate_size, hf_cfg.tie_word_embeddings, hf_cfg.rms_norm_eps, hf_cfg.num_key_value_heads) == (
+        cfg.resolved_intermediate_size,
+        cfg.tie_embeddings,
+        cfg.norm_eps,
+        cfg.resolved_n_kv_heads,
+    )
     assert hf_cfg.rope_parameters["rope_theta"] == cfg.rope_theta
     # The padded embedding goes out whole: config vocab_size = rows, and the tokenizer has fewer tokens.
     assert hf_cfg.vocab_size == cfg.padded_vocab_size == 320
@@ -63,7 +82,7 @@ def test_export_loads_as_llama_with_the_same_logits(exported):
 def test_hf_greedy_generate_equals_ours(exported):
     model, _, _, hf_model = exported
     prompt = TOKENIZER.encode("ROMEO: But, soft!").ids
-    theirs = hf_model.generate(torch.tensor([prompt]), max_new_tokens=20, do_sample=False)[0, len(prompt):]
+    theirs = hf_model.generate(torch.tensor([prompt]), max_new_tokens=20, do_sample=False)[0, len(prompt) :]
     ours = generate_ids(model, [prompt], 20, temperature=0, eos_id=TOKENIZER.token_to_id("<|eos|>"))[0]
     assert theirs.tolist() == ours
     assert len(set(ours)) > 3, "degenerate random model: the comparison would prove little"
@@ -79,7 +98,7 @@ def test_hf_generate_never_emits_a_padding_id_either(exported):
         with torch.no_grad():
             assert hf_model(prompt).logits.argmax(-1).min() >= VOCAB
         for kwargs in (dict(do_sample=False), dict(do_sample=True, top_k=0, top_p=1.0, temperature=1.0)):
-            new = hf_model.generate(prompt, max_new_tokens=15, **kwargs)[0, prompt.shape[1]:]
+            new = hf_model.generate(prompt, max_new_tokens=15, **kwargs)[0, prompt.shape[1] :]
             assert len(new) > 0 and new.max() < VOCAB
     finally:
         hook.remove()
@@ -113,8 +132,11 @@ def test_a_mup_model_exports_with_its_scales_folded_in_and_imports_back_as_that_
     prompt = TOKENIZER.encode("ROMEO: But, soft!").ids
     greedy = generate_ids(model, [prompt], 20, temperature=0)[0]
     assert len(set(greedy)) > 3, "degenerate random model: the comparison would prove little"
-    assert hf_model.generate(torch.tensor([prompt]), max_new_tokens=20, do_sample=False)[0, len(prompt):].tolist() \
-        == greedy == generate_ids(imported, [prompt], 20, temperature=0)[0]
+    assert (
+        hf_model.generate(torch.tensor([prompt]), max_new_tokens=20, do_sample=False)[0, len(prompt) :].tolist()
+        == greedy
+        == generate_ids(imported, [prompt], 20, temperature=0)[0]
+    )
 
 
 def test_hf_tokenizer_encodes_like_ours(exported):
@@ -130,9 +152,19 @@ def test_hf_tokenizer_encodes_like_ours(exported):
 
 def test_import_of_a_model_saved_by_transformers_itself(tmp_path):
     """Not our export: a LlamaForCausalLM built and saved by HF, with a legacy top-level rope_theta."""
-    config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=200, num_hidden_layers=2,
-                                      num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=48,
-                                      rms_norm_eps=1e-5, tie_word_embeddings=False, eos_token_id=1, bos_token_id=0)
+    config = transformers.LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=200,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        max_position_embeddings=48,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        eos_token_id=1,
+        bos_token_id=0,
+    )
     torch.manual_seed(0)
     hf_model = transformers.LlamaForCausalLM(config).eval()
     hf_model.save_pretrained(tmp_path / "hf")
@@ -178,9 +210,18 @@ def test_sharded_weights_import_like_one_file(exported, tmp_path):
 @pytest.mark.parametrize("rows", [320, 333])  # padded to a multiple of 64, and to a row count no multiple explains
 def test_import_of_an_hf_model_whose_embedding_exceeds_the_tokenizer(tmp_path, rows):
     """GPT-2-style HF checkpoints: config.json's vocab_size counts rows, the tokenizer has fewer tokens."""
-    config = transformers.LlamaConfig(vocab_size=rows, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
-                                      tie_word_embeddings=True, eos_token_id=1, bos_token_id=0)
+    config = transformers.LlamaConfig(
+        vocab_size=rows,
+        hidden_size=64,
+        intermediate_size=176,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
+        tie_word_embeddings=True,
+        eos_token_id=1,
+        bos_token_id=0,
+    )
     torch.manual_seed(0)
     hf_model = transformers.LlamaForCausalLM(config).eval()
     hf_model.save_pretrained(tmp_path / "hf")
@@ -207,23 +248,44 @@ def test_import_refuses_a_tokenizer_larger_than_the_embedding(exported, tmp_path
 
 def test_imported_special_tokens_carry_forward_into_a_fine_tunes_checkpoints(tmp_path):
     """A fine-tune saves its checkpoints with the tokenizer it trains with — the imported one."""
-    config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=96, num_hidden_layers=1,
-                                      num_attention_heads=4, max_position_embeddings=16, bos_token_id=None,
-                                      eos_token_id=2)
+    config = transformers.LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=96,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        max_position_embeddings=16,
+        bos_token_id=None,
+        eos_token_id=2,
+    )
     transformers.LlamaForCausalLM(config).save_pretrained(tmp_path / "hf")
     TOKENIZER.save(str(tmp_path / "hf" / "tokenizer.json"))
     imported = import_checkpoint(str(tmp_path / "hf"), str(tmp_path / "run"))
     roles = read_special_tokens(imported)
     assert roles == {"bos": None, "eos": "<|pad|>", "pad": None}  # not minillama's defaults
     model, _, _ = load_model(str(imported))
-    new = save_checkpoint(tmp_path / "finetune" / "checkpoints", 5, model.state_dict(), model.cfg,
-                          imported / "tokenizer.json", state={"step": 5})
+    new = save_checkpoint(
+        tmp_path / "finetune" / "checkpoints",
+        5,
+        model.state_dict(),
+        model.cfg,
+        imported / "tokenizer.json",
+        state={"step": 5},
+    )
     assert read_special_tokens(new) == roles
 
 
-@pytest.mark.parametrize("norm,mlp,qk_norm", [("layernorm", "swiglu", False), ("rmsnorm", "gelu", False),
-                                              ("rmsnorm", "geglu", False), ("none", "swiglu", False),
-                                              ("rmsnorm_bf16", "swiglu", False), ("rmsnorm", "swiglu", True)])
+@pytest.mark.parametrize(
+    "norm,mlp,qk_norm",
+    [
+        ("layernorm", "swiglu", False),
+        ("rmsnorm", "gelu", False),
+        ("rmsnorm", "geglu", False),
+        ("none", "swiglu", False),
+        ("rmsnorm_bf16", "swiglu", False),
+        ("rmsnorm", "swiglu", True),
+    ],
+)
 def test_exporting_a_non_llama_variant_is_a_clear_error(tmp_path, norm, mlp, qk_norm):
     model = random_model(tiny_config(VOCAB, norm=norm, mlp=mlp, qk_norm=qk_norm))
     ckpt = write_checkpoint(tmp_path / "run", model, TOKENIZER)
@@ -247,17 +309,20 @@ def _edit_config(directory, **changes):
     path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
 
 
-@pytest.mark.parametrize("breakage,match", [
-    (lambda d: _edit_config(d, model_type="gpt2", architectures=["GPT2LMHeadModel"]), "only Llama"),
-    (lambda d: _edit_config(d, rope_parameters={"rope_type": "llama3", "factor": 8.0, "rope_theta": 1e4}), "RoPE"),
-    (lambda d: _edit_config(d, attention_bias=True), "bias"),
-    (lambda d: (d / "tokenizer.json").unlink(), "no tokenizer.json"),
-    (lambda d: (d / "model.safetensors").rename(d / "pytorch_model.bin"), "pickled"),
-    (lambda d: (d / "model.safetensors").write_bytes(b"\x00" * 16), "corrupt"),
-    (lambda d: _edit_config(d, vocab_size=VOCAB + 1), "vocab_size|shape"),
-    (lambda d: _edit_config(d, vocab_size=VOCAB - 1), "token ids up to 299"),
-    (lambda d: (d / "config.json").unlink(), "not a Hugging Face model directory"),
-])
+@pytest.mark.parametrize(
+    "breakage,match",
+    [
+        (lambda d: _edit_config(d, model_type="gpt2", architectures=["GPT2LMHeadModel"]), "only Llama"),
+        (lambda d: _edit_config(d, rope_parameters={"rope_type": "llama3", "factor": 8.0, "rope_theta": 1e4}), "RoPE"),
+        (lambda d: _edit_config(d, attention_bias=True), "bias"),
+        (lambda d: (d / "tokenizer.json").unlink(), "no tokenizer.json"),
+        (lambda d: (d / "model.safetensors").rename(d / "pytorch_model.bin"), "pickled"),
+        (lambda d: (d / "model.safetensors").write_bytes(b"\x00" * 16), "corrupt"),
+        (lambda d: _edit_config(d, vocab_size=VOCAB + 1), "vocab_size|shape"),
+        (lambda d: _edit_config(d, vocab_size=VOCAB - 1), "token ids up to 299"),
+        (lambda d: (d / "config.json").unlink(), "not a Hugging Face model directory"),
+    ],
+)
 def test_import_refuses_what_it_cannot_convert(exported, tmp_path, breakage, match):
     _, _, out, _ = exported
     broken = foreign_copy(out, tmp_path / "broken")
@@ -280,6 +345,7 @@ def test_generate_takes_a_hugging_face_directory_as_evaluate_does(exported, caps
     """generate.py once called an HF directory "damaged"; now it imports it for the run, as evaluate.py does,
     and greedy text from the export is the checkpoint's."""
     from cli.generate import main as generate_main
+
     _, ckpt, out, _ = exported
     texts = {}
     for name, path in (("ours", ckpt), ("hf", out)):

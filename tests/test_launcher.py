@@ -1,6 +1,7 @@
 """studies/launcher.py, the one way a study runs training: a job's generated option composes to what its
 overrides would, the multirun command, jobs in one process or `workers` processes at a time with their
 outcomes read back, Ctrl-C passed on exactly once and its exit status, and the CPU lock."""
+
 import contextlib
 import fcntl
 import io
@@ -25,12 +26,16 @@ def stand_in(tmp_path: Path, code: str) -> str:
     """An executable that takes the place of `python` before train.py: it runs `code` with the launcher's
     arguments in sys.argv (train.py's among them), and helpers to find its run directory."""
     path = tmp_path / "python-stand-in"
-    path.write_text(f"#!{sys.executable}\n" + textwrap.dedent("""
+    path.write_text(
+        f"#!{sys.executable}\n"
+        + textwrap.dedent("""
         import os, signal, sys, time
         from pathlib import Path
         arg = lambda key: next(a.split("=", 1)[1] for a in sys.argv if a.startswith(key + "="))
         run_dir = lambda: Path(arg("hydra.sweep.dir")) / arg("hydra.sweep.subdir").strip("'")
-    """) + textwrap.dedent(code))
+    """)
+        + textwrap.dedent(code)
+    )
     path.chmod(0o755)
     return str(path)
 
@@ -78,7 +83,7 @@ def test_ctrl_c_reaches_the_jobs_exactly_once(tmp_path, to_group):
 
 def test_a_signal_death_is_reported_as_128_plus_the_signal(tmp_path):
     launcher = Launcher(tmp_path / "options", python=stand_in(tmp_path, "os.kill(os.getpid(), signal.SIGTERM)"))
-    ended, = launcher.run([Job(tmp_path / "runs" / "a")])
+    (ended,) = launcher.run([Job(tmp_path / "runs" / "a")])
     assert ended.exit_code == launcher.status == 128 + signal.SIGTERM and ended.status == NOT_RUN
 
 
@@ -109,8 +114,12 @@ def test_jobs_run_workers_at_a_time_each_with_its_log_and_outcome(tmp_path):
     jobs = [Job(tmp_path / "runs" / name) for name in ("COMPLETED_a", "FAILED_b", "COMPLETED_c", "DIES_d")]
     launcher = Launcher(tmp_path / "options", ["seed=3"], workers=2, python=stand_in(tmp_path, JOB))
     ended = {e.job.option: e for e in launcher.run(jobs)}
-    assert {k: e.status for k, e in ended.items()} == {"COMPLETED_a": COMPLETED, "FAILED_b": FAILED,
-                                                       "COMPLETED_c": COMPLETED, "DIES_d": NOT_RUN}
+    assert {k: e.status for k, e in ended.items()} == {
+        "COMPLETED_a": COMPLETED,
+        "FAILED_b": FAILED,
+        "COMPLETED_c": COMPLETED,
+        "DIES_d": NOT_RUN,
+    }
     assert (ended["FAILED_b"].error, ended["FAILED_b"].error_types) == ("it broke", ("X", "Y"))
     assert all(e.wall_s >= 0.3 for e in ended.values())
     assert all((tmp_path / "runs" / f"{name}.log").read_text() == "log line\n" for name in ended)
@@ -120,12 +129,23 @@ def test_jobs_run_workers_at_a_time_each_with_its_log_and_outcome(tmp_path):
 
 
 def test_the_multirun_command_puts_each_job_in_its_directory(tmp_path):
-    launcher = Launcher(tmp_path / "configs", ["experiment=ablation_protocol", "trainer.max_steps=5"],
-                        one_process=True, cluster=["hydra/launcher=submitit_slurm"], python="py")
+    launcher = Launcher(
+        tmp_path / "configs",
+        ["experiment=ablation_protocol", "trainer.max_steps=5"],
+        one_process=True,
+        cluster=["hydra/launcher=submitit_slurm"],
+        python="py",
+    )
     root = tmp_path / "with space" / "runs"
     command = launcher.command([Job(root / "a" / "x", name="a"), Job(root / "b", name="b")], root)
-    assert command[:6] == ["py", str(TRAIN_PY), "-m", "experiment=ablation_protocol", "trainer.max_steps=5",
-                           "hydra/launcher=submitit_slurm"]
+    assert command[:6] == [
+        "py",
+        str(TRAIN_PY),
+        "-m",
+        "experiment=ablation_protocol",
+        "trainer.max_steps=5",
+        "hydra/launcher=submitit_slurm",
+    ]
     assert "hydra.sweep.subdir=${run_name}" in command and command[-1] == "+job=a,b"
     assert f"hydra.sweep.dir='{root}'" in command  # quoted for Hydra's grammar
     assert f"hydra.searchpath=[file://{tmp_path / 'configs'}]" in command
@@ -144,10 +164,10 @@ def test_a_job_composes_to_what_its_overrides_would(tmp_path):
     text = (tmp_path / "job" / f"{cell.name}.yaml").read_text()
     assert text.startswith("# @package _global_\n")
     assert yaml.safe_load(text)["defaults"] == [{"override /optim": "muon"}, "_self_"]
-    as_job, _ = compose_train_config(["experiment=mup_transfer", "trainer.max_steps=7",
-                                      f"hydra.searchpath=[file://{tmp_path}]", f"+job={cell.name}"])
-    as_overrides, _ = compose_train_config(["experiment=mup_transfer", "trainer.max_steps=7",
-                                            *cell.overrides(0.1)])
+    as_job, _ = compose_train_config(
+        ["experiment=mup_transfer", "trainer.max_steps=7", f"hydra.searchpath=[file://{tmp_path}]", f"+job={cell.name}"]
+    )
+    as_overrides, _ = compose_train_config(["experiment=mup_transfer", "trainer.max_steps=7", *cell.overrides(0.1)])
     assert as_job == as_overrides and as_job.optim.name == "muon" and as_job.trainer.max_steps == 7
 
 

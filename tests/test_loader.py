@@ -1,5 +1,6 @@
 """TrainBatches, EpochBatches and eval_windows: shift-by-one, determinism from (seed, step), rank disjointness,
 every window once per epoch (data.sampling=epochs), fixed eval set."""
+
 import numpy as np
 import pytest
 import torch
@@ -21,8 +22,8 @@ def test_shapes_dtype_and_shift_by_one():
     assert torch.equal(targets[:, :-1], inputs[:, 1:])
     for row_inputs, row_targets in zip(inputs, targets):
         start = int(row_inputs[0])
-        assert torch.equal(row_inputs, torch.from_numpy(TOKENS[start:start + 32].astype(np.int64)))
-        assert torch.equal(row_targets, torch.from_numpy(TOKENS[start + 1:start + 33].astype(np.int64)))
+        assert torch.equal(row_inputs, torch.from_numpy(TOKENS[start : start + 32].astype(np.int64)))
+        assert torch.equal(row_targets, torch.from_numpy(TOKENS[start + 1 : start + 33].astype(np.int64)))
 
 
 def test_every_offset_stays_inside_the_tokens():
@@ -173,10 +174,15 @@ def test_batches_default_to_one_process():
 
 # ---- data.sampling=epochs: EpochBatches ------------------------------------------------------------------------
 
+
 def drawn(batches, steps: int) -> list:
     """Every window start one process draws over `steps` steps, in sample order: (step, micro_step, row)."""
-    return [start for step in range(steps) for micro in range(batches.grad_accum_steps)
-            for start in batches.get(step, micro)[0][:, 0].tolist()]
+    return [
+        start
+        for step in range(steps)
+        for micro in range(batches.grad_accum_steps)
+        for start in batches.get(step, micro)[0][:, 0].tolist()
+    ]
 
 
 def test_every_window_is_drawn_exactly_once_per_epoch_at_a_new_offset_and_order():
@@ -187,7 +193,7 @@ def test_every_window_is_drawn_exactly_once_per_epoch_at_a_new_offset_and_order(
     per_epoch = batches.windows_per_epoch
     assert per_epoch == (1_000 - 16) // 16 == 61
     starts = drawn(batches, steps=-(-8 * per_epoch // 6))
-    epochs = [starts[e * per_epoch:(e + 1) * per_epoch] for e in range(8)]
+    epochs = [starts[e * per_epoch : (e + 1) * per_epoch] for e in range(8)]
     offsets, orders = [], []
     for epoch in epochs:
         offset = epoch[0] % 16
@@ -232,8 +238,9 @@ def test_epoch_batches_split_ranks_as_one_process_with_their_batch_would():
     """2 ranks × 3 rows = 1 process × 6 rows, micro-step by micro-step; the ranks never share a window; the
     micro-steps of one step are distinct windows; a micro-step outside the step's accumulation is refused."""
     single = EpochBatches(TOKENS, 16, micro_batch_size=6, seed=1, grad_accum_steps=2)
-    pair = [EpochBatches(TOKENS, 16, micro_batch_size=3, seed=1, rank=r, world_size=2, grad_accum_steps=2)
-            for r in range(2)]
+    pair = [
+        EpochBatches(TOKENS, 16, micro_batch_size=3, seed=1, rank=r, world_size=2, grad_accum_steps=2) for r in range(2)
+    ]
     for step in (0, 1, 1_041, 2_083):  # 12,499 windows per epoch, 12 a step: 1041 and 2083 cross an epoch's end
         step_starts = []
         for micro in (0, 1):

@@ -1,5 +1,6 @@
-"""training/logger.py (and the metrics.jsonl it writes): offline without a key, never a login prompt,
-a resume (Resume.restore: rewind_metrics) drops the rows after its step, rank 0 alone writes."""
+"""training/log.py's Logger (and the metrics.jsonl it writes): offline without a key, never a login prompt,
+a resume (the loop's rewind_metrics after Resume.restore) drops the rows after its step, rank 0 alone writes."""
+
 import errno
 import json
 from pathlib import Path
@@ -9,28 +10,40 @@ import pytest
 import yaml
 
 from data import DataConfig
-from training.checkpoint.write_errors import WriteError
+from training.checkpoint import RunState
 from training.config import LoggerConfig, TrainerConfig
-from training.logger import Logger, wandb_mode, wandb_values
-from training.metrics import MetricsError, read_metrics, rewind_metrics
-from training.checkpoint.run_state import RunState
-from training.runtime.distributed import DistInfo
+from training.distributed import DistInfo
+from training.log import Logger, MetricsError, WriteError, read_metrics, rewind_metrics, wandb_mode, wandb_values
 
 
-def RunLogger(run_dir: Path, cfg: LoggerConfig, run_name: str, config: dict, enabled: bool, resume_step=None,
-              trainer=None, state=None):
+def RunLogger(
+    run_dir: Path,
+    cfg: LoggerConfig,
+    run_name: str,
+    config: dict,
+    enabled: bool,
+    resume_step=None,
+    trainer=None,
+    state=None,
+):
     """The loop's Logger for a run in run_dir, on rank 0 (enabled) or rank 1, resuming at resume_step."""
-    run = SimpleNamespace(run_dir=run_dir, resume=resume_step is not None and run_dir, config_yaml=yaml.safe_dump(config),
-                          cfg=SimpleNamespace(trainer=trainer or TrainerConfig(), logger=cfg, run_name=run_name,
-                                              data=DataConfig()))
+    run_cfg = SimpleNamespace(trainer=trainer or TrainerConfig(), logger=cfg, run_name=run_name, data=DataConfig())
     state = state or RunState(step=resume_step or 0, max_steps=100)
     if resume_step is not None and enabled:
-        rewind_metrics(run_dir, resume_step)  # what Resume.restore does on rank 0 before the loop opens its Logger
-    ctx = SimpleNamespace(run=run, cfg=run.cfg, info=DistInfo(rank=0 if enabled else 1), state=state,
-                          parts=SimpleNamespace(compute_loss=None), data=SimpleNamespace(meta={"train_tokens": 1000}),
-                          tokens_per_step=16, flops_per_token=1.0, peak=1.0,
-                          epoch_tokens=1000)  # training/context.py's RunContext
-    return Logger(ctx)
+        rewind_metrics(run_dir, resume_step)  # what the loop does on rank 0 after Resume.restore, before its Logger
+    return Logger(
+        run_dir,
+        run_cfg,
+        yaml.safe_dump(config),
+        DistInfo(rank=0 if enabled else 1),
+        state,
+        None,
+        tokens_per_step=100,
+        flops_per_token=1.0,
+        peak=1.0,
+        epoch_tokens=1000,
+        train_tokens=1000,
+    )
 
 
 @pytest.fixture
@@ -77,14 +90,21 @@ def test_wandb_files_the_run_under_its_project_name_group_and_tags_with_the_conf
     the resolved config — offline without a key, in the run directory. wandb.init itself is faked."""
     import wandb
 
-    from training.logger import open_wandb
+    from training.log import open_wandb
+
     seen = {}
     monkeypatch.setattr(wandb, "init", lambda **kwargs: seen.update(kwargs) or "the run")
     cfg = LoggerConfig(wandb="auto", project="p", group="g", tags=["norm=rmsnorm", "seed=0"])
     assert open_wandb(tmp_path, cfg, "r", {"model": {"hidden_size": 8}}) == "the run"
     assert {k: seen[k] for k in ("project", "name", "group", "tags", "config", "mode", "dir")} == {
-        "project": "p", "name": "r", "group": "g", "tags": ["norm=rmsnorm", "seed=0"],
-        "config": {"model": {"hidden_size": 8}}, "mode": "offline", "dir": str(tmp_path)}
+        "project": "p",
+        "name": "r",
+        "group": "g",
+        "tags": ["norm=rmsnorm", "seed=0"],
+        "config": {"model": {"hidden_size": 8}},
+        "mode": "offline",
+        "dir": str(tmp_path),
+    }
 
 
 def test_non_main_ranks_write_nothing(tmp_path):
@@ -107,8 +127,9 @@ def write_rows(path, steps):
     path.write_text("".join(json.dumps({"kind": "train", "step": s, "loss": 1.0}) + "\n" for s in steps))
 
 
-@pytest.mark.parametrize("tail", ['{"kind": "train", "step": 6, "lo', "\x00\x00\x00\x00",
-                                  '{"kind": "train", "step": 6, "loss": 1.0'])
+@pytest.mark.parametrize(
+    "tail", ['{"kind": "train", "step": 6, "lo', "\x00\x00\x00\x00", '{"kind": "train", "step": 6, "loss": 1.0']
+)
 def test_a_cut_off_last_line_is_dropped_on_resume(tmp_path, capsys, tail):
     """kill -9 mid-write leaves half a row (or, after a crash of the machine, NULs) at the end."""
     metrics = tmp_path / "metrics.jsonl"
@@ -128,8 +149,11 @@ def test_corruption_before_the_last_line_is_an_error(tmp_path):
     lines = metrics.read_text().splitlines()
     lines[2] = lines[2][:10]
     metrics.write_text("\n".join(lines) + "\n")
-    with pytest.raises(MetricsError, match=rf"^{metrics} line 3 is not a JSON object .* but more rows follow it; the "
-                       "file is corrupt: fix or delete that line, then resume$"):
+    with pytest.raises(
+        MetricsError,
+        match=rf"^{metrics} line 3 is not a JSON object .* but more rows follow it; the "
+        "file is corrupt: fix or delete that line, then resume$",
+    ):
         RunLogger(tmp_path, LoggerConfig(wandb="disabled"), "t", {}, enabled=True, resume_step=4)
     assert len(metrics.read_text().splitlines()) == 5  # left as it was for the user to look at
 
@@ -144,9 +168,12 @@ def test_a_full_disk_while_logging_is_one_line(tmp_path):
         def close(self):
             pass
 
-    log.metrics.file = FullDisk()
-    with pytest.raises(WriteError, match=rf"^cannot write metrics: no space left on device while writing "
-                       rf"{tmp_path}/metrics.jsonl; free space on the disk holding {tmp_path}"):
+    log.file = FullDisk()
+    with pytest.raises(
+        WriteError,
+        match=rf"^cannot write metrics: no space left on device while writing "
+        rf"{tmp_path}/metrics.jsonl; free space on the disk holding {tmp_path}",
+    ):
         log.log({"kind": "train", "step": 1})
 
 
@@ -157,18 +184,25 @@ def test_the_progress_bar_has_no_end_until_a_time_budget_plans_one(tmp_path):
     for name in "abc":
         (tmp_path / name).mkdir()
     budgeted = TrainerConfig(time_budget=10.0, max_steps=1000)
-    assert RunLogger(tmp_path / "a", off, "t", {}, True, trainer=budgeted,
-                     state=RunState(max_steps=1000)).progress.total is None
+    assert (
+        RunLogger(tmp_path / "a", off, "t", {}, True, trainer=budgeted, state=RunState(max_steps=1000)).progress.total
+        is None
+    )
     planned = RunState(step=50, max_steps=1000)
     planned.plan_budget(10.0, 1234, 0.3, 20.0, 60)
     assert RunLogger(tmp_path / "b", off, "t", {}, True, trainer=budgeted, state=planned).progress.total == 1234
-    assert RunLogger(tmp_path / "c", off, "t", {}, True, trainer=TrainerConfig(max_steps=1000),
-                     state=RunState(max_steps=1000)).progress.total == 1000
+    assert (
+        RunLogger(
+            tmp_path / "c", off, "t", {}, True, trainer=TrainerConfig(max_steps=1000), state=RunState(max_steps=1000)
+        ).progress.total
+        == 1000
+    )
 
 
 def test_wandbs_notice_comes_before_the_progress_bar(tmp_path, monkeypatch):
     """The notice (stderr) once came after the bar was drawn (stdout), glued to it: `train: 0step […]wandb: …`."""
-    import training.logger as L
+    import training.log as L
+
     order = []
     monkeypatch.setattr(L, "open_wandb", lambda *a, **k: order.append("wandb"))
     real_tqdm = L.tqdm

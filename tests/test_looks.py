@@ -1,5 +1,6 @@
 """analysis/looks.py: no seed is added after a look unless a sequential design says so, and then every
 look is judged at α / looks."""
+
 import pytest
 
 from analysis.looks import LookError, alpha_for, check_added_seeds, record

@@ -1,22 +1,27 @@
-"""training/runtime/loop_cost.py, the one cost model: the time budget's plans, the speedrun's calibration and the
+"""training/budget.py's LoopCost, the one cost model: the time budget's plans, the speedrun's calibration and the
 studies' cost plans all count a loop's steps, evaluations and checkpoints, and read throughput, this way."""
+
 import pytest
 
-from training.runtime.loop_cost import LoopCost, event_counts, events_between, steady_tokens_per_s
+from analysis.runs import steady_tokens_per_s
+from training.budget import LoopCost, event_counts
 
 
-def test_events_between_counts_multiples_in_the_half_open_interval():
-    assert events_between(0, 10, 5) == 2 and events_between(5, 10, 5) == 1 and events_between(6, 9, 5) == 0
+def events_between(first: int, last: int, interval: int) -> int:
+    """Multiples of `interval` in (first, last]: the reference the counts below are checked against."""
+    return sum(1 for n in range(first + 1, last + 1) if n % interval == 0)
 
 
 def test_the_most_steps_that_fit_the_budget_with_their_evals_and_checkpoints():
     costs = LoopCost(step_s=1.0, eval_s=10.0, save_s=5.0, fixed_s=20.0)
     # Spent 20 s by step 13; evals every 100, checkpoints every 50, each run also ends with both.
     n = costs.most_steps_within(600.0, eval_interval=100, ckpt_interval=50, start=13)
+
     def total(m):
         evals = events_between(13, m, 100) + (m % 100 != 0)
         saves = events_between(13, m, 50) + (m % 50 != 0)
         return 20 + (m - 13) + 10 * evals + 5 * saves
+
     assert total(n) <= 600 < total(n + 1) and costs.seconds(n, 100, 50, start=13) == total(n)
     assert n == 13 + (600 - 20) - 10 * 5 - 5 * 10  # 500 steps later: 5 evals, 10 checkpoints
 
@@ -31,12 +36,15 @@ def test_a_probe_that_used_up_the_budget_ends_the_run_where_it_is():
     assert LoopCost(1.0, 1.0, 1.0, fixed_s=30.0).most_steps_within(10.0, 100, 100, start=13) == 13
 
 
-@pytest.mark.parametrize("steps, eval_interval, ckpt_interval, final_save, counts", [
-    (100, 25, 40, True, (4, 3)),  # evals at 25, 50, 75, 100; saves at 40, 80 and the final one at 100
-    (100, 25, 40, False, (4, 2)),  # the speedrun's loop clock stops before the final save
-    (80, 25, 40, False, (4, 1)),  # a periodic save due at the last step is the final one: not counted
-    (1, 25, 40, True, (1, 1)),
-])
+@pytest.mark.parametrize(
+    "steps, eval_interval, ckpt_interval, final_save, counts",
+    [
+        (100, 25, 40, True, (4, 3)),  # evals at 25, 50, 75, 100; saves at 40, 80 and the final one at 100
+        (100, 25, 40, False, (4, 2)),  # the speedrun's loop clock stops before the final save
+        (80, 25, 40, False, (4, 1)),  # a periodic save due at the last step is the final one: not counted
+        (1, 25, 40, True, (1, 1)),
+    ],
+)
 def test_a_run_from_the_start_makes_each_event_once(steps, eval_interval, ckpt_interval, final_save, counts):
     assert event_counts(steps, eval_interval, ckpt_interval, final_save=final_save) == counts
 

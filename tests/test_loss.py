@@ -1,4 +1,5 @@
 """CausalLMLoss: the one-shot and chunked cross-entropy against the math, each other, and memory."""
+
 import math
 
 import pytest
@@ -8,8 +9,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from model import ModelConfig, Transformer
 from tests.dtype_recorder import MATMULS, OpDtypes
-from training import loss as L
-from training.loss import DEFAULT_CHUNK_ABOVE, IGNORE_INDEX, CausalLMLoss, chunked_cross_entropy
+from training.evaluation import IGNORE_INDEX
+from training.loop import CHUNK_ABOVE, CausalLMLoss, chunked_cross_entropy
 
 VOCAB = 96
 
@@ -48,62 +49,7 @@ def test_one_shot_loss_is_the_float64_math():
     assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
 
 
-def logits_and_targets(dtype, n: int = 37, vocab: int = VOCAB, ignored: int = 6):
-    gen = torch.Generator().manual_seed(3)
-    logits = (torch.randn(n, vocab, generator=gen) * 3).to(dtype).requires_grad_()
-    targets = torch.randint(0, vocab, (n,), generator=gen)
-    targets[torch.randperm(n, generator=gen)[:ignored]] = IGNORE_INDEX
-    return logits, targets
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
-def test_the_one_pass_loss_is_the_float64_math_and_its_gradient_is_where_the_plain_loss_rounds(dtype):
-    """_CrossEntropy (compiled CPU runs) against F.cross_entropy in float64 on the same logits: the loss within
-    fp32 rounding; the gradient, scaled by the upstream gradient, with ignored rows zero, in the logits' dtype —
-    bf16 logits get the bf16 rounding of the plain loss's own gradient (it casts its fp32 gradient back too)."""
-    logits, targets = logits_and_targets(dtype)
-    wide = logits.detach().double().requires_grad_()
-    expected = F.cross_entropy(wide, targets, ignore_index=IGNORE_INDEX)
-    (expected * 3).backward()
-    loss = L._CrossEntropy.apply(logits, targets)
-    (loss * 3).backward()
-    assert loss.dtype == torch.promote_types(dtype, torch.float32)
-    assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
-    assert logits.grad.dtype == dtype and not logits.grad[targets == IGNORE_INDEX].any()
-    exact = wide.grad.to(dtype).double()  # the float64 gradient rounded once to the logits' dtype
-    tolerance, atol = {torch.float32: (2e-6, 1e-7), torch.bfloat16: (2 ** -8, 1e-9), torch.float64: (1e-12, 1e-15)}[dtype]
-    torch.testing.assert_close(logits.grad.double(), exact, rtol=tolerance, atol=atol)
-    plain = logits.detach().clone().requires_grad_()
-    (F.cross_entropy(plain.float(), targets, ignore_index=IGNORE_INDEX) * 3).backward()
-    if dtype != torch.float64:  # (the plain path's .float() would round float64 logits)
-        torch.testing.assert_close(logits.grad.double(), plain.grad.double(), rtol=tolerance, atol=atol)
-
-
-def test_compiled_on_a_cpu_the_loss_is_the_one_pass_function_and_eagerly_torchs_own(monkeypatch):
-    """cross_entropy picks _CrossEntropy while torch.compile traces it on a CPU, F.cross_entropy eagerly; traced
-    (aot_eager: the Function's forward and backward as graphs) under bf16 autocast it agrees with the eager loss."""
-    logits, targets = logits_and_targets(torch.bfloat16)
-    assert type(L.cross_entropy(logits, targets).grad_fn).__name__ == "NllLossBackward0"
-    with monkeypatch.context() as m:
-        m.setattr(torch.compiler, "is_compiling", lambda: True)
-        assert type(L.cross_entropy(logits, targets).grad_fn).__name__ == "_CrossEntropyBackward"
-    with monkeypatch.context() as m:  # and CausalLMLoss's one-shot path goes through it (not F.cross_entropy)
-        m.setattr(torch.compiler, "is_compiling", lambda: True)
-        x, y = batch()
-        assert type(CausalLMLoss(tiny_model(), chunk_above=None)(x, y).grad_fn).__name__ == "_CrossEntropyBackward"
-    eager = L.cross_entropy(logits, targets)
-    (g_eager,) = torch.autograd.grad(eager, logits)
-    torch._dynamo.reset()
-    compiled = torch.compile(L.cross_entropy, backend="aot_eager", fullgraph=True)
-    with torch.autocast("cpu", torch.bfloat16):
-        traced = compiled(logits, targets)
-    (g_traced,) = torch.autograd.grad(traced, logits)
-    torch._dynamo.reset()
-    assert traced.item() == pytest.approx(eager.item(), rel=1e-6)
-    torch.testing.assert_close(g_traced.double(), g_eager.double(), rtol=2 ** -8, atol=1e-9)
-
-
-@pytest.mark.parametrize("chunk_elements", [7 * VOCAB, 1, 10 ** 9])  # 7 rows (not a divisor of 33), 1 row, all
+@pytest.mark.parametrize("chunk_elements", [7 * VOCAB, 1, 10**9])  # 7 rows (not a divisor of 33), 1 row, all
 def test_chunked_loss_and_gradients_equal_the_reference_fp32(chunk_elements):
     model = tiny_model()
     x, y = batch()
@@ -193,7 +139,7 @@ def test_threshold_picks_the_path_by_batch_times_vocab():
     loss_fn = CausalLMLoss(tiny_model(), chunk_above=1000, chunk_elements=450)
     assert loss_fn.chunk_tokens(10, 100) is None  # 1000 elements: at the threshold, one shot
     assert loss_fn.chunk_tokens(11, 100) == 4  # above: chunks of chunk_elements // vocab rows
-    assert CausalLMLoss(tiny_model(), chunk_above=None).chunk_tokens(10 ** 9, 10 ** 6) is None
+    assert CausalLMLoss(tiny_model(), chunk_above=None).chunk_tokens(10**9, 10**6) is None
     assert CausalLMLoss(tiny_model(), chunk_above=0, chunk_elements=10).chunk_tokens(5, 100) == 1
 
 
@@ -207,16 +153,22 @@ def test_function_matches_cross_entropy_of_the_product_directly():
 
 def test_auto_threshold_keeps_the_cpu_default_one_shot_and_chunks_a_32k_vocab():
     loss_fn = CausalLMLoss(tiny_model())
-    assert loss_fn.chunk_above == DEFAULT_CHUNK_ABOVE
+    assert loss_fn.chunk_above == CHUNK_ABOVE
     assert loss_fn.chunk_tokens(16 * 256, 4096) is None  # the CPU default: 64 MiB of fp32 logits
     assert loss_fn.chunk_tokens(32 * 1024, 32768) == 512  # trainer=gpu: 4 GiB per copy, chunked
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"chunk_above": -1}, "chunk_above=-1 must be 'auto', an integer >= 0 (0 = always chunk) or None (never)"),
-    ({"chunk_above": "sometimes"},
-     "chunk_above='sometimes' must be 'auto', an integer >= 0 (0 = always chunk) or None (never)"),
-    ({"chunk_elements": 0}, "chunk_elements=0 must be > 0")])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"chunk_above": -1}, "chunk_above=-1 must be 'auto', an integer >= 0 (0 = always chunk) or None (never)"),
+        (
+            {"chunk_above": "sometimes"},
+            "chunk_above='sometimes' must be 'auto', an integer >= 0 (0 = always chunk) or None (never)",
+        ),
+        ({"chunk_elements": 0}, "chunk_elements=0 must be > 0"),
+    ],
+)
 def test_bad_settings_are_rejected(kwargs, message):
     with pytest.raises(ValueError) as e:
         CausalLMLoss(tiny_model(), **kwargs)
@@ -224,6 +176,7 @@ def test_bad_settings_are_rejected(kwargs, message):
 
 
 # ---- chunked_cross_entropy's dtypes and gradient bookkeeping (mutation testing found them unheld) -------
+
 
 def _chunk_inputs(n=10, d=8, vocab=4, dtype=torch.float32, seed=5):
     gen = torch.Generator().manual_seed(seed)
@@ -287,12 +240,13 @@ def test_chunked_loss_in_float64_is_the_float64_math():
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("setting, chunk_above", [("auto", DEFAULT_CHUNK_ABOVE), ("true", 0), ("false", None)])
+@pytest.mark.parametrize("setting, chunk_above", [("auto", CHUNK_ABOVE), ("true", 0), ("false", None)])
 def test_trainer_chunked_loss_reaches_the_loss_train_py_builds(setting, chunk_above):
-    """trainer.chunked_loss through training/build.py: true always chunks, false never, auto above 2^26 logits."""
+    """trainer.chunked_loss through training/loop.py's build: true always chunks, false never, auto above 2^26 logits."""
     from cli.config import compose_train_config
-    from training.build import build
-    from training.runtime.distributed import DistInfo
+    from training.distributed import DistInfo
+    from training.loop import build
+
     cfg, _ = compose_train_config(["debug=tiny", f"trainer.chunked_loss={setting}"])
     loss_module = build(cfg, DistInfo(), say=lambda *a: None).loss_module
     assert isinstance(loss_module, CausalLMLoss) and loss_module.chunk_above == chunk_above

@@ -1,5 +1,6 @@
 """studies/ablation/lr_search.py: the LR choice, and a best LR at the grid's edge extending the grid, once
 per round, until it is interior or the cap is reached; deterministic in the results, so a resume agrees."""
+
 import pytest
 
 from studies.ablation.lr_search import at_grid_edge, beyond, choose_lr, edge_note, margin, sweep
@@ -10,6 +11,7 @@ GRID = [5e-4, 1e-3, 2e-3, 4e-3, 8e-3]
 def bowl(best: float):
     """Final bpb of a U-shaped LR curve with its minimum at `best` (log-symmetric)."""
     import math
+
     return lambda lr: 2.0 + 0.1 * math.log2(lr / best) ** 2
 
 
@@ -93,6 +95,7 @@ def test_the_margin_is_the_runner_up_bpb_less_the_chosen_ones():
 
 def test_the_tolerance_is_a_stated_bpb_margin():
     from studies.ablation.protocol import ProtocolError, Spec
+
     spec = dict(reference="a", variants={"a": [], "b": []}, lr_grid=[1e-3, 2e-3], seeds=[0])
     assert Spec(**spec).lr_tie_tolerance == 0.0  # unstated: the lowest bpb alone, as protocols before it chose
     with pytest.raises(ProtocolError, match=r"lr_tie_tolerance=-0.01 must be a bpb margin in \[0, 1\)"):
@@ -103,6 +106,7 @@ def test_the_protocol_s_sweep_applies_the_spec_s_tolerance():
     """The rule reaches the choice the protocol makes (lr_sweep, which stage 2 and the report read), not only
     choose_lr: 2e-3 is within 0.01 bpb of the best, 4e-3."""
     from studies.ablation.protocol import Cell, Spec, lr_sweep
+
     base = dict(reference="a", variants={"a": []}, lr_grid=[1e-3, 2e-3, 4e-3, 8e-3], seeds=[0], lr_extensions=0)
     done = {Cell("base", "a", lr, 100): bpb for lr, bpb in {1e-3: 2.2, 2e-3: 2.105, 4e-3: 2.1, 8e-3: 2.3}.items()}
     assert lr_sweep(Spec(**base), "base", "a", done).best == 4e-3

@@ -1,4 +1,5 @@
 """SwiGLU's width rule (Meta's table), its fused gate/up split, and the baseline MLPs."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -7,14 +8,17 @@ from model import MLPS, SwiGLU, swiglu_intermediate_size
 from model.mlp import GeGLU, GeluMLP, ReLU2MLP
 
 
-@pytest.mark.parametrize("hidden_size, multiple_of, multiplier, expected", [
-    (4096, 256, None, 11008),   # LLaMA-1/2 7B
-    (256, 32, None, 704),       # int(682.67) = 682 → next multiple of 32
-    (288, 32, None, 768),       # 8·288/3 = 768 exactly: already a multiple, no rounding
-    (5120, 256, None, 13824),   # LLaMA 13B
-    (8192, 4096, 1.3, 28672),   # LLaMA-2 70B: ffn_dim_multiplier, truncated, then rounded
-    (4096, 1024, 1.3, 14336),   # LLaMA-3 8B
-])
+@pytest.mark.parametrize(
+    "hidden_size, multiple_of, multiplier, expected",
+    [
+        (4096, 256, None, 11008),  # LLaMA-1/2 7B
+        (256, 32, None, 704),  # int(682.67) = 682 → next multiple of 32
+        (288, 32, None, 768),  # 8·288/3 = 768 exactly: already a multiple, no rounding
+        (5120, 256, None, 13824),  # LLaMA 13B
+        (8192, 4096, 1.3, 28672),  # LLaMA-2 70B: ffn_dim_multiplier, truncated, then rounded
+        (4096, 1024, 1.3, 14336),  # LLaMA-3 8B
+    ],
+)
 def test_intermediate_size_table(hidden_size, multiple_of, multiplier, expected):
     assert swiglu_intermediate_size(hidden_size, multiple_of, multiplier) == expected
 
@@ -72,7 +76,7 @@ def test_two_matrix_mlps_match_formula(cls, activation):
 def test_swiglu_params_match_a_4d_mlp(hidden_size, multiple_of):
     # The point of 8/3: three d×I matrices cost what two d×4d ones do (up to the rounding slack).
     size = swiglu_intermediate_size(hidden_size, multiple_of)
-    gated, classic = 3 * hidden_size * size, 8 * hidden_size ** 2
+    gated, classic = 3 * hidden_size * size, 8 * hidden_size**2
     assert classic <= gated < classic + 3 * hidden_size * multiple_of
 
 

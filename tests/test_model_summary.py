@@ -1,14 +1,15 @@
 """cli/model_summary.py: the LLaMA-7B width and its reasoning, the parameter table, one-line errors."""
+
 import re
 import subprocess
 import sys
-from tests import forked
 from pathlib import Path
 
 import pytest
 
+from cli import exit_status
 from cli import model_summary as summary
-from cli.entry import exit_status
+from tests import forked
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "model_summary.py"
@@ -17,8 +18,13 @@ W256 = ("hidden_size=256", "n_heads=4")  # a width pinned for the arithmetic bel
 
 def test_command_line_explains_the_llama_width():
     # One real subprocess: the script must run as `python scripts/model_summary.py` from anywhere.
-    result = subprocess.run([sys.executable, str(SCRIPT), "hidden_size=4096", "n_heads=32", "model.multiple_of=256"],
-                            capture_output=True, text=True, timeout=120, cwd="/")
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "hidden_size=4096", "n_heads=32", "model.multiple_of=256"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
+    )
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "10922.67" in out and "int(8d/3) = 10922" in out and "→ 11008" in out
@@ -26,14 +32,14 @@ def test_command_line_explains_the_llama_width():
     for kind in ("embedding", "attention", "mlp", "norm", "lm_head", "total"):
         assert f"\n  {kind} " in out, kind
     # 3·d·I vs 8·d² per layer, for d=4096, I=11008
-    assert f"{3 * 4096 * 11008:,}" in out and f"{8 * 4096 ** 2:,}" in out and "ratio 1.008" in out
+    assert f"{3 * 4096 * 11008:,}" in out and f"{8 * 4096**2:,}" in out and "ratio 1.008" in out
 
 
 def test_default_config_summary(capsys):
     assert summary.main(["model=cpu"]) == 0
     out = capsys.readouterr().out
     # 4 layers × (attention 4·192² + MLP 3·192·512 + 2 norms of 192) + embedding 4096·192 (tied) + final norm
-    total = 4 * (4 * 192 ** 2 + 3 * 192 * 512 + 2 * 192) + 4096 * 192 + 192
+    total = 4 * (4 * 192**2 + 3 * 192 * 512 + 2 * 192) + 4096 * 192 + 192
     assert total == 2_557_632 and re.search(rf"\n  total +{total:,} ", out)
     assert "Parameters by module type (4 layers)" in out
     assert "512.00" in out and "int(8d/3) = 512" in out and "→ 512" in out
@@ -75,13 +81,19 @@ def test_padded_vocabulary_and_width_come_from_the_model(capsys, monkeypatch):
     assert f"→ {real(256, 32, 1.3)} (" in out
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["hidden_size=250"], "model.hidden_size=250"),
-    (["hiden_size=3"], "hiden_size"),
-    (["hidden_size=big"], "model.hidden_size"),
-    (["model=nope"], "model=nope"),
-    (["norm=batchnorm"], "['layernorm', 'none', 'rmsnorm', 'rmsnorm_bf16']"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["hidden_size=250"], "model.hidden_size=250"),
+        (["hiden_size=3"], "hiden_size"),
+        (["hidden_size=big"], "model.hidden_size"),
+        (["model=nope"], "model=nope"),
+        (
+            ["norm=batchnorm"],
+            "model.norm='batchnorm' is unknown; choose one of ['rmsnorm', 'rmsnorm_bf16', 'layernorm', 'none']",
+        ),
+    ],
+)
 def test_bad_value_gives_a_one_line_error_and_status_1(capsys, args, expected):
     assert exit_status(summary.main, args) == 1
     captured = capsys.readouterr()

@@ -1,28 +1,36 @@
 """The ablation variants (norm=none, norm=rmsnorm_bf16, qk_norm) and the derived-field YAML keys, as a
 user reaches them: composed by Hydra, trained a few steps, saved and loaded through a checkpoint."""
+
 import dataclasses
 
 import pytest
 import torch
 import torch.nn.functional as F
+from model_helpers import one_thread
 
 from cli.config import compose_train_config
 from model import ModelConfig, Transformer
-from model_helpers import one_thread
 from tests.tiny_checkpoint import tiny_tokenizer
 from training.checkpoint import load_model, save_checkpoint
+
 
 def compose_model(overrides: list) -> ModelConfig:
     """configs/ + overrides → the typed ModelConfig, as train.py builds it (schema checked by Hydra)."""
     return compose_train_config(["model=tiny", "data.vocab_size=300", *overrides])[0].model
 
 
-@pytest.mark.parametrize("overrides, check", [
-    (["model.norm=none"], lambda c: c.norm == "none"),
-    (["model.norm=rmsnorm_bf16"], lambda c: c.norm == "rmsnorm_bf16"),
-    (["model.qk_norm=true"], lambda c: c.qk_norm),
-    (["model.norm=layernorm", "model.qk_norm=true", "model.mlp=gelu"], lambda c: c.norm == "layernorm" and c.qk_norm),
-])
+@pytest.mark.parametrize(
+    "overrides, check",
+    [
+        (["model.norm=none"], lambda c: c.norm == "none"),
+        (["model.norm=rmsnorm_bf16"], lambda c: c.norm == "rmsnorm_bf16"),
+        (["model.qk_norm=true"], lambda c: c.qk_norm),
+        (
+            ["model.norm=layernorm", "model.qk_norm=true", "model.mlp=gelu"],
+            lambda c: c.norm == "layernorm" and c.qk_norm,
+        ),
+    ],
+)
 def test_variant_composes_trains_and_round_trips_a_checkpoint(tmp_path, overrides, check):
     cfg = compose_model(overrides)
     assert check(cfg) and cfg.padded_vocab_size == 320

@@ -8,10 +8,9 @@ from torch.optim._muon import _zeropower_via_newtonschulz
 
 from model import ModelConfig, Transformer
 from tests.train_helpers import read_metrics, run_dirs, run_ranks, run_train
-from training.checkpoint.state_dicts import full_model_state, full_optimizer_state, load_full_state
+from training.checkpoint import full_model_state, full_optimizer_state, load_full_state
 from training.config import OptimConfig
-from training.optim.muon import Muon, newton_schulz, stacks
-from training.optim import apply_schedule, build_optimizers, hidden_matrices
+from training.optim import Muon, apply_schedule, build_optimizers, hidden_matrices, newton_schulz
 
 COEFFS = (3.4445, -4.775, 2.0315)
 
@@ -24,7 +23,9 @@ def tiny_model(seed=0, **kw):
 @pytest.mark.parametrize("shape", [(32, 32), (96, 32), (32, 88)])
 def test_bf16_newton_schulz_is_torchs_bitwise(shape):
     g = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
-    assert torch.equal(newton_schulz(g, COEFFS, 5, 1e-7, torch.bfloat16), _zeropower_via_newtonschulz(g, COEFFS, 5, 1e-7))
+    assert torch.equal(
+        newton_schulz(g, COEFFS, 5, 1e-7, torch.bfloat16), _zeropower_via_newtonschulz(g, COEFFS, 5, 1e-7)
+    )
 
 
 def test_fp32_newton_schulz_is_the_same_iteration_in_more_precision():
@@ -41,10 +42,15 @@ def test_fp32_newton_schulz_is_the_same_iteration_in_more_precision():
 
 @pytest.mark.parametrize("nesterov", [True, False])
 def test_muon_step_is_torchs_in_bf16_and_leaves_the_momentum_buffer_alone_in_fp32(nesterov):
-    ours, theirs, fp32 = (torch.nn.Parameter(torch.randn(24, 16, generator=torch.Generator().manual_seed(2)))
-                          for _ in range(3))
+    ours, theirs, fp32 = (
+        torch.nn.Parameter(torch.randn(24, 16, generator=torch.Generator().manual_seed(2))) for _ in range(3)
+    )
     kwargs = dict(lr=0.02, weight_decay=0.1, nesterov=nesterov, adjust_lr_fn="match_rms_adamw")
-    opts = [Muon([ours], **kwargs), torch.optim.Muon([theirs], **kwargs), Muon([fp32], ns_dtype=torch.float32, **kwargs)]
+    opts = [
+        Muon([ours], **kwargs),
+        torch.optim.Muon([theirs], **kwargs),
+        Muon([fp32], ns_dtype=torch.float32, **kwargs),
+    ]
     for step in range(3):
         grad = torch.randn(24, 16, generator=torch.Generator().manual_seed(10 + step))
         for p, opt in zip((ours, theirs, fp32), opts):
@@ -55,69 +61,6 @@ def test_muon_step_is_torchs_in_bf16_and_leaves_the_momentum_buffer_alone_in_fp3
     assert torch.equal(ours, theirs)
     torch.testing.assert_close(fp32, theirs, atol=2e-3, rtol=0)  # bf16 rounding of the update only
     assert not torch.equal(fp32, theirs)
-
-
-SHAPES = [(24, 16), (16, 40), (24, 16), (24, 16), (16, 40), (8, 8)]  # tall and wide, repeated, one alone
-
-
-@pytest.mark.parametrize("nesterov", [True, False])
-@pytest.mark.parametrize("skip", [None, 0, 1])
-def test_stacked_muon_is_torchs_update_bitwise_in_bf16(nesterov, skip):
-    """Same-shape matrices orthogonalised as one stack (optim.muon_ns_stack_mb) give torch's one-at-a-time
-    update exactly — and a skipped step (found_inf = 1) leaves weights and momentum as they were."""
-    gen = torch.Generator().manual_seed(3)
-    start = [torch.randn(s, generator=gen) for s in SHAPES]
-    ours, theirs = ([torch.nn.Parameter(w.clone()) for w in start] for _ in range(2))
-    kwargs = dict(lr=0.02, weight_decay=0.1, nesterov=nesterov, adjust_lr_fn="match_rms_adamw")
-    opt, ref = Muon(ours, **kwargs), torch.optim.Muon(theirs, **kwargs)
-    assert stacks(ours, opt.stack_mb) == [[0, 2, 3], [1, 4], [5]]
-    if skip is not None:
-        opt.found_inf = torch.tensor(float(skip))
-    for step in range(3):
-        for i, (a, b) in enumerate(zip(ours, theirs)):
-            a.grad = torch.randn(a.shape, generator=torch.Generator().manual_seed(10 * step + i))
-            b.grad = a.grad.clone()
-        opt.step()
-        if not skip:
-            ref.step()
-    for a, b, w in zip(ours, theirs, start):
-        assert torch.equal(a, w if skip else b)
-    if skip:
-        assert all(torch.equal(opt.state[p]["momentum_buffer"], torch.zeros_like(p)) for p in ours)
-
-
-def test_stacks_are_same_shape_within_the_cap_and_only_in_bf16():
-    params = [torch.zeros(s) for s in SHAPES]  # 24 × 16 in bf16: 768 bytes
-    assert stacks(params, 0) == [[i] for i in range(6)]  # optim.muon_ns_stack_mb=0: one at a time
-    # Two 24 × 16 fit in 1,536 bytes and the third opens a stack; two 16 × 40 (2,560 bytes) do not fit.
-    assert stacks(params, 1536 / 2**20) == [[0, 2], [1], [3], [4], [5]]
-    for dtype, orthogonalised in ((torch.bfloat16, [(3, 24, 16), (2, 16, 40), (8, 8)]),  # what each step hands
-                                  (torch.float32, [tuple(s) for s in SHAPES])):  # Newton–Schulz: stacks in bf16 only
-        opt, seen = Muon([torch.nn.Parameter(p.clone()) for p in params], ns_dtype=dtype), []
-        with pytest.MonkeyPatch.context() as mp:
-            import training.optim.muon as muon_module
-            mp.setattr(muon_module, "newton_schulz", lambda g, *a: seen.append(tuple(g.shape)) or g.clone())
-            for p in opt.param_groups[0]["params"]:
-                p.grad = torch.ones_like(p)
-            opt.step()
-        assert seen == orthogonalised, dtype
-    # The default run's 24 matrices in three stacks, one per shape: 16 of 192 × 192, 4 of 1024 × 192, 4 of 192 × 512.
-    from cli.config import compose_train_config
-    cfg, _ = compose_train_config(["logger=none"])
-    muon = build_optimizers(Transformer(cfg.model), cfg.optim, "cpu")[0]
-    assert sorted(map(len, stacks(muon.param_groups[0]["params"], cfg.optim.muon_ns_stack_mb))) == [4, 4, 16]
-
-
-def test_a_stack_is_orthogonalised_matrix_by_matrix():
-    """Each matrix of a stack by its own norm, in its own orientation: the same maths in float64, the same
-    bits in bf16 (where Muon stacks)."""
-    g = torch.randn(5, 40, 24, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
-    g[0] *= 100  # norms far apart: one shared norm would show
-    exact = newton_schulz(g, COEFFS, 5, 1e-7, torch.float64)
-    torch.testing.assert_close(exact, torch.stack([newton_schulz(m, COEFFS, 5, 1e-7, torch.float64) for m in g]))
-    bf16 = newton_schulz(g.float(), COEFFS, 5, 1e-7, torch.bfloat16)
-    assert bf16.shape == g.shape and torch.equal(bf16, torch.stack([newton_schulz(m, COEFFS, 5, 1e-7, torch.bfloat16)
-                                                                    for m in g.float()]))
 
 
 @pytest.mark.parametrize("tie", [True, False])
@@ -180,8 +123,16 @@ def test_resume_through_the_checkpoint_state_dicts_is_bitwise(tmp_path, schedule
 # fp32 so the only differences left under torchrun are summation order; every step logged.
 # fp32 throughout, Newton–Schulz too (auto picks bf16 on bf16 CPUs): rank layouts are compared to 1e-3, which
 # bf16's rounding of the orthogonalised update, taken in another order per layout, would exceed.
-FAST = ["optim=muon", "optim.schedule=wsd", "trainer.precision=fp32", "optim.muon_ns_dtype=fp32", "trainer.log_interval=1",
-        "trainer.eval_interval=12", "trainer.ckpt_interval=6", "trainer.max_steps=12"]
+FAST = [
+    "optim=muon",
+    "optim.schedule=wsd",
+    "trainer.precision=fp32",
+    "optim.muon_ns_dtype=fp32",
+    "trainer.log_interval=1",
+    "trainer.eval_interval=12",
+    "trainer.ckpt_interval=6",
+    "trainer.max_steps=12",
+]
 
 
 @pytest.fixture(scope="module")
@@ -204,6 +155,7 @@ def _losses(run):
 
 def _weights(run, step):
     from safetensors.torch import load_file
+
     return load_file(run / "checkpoints" / f"step_{step:07d}" / "model.safetensors")
 
 
@@ -227,8 +179,7 @@ def test_muon_under_torchrun_matches_one_process(tmp_path, cache_dir, reference_
     Newton–Schulz on the DTensor redistributes, so it orthogonalises the whole matrix. The FSDP2 run's
     step-6 checkpoint (Muon and AdamW state gathered from the shards) resumes on the same two ranks bitwise
     (losses and weights), then in ONE process and ends where the reference does."""
-    run_ranks(tmp_path, 2, *FAST, "trainer.micro_batch_size=2", f"trainer.parallel={parallel}",
-                 cache_dir=cache_dir)
+    run_ranks(tmp_path, 2, *FAST, "trainer.micro_batch_size=2", f"trainer.parallel={parallel}", cache_dir=cache_dir)
     (multi,) = run_dirs(tmp_path)
     assert _losses(multi) == pytest.approx(_losses(reference_run), rel=1e-4)
     ws, wm = _weights(reference_run, 12), _weights(multi, 12)
@@ -236,14 +187,24 @@ def test_muon_under_torchrun_matches_one_process(tmp_path, cache_dir, reference_
         torch.testing.assert_close(ws[k], wm[k], rtol=1e-3, atol=1e-5, msg=k)
     if parallel == "fsdp":
         straight = {r["step"]: r["loss"] for r in read_metrics(multi) if r["kind"] == "train"}
-        run_ranks(tmp_path, 2, f"resume={multi / 'checkpoints' / 'step_0000006'}", "trainer.micro_batch_size=2",
-                  "trainer.parallel=fsdp", cache_dir=cache_dir)
+        run_ranks(
+            tmp_path,
+            2,
+            f"resume={multi / 'checkpoints' / 'step_0000006'}",
+            "trainer.micro_batch_size=2",
+            "trainer.parallel=fsdp",
+            cache_dir=cache_dir,
+        )
         again = {r["step"]: r["loss"] for r in read_metrics(multi) if r["kind"] == "train"}  # last row per step
         assert again == straight
         wa = _weights(multi, 12)
         assert all(torch.equal(wm[k], wa[k]) for k in wm)
-        run_train(tmp_path, f"resume={multi / 'checkpoints' / 'step_0000006'}", "trainer.micro_batch_size=4",
-                  cache_dir=cache_dir)
+        run_train(
+            tmp_path,
+            f"resume={multi / 'checkpoints' / 'step_0000006'}",
+            "trainer.micro_batch_size=4",
+            cache_dir=cache_dir,
+        )
         resumed = {r["step"]: r["loss"] for r in read_metrics(multi) if r["kind"] == "train"}  # last row per step
         reference = {r["step"]: r["loss"] for r in read_metrics(reference_run) if r["kind"] == "train"}
         assert [resumed[s] for s in range(7, 13)] == pytest.approx([reference[s] for s in range(7, 13)], rel=1e-4)
@@ -252,33 +213,63 @@ def test_muon_under_torchrun_matches_one_process(tmp_path, cache_dir, reference_
             torch.testing.assert_close(ws[k], wr[k], rtol=1e-3, atol=1e-5, msg=k)
 
 
-
-
-@pytest.mark.parametrize("device, ns_dtype, expected", [("cpu", "auto", torch.float32), ("cuda", "auto", torch.bfloat16),
-                                                        ("cpu", "bf16", torch.bfloat16), ("cuda", "fp32", torch.float32)])
-def test_every_muon_option_reaches_the_optimizer(device, ns_dtype, expected, monkeypatch):
-    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # a CPU that emulates bf16: auto keeps Newton–Schulz in fp32
-    cfg = OptimConfig(name="muon", lr=1e-3, muon_lr=0.02, weight_decay=0.05, muon_momentum=0.9, muon_ns_steps=3,
-                      muon_ns_dtype=ns_dtype, beta1=0.8, eps=1e-7, muon_ns_stack_mb=5)
-    muon, adamw = build_optimizers(tiny_model(), cfg, device)  # only the choices: nothing steps here
-    assert muon.ns_dtype == expected and muon.stack_mb == 5
+@pytest.mark.parametrize(
+    "bf16_fast, ns_dtype, expected",
+    [
+        (False, "auto", torch.float32),
+        (True, "auto", torch.bfloat16),
+        (False, "bf16", torch.bfloat16),
+        (True, "fp32", torch.float32),
+    ],
+)
+def test_every_muon_option_reaches_the_optimizer(bf16_fast, ns_dtype, expected):
+    """auto: Newton–Schulz in bf16 where bf16 matmuls are fast (the caller says), else fp32; named: as named."""
+    cfg = OptimConfig(
+        name="muon",
+        lr=1e-3,
+        muon_lr=0.02,
+        weight_decay=0.05,
+        muon_momentum=0.9,
+        muon_ns_steps=3,
+        muon_ns_dtype=ns_dtype,
+        beta1=0.8,
+        eps=1e-7,
+    )
+    muon, adamw = build_optimizers(tiny_model(), cfg, "cpu", bf16_fast=bf16_fast)  # only the choices: nothing steps
+    assert muon.ns_dtype == expected
     d = muon.defaults
     assert (d["lr"], d["weight_decay"], d["momentum"], d["nesterov"], d["ns_steps"]) == (0.02, 0.05, 0.9, True, 3)
     assert adamw.defaults["lr"] == 1e-3 and adamw.defaults["betas"][0] == 0.8 and adamw.defaults["eps"] == 1e-7
 
 
-@pytest.mark.parametrize("hardware, cap, expected", [("amx", None, torch.bfloat16), ("avx512_bf16", None, torch.bfloat16),
-                                                     ("avx2", None, torch.float32), ("amx", "AVX2", torch.float32),
-                                                     ("amx", "AVX512_CORE_BF16", torch.bfloat16)])
+@pytest.mark.parametrize(
+    "hardware, cap, expected",
+    [
+        ("amx", None, torch.bfloat16),
+        ("avx512_bf16", None, torch.bfloat16),
+        ("avx2", None, torch.float32),
+        ("amx", "AVX2", torch.float32),
+        ("amx", "AVX512_CORE_BF16", torch.bfloat16),
+    ],
+)
 def test_auto_newton_schulz_is_bf16_where_the_cpu_has_bf16_matmuls(hardware, cap, expected, monkeypatch):
-    """Every CPU class, whatever this machine is: its hardware faked, a cap as ONEDNN_MAX_CPU_ISA sets it."""
-    import training.runtime.cpu as cpu
-    monkeypatch.setattr(cpu, "_hardware_class", lambda: hardware)
+    """Every CPU class, whatever this machine is: its flags faked, a cap as ONEDNN_MAX_CPU_ISA sets it; the optimizers
+    built as training/loop.py's build() does, with bf16_fast from the device."""
+    import platform
+
+    from training.distributed import bf16_fast
+
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(torch.cpu, "_is_avx2_supported", lambda: True)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: hardware == "amx")
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: hardware in ("amx", "avx512_bf16"))
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
     if cap:
         monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
     else:
         monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
-    muon, _ = build_optimizers(tiny_model(), OptimConfig(name="muon", muon_ns_dtype="auto"), "cpu")
+    fast, _ = bf16_fast(torch.device("cpu"))
+    muon, _ = build_optimizers(tiny_model(), OptimConfig(name="muon", muon_ns_dtype="auto"), "cpu", fast)
     assert muon.ns_dtype == expected
 
 

@@ -1,26 +1,47 @@
 """studies/mup/arms.py: each arm of the width-512 AdamW experiment answers "is the widest width worse than the
 narrowest at some lr?" from its results.jsonl alone — paired over seeds, Holm over the arm's lrs, a diverged
 wide run counted against it, and "not yet" until every lr has two seeds."""
+
 import math
 
 import pytest
 from scipy import stats
 
 from cli.mup import transfer as program
-from studies.mup.arms import (BETTER, CANT_TELL, DIVERGED_WIDE, NARROWS, TOO_FEW, WIDENS, WORSE, arms_markdown,
-                              compare_arms, comparisons_markdown, judge_arm)
+from studies.mup.arms import (
+    BETTER,
+    CANT_TELL,
+    DIVERGED_WIDE,
+    NARROWS,
+    TOO_FEW,
+    WIDENS,
+    WORSE,
+    arms_markdown,
+    compare_arms,
+    comparisons_markdown,
+    judge_arm,
+)
 from studies.mup.transfer import DIVERGED, FINISHED, Cell, TransferSpec, open_experiment, record
 
-ARM = TransferSpec(widths=(64, 512), lrs=(0.01, 0.02, 0.04), seeds=(0, 1, 2), optimizers=("adamw",),
-                   parametrizations=("mup",), overrides=("trainer.max_steps=1000",))
+ARM = TransferSpec(
+    widths=(64, 512),
+    lrs=(0.01, 0.02, 0.04),
+    seeds=(0, 1, 2),
+    optimizers=("adamw",),
+    parametrizations=("mup",),
+    overrides=("trainer.max_steps=1000",),
+)
 
 
 def write_arm(directory, losses: dict) -> None:
     """losses[(width, lr, seed)] = final loss (None: diverged; absent: not run yet)."""
     open_experiment(directory, ARM)
     for (width, lr, seed), loss in losses.items():
-        record(directory, Cell("adamw", "mup", width, lr, seed), {"status": DIVERGED if loss is None else FINISHED,
-                                                                 "val_loss": loss, "wall_s": 1.0})
+        record(
+            directory,
+            Cell("adamw", "mup", width, lr, seed),
+            {"status": DIVERGED if loss is None else FINISHED, "val_loss": loss, "wall_s": 1.0},
+        )
 
 
 def full(wide_minus_narrow: dict) -> dict:
@@ -53,7 +74,10 @@ def test_an_arm_no_worse_anywhere_answers_yes_only_when_every_lr_has_two_seeds(t
     write_arm(tmp_path / "done", losses)
     done = judge_arm(tmp_path / "done")
     top = max(r.test.high for r in done.rows)  # not "no worse": a test that rejects nothing shows no equivalence
-    assert done.answer == f"width 512 is not shown worse than 64 at any lr (3 seeds; upper 95 % bounds up to {top:+.2f} nats)"
+    assert (
+        done.answer
+        == f"width 512 is not shown worse than 64 at any lr (3 seeds; upper 95 % bounds up to {top:+.2f} nats)"
+    )
     assert top == pytest.approx(stats.ttest_rel(done.rows[2].wide, done.rows[2].narrow).confidence_interval(0.95).high)
     partial = {k: v for k, v in losses.items() if not (k[1] == 0.04 and k[2] > 0)}  # lr 0.04: seed 0 only
     write_arm(tmp_path / "partial", partial)
@@ -74,8 +98,10 @@ def test_a_run_that_diverged_only_at_the_wide_width_counts_against_it(tmp_path):
 def test_the_command_line_prints_each_arm_and_refuses_no_directory(tmp_path, capsys):
     write_arm(tmp_path / "control", full({lr: 0.0 for lr in ARM.lrs}))
     assert program.main(["--arms", str(tmp_path / "control")]) == 0
-    assert "#### `control`: width 512 is not shown worse than 64 at any lr (3 seeds; upper 95 % bounds up to +" in \
-        capsys.readouterr().out
+    assert (
+        "#### `control`: width 512 is not shown worse than 64 at any lr (3 seeds; upper 95 % bounds up to +"
+        in capsys.readouterr().out
+    )
     with pytest.raises(ValueError, match=r"--dir DIR is needed \(or --arms DIR \.\.\.\)"):
         program.main([])
 
@@ -91,8 +117,10 @@ def test_an_arm_against_the_control_pairs_each_seeds_gap_and_holm_adjusts_over_l
     comparison = compare_arms(tmp_path / "control", tmp_path / "arm")
     assert [r.call for r in comparison.rows] == [NARROWS, CANT_TELL, WIDENS]
     row = comparison.rows[0]
-    gap = {name: [losses[(512, 0.01, s)] - losses[(64, 0.01, s)] for s in ARM.seeds]
-           for name, losses in (("control", control), ("arm", arm))}
+    gap = {
+        name: [losses[(512, 0.01, s)] - losses[(64, 0.01, s)] for s in ARM.seeds]
+        for name, losses in (("control", control), ("arm", arm))
+    }
     assert row.control == pytest.approx(gap["control"]) and row.arm == pytest.approx(gap["arm"])
     assert row.test.delta == pytest.approx(-0.30 + 0.02 / 3) and row.test.n == 3
     tests = [stats.ttest_rel(r.arm, r.control).pvalue for r in comparison.rows]
@@ -123,14 +151,18 @@ def test_a_seed_with_a_diverged_run_in_either_arm_is_left_out_and_counted(tmp_pa
     assert [(len(r.arm), r.left_out, r.call) for r in rows] == [(2, 1, CANT_TELL), (1, 0, TOO_FEW), (2, 1, CANT_TELL)]
     text = comparisons_markdown([compare_arms(tmp_path / "control", tmp_path / "arm")])
     assert "| 0.04 | 2 (1 diverged, left out) |" in text and "(one seed) | | fewer than 2 seeds |" in text
-    assert compare_arms(tmp_path / "control", tmp_path / "arm").answer == \
-        "not yet: 1 of 3 lrs have fewer than two seeds in both arms"
+    assert (
+        compare_arms(tmp_path / "control", tmp_path / "arm").answer
+        == "not yet: 1 of 3 lrs have fewer than two seeds in both arms"
+    )
 
 
 def test_arms_of_different_grids_are_refused_and_the_command_compares_each_arm_to_the_first(tmp_path, capsys):
     write_arm(tmp_path / "control", full({lr: 0.0 for lr in ARM.lrs}))
     write_arm(tmp_path / "arm", full({lr: 0.0 for lr in ARM.lrs}))
-    other = TransferSpec(widths=(64, 256), lrs=ARM.lrs, seeds=ARM.seeds, optimizers=("adamw",), parametrizations=("mup",))
+    other = TransferSpec(
+        widths=(64, 256), lrs=ARM.lrs, seeds=ARM.seeds, optimizers=("adamw",), parametrizations=("mup",)
+    )
     open_experiment(tmp_path / "other", other)
     with pytest.raises(ValueError, match="not arms of one experiment"):
         compare_arms(tmp_path / "control", tmp_path / "other")
@@ -144,9 +176,14 @@ def test_arms_of_different_grids_are_refused_and_the_command_compares_each_arm_t
     arms = [str(tmp_path / name) for name in ("control", "arm", "partial")]
     assert program.main(["--arms", *arms, "--figure", str(figure)]) == 0
     out = capsys.readouterr().out
-    assert "#### `control`: width 512" in out and "#### `arm` against `control`: no lr where it is shown to move the gap" in out
-    assert "#### `partial` against `control`: widens the gap at lr 0.01, 0.02; not yet: 1 of 3 lrs have fewer " \
+    assert (
+        "#### `control`: width 512" in out
+        and "#### `arm` against `control`: no lr where it is shown to move the gap" in out
+    )
+    assert (
+        "#### `partial` against `control`: widens the gap at lr 0.01, 0.02; not yet: 1 of 3 lrs have fewer "
         "than two seeds in both arms" in out
+    )
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match="--figure and --factorial go with --arms"):
         program.main(["--dir", str(tmp_path / "control"), "--figure", str(figure)])
@@ -164,5 +201,7 @@ def test_the_comparison_counts_the_narrow_runs_that_end_bit_for_bit_at_the_contr
     write_arm(tmp_path / "arm", arm)
     comparison = compare_arms(tmp_path / "control", tmp_path / "arm")
     assert comparison.same_narrow == (6, 7)
-    assert "At the narrow width 64, 6 of the 7 runs both finished end at the control's loss to the last digit." in \
-        comparisons_markdown([comparison])
+    assert (
+        "At the narrow width 64, 6 of the 7 runs both finished end at the control's loss to the last digit."
+        in comparisons_markdown([comparison])
+    )

@@ -1,12 +1,13 @@
 """docs/mup.md's transfer experiment traces to its per-run file: the tables are what the report code makes of
 docs/mup/transfer/results.jsonl, and the verdicts the text states (where each best lr sits, how far it
 moved, the seed noise) follow from it; so do the width-512 AdamW experiment's published arms (docs/mup/arms/)."""
+
 import json
 import statistics
 
-from studies.mup.transfer import TransferSpec, read_results
 from studies.mup.arms import arms_markdown, compare_arms, comparisons_markdown, judge_arm
 from studies.mup.factorial import factorial, factorial_markdown
+from studies.mup.transfer import TransferSpec, read_results
 from studies.mup.transfer_report import best_lrs, drift, markdown, mean_losses, report_text
 from tests.train_helpers import REPO
 
@@ -24,23 +25,29 @@ def test_the_tables_in_the_docs_are_the_reports_of_the_stored_runs():
     tables = markdown(spec, mean_losses(spec, results))
     assert tables == (STORED / "results.md").read_text()
     text = (REPO / "docs" / "mup.md").read_text()
-    assert tables[tables.index("## "):].replace("## ", "#### ").rstrip("\n") in text
+    assert tables[tables.index("## ") :].replace("## ", "#### ").rstrip("\n") in text
 
 
 def test_the_stated_verdicts_follow_from_the_runs():
     spec, results = stored()
     losses = mean_losses(spec, results)
     best = best_lrs(losses)
-    assert set(best[("muon", "mup")].values()) == {2 ** -5} and max(spec.lrs) > 2 ** -5  # put, and interior
-    assert best[("muon", "sp")][64] == 2 ** -5 and drift(best[("muon", "sp")]) == -2
-    assert best[("adamw", "mup")] == {64: 2 ** -7, 128: 2 ** -7, 256: 2 ** -7, 512: 2 ** -8}
-    assert best[("adamw", "sp")] == {64: 2 ** -7, 128: 2 ** -9, 256: 2 ** -9, 512: 2 ** -9}
+    assert set(best[("muon", "mup")].values()) == {2**-5} and max(spec.lrs) > 2**-5  # put, and interior
+    assert best[("muon", "sp")][64] == 2**-5 and drift(best[("muon", "sp")]) == -2
+    assert best[("adamw", "mup")] == {64: 2**-7, 128: 2**-7, 256: 2**-7, 512: 2**-8}
+    assert best[("adamw", "sp")] == {64: 2**-7, 128: 2**-9, 256: 2**-9, 512: 2**-9}
     muon_mup = losses[("muon", "mup")]
     assert all(muon_mup[a][lr] > muon_mup[b][lr] for lr in spec.lrs for a, b in ((64, 128), (128, 256), (256, 512)))
     adamw_mup = losses[("adamw", "mup")]
     assert all(adamw_mup[512][lr] > adamw_mup[256][lr] for lr in spec.lrs)  # the anomaly the text reports
-    spread = {o: statistics.median(abs(results[c.name]["val_loss"] - results[c.name[:-1] + "1"]["val_loss"])
-                                   for c in spec.cells() if c.optimizer == o and c.seed == 0) for o in spec.optimizers}
+    spread = {
+        o: statistics.median(
+            abs(results[c.name]["val_loss"] - results[c.name[:-1] + "1"]["val_loss"])
+            for c in spec.cells()
+            if c.optimizer == o and c.seed == 0
+        )
+        for o in spec.optimizers
+    }
     assert round(spread["muon"], 3) == 0.013 and round(spread["adamw"], 3) == 0.046
 
 
@@ -69,8 +76,14 @@ def test_the_arms_answers_in_the_docs_are_what_the_rule_makes_of_the_runs():
     the hidden lr: what `--arms ... --factorial sp_scale hidden_lr sp_scale_hidden_lr` prints, in that order."""
     arms, text = published_arms(), (REPO / "docs" / "mup.md").read_text()
     control = ARMS / "control"
-    printed = arms_markdown([judge_arm(arm) for arm in [control, *(a for a in arms if a != control)]]) + "\n" + \
-        comparisons_markdown([compare_arms(control, arm) for arm in arms if arm != control]) + "\n" + \
-        factorial_markdown(factorial(control, *(ARMS / name for name in ("sp_scale", "hidden_lr", "sp_scale_hidden_lr"))))
+    printed = (
+        arms_markdown([judge_arm(arm) for arm in [control, *(a for a in arms if a != control)]])
+        + "\n"
+        + comparisons_markdown([compare_arms(control, arm) for arm in arms if arm != control])
+        + "\n"
+        + factorial_markdown(
+            factorial(control, *(ARMS / name for name in ("sp_scale", "hidden_lr", "sp_scale_hidden_lr")))
+        )
+    )
     assert printed.rstrip("\n") in text
     assert "![" in text and "(mup/arms/arms.png)" in text and (ARMS / "arms.png").stat().st_size > 0  # --figure's

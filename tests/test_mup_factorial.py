@@ -1,6 +1,7 @@
 """studies/mup/factorial.py: the 2×2 of four arms — each seed's interaction (g_AB − g_B) − (g_A − g_control) and
 main effects, a one-sample t-test over seeds (scipy), Holm over every lr of the grid, and a main effect at a lr
 where the settings interact marked as the average it is."""
+
 import shutil
 
 import pytest
@@ -25,17 +26,35 @@ def write_four(tmp_path, shifts: dict, noise: dict = None) -> list:
     return [tmp_path / name for name in NAMES]
 
 
-NOISE = {("a", 0.01, 0): 0.02, ("b", 0.02, 1): -0.03, ("ab", 0.04, 2): 0.04, ("ab", 0.01, 1): -0.01,
-         ("a", 0.04, 0): 0.015, ("b", 0.01, 2): 0.02}
+NOISE = {
+    ("a", 0.01, 0): 0.02,
+    ("b", 0.02, 1): -0.03,
+    ("ab", 0.04, 2): 0.04,
+    ("ab", 0.01, 1): -0.01,
+    ("a", 0.04, 0): 0.015,
+    ("b", 0.01, 2): 0.02,
+}
 
 
 def test_the_interaction_is_each_seeds_difference_of_differences_tested_by_scipy_and_holm_adjusted(tmp_path):
     # lr 0.01: A narrows the gap by 0.3 only when B is on (interaction -0.3); lr 0.04: A and B add up, no interaction
-    shifts = {"control": {0.01: 0.3, 0.02: 0.3, 0.04: 0.3}, "a": {0.01: 0.3, 0.02: 0.3, 0.04: 0.1},
-              "b": {0.01: 0.3, 0.02: 0.3, 0.04: 0.2}, "ab": {0.01: 0.0, 0.02: 0.3, 0.04: 0.0}}
+    shifts = {
+        "control": {0.01: 0.3, 0.02: 0.3, 0.04: 0.3},
+        "a": {0.01: 0.3, 0.02: 0.3, 0.04: 0.1},
+        "b": {0.01: 0.3, 0.02: 0.3, 0.04: 0.2},
+        "ab": {0.01: 0.0, 0.02: 0.3, 0.04: 0.0},
+    }
     f = factorial(*write_four(tmp_path, shifts, NOISE))
-    gaps = {name: {lr: [full(shifts[name])[(512, lr, s)] - full(shifts[name])[(64, lr, s)] +
-                        NOISE.get((name, lr, s), 0.0) for s in ARM.seeds] for lr in ARM.lrs} for name in NAMES}
+    gaps = {
+        name: {
+            lr: [
+                full(shifts[name])[(512, lr, s)] - full(shifts[name])[(64, lr, s)] + NOISE.get((name, lr, s), 0.0)
+                for s in ARM.seeds
+            ]
+            for lr in ARM.lrs
+        }
+        for name in NAMES
+    }
     per_seed = {lr: [(ab - b) - (a - c) for c, a, b, ab in zip(*(gaps[n][lr] for n in NAMES))] for lr in ARM.lrs}
     raw = [stats.ttest_1samp(per_seed[lr], 0.0).pvalue for lr in ARM.lrs]
     assert [r.p_holm for r in f.interaction.rows] == pytest.approx(_holm(raw))
@@ -77,8 +96,11 @@ def test_the_command_line_reads_the_2x2_from_the_arms_and_refuses_names_it_does_
     assert program.main(["--arms", *dirs, "--factorial", "a", "b", "ab"]) == 0
     assert "#### 2×2: `a` × `b`" in capsys.readouterr().out
     for names in (["a", "b", "control"], ["a", "a", "ab"], ["a", "b", "x"]):
-        with pytest.raises(ValueError, match=r"--factorial .*: name three different arms of --arms after the "
-                                             r"control \(a, b, ab\)"):
+        with pytest.raises(
+            ValueError,
+            match=r"--factorial .*: name three different arms of --arms after the "
+            r"control \(a, b, ab\)",
+        ):
             program.main(["--arms", *dirs, "--factorial", *names])
     with pytest.raises(ValueError, match="--figure and --factorial go with --arms"):
         program.main(["--dir", dirs[0], "--factorial", "a", "b", "ab"])

@@ -1,5 +1,6 @@
 """RMSNorm against its float64 formula, its precision and reduction properties; the bf16 variant really
 computing in bf16; LayerNorm against torch's; norm=none; every norm's init_weights."""
+
 import pytest
 import torch
 
@@ -121,6 +122,7 @@ def test_layernorm_keeps_bf16():
 
 def rmsnorm_bf16_recipe_float64(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """The no-upcast recipe written out in float64, rounding to bf16 after every step a bf16 model takes."""
+
     def bf16(t):
         return t.to(torch.bfloat16).double()
 
@@ -133,7 +135,7 @@ def rmsnorm_bf16_recipe_float64(x: torch.Tensor, weight: torch.Tensor, eps: floa
 def crafted_input() -> torch.Tensor:
     """Values between bf16's grid points (spacing 2^-7 near 1): rounding them to bf16 moves every one."""
     steps = torch.arange(64, dtype=torch.float64)
-    rows = [1 + (steps + 0.37) * 2 ** -11, 3 - (steps + 0.61) * 2 ** -10, 0.01 * (1 + steps * 2 ** -9)]
+    rows = [1 + (steps + 0.37) * 2**-11, 3 - (steps + 0.61) * 2**-10, 0.01 * (1 + steps * 2**-9)]
     return torch.stack(rows).float()  # (3, 64), exact in fp32
 
 

@@ -1,5 +1,6 @@
 """analysis/power.py against G*Power's and statsmodels' published values and a hand calculation with
 scipy's noncentral t: the minimum detectable effect, the seeds a target needs, the pooled spread."""
+
 import math
 
 import numpy as np

@@ -1,5 +1,6 @@
 """README.md's two maps — the configuration table and the layout table — match the tree: a config
 option or a top-level folder added, renamed or removed without the README fails here."""
+
 import re
 import subprocess
 from pathlib import Path
@@ -20,8 +21,9 @@ def _ticked(cell):
 
 def test_the_configuration_table_lists_every_option_of_every_group():
     rows = {_ticked(row[0])[0]: _ticked(row[1]) for row in _table_rows("Configuration")}
-    groups = {p.name for p in (ROOT / "configs").iterdir()
-              if p.is_dir() and p.name not in ("protocol", "speedrun")}  # the studies' own files, not train.yaml groups
+    groups = {
+        p.name for p in (ROOT / "configs").iterdir() if p.is_dir() and p.name not in ("protocol", "speedrun")
+    }  # the studies' own files, not train.yaml groups
     assert set(rows) == groups
     for group, options in rows.items():
         assert sorted(options) == sorted(p.stem for p in (ROOT / "configs" / group).glob("*.yaml")), group

@@ -1,5 +1,6 @@
 """analysis/reference.py: which variant is each variant's reference (the rest of the paired table is
 tested through scripts/compare_runs.py in test_compare_runs.py)."""
+
 import pytest
 
 from analysis.reference import DEFAULT_REFERENCE, parse_reference, references_by_config
@@ -13,15 +14,26 @@ def variants(tmp_path, specs):
 
 
 def test_parse_reference_reads_yaml_values():
-    assert parse_reference(DEFAULT_REFERENCE) == {"model.norm": "rmsnorm", "model.mlp": "swiglu",
-                                                  "model.qk_norm": False}
+    assert parse_reference(DEFAULT_REFERENCE) == {
+        "model.norm": "rmsnorm",
+        "model.mlp": "swiglu",
+        "model.qk_norm": False,
+    }
     with pytest.raises(RunsError, match="is not key=value"):
         parse_reference(["rmsnorm"])
 
 
 def test_reference_shares_every_other_differing_key(tmp_path):
-    found = variants(tmp_path, [dict(hidden_size=32), dict(hidden_size=64), dict(mlp="gelu", hidden_size=32),
-                                dict(mlp="gelu", hidden_size=64), dict(norm="layernorm", mlp="gelu", hidden_size=64)])
+    found = variants(
+        tmp_path,
+        [
+            dict(hidden_size=32),
+            dict(hidden_size=64),
+            dict(mlp="gelu", hidden_size=32),
+            dict(mlp="gelu", hidden_size=64),
+            dict(norm="layernorm", mlp="gelu", hidden_size=64),
+        ],
+    )
     refs = references_by_config(list(found.values()), parse_reference(DEFAULT_REFERENCE))
     label = lambda v: v.label if v else None
     assert {k: label(v) for k, v in refs.items()} == {
@@ -29,7 +41,8 @@ def test_reference_shares_every_other_differing_key(tmp_path):
         "rmsnorm + swiglu, model.hidden_size=64": "rmsnorm + swiglu, model.hidden_size=64",
         "rmsnorm + gelu, model.hidden_size=32": "rmsnorm + swiglu, model.hidden_size=32",
         "rmsnorm + gelu, model.hidden_size=64": "rmsnorm + swiglu, model.hidden_size=64",
-        "layernorm + gelu, model.hidden_size=64": "rmsnorm + swiglu, model.hidden_size=64"}
+        "layernorm + gelu, model.hidden_size=64": "rmsnorm + swiglu, model.hidden_size=64",
+    }
 
 
 def test_keys_the_runs_lack_are_ignored_and_missing_references_are_none(tmp_path):

@@ -1,5 +1,6 @@
 """studies/ablation/registration.py: the pre-registration's SHA-256, recorded before the first cell trains;
 amendments made through ablate.py recorded beside it; a spec or a record edited by hand refused in one line."""
+
 import dataclasses
 
 import pytest
@@ -7,8 +8,13 @@ import pytest
 from studies.ablation import registration as R
 from studies.ablation.protocol import ProtocolError, Spec
 
-SPEC = dict(reference="ref", variants={"ref": [], "gelu": ["model.mlp=gelu"]}, lr_grid=[1e-3, 1e-2], seeds=[0, 1],
-            primary=["gelu"])
+SPEC = dict(
+    reference="ref",
+    variants={"ref": [], "gelu": ["model.mlp=gelu"]},
+    lr_grid=[1e-3, 1e-2],
+    seeds=[0, 1],
+    primary=["gelu"],
+)
 
 
 def test_a_new_protocol_is_registered_once_with_its_hash_time_and_command():
@@ -34,18 +40,25 @@ def test_an_amendment_through_ablate_is_recorded_and_named():
     record = R.register(manifest, grown, "second")
     assert record["amends"] == ["secondary", "variants"]  # relu2 joins the secondary family
     line = R.check(manifest, grown, "p")
-    assert line.startswith(f"Pre-registered {manifest['registrations'][0]['registered']}") and \
-        f"; amended {record['registered']} (secondary, variants: {record['sha256'][:12]})" in line
+    assert (
+        line.startswith(f"Pre-registered {manifest['registrations'][0]['registered']}")
+        and f"; amended {record['registered']} (secondary, variants: {record['sha256'][:12]})" in line
+    )
 
 
-@pytest.mark.parametrize("field, value", [("alpha", 0.1), ("equivalence_margin", 0.05), ("seeds", [0, 1, 2]),
-                                          ("primary", []), ("lr_grid", [1e-3])])
+@pytest.mark.parametrize(
+    "field, value",
+    [("alpha", 0.1), ("equivalence_margin", 0.05), ("seeds", [0, 1, 2]), ("primary", []), ("lr_grid", [1e-3])],
+)
 def test_a_spec_edited_by_hand_is_refused_in_one_line(field, value):
     manifest = {}
     R.register(manifest, Spec(**SPEC), "first")
     edited = Spec(**{**SPEC, field: value, **({"secondary": ["gelu"]} if field == "primary" else {})})
-    with pytest.raises(ProtocolError, match=rf"^p: the spec's .*{field}.* no longer match\(es\) its pre-registration "
-                                            r"[0-9a-f]{12} of .*: it was edited outside ablate.py; restore it, or start"):
+    with pytest.raises(
+        ProtocolError,
+        match=rf"^p: the spec's .*{field}.* no longer match\(es\) its pre-registration "
+        r"[0-9a-f]{12} of .*: it was edited outside ablate.py; restore it, or start",
+    ):
         R.check(manifest, edited, "p")
 
 
@@ -58,7 +71,9 @@ def test_a_record_edited_by_hand_no_longer_hashes_to_itself():
 
 
 def test_a_protocol_from_before_registration_says_so():
-    assert R.check({}, Spec(**SPEC), "p") == "Pre-registration: none recorded (this protocol predates registered hashes)."
+    assert (
+        R.check({}, Spec(**SPEC), "p") == "Pre-registration: none recorded (this protocol predates registered hashes)."
+    )
 
 
 def test_a_field_registered_later_is_compared_with_its_default():

@@ -1,9 +1,10 @@
-"""training/run_dir.py: one owner per run directory, siblings on collision, resume refused while in use."""
+"""The run directory (training/checkpoint.py): one owner each, siblings on collision, resume refused while in use."""
+
 import multiprocessing as mp
 
 import pytest
 
-from training.runtime.run_dir import CLAIM_FILE, RunDirBusy, claim_existing, claim_new, discard_if_unused
+from training.checkpoint import CLAIM, RunDirBusy, claim_existing, claim_new, discard_if_unused
 
 
 def _claim_in_child(path, queue):
@@ -25,8 +26,11 @@ def test_two_claims_of_one_directory_get_distinct_directories(tmp_path):
     first = claim_new(target)
     second = claim_new(target)  # e.g. a second run started in the same second
     third = claim_new(target)
-    assert [c.run_dir for c in (first, second, third)] == [target, target.with_name(target.name + "-1"),
-                                                            target.with_name(target.name + "-2")]
+    assert [c.run_dir for c in (first, second, third)] == [
+        target,
+        target.with_name(target.name + "-1"),
+        target.with_name(target.name + "-2"),
+    ]
 
 
 def test_concurrent_processes_never_claim_the_same_directory(tmp_path):
@@ -66,7 +70,7 @@ def test_discard_removes_only_directories_that_hold_nothing_of_a_run(tmp_path):
     discard_if_unused(empty)
     discard_if_unused(used)
     assert not empty.exists()
-    assert (used / CLAIM_FILE).exists() and (used / "config.yaml").exists()
+    assert (used / CLAIM).exists() and (used / "config.yaml").exists()
 
 
 def test_discard_keeps_a_directory_another_run_has_claimed(tmp_path):
@@ -81,12 +85,12 @@ def test_discard_keeps_a_directory_another_run_has_claimed(tmp_path):
         assert claimed.wait(30)
         (tmp_path / "r" / "train.log").write_text("")  # Hydra's log, empty so far
         discard_if_unused(tmp_path / "r")
-        assert sorted(p.name for p in (tmp_path / "r").iterdir()) == [CLAIM_FILE, "train.log"]
+        assert sorted(p.name for p in (tmp_path / "r").iterdir()) == [CLAIM, "train.log"]
     finally:
         done.set()
         owner.join(30)
     being_written = tmp_path / "new"
     being_written.mkdir()
-    (being_written / CLAIM_FILE).write_text("")
+    (being_written / CLAIM).write_text("")
     discard_if_unused(being_written)
-    assert (being_written / CLAIM_FILE).exists()
+    assert (being_written / CLAIM).exists()

@@ -1,31 +1,43 @@
-"""training/runtime/run_files.py: the one module that names a run directory's files; no other module spells them."""
+"""training/checkpoint.py: the one module that names a run directory's files; no other module spells them."""
+
 import ast
 from pathlib import Path
 
 import pytest
 import yaml
 
-from training.runtime import run_files as F
-from training.runtime.run_files import RunFiles
+import training.checkpoint as F
+from training.checkpoint import RunFiles
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("model", "data", "training", "interop", "analysis", "studies", "cli", "devtools", "scripts")
 CODE = [REPO / "train.py", *(p for pkg in PACKAGES for p in sorted((REPO / pkg).rglob("*.py")))]
+OWNER = REPO / "training" / "checkpoint.py"  # the module that names them
+NAMES = (F.CONFIG, F.METRICS, F.JOB_STATUS, F.CLAIM, F.CHECKPOINTS, F.STATE)  # a run directory's files
 # The same name in another format, not a run's file: `datasets.save_to_disk` writes a state.json of its own.
 NOT_A_RUN_FILE = {("data/sources.py", F.STATE)}
 
 
-def literals(path: Path, names=F.NAMES) -> list:
+def literals(path: Path, names=NAMES) -> list:
     """(line, string) of every string constant in the file that is exactly one of `names` (a run's file names)."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    return [(node.lineno, node.value) for node in ast.walk(tree)
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names]
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names
+    ]
 
 
-def test_no_module_but_run_files_spells_a_run_files_name():
-    found = [f"{path.relative_to(REPO)}:{line}: {value!r}" for path in CODE if path.name != "run_files.py"
-             for line, value in literals(path) if (str(path.relative_to(REPO)), value) not in NOT_A_RUN_FILE]
-    assert found == [], "use run_files.py's names (RunFiles, CONFIG, METRICS, …): " + "; ".join(found)
+def test_no_module_but_the_checkpoint_module_spells_a_run_files_name():
+    assert OWNER in CODE and {value for _, value in literals(OWNER)} == set(NAMES)  # the one that spells them
+    found = [
+        f"{path.relative_to(REPO)}:{line}: {value!r}"
+        for path in CODE
+        if path != OWNER
+        for line, value in literals(path)
+        if (str(path.relative_to(REPO)), value) not in NOT_A_RUN_FILE
+    ]
+    assert found == [], "use training/checkpoint.py's names (RunFiles, CONFIG, METRICS, …): " + "; ".join(found)
 
 
 def test_the_scan_sees_a_literal_and_an_f_string_part_is_not_one(tmp_path):
@@ -38,8 +50,12 @@ def test_the_scan_sees_a_literal_and_an_f_string_part_is_not_one(tmp_path):
 def test_every_path_of_a_run_directory(tmp_path):
     files = RunFiles(str(tmp_path))
     assert (files.config, files.metrics, files.job_status, files.claim, files.checkpoints) == (
-        tmp_path / "config.yaml", tmp_path / "metrics.jsonl", tmp_path / "job_status.yaml", tmp_path / ".owner",
-        tmp_path / "checkpoints")
+        tmp_path / "config.yaml",
+        tmp_path / "metrics.jsonl",
+        tmp_path / "job_status.yaml",
+        tmp_path / ".owner",
+        tmp_path / "checkpoints",
+    )
     assert not files.holds_run() and not files.is_complete()
     files.write_config("model: {n_layers: 2}\ntrainer: {}\n")
     assert files.read_config() == {"model": {"n_layers": 2}, "trainer": {}} and not files.holds_run()
@@ -47,8 +63,10 @@ def test_every_path_of_a_run_directory(tmp_path):
     assert files.holds_run() and files.is_complete()
 
 
-@pytest.mark.parametrize("text, expected", [(None, None), ("status: COMPLETED\n", {"status": "COMPLETED"}),
-                                            ("[1, 2]\n", None), ("status: [\n", None)])
+@pytest.mark.parametrize(
+    "text, expected",
+    [(None, None), ("status: COMPLETED\n", {"status": "COMPLETED"}), ("[1, 2]\n", None), ("status: [\n", None)],
+)
 def test_job_status_reads_back_or_is_none(tmp_path, text, expected):
     """A job killed before its status (no file), or a status that is not a mapping, reads as None."""
     files = RunFiles(tmp_path)

@@ -1,6 +1,7 @@
 """cli/config.py apply_length_rule and what the run makes of it: the run ends at the first reached of
 trainer.max_steps, max_epochs and time_budget; the command line wins over the config files and says what it turned
 off; a typed step count with another length is refused in one line; the header names what decides."""
+
 import pytest
 
 from cli.config import ConfigError, compose_run_config
@@ -16,17 +17,32 @@ def test_the_default_is_ten_minutes_or_four_passes_whichever_comes_first():
     assert length() == (None, 4.0, 10.0)
 
 
-@pytest.mark.parametrize("overrides, expected, said", [
-    (["trainer.max_steps=160"], (160, None, None),
-     "length: trainer.max_steps=160 from the command line decides it; trainer.max_epochs=4 and "
-     "trainer.time_budget=10 from the config are off"),
-    (["trainer.max_epochs=2"], (None, 2.0, None),
-     "length: trainer.max_epochs=2 from the command line decides it; trainer.time_budget=10 from the config is off"),
-    (["experiment=small_corpus", "trainer.max_steps=30"], (30, None, None),
-     "length: trainer.max_steps=30 from the command line decides it; trainer.max_epochs=4 from the config is off"),
-    (["trainer=gpu", "trainer.time_budget=2"], (None, None, 2.0),
-     "length: trainer.time_budget=2 from the command line decides it; trainer.max_steps=5000 from the config is off"),
-])
+@pytest.mark.parametrize(
+    "overrides, expected, said",
+    [
+        (
+            ["trainer.max_steps=160"],
+            (160, None, None),
+            "length: trainer.max_steps=160 from the command line decides it; trainer.max_epochs=4 and "
+            "trainer.time_budget=10 from the config are off",
+        ),
+        (
+            ["trainer.max_epochs=2"],
+            (None, 2.0, None),
+            "length: trainer.max_epochs=2 from the command line decides it; trainer.time_budget=10 from the config is off",
+        ),
+        (
+            ["experiment=small_corpus", "trainer.max_steps=30"],
+            (30, None, None),
+            "length: trainer.max_steps=30 from the command line decides it; trainer.max_epochs=4 from the config is off",
+        ),
+        (
+            ["trainer=gpu", "trainer.time_budget=2"],
+            (None, None, 2.0),
+            "length: trainer.time_budget=2 from the command line decides it; trainer.max_steps=5000 from the config is off",
+        ),
+    ],
+)
 def test_a_length_typed_on_the_command_line_wins_and_says_what_it_turned_off(capsys, overrides, expected, said):
     assert length(*overrides) == expected
     assert said in capsys.readouterr().out
@@ -40,8 +56,9 @@ def test_a_typed_time_budget_keeps_the_configs_passes_and_nothing_is_said(capsys
     assert "length:" not in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("overrides", [["trainer.max_steps=160", "trainer.time_budget=5"],
-                                       ["trainer.max_epochs=2", "trainer.max_steps=10"]])
+@pytest.mark.parametrize(
+    "overrides", [["trainer.max_steps=160", "trainer.time_budget=5"], ["trainer.max_epochs=2", "trainer.max_steps=10"]]
+)
 def test_a_typed_step_count_with_another_length_is_refused_in_one_line(overrides):
     with pytest.raises(ConfigError) as e:
         compose_run_config(overrides)
@@ -54,8 +71,10 @@ def test_a_run_with_no_length_at_all_is_refused_in_one_line():
         compose_run_config(["trainer.time_budget=null", "trainer.max_epochs=null"])
 
 
-@pytest.mark.parametrize("max_steps, every", [(7, 1), (10, 1), (19, 1), (20, 2), (289, 20), (700, 50),
-                                              (1490, 100), (2000, 200), (3292, 200), (10**9, 10**8)])
+@pytest.mark.parametrize(
+    "max_steps, every",
+    [(7, 1), (10, 1), (19, 1), (20, 2), (289, 20), (700, 50), (1490, 100), (2000, 200), (3292, 200), (10**9, 10**8)],
+)
 def test_evaluations_are_sized_to_the_run_at_least_ten_of_them(max_steps, every):
     trainer = compose_run_config([]).trainer
     assert trainer.eval_interval is None and trainer.eval_every(max_steps) == every

@@ -1,16 +1,17 @@
-"""training/checkpoint/run_state.py: RunState and state.json, in process. A resume reads state.json through
+"""training/checkpoint.py's RunState and state.json, in process. A resume reads state.json through
 `RunState.from_json`; the end-to-end resume tests run train.py, where a mutation testing tool cannot see a
 change, so each field's way through the file is held here too, with the rules for fields older versions lacked."""
+
 import dataclasses
 import json
 import math
 
 import pytest
 
+import training.checkpoint as R
 from tests.checkpoint_fixture import checkpoint_of, fixture_dir
-from training.checkpoint import run_state as R
-from training.checkpoint.manifest import FORMAT_VERSION
-from training.checkpoint.run_state import UNPLANNED_END, RunState, read_state, write_state
+from training.checkpoint import FORMAT_VERSION, RunState, read_state, write_state
+from training.optim import UNPLANNED_END
 
 NOW = 1000.0
 
@@ -22,9 +23,23 @@ def clock(monkeypatch):
 
 def everything_set() -> RunState:
     """A state with no field at its default (the clock aside): a field dropped on the way is seen."""
-    state = RunState(step=40, tokens_seen=40_960, elapsed_before=12.5, skipped_steps=2, best_val_bpb=1.75,
-                     best_step=30, seed=3, sampling="epochs", world_size=2, max_steps=500, stop_at=45,
-                     evals_since_best=1, stopped_early=True, precision="bf16", started=NOW - 7.5)
+    state = RunState(
+        step=40,
+        tokens_seen=40_960,
+        elapsed_before=12.5,
+        skipped_steps=2,
+        best_val_bpb=1.75,
+        best_step=30,
+        seed=3,
+        sampling="epochs",
+        world_size=2,
+        max_steps=500,
+        stop_at=45,
+        evals_since_best=1,
+        stopped_early=True,
+        precision="bf16",
+        started=NOW - 7.5,
+    )
     state.plan_budget(5.0, 480, 0.1234567, 20.25, next_at=60)
     return state
 
@@ -35,9 +50,12 @@ def test_state_json_carries_every_field_a_resume_continues_with(clock, tmp_path)
     fields = read_state(tmp_path)
     assert fields["weights_finite"] is True and fields["manifest"] is True  # the writer's own stamps
     back = RunState.from_json(fields)
-    expected = dataclasses.replace(state, elapsed_before=20.0,  # 12.5 before, 7.5 in this process
-                                   stop_at=None,  # trainer.stop_at_step belongs to the run that stopped
-                                   started=back.started)
+    expected = dataclasses.replace(
+        state,
+        elapsed_before=20.0,  # 12.5 before, 7.5 in this process
+        stop_at=None,  # trainer.stop_at_step belongs to the run that stopped
+        started=back.started,
+    )
     assert back == expected
     assert back.plans == [{"at_step": 40, "max_steps": 480, "next_at": 60, "step_s": 0.123457, "spent_s": 20.25}]
 
@@ -47,18 +65,36 @@ def test_a_state_json_of_the_first_version_reads_with_the_defaults_of_what_it_la
     state = RunState.from_json({"step": 5, "tokens_seen": 640, "elapsed_s": 3.0})
     assert (state.step, state.tokens_seen, state.elapsed_before) == (5, 640, 3.0)
     defaults = RunState()
-    for name in ("skipped_steps", "best_val_bpb", "best_step", "evals_since_best", "stopped_early", "precision", "seed",
-                 "sampling", "world_size", "max_steps", "budget_minutes", "plans"):
+    for name in (
+        "skipped_steps",
+        "best_val_bpb",
+        "best_step",
+        "evals_since_best",
+        "stopped_early",
+        "precision",
+        "seed",
+        "sampling",
+        "world_size",
+        "max_steps",
+        "budget_minutes",
+        "plans",
+    ):
         assert getattr(state, name) == getattr(defaults, name), name
     assert (state.best_val_bpb, state.sampling, state.world_size) == (math.inf, "random", 1)
 
 
 def test_a_budget_saved_before_its_plans_were_recorded_is_one_plan_from_step_0():
-    state = RunState.from_json({"step": 5, "tokens_seen": 640, "elapsed_s": 3.0,
-                                "budget": {"minutes": 2.5, "max_steps": 120}, "best_val_bpb": None})
+    state = RunState.from_json(
+        {
+            "step": 5,
+            "tokens_seen": 640,
+            "elapsed_s": 3.0,
+            "budget": {"minutes": 2.5, "max_steps": 120},
+            "best_val_bpb": None,
+        }
+    )
     assert (state.budget_minutes, state.max_steps, state.budget_decided) == (2.5, 120, True)
-    assert state.plans == [{"at_step": 0, "max_steps": 120}]
-    assert state.schedule_ends == [(0, UNPLANNED_END), (0, 120)]
+    assert state.plans == [{"at_step": 0, "max_steps": 120}]  # the schedule's ends (training/optim.py)
     assert state.best_val_bpb == math.inf  # null in the file: no evaluation yet
 
 
@@ -85,12 +121,10 @@ def test_a_new_best_is_strictly_lower_and_finite_and_resets_the_count_without_on
 
 def test_a_budgets_plan_moves_the_end_and_is_recorded_at_its_step():
     state = RunState(step=25, max_steps=UNPLANNED_END)
-    assert state.schedule_ends == [(0, UNPLANNED_END)] and not state.budget_decided  # before the first plan
+    assert state.plans == [] and not state.budget_decided  # before the first plan
     state.plan_budget(10.0, 900, 0.5, 12.3456, next_at=100)
     assert (state.budget_minutes, state.max_steps, state.end) == (10.0, 900, 900)
     assert state.plans == [{"at_step": 25, "max_steps": 900, "next_at": 100, "step_s": 0.5, "spent_s": 12.346}]
-    assert state.schedule_ends == [(0, UNPLANNED_END), (25, 900)]
-    assert RunState(max_steps=300).schedule_ends == []  # no budget: the schedule runs to max_steps
 
 
 def test_the_end_is_the_earlier_of_max_steps_and_a_stop_and_an_early_stop_ends_here():
@@ -98,22 +132,30 @@ def test_the_end_is_the_earlier_of_max_steps_and_a_stop_and_an_early_stop_ends_h
     assert RunState(max_steps=100, stop_at=40).end == 40
     assert RunState(max_steps=100, stop_at=400).end == 100
     state = RunState(step=33, max_steps=100)
-    state.stop_early()
+    state.stopped_early, state.stop_at = True, state.step  # what the loop's early stop sets
     assert (state.stopped_early, state.stop_at, state.end) == (True, 33, 33)
 
 
-def test_advance_counts_one_step_and_its_tokens(clock):
+def test_elapsed_counts_the_earlier_processes_and_this_ones_clock(clock):
     state = RunState(step=3, tokens_seen=300, elapsed_before=4.0, started=NOW - 1.0)
-    state.advance(100)
-    assert (state.step, state.tokens_seen, state.elapsed_s()) == (4, 400, 5.0)
+    assert state.elapsed_s() == 5.0
 
 
 def test_a_fresh_runs_state_json_writes_only_what_every_reader_knows_and_strict_json(clock, tmp_path):
     """Fields at their defaults are left out (a random order, no precision, no early stop, no budget: what older
     readers assumed), and no best yet is null, never `Infinity`, which strict JSON readers refuse."""
     fields = RunState(step=1, tokens_seen=128, max_steps=10, started=NOW).to_json()
-    assert fields == {"step": 1, "tokens_seen": 128, "elapsed_s": 0.0, "max_steps": 10,
-                      "data_position": {"seed": 0, "next_step": 1}, "world_size": 1, "skipped_steps": 0,
-                      "best_val_bpb": None, "best_step": None, "evals_since_best": 0}
+    assert fields == {
+        "step": 1,
+        "tokens_seen": 128,
+        "elapsed_s": 0.0,
+        "max_steps": 10,
+        "data_position": {"seed": 0, "next_step": 1},
+        "world_size": 1,
+        "skipped_steps": 0,
+        "best_val_bpb": None,
+        "best_step": None,
+        "evals_since_best": 0,
+    }
     write_state(tmp_path / "state.json", fields)
     json.loads((tmp_path / "state.json").read_text(), parse_constant=lambda name: pytest.fail(f"{name} in state.json"))

@@ -1,4 +1,5 @@
 """scripts/generate.py, export_hf.py, import_hf.py as a user runs them: output, batching, and bad input."""
+
 import io
 import json
 import os
@@ -8,13 +9,19 @@ import sys
 import pytest
 import torch
 
-from cli import export_hf, generate as generate_program, import_hf
-from cli.entry import exit_status
+from cli import exit_status, export_hf, import_hf
+from cli import generate as generate_program
 from data.tokenizer import SPECIAL_TOKENS
 from model.generate import generate
-from tests.tiny_checkpoint import single_thread  # noqa: F401 (autouse fixture)
 from tests import forked
-from tests.tiny_checkpoint import REPO, random_model, tiny_config, tiny_tokenizer, write_checkpoint
+from tests.tiny_checkpoint import (
+    REPO,
+    random_model,
+    single_thread,  # noqa: F401 (autouse fixture)
+    tiny_config,
+    tiny_tokenizer,
+    write_checkpoint,
+)
 
 TOKENIZER = tiny_tokenizer()
 GREEDY = ["--temperature", "0", "--max-new-tokens", "12", "--device", "cpu"]
@@ -57,8 +64,17 @@ def test_generate_from_a_prompt_streams_the_greedy_continuation(checkpoint):
 def test_generate_batches_stdin_and_prompt_files(checkpoint, tmp_path):
     model, ckpt = checkpoint
     (tmp_path / "p.txt").write_text("JULIET: O Romeo\n")
-    proc = run_script("generate.py", ckpt, "-", "--prompt-file", tmp_path / "p.txt", "--prompt", "O", *GREEDY,
-                      stdin="But, soft!\nwhat light\n")
+    proc = run_script(
+        "generate.py",
+        ckpt,
+        "-",
+        "--prompt-file",
+        tmp_path / "p.txt",
+        "--prompt",
+        "O",
+        *GREEDY,
+        stdin="But, soft!\nwhat light\n",
+    )
     assert proc.returncode == 0, proc.stderr
     prompts = ["O", "JULIET: O Romeo", "But, soft!\nwhat light"]  # --prompt first, then files, then stdin
     blocks = [f"==== prompt {i + 1}, sample 1 ====\n{text}\n" for i, text in enumerate(expected(model, prompts))]
@@ -68,8 +84,9 @@ def test_generate_batches_stdin_and_prompt_files(checkpoint, tmp_path):
 def test_lines_mode_and_samples_in_process(checkpoint, tmp_path, capsys, monkeypatch):
     model, ckpt = checkpoint
     monkeypatch.setattr(sys, "stdin", io.StringIO("ROMEO:\n\nJULIET:\n"))
-    code, out, _ = run_in_process(capsys, "generate.py", ckpt, "-", "--lines", "--num-samples", "2",
-                                  "--seed", "1", "--max-new-tokens", "8")
+    code, out, _ = run_in_process(
+        capsys, "generate.py", ckpt, "-", "--lines", "--num-samples", "2", "--seed", "1", "--max-new-tokens", "8"
+    )
     assert code == 0
     assert out.count("==== prompt") == 4 and "prompt 2, sample 2" in out
 
@@ -86,23 +103,39 @@ def test_a_prompt_file_that_is_not_utf8_is_named(checkpoint, tmp_path, capsys):
     _, ckpt = checkpoint
     (tmp_path / "latin1.txt").write_bytes("ROMÉO".encode("latin-1"))
     code, out, err = run_in_process(capsys, "generate.py", ckpt, "--prompt-file", tmp_path / "latin1.txt")
-    assert code == 1 and err.strip() == (f"error: --prompt-file {tmp_path / 'latin1.txt'} is not UTF-8 text "
-                                         "(invalid continuation byte at byte 3); convert it to UTF-8")
+    assert code == 1 and err.strip() == (
+        f"error: --prompt-file {tmp_path / 'latin1.txt'} is not UTF-8 text "
+        "(invalid continuation byte at byte 3); convert it to UTF-8"
+    )
 
 
 def test_stdin_that_is_not_utf8_is_one_line(checkpoint, capsys, monkeypatch):
     import io
+
     _, ckpt = checkpoint
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO("ROMÉO".encode("latin-1")), encoding="utf-8"))
     code, out, err = run_in_process(capsys, "generate.py", ckpt, "-")
-    assert code == 1 and out == "" and err.strip() == (
-        "error: stdin is not UTF-8 text (invalid continuation byte at byte 3); pipe UTF-8 text")
+    assert (
+        code == 1
+        and out == ""
+        and err.strip() == ("error: stdin is not UTF-8 text (invalid continuation byte at byte 3); pipe UTF-8 text")
+    )
 
 
 def test_generating_past_the_context_says_it_slides(checkpoint, capsys):
     model, ckpt = checkpoint  # max_seq_len 64
-    code, out, err = run_in_process(capsys, "generate.py", ckpt, "--prompt", "ROMEO:", "--temperature", "0",
-                                    "--max-new-tokens", "80", "--no-stop-at-eos")
+    code, out, err = run_in_process(
+        capsys,
+        "generate.py",
+        ckpt,
+        "--prompt",
+        "ROMEO:",
+        "--temperature",
+        "0",
+        "--max-new-tokens",
+        "80",
+        "--no-stop-at-eos",
+    )
     assert code == 0 and "continues from the last 32 tokens" in err and "80 new tokens" in err
     assert out == "ROMEO:" + generate(model, TOKENIZER, ["ROMEO:"], 80, temperature=0, stop_at_eos=False)[0] + "\n"
 
@@ -126,10 +159,17 @@ def _break_tokenizer_vocab(ckpt):
 BAD_INPUTS = {  # name → (how to break a copy of the checkpoint, extra args, what the error must say)
     "not_a_checkpoint": (lambda c: [p.unlink() for p in c.iterdir()], [], "not a minillama checkpoint"),
     "missing_tokenizer": (lambda c: (c / "tokenizer.json").unlink(), [], "is damaged: tokenizer.json is missing"),
-    "vocab_mismatch": (_break_tokenizer_vocab, ["--no-verify"], "vocab_size"),  # past the manifest: the consistency check
+    "vocab_mismatch": (
+        _break_tokenizer_vocab,
+        ["--no-verify"],
+        "vocab_size",
+    ),  # past the manifest: the consistency check
     "replaced_tokenizer": (_break_tokenizer_vocab, [], "is damaged: tokenizer.json has"),  # the manifest sees it first
-    "corrupt_weights": (lambda c: (c / "model.safetensors").write_bytes((c / "model.safetensors").read_bytes()[:500]),
-                        [], "corrupt"),
+    "corrupt_weights": (
+        lambda c: (c / "model.safetensors").write_bytes((c / "model.safetensors").read_bytes()[:500]),
+        [],
+        "corrupt",
+    ),
     "unknown_device": (lambda c: None, ["--device", "tpu9"], "--device='tpu9' is not a device"),
     "unsupported_device": (lambda c: None, ["--device", "xpu"], "--device='xpu' is not supported"),
     "bad_temperature": (lambda c: None, ["--temperature", "-1"], "temperature"),

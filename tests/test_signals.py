@@ -1,9 +1,10 @@
-"""training/runtime/signals.py: the loop's stop flag, and a survivor that outlives torchrun's SIGTERM long enough
+"""training/distributed.py: the loop's stop flag, and a survivor that outlives torchrun's SIGTERM long enough
 to print its one line (docs/reliability.md, the killed rank)."""
+
 import os
 import signal
 
-from training.runtime.signals import StopFlag
+from training.distributed import StopFlag
 
 
 def test_the_flag_records_the_first_signal_and_restores_the_handlers_once():

@@ -1,6 +1,7 @@
 """scripts/speedrun.py (cli/speedrun.py, studies/speedrun/campaign.py) end to end on a tiny model (2
 recipes × 2 seeds, a budget of seconds), its resume and its bad input, and the report's judgement.
 The calibration arithmetic: test_speedrun_timing.py; the CPU lock: test_jobs.py."""
+
 import contextlib
 import io
 import json
@@ -14,11 +15,11 @@ import pytest
 import yaml
 
 import studies.launcher
-from studies import speedrun as S
-from studies.speedrun.campaign import ALWAYS, Campaign, check_step_cost
 from analysis.looks import LookError
 from analysis.stats import decimals, paired_t
 from cli.speedrun import compose, main, parse_args
+from studies import speedrun as S
+from studies.speedrun.campaign import ALWAYS, Campaign, check_step_cost
 from tests import forked
 from tests.train_helpers import REPO
 
@@ -27,15 +28,25 @@ def test_report_marks_a_win_that_had_more_loop_time_than_the_reference():
     """Fixed step counts land near the budget, not on it: the report says how much time each recipe had
     relative to the reference, and marks a recipe that had more beyond the tolerance."""
     from studies.speedrun.report import report
-    spec = S.Spec(recipes={"base": [], "slow": ["optim.lr=1e-2"], "quick": ["optim.lr=2e-2"]}, reference="base",
-                  budget_s=100.0, tolerance=0.03)
+
+    spec = S.Spec(
+        recipes={"base": [], "slow": ["optim.lr=1e-2"], "quick": ["optim.lr=2e-2"]},
+        reference="base",
+        budget_s=100.0,
+        tolerance=0.03,
+    )
 
     def run(seed, bpb, loop_s):
         return {"bpb": bpb, "loop_s": loop_s, "max_steps": 10, "tokens": 1000, "tokens_per_s": 10.0, "flags": []}
-    results = {"base": {0: run(0, 2.00, 100.0), 1: run(1, 2.02, 98.0)},
-               "slow": {0: run(0, 1.90, 110.0), 1: run(1, 1.93, 108.0)},  # +10.1 % of the reference's time
-               "quick": {0: run(0, 1.95, 95.0), 1: run(1, 1.96, 93.1)}}  # -5.0 %
-    rows = {line.split(" | ")[0][2:]: line for line in report(spec, results, {}, "m").splitlines() if line.startswith("| ")}
+
+    results = {
+        "base": {0: run(0, 2.00, 100.0), 1: run(1, 2.02, 98.0)},
+        "slow": {0: run(0, 1.90, 110.0), 1: run(1, 1.93, 108.0)},  # +10.1 % of the reference's time
+        "quick": {0: run(0, 1.95, 95.0), 1: run(1, 1.96, 93.1)},
+    }  # -5.0 %
+    rows = {
+        line.split(" | ")[0][2:]: line for line in report(spec, results, {}, "m").splitlines() if line.startswith("| ")
+    }
     assert rows["slow"].endswith("| +10.1% ⚠ more time |")
     assert rows["quick"].endswith("| -5.0% |")
     assert rows["base"].endswith("| — |")
@@ -44,8 +55,15 @@ def test_report_marks_a_win_that_had_more_loop_time_than_the_reference():
 # ---- end to end on a tiny model ------------------------------------------------------------------------
 
 BUDGET = 2.0
-RECIPES = {"reference": "ref", "budget_s": BUDGET, "seeds": 2, "probe_steps": 8, "tolerance": 0.5,
-           "recipes": {"ref": [], "fast_lr": ["optim.lr=1e-2"]}, "step_cost": {"fast_lr": 1.0}}
+RECIPES = {
+    "reference": "ref",
+    "budget_s": BUDGET,
+    "seeds": 2,
+    "probe_steps": 8,
+    "tolerance": 0.5,
+    "recipes": {"ref": [], "fast_lr": ["optim.lr=1e-2"]},
+    "step_cost": {"fast_lr": 1.0},
+}
 TINY = ["debug=tiny", "trainer.num_threads=1", "trainer.peak_tflops=1", "trainer.precision=fp32"]
 
 
@@ -64,9 +82,19 @@ def speedrun(root, cache, *args):
             if str(command[1:2]).endswith("train.py']"):
                 CACHES.append(env["TORCHINDUCTOR_CACHE_DIR"])
             return fork(command, env=env, **kwargs)
+
         mp.setattr(studies.launcher.subprocess, "Popen", popen)
-        status = main(["--recipes", str(root / "recipes.yaml"), "--dir", str(root / "runs"), *args, *TINY,
-                       f"data.cache_dir={cache}"])
+        status = main(
+            [
+                "--recipes",
+                str(root / "recipes.yaml"),
+                "--dir",
+                str(root / "runs"),
+                *args,
+                *TINY,
+                f"data.cache_dir={cache}",
+            ]
+        )
     assert status == 0, out.getvalue()[-3000:]
     return out.getvalue()
 
@@ -87,7 +115,9 @@ def todo(out: str, probes: int, runs: int) -> int:
 
 
 def results(runs_dir):
-    return {(p.parent.parent.name, p.parent.name): json.loads(p.read_text()) for p in runs_dir.glob("*/seed*/result.json")}
+    return {
+        (p.parent.parent.name, p.parent.name): json.loads(p.read_text()) for p in runs_dir.glob("*/seed*/result.json")
+    }
 
 
 @pytest.mark.serial
@@ -107,12 +137,15 @@ def test_seeds_of_a_recipe_run_the_calibrated_steps_and_fill_the_budget(finished
             assert (config["trainer"]["max_steps"], config["seed"]) == (cal["max_steps"], seed)
             assert config["logger"]["wandb"] == "disabled"  # logger=none: no wandb process
             result = json.loads((run / "result.json").read_text())
-            state = json.loads((run / "train" / "checkpoints" / f"step_{cal['max_steps']:07d}" / "state.json").read_text())
+            state = json.loads(
+                (run / "train" / "checkpoints" / f"step_{cal['max_steps']:07d}" / "state.json").read_text()
+            )
             assert result["loop_s"] == state["elapsed_s"]
             # How near the budget a run lands is measured, not assumed (timing is a benchmark's business):
             # the result carries its loop time and is flagged exactly when it misses the budget or ran slow.
-            assert result["flags"] == S.run_flags(result["loop_s"], BUDGET, RECIPES["tolerance"],
-                                                  result["tokens_per_s"], cal["timing"]["tokens_per_s"])
+            assert result["flags"] == S.run_flags(
+                result["loop_s"], BUDGET, RECIPES["tolerance"], result["tokens_per_s"], cal["timing"]["tokens_per_s"]
+            )
 
 
 @pytest.mark.serial
@@ -175,9 +208,13 @@ def test_rerun_skips_finished_runs_and_redoes_a_cut_off_one(finished, tmp_path):
     assert "==> fast_lr seed 1" in out and "==> ref seed" not in out
     assert list((copy / "runs" / "discarded").glob("*/fast_lr/seed1/train/config.yaml"))  # kept, out of the way
     after = {k: (copy / "runs" / k[0] / k[1] / "result.json").stat().st_mtime_ns for k in results(copy / "runs")}
-    assert {k: v for k, v in after.items() if k != ("fast_lr", "seed1")} == \
-           {k: v for k, v in before.items() if k != ("fast_lr", "seed1")}
-    assert json.loads((cut / "result.json").read_text())["max_steps"] == results(root / "runs")[("fast_lr", "seed1")]["max_steps"]
+    assert {k: v for k, v in after.items() if k != ("fast_lr", "seed1")} == {
+        k: v for k, v in before.items() if k != ("fast_lr", "seed1")
+    }
+    assert (
+        json.loads((cut / "result.json").read_text())["max_steps"]
+        == results(root / "runs")[("fast_lr", "seed1")]["max_steps"]
+    )
 
 
 @pytest.mark.serial
@@ -200,14 +237,22 @@ def test_a_recipe_taken_out_of_step_cost_is_refused(finished, tmp_path):
         speedrun(tmp_path / "copy", cache, "--seeds", "3")
 
 
-@pytest.mark.parametrize("change, section", [("model.hidden_size=32", "model"), ("trainer.micro_batch_size=2", "trainer"),
-                                             ("data.val_fraction=0.2", "data")])
+@pytest.mark.parametrize(
+    "change, section",
+    [("model.hidden_size=32", "model"), ("trainer.micro_batch_size=2", "trainer"), ("data.val_fraction=0.2", "data")],
+)
 def test_a_step_cost_recipe_that_changes_more_than_optimizer_or_depth_is_refused_before_anything_trains(
-        tmp_path, change, section):
-    spec = {**RECIPES, "recipes": {"ref": [], "other": [change], "deep": ["model.n_layers=1"]},
-            "step_cost": {"other": 1.0, "deep": 0.6}}
+    tmp_path, change, section
+):
+    spec = {
+        **RECIPES,
+        "recipes": {"ref": [], "other": [change], "deep": ["model.n_layers=1"]},
+        "step_cost": {"other": 1.0, "deep": 0.6},
+    }
     (tmp_path / "recipes.yaml").write_text(yaml.safe_dump(spec))
-    with pytest.raises(S.SpeedrunError, match=f"step_cost: other changes {section}, not only the optimizer or the depth"):
+    with pytest.raises(
+        S.SpeedrunError, match=f"step_cost: other changes {section}, not only the optimizer or the depth"
+    ):
         main(["--recipes", str(tmp_path / "recipes.yaml"), "--dir", str(tmp_path / "runs"), *TINY])
     assert not list((tmp_path / "runs").glob("*/probe"))
 
@@ -220,11 +265,25 @@ def test_a_depth_change_may_take_a_side_by_side_step_cost(tmp_path):
 
 def test_bad_input_is_one_error_line(tmp_path):
     (tmp_path / "recipes.yaml").write_text(yaml.safe_dump(RECIPES, sort_keys=False))  # recipes in the file's order
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "speedrun.py"), "--recipes",
-                           str(tmp_path / "recipes.yaml"), "--only", "nope", "--dir", str(tmp_path / "runs")],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "scripts" / "speedrun.py"),
+            "--recipes",
+            str(tmp_path / "recipes.yaml"),
+            "--only",
+            "nope",
+            "--dir",
+            str(tmp_path / "runs"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert proc.returncode == 1 and proc.stderr.strip().splitlines() == [
-        f"error: --only: unknown recipe(s) nope; {tmp_path / 'recipes.yaml'} has ref, fast_lr"]
+        f"error: --only: unknown recipe(s) nope; {tmp_path / 'recipes.yaml'} has ref, fast_lr"
+    ]
     assert not (tmp_path / "runs").exists()
 
 
@@ -257,6 +316,7 @@ def test_the_speedruns_winner_is_a_preset_and_the_default_is_a_llama_stack():
     def trained(*overrides):  # what a run trains (not its names and paths: a sweep dir holds the time)
         cfg = compose([*ALWAYS, *overrides])
         return cfg.model, cfg.data, cfg.optim, cfg.trainer, cfg.seed
+
     spec = S.load_spec(REPO / "configs" / "speedrun" / "recipes.yaml")
     assert spec.reference == "muon_wu25_lr6e-3_layers1"
     winner = [*spec.train_overrides, *spec.recipes[spec.reference]]

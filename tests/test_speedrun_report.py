@@ -1,16 +1,22 @@
 """studies/speedrun/report.py's verdicts: 3 paired seeds on their own spread, 2 against the pooled spread of
 every recipe's paired differences (stated), none on 1 degree of freedom; a sequential look at α / looks."""
+
 from analysis import power
-from studies import speedrun as S
 from analysis.looks import record
-from studies.speedrun.report import report
 from analysis.stats import decimals, format_p, paired_t, pooled_paired_t
+from studies import speedrun as S
+from studies.speedrun.report import report
 
 
 def speedrun_results(**bpbs):
     """{recipe: {seed: result}} from {recipe: [bpb per seed]}, every run on budget."""
-    return {name: {seed: {"bpb": b, "loop_s": 100.0, "max_steps": 10, "tokens": 1000, "tokens_per_s": 10.0,
-                          "flags": []} for seed, b in enumerate(values)} for name, values in bpbs.items()}
+    return {
+        name: {
+            seed: {"bpb": b, "loop_s": 100.0, "max_steps": 10, "tokens": 1000, "tokens_per_s": 10.0, "flags": []}
+            for seed, b in enumerate(values)
+        }
+        for name, values in bpbs.items()
+    }
 
 
 def rows_of(text):
@@ -20,8 +26,9 @@ def rows_of(text):
 def test_two_seeds_are_judged_against_the_pooled_spread_and_say_so():
     """A 2-seed paired test has 1 degree of freedom: its p-values are not worth a verdict. With 2 seeds the
     report judges a recipe against the sd of every recipe's paired differences pooled, and says so."""
-    spec = S.Spec(recipes={"base": [], "a": ["optim.lr=1e-2"], "b": ["optim.lr=2e-2"], "c": ["optim.lr=3e-2"]},
-                  reference="base")
+    spec = S.Spec(
+        recipes={"base": [], "a": ["optim.lr=1e-2"], "b": ["optim.lr=2e-2"], "c": ["optim.lr=3e-2"]}, reference="base"
+    )
     results = speedrun_results(base=[2.00, 2.02], a=[1.94, 1.97], b=[2.01, 2.02], c=[2.03, 2.04])
     text = report(spec, results, {}, "m")
     sd = power.pooled_sd({"a": [-0.06, -0.05], "b": [0.01, 0.0], "c": [0.03, 0.02]})  # 3 dof

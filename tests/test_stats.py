@@ -1,5 +1,6 @@
 """analysis/stats.py against textbook answers: Student's sleep data (paired t, Welch), plus the
 edge cases a seed study meets — one seed, seeds that do not match, no spread at all."""
+
 import math
 import statistics
 
@@ -7,8 +8,17 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from analysis.stats import (ZERO_SPREAD, compare, decimals, format_p, p_text, paired_t, pooled_paired_t, summarize,
-                            welch_t)
+from analysis.stats import (
+    ZERO_SPREAD,
+    compare,
+    decimals,
+    format_p,
+    p_text,
+    paired_t,
+    pooled_paired_t,
+    summarize,
+    welch_t,
+)
 
 # Cushny & Peebles' soporific data as Student (1908) analysed it, R's `sleep`: extra hours of sleep
 # of the same 10 patients under drug 1 and drug 2.
@@ -66,8 +76,9 @@ def test_unequal_seed_sets_pair_only_the_common_seeds_and_say_so():
     assert c.common_seeds == (0, 1, 2) and c.unmatched_seeds == (3, 4)
     expected = paired_t([1.00, 1.10, 1.21], [1.05, 1.16, 1.25])
     assert c.paired == expected and c.paired.n == 3
-    assert c.unpaired.n == 4 and c.unpaired.delta == pytest.approx(np.mean(list(variant.values())) - np.mean(
-        list(reference.values())))
+    assert c.unpaired.n == 4 and c.unpaired.delta == pytest.approx(
+        np.mean(list(variant.values())) - np.mean(list(reference.values()))
+    )
     assert "3 paired seeds; seeds 3, 4 have no partner and are left out" in c.verdict()
 
 
@@ -100,9 +111,20 @@ def test_summarize_is_mean_and_sample_std():
         summarize([])
 
 
-@pytest.mark.parametrize("p, text", [(0.0028329, "0.0028"), (0.0004, "< 0.001"), (0.001, "0.001"), (0.42, "0.42"),
-                                     (0.049, "0.049"), (0.1, "0.10"), (0.5, "0.50"), (1.0, "1.00"),
-                                     (float("nan"), "n/a")])
+@pytest.mark.parametrize(
+    "p, text",
+    [
+        (0.0028329, "0.0028"),
+        (0.0004, "< 0.001"),
+        (0.001, "0.001"),
+        (0.42, "0.42"),
+        (0.049, "0.049"),
+        (0.1, "0.10"),
+        (0.5, "0.50"),
+        (1.0, "1.00"),
+        (float("nan"), "n/a"),
+    ],
+)
 def test_p_values_read_at_a_glance(p, text):
     assert format_p(p) == text
 
@@ -140,8 +162,9 @@ def test_zero_spread_and_too_few_values_in_both_tests():
     assert not one_sided.zero_spread and 0 < one_sided.p < 1 and one_sided.low < 1.0 < one_sided.high
 
 
-@pytest.mark.parametrize("p, text", [(0.0004, "p < 0.001"), (0.0028329, "p = 0.0028"), (0.42, "p = 0.42"),
-                                     (float("nan"), "p = n/a")])
+@pytest.mark.parametrize(
+    "p, text", [(0.0004, "p < 0.001"), (0.0028329, "p = 0.0028"), (0.42, "p = 0.42"), (float("nan"), "p = n/a")]
+)
 def test_a_p_value_in_a_sentence_never_reads_p_equals_less_than(p, text):
     assert p_text(p) == text and p_text(p, "Holm p").startswith("Holm p")
 

@@ -1,4 +1,5 @@
 """training/step.py: a non-finite step never reaches weights or optimizer state; the record counts streaks."""
+
 import contextlib
 import copy
 from pathlib import Path
@@ -7,7 +8,7 @@ import pytest
 import torch
 
 from tests.dtype_recorder import ATTENTION, MATMULS, SOFTMAX_LOSS
-from training.step import NonFiniteGuard, NonFiniteLoss, TrainStep, commit, global_grad_norm, supports_device_skip
+from training.loop import NonFiniteGuard, NonFiniteLoss, TrainStep, global_grad_norm
 
 
 def tiny_regression():
@@ -15,80 +16,48 @@ def tiny_regression():
     return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
 
 
-@pytest.mark.parametrize("fused, on_device", [(True, True), (True, False), (False, True)])
-def test_a_nonfinite_step_leaves_weights_and_optimizer_state_untouched(fused, on_device):
+def optimizer_of(kind: str, model):
+    from training.optim import Muon
+
+    if kind == "muon":
+        return Muon(
+            [model[0].weight, model[2].weight],
+            ns_dtype=torch.float32,
+            lr=0.05,
+            weight_decay=0.1,
+            adjust_lr_fn="match_rms_adamw",
+        )
+    return torch.optim.AdamW(
+        model.parameters(), lr=0.1, fused=kind == "fused", foreach=None if kind == "fused" else False
+    )
+
+
+@pytest.mark.parametrize("kind", ["fused", "plain", "muon"])
+def test_a_nonfinite_step_leaves_weights_and_optimizer_state_untouched(kind):
+    """The host reads the step's finite flag (free on a CPU, a sync on a GPU) and a bad step never calls
+    optimizer.step(): weights, AdamW's moments and step count, Muon's momentum stay; a good step afterwards trains."""
     model = tiny_regression()
-    opt = torch.optim.AdamW(model.parameters(), lr=0.1, fused=fused, foreach=None if fused else False)
-    assert supports_device_skip(opt) == fused  # fused: the kernel skips on device; else a host check
-    model(torch.randn(3, 4)).sum().backward()
-    commit([opt], torch.tensor(True), on_device)  # one real step: moments exist
+    opt = optimizer_of(kind, model)
+    x, y = torch.randn(1, 3, 4), torch.randn(1, 3, 1)
+    poison = {"on": False}
+    loss_fn = lambda a, b: (model(a) - b).pow(2).mean() * (float("nan") if poison["on"] else 1.0)  # noqa: E731
+    step = TrainStep(loss_fn, _Batches(x, y), [opt], contextlib.nullcontext, 1, 1.0, torch.device("cpu"))
+    step(0)  # one real step: moments exist
     before_w, before_state = copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict())
-    for p in model.parameters():
-        p.grad = torch.full_like(p, float("nan"))
-    commit([opt], torch.tensor(False), on_device)
-    # on the device and fused: the decision went to the kernel as a flag (no host sync); else the host decided
-    assert getattr(opt, "found_inf", None) is not None if fused and on_device else not hasattr(opt, "found_inf")
+    poison["on"] = True
+    step(1)
+    assert step.guard.read()["skipped"] == 1
     for k, v in model.state_dict().items():
         assert torch.equal(v, before_w[k]), k
     for pid, state in opt.state_dict()["state"].items():
         for key, value in state.items():
             assert torch.equal(value, before_state["state"][pid][key]), (pid, key)
-    assert all(p.grad is None for p in model.parameters())  # zeroed either way
-    model(torch.randn(3, 4)).sum().backward()
-    commit([opt], torch.tensor(True), on_device)  # and a good step afterwards still trains
+    assert all(p.grad is None for g in opt.param_groups for p in g["params"])  # zeroed either way
+    poison["on"] = False
+    step(2)  # and a good step afterwards still trains
     assert not torch.equal(model.state_dict()["0.weight"], before_w["0.weight"])
-    assert int(next(iter(opt.state_dict()["state"].values()))["step"]) == 2
-
-
-def test_muon_skips_a_nonfinite_step_on_the_device_and_commits_a_finite_one_bitwise():
-    """With `found_inf` (what commit() sets) Muon takes no host decision: 1 leaves weights and momentum as
-    they were; 0 gives exactly the in-place update a Muon without the flag makes."""
-    from training.optim.muon import Muon
-
-    def muon_for(model):
-        return Muon([model[0].weight, model[2].weight], ns_dtype=torch.float32, lr=0.05, weight_decay=0.1,
-                    adjust_lr_fn="match_rms_adamw")
-    flagged, plain = tiny_regression(), tiny_regression()
-    opt_flagged, opt_plain = muon_for(flagged), muon_for(plain)
-    assert supports_device_skip(opt_flagged)
-    x = torch.randn(3, 4)
-    for model, opt in ((flagged, opt_flagged), (plain, opt_plain)):
-        model(x).sum().backward()
-    commit([opt_flagged], torch.tensor(True), on_device=True)  # through found_inf = 0
-    opt_plain.step()  # no flag: the in-place path
-    for a, b in zip(flagged.parameters(), plain.parameters()):
-        assert torch.equal(a, b)
-    before_w = copy.deepcopy(flagged.state_dict())
-    before_buf = [opt_flagged.state[p]["momentum_buffer"].clone() for p in (flagged[0].weight, flagged[2].weight)]
-    for p in flagged.parameters():
-        p.grad = torch.full_like(p, float("inf"))
-    commit([opt_flagged], torch.tensor(False), on_device=True)
-    for k, v in flagged.state_dict().items():
-        assert torch.equal(v, before_w[k]), k
-    after_buf = [opt_flagged.state[p]["momentum_buffer"] for p in (flagged[0].weight, flagged[2].weight)]
-    assert all(torch.equal(a, b) for a, b in zip(after_buf, before_buf))
-
-
-@pytest.mark.parametrize("device, on_device", [("cpu", False), ("meta", True)])
-def test_a_step_reads_the_flag_on_the_host_only_where_that_is_free(device, on_device):
-    """On a CPU the host reads `finite` and a good step updates in place (Muon's skippable update is out of
-    place, then selected); elsewhere the flag stays on the device. Under TrainStep on a CPU a non-finite Muon
-    step still changes neither weights nor momentum, and sets no flag."""
-    from training.optim.muon import Muon
-    assert TrainStep(None, None, [], contextlib.nullcontext, 1, 1.0, torch.device(device)).skip_on_device is on_device
-    model = tiny_regression()
-    opt = Muon([model[0].weight, model[2].weight], ns_dtype=torch.float32, lr=0.05)
-    model(torch.randn(3, 4)).sum().backward()
-    commit([opt], torch.tensor(True), on_device=False)  # momentum exists
-    before_w = copy.deepcopy(model.state_dict())
-    before_buf = [opt.state[p]["momentum_buffer"].clone() for p in (model[0].weight, model[2].weight)]
-    step = TrainStep(lambda x, y: model(x).sum() * float("inf"), _Batches(torch.randn(1, 3, 4), torch.randn(1, 3, 1)),
-                     [opt], contextlib.nullcontext, 1, 0.0, torch.device("cpu"))
-    step(1)
-    assert not hasattr(opt, "found_inf") and step.guard.read()["skipped"] == 1
-    assert all(torch.equal(v, before_w[k]) for k, v in model.state_dict().items())
-    assert all(torch.equal(opt.state[p]["momentum_buffer"], b)
-               for p, b in zip((model[0].weight, model[2].weight), before_buf))
+    if kind != "muon":
+        assert int(next(iter(opt.state_dict()["state"].values()))["step"]) == 2
 
 
 def test_the_step_commits_nothing_when_the_loss_is_finite_but_a_gradient_is_not():
@@ -107,9 +76,17 @@ def test_the_step_commits_nothing_when_the_loss_is_finite_but_a_gradient_is_not(
 
     def loss_fn(x, y):
         return (InfGradient.apply(model(x)) - y).pow(2).mean()
+
     before = copy.deepcopy(model.state_dict())
-    step = TrainStep(loss_fn, _Batches(torch.randn(1, 3, 4), torch.randn(1, 3, 1)), [opt], contextlib.nullcontext, 1,
-                     1.0, torch.device("cpu"))
+    step = TrainStep(
+        loss_fn,
+        _Batches(torch.randn(1, 3, 4), torch.randn(1, 3, 1)),
+        [opt],
+        contextlib.nullcontext,
+        1,
+        1.0,
+        torch.device("cpu"),
+    )
     result = step(0)
     assert torch.isfinite(result.loss) and not torch.isfinite(result.grad_norm)
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
@@ -156,20 +133,23 @@ def test_train_step_accumulates_micro_batches_like_one_big_batch_and_clips():
     """k micro-batches of b, each loss divided by k, give the gradient of one batch of k·b (mean loss)."""
     torch.manual_seed(1)
     xs, ys = torch.randn(2, 3, 4), torch.randn(2, 3, 1)
-    loss_fn = lambda model: (lambda x, y: (model(x) - y).pow(2).mean())  # noqa: E731
+    loss_fn = lambda model: lambda x, y: (model(x) - y).pow(2).mean()  # noqa: E731
     small, big = tiny_regression(), tiny_regression()
     opt_small = torch.optim.SGD(small.parameters(), lr=0.1)
     opt_big = torch.optim.SGD(big.parameters(), lr=0.1)
     cpu, fp32 = torch.device("cpu"), contextlib.nullcontext
     loss, norm = first_step(TrainStep(loss_fn(small), _Batches(xs, ys), [opt_small], fp32, 2, 0.0, cpu))
-    big_loss, big_norm = first_step(TrainStep(loss_fn(big), _Batches(xs.reshape(1, 6, 4), ys.reshape(1, 6, 1)), [opt_big],
-                                           fp32, 1, 0.0, cpu))
+    big_loss, big_norm = first_step(
+        TrainStep(loss_fn(big), _Batches(xs.reshape(1, 6, 4), ys.reshape(1, 6, 1)), [opt_big], fp32, 1, 0.0, cpu)
+    )
     assert loss.item() == pytest.approx(big_loss.item(), rel=1e-6)
     assert norm.item() == pytest.approx(big_norm.item(), rel=1e-6)
     for a, b in zip(small.parameters(), big.parameters()):
         torch.testing.assert_close(a, b)
     # grad_clip=0 means no clipping: SGD moved the weights by lr × the whole gradient.
-    moved = torch.cat([(a.detach() - b.detach()).flatten() for a, b in zip(big.parameters(), tiny_regression().parameters())])
+    moved = torch.cat(
+        [(a.detach() - b.detach()).flatten() for a, b in zip(big.parameters(), tiny_regression().parameters())]
+    )
     assert moved.norm().item() == pytest.approx(0.1 * big_norm.item(), rel=1e-5)
     # Clipping: the applied update is scaled so the gradient norm is at most grad_clip.
     clipped = tiny_regression()
@@ -182,13 +162,13 @@ def test_train_step_accumulates_micro_batches_like_one_big_batch_and_clips():
 
 # ---- precision: the step computes in the run's precision (trainer.precision) -------------------------
 
+
 def _tiny_lm_step(precision: str):
     """One TrainStep of a tiny Transformer + CausalLMLoss with fused AdamW, every aten op recorded."""
     from model import Transformer
     from tests.dtype_recorder import OpDtypes
     from tests.model_helpers import tiny_model_config
-    from training.loss import CausalLMLoss
-    from training.precision import autocast_context
+    from training.loop import CausalLMLoss, autocast_context
 
     cpu = torch.device("cpu")
     torch.manual_seed(0)
@@ -198,8 +178,9 @@ def _tiny_lm_step(precision: str):
     ids = torch.randint(0, model.cfg.vocab_size, (2, 2, 13), generator=torch.Generator().manual_seed(0))
     batches = _Batches(ids[:, :, :-1], ids[:, :, 1:])
     with OpDtypes() as ops:
-        loss, grad_norm = first_step(TrainStep(loss_module, batches, [opt], autocast_context(precision, cpu), 2, 1.0,
-                                            cpu))
+        loss, grad_norm = first_step(
+            TrainStep(loss_module, batches, [opt], autocast_context(precision, cpu), 2, 1.0, cpu)
+        )
     return model, opt, loss, grad_norm, ops
 
 
@@ -226,18 +207,23 @@ def test_an_fp32_step_runs_every_matmul_in_fp32():
     assert loss.dtype == torch.float32
 
 
-@pytest.mark.parametrize("last_good, where", [
-    (None, "no checkpoint was written yet"),
-    ("ck/step_0000002", "the last good checkpoint is ck/step_0000002"),
-])
+@pytest.mark.parametrize(
+    "last_good, where",
+    [
+        (None, "no checkpoint was written yet"),
+        ("ck/step_0000002", "the last good checkpoint is ck/step_0000002"),
+    ],
+)
 def test_the_stop_message_names_the_last_good_checkpoint_or_says_there_is_none(last_good, where):
     guard = NonFiniteGuard(torch.device("cpu"))
     guard.update(torch.tensor(False), 3)
     with pytest.raises(NonFiniteLoss) as e:
         guard.check(4, Path(last_good) if last_good else None)
-    assert str(e.value) == (f"non-finite loss or gradient at step 3 (update skipped, weights unchanged); {where} — "
-                            "lower optim.lr, raise optim.warmup_steps or check the data, or set "
-                            "trainer.skip_nonfinite_steps=N to skip such steps")
+    assert str(e.value) == (
+        f"non-finite loss or gradient at step 3 (update skipped, weights unchanged); {where} — "
+        "lower optim.lr, raise optim.warmup_steps or check the data, or set "
+        "trainer.skip_nonfinite_steps=N to skip such steps"
+    )
 
 
 class _NoSyncLoss:
@@ -264,16 +250,25 @@ def test_under_ddp_gradients_sync_only_on_the_last_micro_step(accum, unsynced):
     xs, ys = torch.randn(accum, 3, 4), torch.randn(accum, 3, 1)
     model = tiny_regression()
     loss = _NoSyncLoss(model)
-    TrainStep(loss, _Batches(xs, ys), [torch.optim.SGD(model.parameters(), lr=0.1)], contextlib.nullcontext, accum,
-              0.0, torch.device("cpu"))(0)
+    TrainStep(
+        loss,
+        _Batches(xs, ys),
+        [torch.optim.SGD(model.parameters(), lr=0.1)],
+        contextlib.nullcontext,
+        accum,
+        0.0,
+        torch.device("cpu"),
+    )(0)
     assert loss.entered == unsynced
 
 
 def test_under_fsdp2_the_grad_norm_is_the_full_tensors(monkeypatch):
     """FSDP2's get_total_norm returns a DTensor of the local shards' norm: the step reports its full_tensor()."""
+
     class Sharded:
         def full_tensor(self):
             return torch.tensor(7.0)
+
     monkeypatch.setattr(torch.nn.utils, "get_total_norm", lambda grads, **kwargs: Sharded())
     model = tiny_regression()
     model(torch.randn(2, 4)).sum().backward()
@@ -293,8 +288,15 @@ def test_by_default_a_train_step_stops_at_the_first_nonfinite_step():
     """TrainStep's default policy is trainer.skip_nonfinite_steps=0: stop, never skip silently."""
     model = tiny_regression()
     xs, ys = torch.full((1, 3, 4), float("nan")), torch.zeros(1, 3, 1)
-    step = TrainStep(lambda x, y: (model(x) - y).pow(2).mean(), _Batches(xs, ys),
-                     [torch.optim.SGD(model.parameters(), lr=0.1)], contextlib.nullcontext, 1, 0.0, torch.device("cpu"))
+    step = TrainStep(
+        lambda x, y: (model(x) - y).pow(2).mean(),
+        _Batches(xs, ys),
+        [torch.optim.SGD(model.parameters(), lr=0.1)],
+        contextlib.nullcontext,
+        1,
+        0.0,
+        torch.device("cpu"),
+    )
     step(0)
     with pytest.raises(NonFiniteLoss, match="non-finite loss or gradient at step 1"):
         step.guard.check(1, None)
@@ -310,5 +312,7 @@ def test_with_skipping_allowed_the_guard_stops_at_the_nth_nonfinite_step_in_a_ro
     guard.update(torch.tensor(False), 5)
     with pytest.raises(NonFiniteLoss) as e:
         guard.check(5, Path("ck/step_0000004"))
-    assert str(e.value) == ("3 non-finite steps in a row (trainer.skip_nonfinite_steps=3) by step 5; the last good "
-                            "checkpoint is ck/step_0000004 — lower optim.lr, raise optim.warmup_steps or check the data")
+    assert str(e.value) == (
+        "3 non-finite steps in a row (trainer.skip_nonfinite_steps=3) by step 5; the last good "
+        "checkpoint is ck/step_0000004 — lower optim.lr, raise optim.warmup_steps or check the data"
+    )

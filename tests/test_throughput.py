@@ -1,14 +1,15 @@
-"""training/logger.py's Throughput: an interval's training seconds are its wall time minus the pauses (evaluations,
+"""training/log.py's Throughput: an interval's training seconds are its wall time minus the pauses (evaluations,
 checkpoints) and minus compiling — compiling inside a pause counted once, not twice."""
+
 from types import SimpleNamespace
 
-from training.checkpoint import run_state
-from training.logger import Throughput
+import training.log as log
+from training.log import Throughput
 
 
 def test_compiling_inside_an_evaluation_is_taken_off_the_interval_once(monkeypatch):
     now = [100.0]
-    monkeypatch.setattr(run_state, "clock", lambda: now[0])
+    monkeypatch.setattr(log, "clock", lambda: now[0])
     loss = SimpleNamespace(compile_seconds=0.0)
     clock = Throughput(loss)
     now[0] += 10.0  # 10 s of training steps

@@ -1,13 +1,23 @@
 """Byte-level BPE: special tokens first, exact round trip for any unicode, clear errors for bad files;
 the special-token roles file that travels with a tokenizer; the largest id."""
+
 import json
 import random
 
 import pytest
 
 from data import SPECIAL_TOKENS, DataError, load_tokenizer
-from data.tokenizer import (MIN_VOCAB_SIZE, SPECIAL_TOKENS_FILE, file_hash, max_token_id, read_special_tokens,
-                            special_token_ids, token_ids, train_tokenizer, write_special_tokens)
+from data.tokenizer import (
+    MIN_VOCAB_SIZE,
+    SPECIAL_TOKENS_FILE,
+    file_hash,
+    max_token_id,
+    read_special_tokens,
+    special_token_ids,
+    token_ids,
+    train_tokenizer,
+    write_special_tokens,
+)
 from tests.data_helpers import make_documents
 
 
@@ -18,8 +28,15 @@ def tokenizer():
 
 def random_unicode(rng: random.Random, length: int) -> str:
     """Code points from ASCII, Latin, CJK, emoji, combining marks, controls and whitespace runs."""
-    ranges = [(0x0, 0x7F), (0x80, 0x24F), (0x300, 0x36F), (0x4E00, 0x9FFF), (0x1F300, 0x1FAFF),
-              (0x10000, 0x10FFF), (0xE000, 0xF8FF)]
+    ranges = [
+        (0x0, 0x7F),
+        (0x80, 0x24F),
+        (0x300, 0x36F),
+        (0x4E00, 0x9FFF),
+        (0x1F300, 0x1FAFF),
+        (0x10000, 0x10FFF),
+        (0xE000, 0xF8FF),
+    ]
     chars = []
     for _ in range(length):
         low, high = rng.choice(ranges)

@@ -1,4 +1,5 @@
 """train.py end to end on the tiny debug config: learning, outputs, pruning, bad input (faults: test_faults.py)."""
+
 import json
 
 import pytest
@@ -16,8 +17,9 @@ def cache_dir(tmp_path_factory):
 
 
 def test_tiny_run_learns_and_writes_outputs(tmp_path, cache_dir):
-    proc = run_train(tmp_path, "trainer.max_steps=40", "trainer.eval_interval=20", "trainer.epoch_warning=0.002",
-                     cache_dir=cache_dir)
+    proc = run_train(
+        tmp_path, "trainer.max_steps=40", "trainer.eval_interval=20", "trainer.epoch_warning=0.002", cache_dir=cache_dir
+    )
     (run,) = run_dirs(tmp_path)
     rows = read_metrics(run)
     train_rows = [r for r in rows if r["kind"] == "train"]
@@ -30,8 +32,15 @@ def test_tiny_run_learns_and_writes_outputs(tmp_path, cache_dir):
     assert len(evals[-1]["rms_residual"]) == len(evals[-1]["rms_mlp_in"]) == 2  # one value per layer
     assert all(0 < r["mfu"] < 1 and r["tokens_per_s"] > 0 for r in train_rows)
     ckpt = run / "checkpoints" / "step_0000040"
-    for name in ("model.safetensors", "model_config.json", "tokenizer.json", "config.yaml", "optimizer.pt",
-                 "rng.pt", "state.json"):
+    for name in (
+        "model.safetensors",
+        "model_config.json",
+        "tokenizer.json",
+        "config.yaml",
+        "optimizer.pt",
+        "rng.pt",
+        "state.json",
+    ):
         assert (ckpt / name).exists(), name
     assert not any(k.startswith(("_orig_mod.", "module.")) for k in load_file(ckpt / "model.safetensors"))
     assert json.loads((ckpt / "state.json").read_text())["step"] == 40
@@ -46,19 +55,28 @@ def test_tiny_run_learns_and_writes_outputs(tmp_path, cache_dir):
     assert all(r["peak_memory_gb"] > 0 for r in train_rows)
     # The run directory holds what the run wrote, nothing empty: Hydra's own train.log is off (minillama prints).
     assert sorted(p.name for p in run.iterdir() if not p.name.startswith(".")) == [
-        "checkpoints", "config.yaml", "metrics.jsonl"]
+        "checkpoints",
+        "config.yaml",
+        "metrics.jsonl",
+    ]
 
 
 def rows_train_tokens(proc) -> int:
     """The training split's token count, from the run header ("data: shakespeare: N train / …")."""
-    line = next(l for l in proc.stdout.splitlines() if l.startswith("data: shakespeare:"))
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("data: shakespeare:"))
     return int(line.split(": ")[2].split(" train")[0].replace(",", ""))
 
 
 def test_best_checkpoint_keeps_the_lowest_validation_bpb(tmp_path, cache_dir):
     # Scripted validation results (3.0, 2.5, 2.8 bpb): the best is the middle eval, not the last.
-    proc = run_faulty(tmp_path, {"val_bpb": [3.0, 2.5, 2.8]}, "trainer.max_steps=6", "trainer.eval_interval=2",
-                      "trainer.ckpt_interval=6", cache_dir=cache_dir)
+    proc = run_faulty(
+        tmp_path,
+        {"val_bpb": [3.0, 2.5, 2.8]},
+        "trainer.max_steps=6",
+        "trainer.eval_interval=2",
+        "trainer.ckpt_interval=6",
+        cache_dir=cache_dir,
+    )
     (run,) = run_dirs(tmp_path)
     (best,) = (run / "checkpoints" / "best").iterdir()
     assert best.name == "step_0000004"
@@ -68,21 +86,30 @@ def test_best_checkpoint_keeps_the_lowest_validation_bpb(tmp_path, cache_dir):
 
 
 def test_keep_last_prunes_old_checkpoints(tmp_path, cache_dir):
-    run_train(tmp_path, "trainer.max_steps=8", "trainer.ckpt_interval=2", "trainer.keep_last=2",
-              "trainer.eval_interval=8", cache_dir=cache_dir)
+    run_train(
+        tmp_path,
+        "trainer.max_steps=8",
+        "trainer.ckpt_interval=2",
+        "trainer.keep_last=2",
+        "trainer.eval_interval=8",
+        cache_dir=cache_dir,
+    )
     (run,) = run_dirs(tmp_path)
     assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == ["step_0000006", "step_0000008"]
 
 
-@pytest.mark.parametrize("override, message", [
-    ("model.n_heads=5", "model.hidden_size=64 is not divisible by model.n_heads=5"),
-    ("model.norm=batchnorm", "model.norm='batchnorm' is unknown"),
-    ("trainer.seq_len=128", "exceeds model.max_seq_len=64"),
-    ("trainer.device=tpu", "trainer.device='tpu'"),
-    ("resume=/nonexistent/ckpt", "does not exist"),
-    ("trainer.precision=fp8", "trainer.precision='fp8' is unknown"),
-    ("seed=-1", "seed=-1 must be an integer from 0 to 2**63 - 1"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("model.n_heads=5", "model.hidden_size=64 is not divisible by model.n_heads=5"),
+        ("model.norm=batchnorm", "model.norm='batchnorm' is unknown"),
+        ("trainer.seq_len=128", "exceeds model.max_seq_len=64"),
+        ("trainer.device=tpu", "trainer.device='tpu'"),
+        ("resume=/nonexistent/ckpt", "does not exist"),
+        ("trainer.precision=fp8", "trainer.precision='fp8' is unknown"),
+        ("seed=-1", "seed=-1 must be an integer from 0 to 2**63 - 1"),
+    ],
+)
 def test_bad_overrides_fail_with_one_line(tmp_path, cache_dir, override, message):
     proc = run_train(tmp_path, override, cache_dir=cache_dir, check=False)
     assert proc.returncode == 1
@@ -102,8 +129,10 @@ def test_corrupt_and_mismatched_checkpoints_are_refused(tmp_path, cache_dir):
     (run,) = run_dirs(tmp_path)
     ckpt = run / "checkpoints" / "step_0000004"
     finished = run_train(tmp_path, f"resume={run}", cache_dir=cache_dir, check=False)
-    assert finished.returncode == 1 and "is at step 4, already at trainer.max_steps=4; pass a larger" in \
-        finished.stderr.splitlines()[-1]
+    assert (
+        finished.returncode == 1
+        and "is at step 4, already at trainer.max_steps=4; pass a larger" in finished.stderr.splitlines()[-1]
+    )
     mismatch = run_train(tmp_path, f"resume={ckpt}", "model.hidden_size=32", cache_dir=cache_dir, check=False)
     assert mismatch.returncode == 1 and "keeps the checkpoint's architecture" in mismatch.stderr.splitlines()[-1]
     weights = ckpt / "model.safetensors"
@@ -116,30 +145,35 @@ def test_new_run_never_overwrites_an_existing_run(tmp_path, cache_dir):
     run_train(tmp_path, "trainer.max_steps=2", "trainer.eval_interval=2", cache_dir=cache_dir)
     (run,) = run_dirs(tmp_path)
     before = (run / "metrics.jsonl").read_text()
-    proc = run_train(tmp_path, f"hydra.run.dir={run}", "trainer.max_steps=2", "trainer.eval_interval=2",
-                     cache_dir=cache_dir)
+    proc = run_train(
+        tmp_path, f"hydra.run.dir={run}", "trainer.max_steps=2", "trainer.eval_interval=2", cache_dir=cache_dir
+    )
     assert f"using {run}-1" in proc.stderr  # a sibling, said out loud; resuming is resume=<dir>
     assert (run / "metrics.jsonl").read_text() == before
     assert (run.parent / f"{run.name}-1" / "checkpoints" / "step_0000002").is_dir()
 
 
-@pytest.mark.parametrize("override, message", [
-    ("optim.lr=0", "optim.lr=0.0 must be > 0"),
-    ("optim.lr=-1e-3", "optim.lr=-0.001 must be > 0"),
-    ("optim.min_lr=0.01", "optim.min_lr=0.01 must be between 0 and optim.lr=0.006"),  # Muon's default lr
-    ("optim.warmup_steps=-1", "optim.warmup_steps=-1 must be >= 0"),
-    ("optim.grad_clip=-1", "optim.grad_clip=-1.0 must be >= 0"),
-    ("trainer.stop_at_step=0", "trainer.stop_at_step=0 must be > 0, or null"),
-    ("trainer.max_steps=0", "trainer.max_steps=0 must be a positive integer"),
-    ("trainer.keep_last=-1", "trainer.keep_last=-1 must be >= 0"),
-    ("trainer.skip_nonfinite_steps=-2", "trainer.skip_nonfinite_steps=-2 must be >= 0"),
-    ("trainer.eval_windows=some", "trainer.eval_windows='some' must be a positive number of windows or 'all'"),
-    ("trainer.compile=maybe", "trainer.compile='maybe' is unknown"),
-    ("data.sampling=sequential", "data.sampling='sequential' is unknown; choose one of random, epochs"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("optim.lr=0", "optim.lr=0.0 must be > 0"),
+        ("optim.lr=-1e-3", "optim.lr=-0.001 must be > 0"),
+        ("optim.min_lr=0.01", "optim.min_lr=0.01 must be between 0 and optim.lr=0.006"),  # Muon's default lr
+        ("optim.warmup_steps=-1", "optim.warmup_steps=-1 must be >= 0"),
+        ("optim.grad_clip=-1", "optim.grad_clip=-1.0 must be >= 0"),
+        ("trainer.stop_at_step=0", "trainer.stop_at_step=0 must be > 0, or null"),
+        ("trainer.max_steps=0", "trainer.max_steps=0 must be a positive integer"),
+        ("trainer.keep_last=-1", "trainer.keep_last=-1 must be >= 0"),
+        ("trainer.skip_nonfinite_steps=-2", "trainer.skip_nonfinite_steps=-2 must be >= 0"),
+        ("trainer.eval_windows=some", "trainer.eval_windows='some' must be a positive number of windows or 'all'"),
+        ("trainer.compile=maybe", "trainer.compile='maybe' is unknown"),
+        ("data.sampling=sequential", "data.sampling='sequential' is unknown; choose one of random, epochs"),
+    ],
+)
 def test_bad_values_fail_at_composition_naming_the_field(override, message):
     """resolve_config (the step before any data is prepared) turns them into one ValueError each."""
     from cli.config import compose, resolve_config
+
     cfg = compose([override])  # as @hydra.main hands it to main(): HydraConfig set, no hydra node
     with pytest.raises(ValueError) as error:
         resolve_config(cfg)
@@ -148,9 +182,12 @@ def test_bad_values_fail_at_composition_naming_the_field(override, message):
 
 def test_a_failed_start_fails_before_data_and_leaves_no_run_directory(tmp_path, cache_dir):
     # The data path does not exist either: the config error must come first, before data preparation.
-    proc = run_train(tmp_path, "optim.lr=0", "data=local", "data.path=/nonexistent/*.txt", cache_dir=cache_dir,
-                     check=False)
-    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == "error: optim.lr=0.0 must be > 0 (e.g. 3e-3)"
+    proc = run_train(
+        tmp_path, "optim.lr=0", "data=local", "data.path=/nonexistent/*.txt", cache_dir=cache_dir, check=False
+    )
+    assert (
+        proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == "error: optim.lr=0.0 must be > 0 (e.g. 3e-3)"
+    )
     assert "data:" not in proc.stdout + proc.stderr
     later = run_train(tmp_path, "data=local", "data.path=/nonexistent/*.txt", cache_dir=cache_dir, check=False)
     assert later.returncode == 1 and "matches no files" in later.stderr.strip().splitlines()[-1]
@@ -164,8 +201,13 @@ def test_trainer_precision_bf16_trains_in_bf16_end_to_end(tmp_path, cache_dir):
     windows, which the test keeps (the default epochs order's gap was 1.9e-4 on an AMD EPYC: another batch order)."""
     curves = {}
     for precision in ("fp32", "bf16"):
-        proc = run_train(tmp_path / precision, f"trainer.precision={precision}", "trainer.log_interval=1",
-                         "data.sampling=random", cache_dir=cache_dir)
+        proc = run_train(
+            tmp_path / precision,
+            f"trainer.precision={precision}",
+            "trainer.log_interval=1",
+            "data.sampling=random",
+            cache_dir=cache_dir,
+        )
         assert f"cpu, {precision} (trainer.precision)" in proc.stdout  # the header says what it runs
         (run,) = run_dirs(tmp_path / precision)
         curves[precision] = [r["loss"] for r in read_metrics(run) if r["kind"] == "train"]
@@ -175,7 +217,7 @@ def test_trainer_precision_bf16_trains_in_bf16_end_to_end(tmp_path, cache_dir):
 
 def test_the_summary_gives_the_peak_memory(tmp_path, cache_dir):
     proc = run_train(tmp_path, "trainer.max_steps=4", "trainer.eval_interval=4", cache_dir=cache_dir)
-    line = next(l for l in proc.stdout.splitlines() if l.startswith("peak memory "))
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("peak memory "))
     gib = float(line.split()[2])
     assert 0.05 < gib < 16 and line.endswith("GiB (process max RSS)")  # a CPU process: torch alone is ~0.3 GiB
 
@@ -195,9 +237,12 @@ def test_a_resume_removes_half_written_checkpoints_and_refuses_a_contradicting_o
     (ckpt / "model_config.json").write_text(json.dumps({**fields, "hidden_size": 128}))
     refused = run_train(tmp_path, f"resume={run}", "trainer.max_steps=12", cache_dir=cache_dir, check=False)
     assert refused.returncode == 1  # the manifest sees the edited file first…
-    assert refused.stderr.strip().splitlines()[-1].startswith(f"error: checkpoint {ckpt} is damaged: model_config.json ")
-    refused = run_train(tmp_path, f"resume={run}", "trainer.max_steps=12", "verify_checkpoint=false",
-                        cache_dir=cache_dir, check=False)
+    assert (
+        refused.stderr.strip().splitlines()[-1].startswith(f"error: checkpoint {ckpt} is damaged: model_config.json ")
+    )
+    refused = run_train(
+        tmp_path, f"resume={run}", "trainer.max_steps=12", "verify_checkpoint=false", cache_dir=cache_dir, check=False
+    )
     assert refused.returncode == 1  # …and unverified, the files' consistency check refuses it
     assert refused.stderr.strip().splitlines()[-1].startswith(f"error: checkpoint {ckpt} contradicts itself: ")
 
@@ -212,13 +257,27 @@ def test_wandb_without_a_key_never_prompts_on_a_terminal(tmp_path, cache_dir, en
     import sys
 
     from tests.train_helpers import tiny_args
+
     env = {k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "WANDB_MODE")}
-    env.update(HOME=str(tmp_path), NETRC=str(tmp_path / "no-netrc"), HYDRA_FULL_ERROR="0", OMP_NUM_THREADS="1",
-               WANDB_DIR=str(tmp_path), **({"WANDB_MODE": env_mode} if env_mode else {}))
+    env.update(
+        HOME=str(tmp_path),
+        NETRC=str(tmp_path / "no-netrc"),
+        HYDRA_FULL_ERROR="0",
+        OMP_NUM_THREADS="1",
+        WANDB_DIR=str(tmp_path),
+        **({"WANDB_MODE": env_mode} if env_mode else {}),
+    )
     _, terminal = pty.openpty()
     args = tiny_args(tmp_path, ["logger=wandb", "trainer.max_steps=2", "trainer.eval_interval=2"], cache_dir)
-    proc = subprocess.run([sys.executable, str(REPO / "train.py"), *args], stdin=terminal, capture_output=True,
-                          text=True, timeout=240, env=env, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), *args],
+        stdin=terminal,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+        cwd=REPO,
+    )
     if outcome == "offline":
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert "wandb: no API key configured, logging offline" in proc.stderr
@@ -228,7 +287,8 @@ def test_wandb_without_a_key_never_prompts_on_a_terminal(tmp_path, cache_dir, en
         assert proc.returncode == 1
         assert proc.stderr.strip().splitlines()[-1] == (
             "error: WANDB_MODE=online but no API key is configured; run `wandb login` or set WANDB_API_KEY, "
-            "or use logger.wandb=offline")
+            "or use logger.wandb=offline"
+        )
         assert run_dirs(tmp_path) == [], "a failed start left a run dir"
 
 
@@ -236,15 +296,21 @@ def test_a_resume_keeps_the_runs_bookkeeping(tmp_path, cache_dir):
     """Everything state.json carries besides weights, losses and RNG survives a resume: the best bpb and its
     step (a worse eval after the resume must not replace checkpoints/best), the skipped non-finite steps and
     the training time."""
-    first = run_faulty(tmp_path, {"val_bpb": [3.0, 2.5], "nan_steps": [3]}, "trainer.max_steps=6",
-                       "trainer.stop_at_step=4", "trainer.eval_interval=2", "trainer.ckpt_interval=2",
-                       "trainer.skip_nonfinite_steps=2", cache_dir=cache_dir)
+    first = run_faulty(
+        tmp_path,
+        {"val_bpb": [3.0, 2.5], "nan_steps": [3]},
+        "trainer.max_steps=6",
+        "trainer.stop_at_step=4",
+        "trainer.eval_interval=2",
+        "trainer.ckpt_interval=2",
+        "trainer.skip_nonfinite_steps=2",
+        cache_dir=cache_dir,
+    )
     assert "skipped 1 non-finite step(s)" in first.stdout
     (run,) = run_dirs(tmp_path)
     at_stop = json.loads((run / "checkpoints" / "step_0000004" / "state.json").read_text())
     assert (at_stop["best_val_bpb"], at_stop["best_step"], at_stop["skipped_steps"]) == (2.5, 4, 1)
-    resumed = run_faulty(tmp_path, {"val_bpb": [2.8]}, f"resume={run}", "trainer.eval_interval=6",
-                         cache_dir=cache_dir)
+    resumed = run_faulty(tmp_path, {"val_bpb": [2.8]}, f"resume={run}", "trainer.eval_interval=6", cache_dir=cache_dir)
     final = json.loads((run / "checkpoints" / "step_0000006" / "state.json").read_text())
     assert (final["best_val_bpb"], final["best_step"], final["skipped_steps"]) == (2.5, 4, 1)
     assert [p.name for p in (run / "checkpoints" / "best").iterdir()] == ["step_0000004"]
@@ -260,23 +326,37 @@ def test_a_resume_says_what_it_cannot_change(tmp_path, cache_dir):
     run_train(tmp_path, "trainer.max_steps=8", "trainer.stop_at_step=4", "trainer.ckpt_interval=4", cache_dir=cache_dir)
     (run,) = run_dirs(tmp_path)
     ckpt = run / "checkpoints" / "step_0000004"
-    cases = [(["optim.name=muon"], f"cannot resume {ckpt} with optim.name=muon: its optimizer state is adamw's; "
-                                   "resume with optim.name=adamw, or start a new run"),
-             (["data.vocab_size=600"], f"cannot resume {ckpt} with data.vocab_size=600: a resume trains on the "
-                                       "checkpoint's data and tokenizer; it may change trainer.*, optim.* values, "
-                                       "logger.* and data.cache_dir — for other data, start a new run from its "
-                                       f"weights: init_from={ckpt}"),
-             (["data.sampling=random"], f"cannot resume {ckpt} with data.sampling=random: its run draws batches with "
-                                        "data.sampling=epochs and a resume continues that order; drop the override, "
-                                        f"or start a new run from its weights: init_from={ckpt}")]
+    cases = [
+        (
+            ["optim.name=muon"],
+            f"cannot resume {ckpt} with optim.name=muon: its optimizer state is adamw's; "
+            "resume with optim.name=adamw, or start a new run",
+        ),
+        (
+            ["data.vocab_size=600"],
+            f"cannot resume {ckpt} with data.vocab_size=600: a resume trains on the "
+            "checkpoint's data and tokenizer; it may change trainer.*, optim.* values, "
+            "logger.* and data.cache_dir — for other data, start a new run from its "
+            f"weights: init_from={ckpt}",
+        ),
+        (
+            ["data.sampling=random"],
+            f"cannot resume {ckpt} with data.sampling=random: its run draws batches with "
+            "data.sampling=epochs and a resume continues that order; drop the override, "
+            f"or start a new run from its weights: init_from={ckpt}",
+        ),
+    ]
     for overrides, message in cases:
         proc = run_train(tmp_path, f"resume={run}", *overrides, cache_dir=cache_dir, check=False)
-        assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].startswith(f"error: {message}"), proc.stderr
+        assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].startswith(f"error: {message}"), (
+            proc.stderr
+        )
     (ckpt / "config.yaml").write_text("")
     proc = run_train(tmp_path, f"resume={run}", "verify_checkpoint=false", cache_dir=cache_dir, check=False)
     assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == (
         f"error: {ckpt}/config.yaml holds no training config (no model, data, optim, trainer: empty, or an imported "
-        "checkpoint), so it cannot be resumed; generate.py, evaluate.py and export_hf.py do not need it")
+        "checkpoint), so it cannot be resumed; generate.py, evaluate.py and export_hf.py do not need it"
+    )
     assert run_dirs(tmp_path) == [run]  # and no failed attempt left a directory
 
 
@@ -297,6 +377,7 @@ def unprivileged() -> list:
     override capabilities; an ordinary user needs none."""
     import os
     import shutil
+
     if os.geteuid() != 0:
         return []
     if shutil.which("setpriv") is None:
@@ -310,29 +391,48 @@ def run_unprivileged(tmp_path, *overrides):
     import sys
 
     from tests.train_helpers import tiny_args
+
     env = {**os.environ, "WANDB_MODE": "disabled", "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"}
     args = [a for a in tiny_args(tmp_path, overrides) if not a.startswith(("outputs_dir=", "data.cache_dir="))]
-    return subprocess.run([*unprivileged(), sys.executable, str(REPO / "train.py"), *args, *overrides],
-                          capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
+    return subprocess.run(
+        [*unprivileged(), sys.executable, str(REPO / "train.py"), *args, *overrides],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=REPO,
+    )
 
 
 def test_a_read_only_token_cache_serves_a_hit_and_refuses_a_miss_in_one_line(tmp_path, tiny_data_cache):
     """A shared, read-only token cache (the normal case on a cluster): a run whose cache is there trains
     without writing to it; one that would need a new cache says so in one line."""
     import shutil
+
     shared = tmp_path / "shared"
     shutil.copytree(tiny_data_cache, shared)
     for path in [shared, *shared.rglob("*")]:
         path.chmod(0o555 if path.is_dir() else 0o444)
     (tmp_path / "outputs").mkdir()
-    hit = run_unprivileged(tmp_path, f"outputs_dir={tmp_path / 'outputs'}", f"data.cache_dir={shared}",
-                           "trainer.max_steps=2", "trainer.eval_interval=2")
+    hit = run_unprivileged(
+        tmp_path,
+        f"outputs_dir={tmp_path / 'outputs'}",
+        f"data.cache_dir={shared}",
+        "trainer.max_steps=2",
+        "trainer.eval_interval=2",
+    )
     assert hit.returncode == 0, hit.stderr[-2000:]
-    miss = run_unprivileged(tmp_path, f"outputs_dir={tmp_path / 'outputs'}", f"data.cache_dir={shared}",
-                            "data.vocab_size=300", "trainer.max_steps=2")
+    miss = run_unprivileged(
+        tmp_path,
+        f"outputs_dir={tmp_path / 'outputs'}",
+        f"data.cache_dir={shared}",
+        "data.vocab_size=300",
+        "trainer.max_steps=2",
+    )
     assert miss.returncode == 1 and miss.stderr.strip().splitlines()[-1] == (
         f"error: data.cache_dir {shared} holds no cache for these settings and cannot be written to (permission "
-        "denied); point data.cache_dir at a writable directory, or prepare the cache there first")
+        "denied); point data.cache_dir at a writable directory, or prepare the cache there first"
+    )
 
 
 def test_a_read_only_outputs_dir_is_one_line_before_anything_starts(tmp_path, cache_dir):
@@ -341,25 +441,40 @@ def test_a_read_only_outputs_dir_is_one_line_before_anything_starts(tmp_path, ca
     outputs.chmod(0o555)
     # The default run name (debug=tiny's is a plain string): it resolves through Hydra's runtime choices,
     # which the check must see too — a check that cannot resolve the path was a warning, and no check.
-    proc = run_unprivileged(tmp_path, f"outputs_dir={outputs}", f"data.cache_dir={cache_dir}",
-                            "run_name=${hydra:runtime.choices.model}_${hydra:runtime.choices.data}")
+    proc = run_unprivileged(
+        tmp_path,
+        f"outputs_dir={outputs}",
+        f"data.cache_dir={cache_dir}",
+        "run_name=${hydra:runtime.choices.model}_${hydra:runtime.choices.data}",
+    )
     assert proc.returncode == 1 and "Traceback" not in proc.stderr and "Callback" not in proc.stderr
     line = proc.stderr.strip().splitlines()[-1]
     assert line.startswith(f"error: cannot create the run directory {outputs}/") and line.endswith(
-        f": permission denied in {outputs}; set outputs_dir=… to a writable directory"), line
+        f": permission denied in {outputs}; set outputs_dir=… to a writable directory"
+    ), line
 
 
 def test_early_stopping_ends_at_the_patience_and_best_is_an_alias(tmp_path, cache_dir, monkeypatch, capsys):
     """Scripted validation (3.0, 2.5, 2.6, 2.7 bpb every 2 steps) with patience 2: the run stops at step 8,
     saves it, and names the best (step 4); `best` then finds that checkpoint for generate, evaluate, export and
     resume — which refuses to restart a run that stopped early unless the patience is lifted."""
-    from cli import evaluate, export_hf, generate
-    from cli.entry import exit_status
-    proc = run_faulty(tmp_path, {"val_bpb": [3.0, 2.5, 2.6, 2.7]}, "trainer.max_steps=20", "trainer.eval_interval=2",
-                      "trainer.ckpt_interval=20", "trainer.early_stopping=2", cache_dir=cache_dir)
+    from cli import evaluate, exit_status, export_hf, generate
+
+    proc = run_faulty(
+        tmp_path,
+        {"val_bpb": [3.0, 2.5, 2.6, 2.7]},
+        "trainer.max_steps=20",
+        "trainer.eval_interval=2",
+        "trainer.ckpt_interval=20",
+        "trainer.early_stopping=2",
+        cache_dir=cache_dir,
+    )
     (run,) = run_dirs(tmp_path)
     assert "step 8: stopping early — no lower validation bpb in 2 evaluations" in proc.stdout
-    assert "stopped early at step 8 of 20: no lower validation bpb in 2 evaluations (trainer.early_stopping)" in proc.stdout
+    assert (
+        "stopped early at step 8 of 20: no lower validation bpb in 2 evaluations (trainer.early_stopping)"
+        in proc.stdout
+    )
     assert f"best val bits per byte 2.5000 at step 4: {run}/checkpoints/best" in proc.stdout
     assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == ["step_0000008"]
     monkeypatch.chdir(tmp_path)  # `best` and `latest` look under ./outputs
@@ -382,9 +497,16 @@ def test_early_stopping_ends_at_the_patience_and_best_is_an_alias(tmp_path, cach
 def test_early_stopping_works_without_keeping_the_best(tmp_path, cache_dir):
     """trainer.keep_best=false turns off checkpoints/best, not early stopping: the patience still counts the
     evaluations without a lower bpb (the best is tracked either way)."""
-    proc = run_faulty(tmp_path, {"val_bpb": [3.0, 2.5, 2.6, 2.7]}, "trainer.max_steps=20", "trainer.eval_interval=2",
-                      "trainer.ckpt_interval=20", "trainer.early_stopping=2", "trainer.keep_best=false",
-                      cache_dir=cache_dir)
+    proc = run_faulty(
+        tmp_path,
+        {"val_bpb": [3.0, 2.5, 2.6, 2.7]},
+        "trainer.max_steps=20",
+        "trainer.eval_interval=2",
+        "trainer.ckpt_interval=20",
+        "trainer.early_stopping=2",
+        "trainer.keep_best=false",
+        cache_dir=cache_dir,
+    )
     (run,) = run_dirs(tmp_path)
     assert "stopped early at step 8 of 20: no lower validation bpb in 2 evaluations" in proc.stdout
     assert not (run / "checkpoints" / "best").exists()
@@ -400,26 +522,47 @@ def test_max_epochs_sets_the_steps_from_the_training_split(tmp_path, cache_dir):
 def test_the_sample_a_run_prints_is_what_generate_py_makes_of_its_checkpoint(tmp_path, cache_dir, capsys):
     """One code path for the eval-time sample and scripts/generate.py: same sampling defaults, same seed,
     same text from the same weights."""
-    from cli import generate
-    from cli.entry import exit_status
-    proc = run_train(tmp_path, "trainer.max_steps=10", "trainer.eval_interval=10", "trainer.precision=fp32",
-                     "trainer.sample_tokens=12", "trainer.sample_prompt=ROMEO:", cache_dir=cache_dir)
+    from cli import exit_status, generate
+
+    proc = run_train(
+        tmp_path,
+        "trainer.max_steps=10",
+        "trainer.eval_interval=10",
+        "trainer.precision=fp32",
+        "trainer.sample_tokens=12",
+        "trainer.sample_prompt=ROMEO:",
+        cache_dir=cache_dir,
+    )
     sample = proc.stdout.split("---- sample ----\n", 1)[1].split("\n----------------", 1)[0]
     (run,) = run_dirs(tmp_path)
-    code = exit_status(generate.main, [str(run / "checkpoints" / "step_0000010"), "--prompt", "ROMEO:", "--seed", "0",
-                                       "--max-new-tokens", "12", "--device", "cpu"])
+    code = exit_status(
+        generate.main,
+        [
+            str(run / "checkpoints" / "step_0000010"),
+            "--prompt",
+            "ROMEO:",
+            "--seed",
+            "0",
+            "--max-new-tokens",
+            "12",
+            "--device",
+            "cpu",
+        ],
+    )
     assert code == 0 and capsys.readouterr().out == sample + "\n"
 
 
 def test_a_run_saved_before_data_sampling_existed_resumes_with_random_windows(tmp_path):
     """Its config.yaml has no data.sampling, and it drew at random: a resume must continue that order whatever
     the default is now, not fall on the dataclass's default and then be refused by its own checkpoint."""
-    from cli.config import _saved_training_config
-    (tmp_path / "config.yaml").write_text("model: {hidden_size: 64}\ndata: {source: shakespeare}\noptim: {lr: 0.001}\n"
-                                          "trainer: {max_steps: 10}\n")
-    assert _saved_training_config(tmp_path).data.sampling == "random"
+    from cli.config import saved_training_config
+
+    (tmp_path / "config.yaml").write_text(
+        "model: {hidden_size: 64}\ndata: {source: shakespeare}\noptim: {lr: 0.001}\ntrainer: {max_steps: 10}\n"
+    )
+    assert saved_training_config(tmp_path).data.sampling == "random"
     (tmp_path / "config.yaml").write_text("model: {}\ndata: {sampling: epochs}\noptim: {}\ntrainer: {}\n")
-    assert _saved_training_config(tmp_path).data.sampling == "epochs"
+    assert saved_training_config(tmp_path).data.sampling == "epochs"
 
 
 def test_the_default_length_stops_a_small_corpus_at_its_passes_long_before_its_budget(tmp_path, cache_dir):
@@ -428,21 +571,36 @@ def test_the_default_length_stops_a_small_corpus_at_its_passes_long_before_its_b
     to spending its budget on a corpus it has used up."""
     import sys
 
-    from data.shakespeare import load_plays
+    from data.sources import load_plays
     from tests.train_helpers import launch
+
     corpus = tmp_path / "play.txt"
     corpus.write_text(load_plays()[0]["text"][:9000])
-    proc = launch([sys.executable], [f"outputs_dir={tmp_path / 'outputs'}", "model=tiny", "logger=none", "data=local",
-                                     f"data.path={corpus}", "data.vocab_size=512", f"data.cache_dir={cache_dir}",
-                                     "trainer.precision=fp32", "trainer.compile=false", "trainer.micro_batch_size=4",
-                                     "trainer.num_threads=1", "trainer.sample_tokens=0"])
+    proc = launch(
+        [sys.executable],
+        [
+            f"outputs_dir={tmp_path / 'outputs'}",
+            "model=tiny",
+            "logger=none",
+            "data=local",
+            f"data.path={corpus}",
+            "data.vocab_size=512",
+            f"data.cache_dir={cache_dir}",
+            "trainer.precision=fp32",
+            "trainer.compile=false",
+            "trainer.micro_batch_size=4",
+            "trainer.num_threads=1",
+            "trainer.sample_tokens=0",
+        ],
+    )
     (run,) = run_dirs(tmp_path)
     state = json.loads(max((run / "checkpoints").glob("step_*")).joinpath("state.json").read_text())
     meta = json.loads(next(cache_dir.glob("local-*/meta.json")).read_text())
     passes_end = -(-4 * windows_per_epoch(meta["train_tokens"], 64) // 4)
     assert state["step"] == passes_end and state["elapsed_s"] < 120
-    assert ("(trainer.time_budget=10 min or 4 passes over every window (trainer.max_epochs=4), whichever comes "
-            "first:") in proc.stdout
+    assert (
+        "(trainer.time_budget=10 min or 4 passes over every window (trainer.max_epochs=4), whichever comes first:"
+    ) in proc.stdout
     assert f"done: {passes_end} steps" in proc.stdout
     assert "stopped at 4 passes over every window (trainer.max_epochs=4), after " in proc.stdout
     evals = [r for r in read_metrics(run) if r["kind"] == "eval"]

@@ -1,15 +1,25 @@
 """The full model: every variant trains; init scales every layer that writes into the residual stream
-(found by tracing, whatever its name); hidden_states; tying, padding, parameter accounting.
-FLOPs: tests/test_flops.py."""
+(found by tracing, whatever its name); hidden_states; tying, padding, parameter accounting; training FLOPs
+per token (token_flops) against a hand count and against torch's FlopCounterMode; μP's model half: at the base
+width mup is sp; the float64 reference with its attention scale and output multiplier; init that scales only the
+blocks' matrices; every path to logits multiplied; a folded sp copy computes the same logits; FLOPs and parameter
+counts unchanged. (μP's config fields and errors: tests/test_model_config.py.)"""
+
+import dataclasses
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
-
-from model import MLPS, NORMS, ModelConfig, Transformer
 from model_helpers import one_thread, random_transformer, reference_forward, tiny_model_config
+from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+from interop.hf_export import as_standard
+from model import MLPS, NORMS, ModelConfig, Transformer
+from model.generate import generate_ids
+from training.loop import CausalLMLoss
 
 # Every variant once: each norm with SwiGLU, each MLP with RMSNorm, and QK-norm (modules are independent).
 VARIANTS = [{"norm": n} for n in NORMS] + [{"mlp": m} for m in MLPS if m != "swiglu"] + [{"qk_norm": True}]
@@ -51,8 +61,10 @@ def test_forward_returns_padded_logits_and_rejects_too_long_input():
     out = model(torch.zeros(3, 5, dtype=torch.long))
     assert isinstance(out, torch.Tensor) and out.shape == (3, 5, 64) and cfg.padded_vocab_size == 64
     assert model.embed_tokens.weight.shape == (64, cfg.hidden_size)
-    too_long = (f"sequence of {cfg.max_seq_len + 1} tokens exceeds model.max_seq_len={cfg.max_seq_len}; "
-                "shorten the input or train with a larger max_seq_len")
+    too_long = (
+        f"sequence of {cfg.max_seq_len + 1} tokens exceeds model.max_seq_len={cfg.max_seq_len}; "
+        "shorten the input or train with a larger max_seq_len"
+    )
     with pytest.raises(ValueError) as raised:
         model(torch.zeros(1, cfg.max_seq_len + 1, dtype=torch.long))
     assert str(raised.value) == too_long
@@ -85,10 +97,14 @@ def test_forward_is_the_lm_head_of_the_final_normed_hidden_states():
     torch.testing.assert_close(pieces, hidden, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("overrides", [
-    {"norm_eps": 0.05, "rope_theta": 37.0},  # GQA; both far from their defaults, so each must reach the math
-    {"n_kv_heads": None, "tie_embeddings": False, "norm_eps": 1e-6, "rope_theta": 5e5},  # MHA, untied
-], ids=["gqa-eps-theta", "mha-untied"])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"norm_eps": 0.05, "rope_theta": 37.0},  # GQA; both far from their defaults, so each must reach the math
+        {"n_kv_heads": None, "tie_embeddings": False, "norm_eps": 1e-6, "rope_theta": 5e5},  # MHA, untied
+    ],
+    ids=["gqa-eps-theta", "mha-untied"],
+)
 def test_forward_matches_the_float64_reference_built_from_the_config(overrides):
     """Embedding → pre-norm blocks → final norm → head, against the whole recipe in float64 with
     model.norm_eps and model.rope_theta taken from the config (model_helpers.reference_forward)."""
@@ -115,6 +131,7 @@ def test_tied_embeddings_share_storage():
 
 # ---- init: the property, checked on the autograd graph ------------------------------------------
 
+
 def residual_writers(model: Transformer, ids: torch.Tensor) -> set:
     """Names of the Linear layers whose output is added into the residual stream, read off autograd.
 
@@ -122,8 +139,11 @@ def residual_writers(model: Transformer, ids: torch.Tensor) -> set:
     final norm's input through additions only, and collect every addend a Linear produced.
     """
     producer, stream = {}, []
-    hooks = [module.register_forward_hook(lambda m, args, out, name=name: producer.__setitem__(out.grad_fn, name))
-             for name, module in model.named_modules() if isinstance(module, nn.Linear)]
+    hooks = [
+        module.register_forward_hook(lambda m, args, out, name=name: producer.__setitem__(out.grad_fn, name))
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Linear)
+    ]
     hooks.append(model.norm.register_forward_pre_hook(lambda m, args: stream.append(args[0])))
     try:
         with torch.enable_grad():
@@ -186,13 +206,22 @@ class ForgetfulMLP(BilinearMLP):
             nn.init.normal_(layer.weight, std=std)
 
 
-class NoInitMLP(BilinearMLP):
-    init_weights = None  # as if never written
+class NoInitMLP(nn.Module):
+    """An MLP whose author never wrote init_weights."""
+
+    gated = True
+
+    def __init__(self, hidden_size: int, intermediate_size: int, dropout: float = 0.0):
+        super().__init__()
+        self.w_in = nn.Linear(hidden_size, intermediate_size, bias=False)
+        self.w_out = nn.Linear(intermediate_size, hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w_out(self.w_in(x))
 
 
 def init_test_model(**overrides) -> Transformer:
-    cfg = ModelConfig(vocab_size=512, hidden_size=128, n_layers=8, n_heads=4, max_seq_len=8, init_std=0.05,
-                      **overrides)
+    cfg = ModelConfig(vocab_size=512, hidden_size=128, n_layers=8, n_heads=4, max_seq_len=8, init_std=0.05, **overrides)
     torch.manual_seed(0)
     with one_thread():
         return Transformer(cfg).eval()
@@ -224,16 +253,20 @@ def test_a_block_part_without_init_weights_is_refused(monkeypatch):
     monkeypatch.setitem(MLPS, "no_init", NoInitMLP)
     with pytest.raises(TypeError) as raised:
         init_test_model(mlp="no_init")
-    assert str(raised.value) == ("NoInitMLP (block part 'mlp') has parameters but no init_weights(std, out_std); "
-                                 "add one (docs/architecture.md, 'add an MLP')")
+    assert str(raised.value) == (
+        "NoInitMLP (block part 'mlp') has parameters but no init_weights(std, out_std); "
+        "add one (docs/architecture.md, 'add an MLP')"
+    )
 
 
-@pytest.mark.parametrize("overrides", [{}, {"tie_embeddings": False, "norm": "layernorm", "mlp": "gelu",
-                                            "qk_norm": True, "vocab_size": 300}])
+@pytest.mark.parametrize(
+    "overrides", [{}, {"tie_embeddings": False, "norm": "layernorm", "mlp": "gelu", "qk_norm": True, "vocab_size": 300}]
+)
 def test_meta_device_init_then_to_empty_matches_a_normal_build(overrides):
     """Large-model init: shapes on `meta`, memory with to_empty(), values from init_weights() alone."""
-    cfg = ModelConfig(**{**dict(vocab_size=512, hidden_size=128, n_layers=4, n_heads=4, max_seq_len=16,
-                                init_std=0.05), **overrides})
+    cfg = ModelConfig(
+        **{**dict(vocab_size=512, hidden_size=128, n_layers=4, n_heads=4, max_seq_len=16, init_std=0.05), **overrides}
+    )
     with torch.device("meta"):
         lazy = Transformer(cfg)
     lazy = lazy.to_empty(device="cpu")
@@ -259,6 +292,7 @@ def test_meta_device_init_then_to_empty_matches_a_normal_build(overrides):
 
 # ---- accounting ---------------------------------------------------------------------------------
 
+
 def expected_counts(cfg: ModelConfig) -> dict:
     d, hd, L = cfg.hidden_size, cfg.head_dim, cfg.n_layers
     gated = cfg.mlp in ("swiglu", "geglu")
@@ -272,10 +306,18 @@ def expected_counts(cfg: ModelConfig) -> dict:
     }
 
 
-@pytest.mark.parametrize("overrides", [
-    {}, {"tie_embeddings": False}, {"norm": "layernorm", "mlp": "gelu"}, {"mlp": "geglu", "n_kv_heads": 1},
-    {"norm": "none"}, {"norm": "rmsnorm_bf16", "qk_norm": True}, {"norm": "none", "qk_norm": True},
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"tie_embeddings": False},
+        {"norm": "layernorm", "mlp": "gelu"},
+        {"mlp": "geglu", "n_kv_heads": 1},
+        {"norm": "none"},
+        {"norm": "rmsnorm_bf16", "qk_norm": True},
+        {"norm": "none", "qk_norm": True},
+    ],
+)
 def test_param_counts_match_formulas_and_add_up(overrides):
     model = Transformer(tiny_model_config(**overrides))
     counts = model.param_counts()
@@ -286,9 +328,245 @@ def test_param_counts_match_formulas_and_add_up(overrides):
 
 def test_param_count_of_llama_7b():
     # Meta's published 7B shape must come to its well-known 6,738,415,616 parameters (32000 = 500·64: no padding).
-    cfg = ModelConfig(vocab_size=32000, hidden_size=4096, n_layers=32, n_heads=32, multiple_of=256,
-                      max_seq_len=2048, norm_eps=1e-6, tie_embeddings=False)
+    cfg = ModelConfig(
+        vocab_size=32000,
+        hidden_size=4096,
+        n_layers=32,
+        n_heads=32,
+        multiple_of=256,
+        max_seq_len=2048,
+        norm_eps=1e-6,
+        tie_embeddings=False,
+    )
     with torch.device("meta"):  # shapes only: no memory, no init time
         model = Transformer(cfg)
     assert model.param_counts()["total"] == 6_738_415_616
 
+
+# ---- training FLOPs per token (Transformer.token_flops) ----------------------------------------------------------
+
+# vocab 128 (a multiple of 64: no padding), d 32, 2 layers, 4 query heads of 8, 2 k/v heads, MLP width 64.
+TINY = dict(vocab_size=128, hidden_size=32, n_layers=2, n_heads=4, n_kv_heads=2, intermediate_size=64, max_seq_len=16)
+
+
+def full_attention_flops_per_token(n_layers: int, n_heads: int, head_dim: int, seq_len: int) -> int:
+    """PaLM's non-causal 12·L·d·T: every query scores every key (the masked half too)."""
+    return n_layers * n_heads * head_dim * 12 * seq_len
+
+
+def test_hand_count_of_a_tiny_gqa_model():
+    weights, attention = Transformer(ModelConfig(**TINY)).token_flops(seq_len=16)
+    q, k, v, o = 32 * 32, 32 * 16, 32 * 16, 32 * 32  # GQA: k and v project to 2 heads × 8
+    mlp = 32 * 2 * 64 + 64 * 32  # fused gate+up, then down
+    head = 128 * 32  # tied to the embedding, but its matmul still runs
+    assert weights == 6 * (2 * (q + k + v + o + mlp) + head) == 135_168
+    # Causal: query i scores i+1 keys, 16·17/2 = 136 pairs per head per window, i.e. 8.5 per token;
+    # 2·8 FLOPs for QKᵀ + 2·8 for attention·V per pair, ×3 for backward, 4 heads, 2 layers.
+    assert attention == 2 * 4 * 3 * (2 * 8 + 2 * 8) * 136 // 16 == 6_528
+    assert weights + attention == 141_696
+    assert Transformer(ModelConfig(**TINY)).flops_per_token(16) == 141_696.0
+
+
+def test_causal_term_is_half_the_full_square_plus_the_diagonal():
+    with torch.device("meta"):  # GPT-2 small's shape: 12 layers, 12 heads of 64
+        model = Transformer(ModelConfig(vocab_size=128, hidden_size=768, n_layers=12, n_heads=12, max_seq_len=1024))
+    for T in (1, 16, 1024):
+        full = full_attention_flops_per_token(12, 12, 64, T)
+        assert full == 12 * 12 * 768 * T  # PaLM's 12·L·d·T
+        assert model.token_flops(T)[1] * 2 * T == full * (T + 1)
+
+
+def counted(model, x, backend=None):
+    counter = FlopCounterMode(display=False)
+    with sdpa_kernel(backend) if backend else torch.enable_grad(), counter:
+        model(x).sum().backward()
+    return {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}
+
+
+def test_matches_flop_counter_mode_on_a_tiny_model():
+    """FlopCounterMode counts what the kernels do; the difference from ours is only the attention:
+
+    - with the math SDPA backend attention is bmm's over the full T×T scores (the masked half is
+      computed, then discarded): forward 2 bmm, backward 4 — PaLM's non-causal 12·L·d·T;
+    - its fused-kernel formulas (flash/efficient/cudnn, CUDA) also count the full square, plus the
+      scores recomputed in backward (2.5× forward, not 2×); the CPU flash kernel has no formula and
+      counts 0. Model FLOPs count neither the masked half nor the recomputation.
+    """
+    model = Transformer(ModelConfig(**TINY))
+    x = torch.randint(0, 128, (3, 16))
+    weights, attention = model.token_flops(16)
+    counts = counted(model, x, SDPBackend.MATH)
+    tokens = x.numel()
+    assert counts["aten.mm"] == weights * tokens  # every Linear: forward, grad-input, grad-weight
+    assert counts["aten.bmm"] == full_attention_flops_per_token(2, 4, 8, 16) * tokens
+    assert counts["aten.bmm"] * 17 == attention * tokens * 2 * 16
+    assert counted(model, x)["aten.mm"] == weights * tokens  # the default kernel: same weights
+
+
+def test_flops_count_an_untied_head_and_padded_vocab():
+    tied = Transformer(ModelConfig(**TINY)).token_flops(16)[0]
+    untied = Transformer(ModelConfig(**{**TINY, "tie_embeddings": False})).token_flops(16)[0]
+    assert untied == tied  # same matmuls: tying shares storage, not work
+    padded = Transformer(ModelConfig(**{**TINY, "vocab_size": 100})).token_flops(16)[0]
+    assert padded == tied  # 100 pads to 128 rows, and the head computes all of them
+
+
+def test_flops_work_on_the_meta_device():
+    with torch.device("meta"):
+        model = Transformer(ModelConfig(**TINY))
+    assert sum(model.token_flops(16)) == 141_696
+
+
+@pytest.mark.parametrize("seq", [16, 8])
+def test_flops_default_to_max_seq_len(seq):
+    model = Transformer(ModelConfig(**TINY))
+    assert model.flops_per_token() == model.flops_per_token(16)
+    assert model.token_flops() == model.token_flops(16)
+    assert model.flops_per_token(seq) == float(sum(model.token_flops(seq)))
+
+
+# ---- μP, the model's half (ModelConfig's multipliers, docs/mup.md) -------------------------------------------------
+
+
+@pytest.fixture
+def single_thread():
+    with one_thread():
+        yield
+
+
+def mup_config(**overrides) -> ModelConfig:
+    """hidden 32 over base 16: m = 2, head_dim 8 over a base head_dim of 4."""
+    return tiny_model_config(**{"parametrization": "mup", "mup_base_width": 16, **overrides})
+
+
+@pytest.mark.usefixtures("single_thread")
+def test_at_the_base_width_mup_is_sp():
+    ids = torch.randint(0, 61, (2, 12), generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    sp = Transformer(tiny_model_config())
+    torch.manual_seed(0)
+    mup = Transformer(mup_config(mup_base_width=32))
+    assert all(torch.equal(a, b) for a, b in zip(sp.state_dict().values(), mup.state_dict().values()))
+    torch.testing.assert_close(mup(ids), sp(ids), rtol=0, atol=1e-6)
+
+
+@pytest.mark.usefixtures("single_thread")
+@pytest.mark.parametrize(
+    "overrides", [dict(), dict(tie_embeddings=False), dict(n_kv_heads=3, hidden_size=48, n_heads=6)]
+)
+def test_forward_matches_the_float64_reference_with_mups_scales(overrides):
+    model = random_transformer(mup_config(**overrides))
+    assert model.cfg.width_multiplier != 1 and model.cfg.attention_scale != 1 / math.sqrt(model.cfg.head_dim)
+    ids = torch.randint(0, 61, (2, 16), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ours = model(ids).double()
+    torch.testing.assert_close(ours, reference_forward(model, ids), rtol=0, atol=1e-5)
+    as_if_sp = reference_forward(random_transformer(dataclasses.replace(model.cfg, parametrization="sp")), ids)
+    assert (ours - as_if_sp).abs().max() > 1e-2  # the scales matter: sp's math is measurably other
+
+
+@pytest.mark.usefixtures("single_thread")
+def test_init_scales_the_blocks_matrices_by_one_over_sqrt_m_and_nothing_else():
+    def stds(width, parametrization):
+        torch.manual_seed(0)
+        model = Transformer(
+            ModelConfig(
+                vocab_size=512,
+                hidden_size=width,
+                n_layers=2,
+                n_heads=4,
+                tie_embeddings=False,
+                parametrization=parametrization,
+                mup_base_width=64,
+            )
+        )
+        std = lambda p: p.detach().std().item()  # noqa: E731
+        return (
+            std(model.layers[0].attn.q_proj.weight),
+            std(model.layers[1].mlp.gate_up_proj.weight),
+            std(model.layers[0].attn.o_proj.weight) * math.sqrt(4),
+            std(model.embed_tokens.weight),
+            std(model.lm_head.weight),
+            model.layers[0].attn_norm.weight.mean().item(),
+        )
+
+    q, gate_up, o_depth_undone, embedding, head, gain = stds(256, "mup")  # m = 4
+    assert q == pytest.approx(0.01, rel=0.03) and gate_up == pytest.approx(0.01, rel=0.03)
+    assert o_depth_undone == pytest.approx(0.01, rel=0.03)  # the depth scaling on top: 1/sqrt(2·n_layers)
+    assert embedding == pytest.approx(0.02, rel=0.03) and head == pytest.approx(0.02, rel=0.03) and gain == 1.0
+    assert stds(256, "sp")[:2] == pytest.approx((0.02, 0.02), rel=0.03)
+
+
+@pytest.mark.usefixtures("single_thread")
+@pytest.mark.parametrize("tie", [True, False])
+def test_every_path_to_logits_gets_the_output_multiplier(tie):
+    model = random_transformer(mup_config(tie_embeddings=tie))
+    ids = torch.randint(0, 61, (3, 17), generator=torch.Generator().manual_seed(2))
+    x, y = ids[:, :-1], ids[:, 1:]
+    logits = model(x)
+    with torch.no_grad():
+        torch.testing.assert_close(logits, model.lm_head(model.hidden_states(x)) / 2, rtol=0, atol=1e-6)
+    expected = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+    one_shot = CausalLMLoss(model, chunk_above=None)(x, y)
+    chunked = CausalLMLoss(model, chunk_above=0, chunk_elements=61 * 5)(x, y)  # 5 tokens a chunk
+    torch.testing.assert_close(one_shot, expected, rtol=0, atol=1e-6)
+    torch.testing.assert_close(chunked, expected, rtol=0, atol=1e-6)
+    cache = model.new_kv_cache(3)
+    with torch.no_grad():
+        model(x[:, :9], cache)
+        cached_step = model(x[:, 9:10], cache)[:, -1]  # what KV-cached generation reads
+    torch.testing.assert_close(cached_step, logits[:, 9].detach(), rtol=0, atol=1e-5)
+    greedy = generate_ids(model, [ids[0, :9].tolist()], 6, temperature=0)
+    assert greedy == generate_ids(model, [ids[0, :9].tolist()], 6, temperature=0, use_cache=False)
+    assert greedy[0][0] == int(logits[0, 8, :61].argmax())  # padding ids are never generated
+
+
+@pytest.mark.usefixtures("single_thread")
+@pytest.mark.parametrize(
+    "overrides", [dict(), dict(tie_embeddings=False), dict(n_kv_heads=1), dict(mup_attention_scale="sp")]
+)
+def test_the_folded_sp_model_computes_the_same_logits(overrides):
+    """interop/hf_export.py's as_standard: what the Hugging Face export writes for a mup model."""
+    model = random_transformer(mup_config(**overrides))
+    sp_cfg, state = as_standard(model.cfg, model.state_dict())
+    assert (sp_cfg.parametrization, sp_cfg.tie_embeddings) == ("sp", False)
+    assert torch.equal(state["embed_tokens.weight"], model.embed_tokens.weight)  # the input side is untouched
+    folded = Transformer(sp_cfg)
+    folded.load_state_dict(state)
+    ids = torch.randint(0, 61, (2, 20), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        torch.testing.assert_close(folded(ids), model(ids), rtol=0, atol=1e-5)
+    assert as_standard(tiny_model_config(), state) == (tiny_model_config(), state)  # sp: nothing to fold
+
+
+def test_flops_and_parameter_counts_do_not_depend_on_the_parametrization():
+    with torch.device("meta"):
+        sp, mup = Transformer(tiny_model_config()), Transformer(mup_config())
+    assert sp.param_counts() == mup.param_counts()
+    assert sp.flops_per_token() == mup.flops_per_token()
+
+
+@pytest.mark.usefixtures("single_thread")
+def test_the_attention_scale_arm_keeps_every_other_mup_scale():
+    """model.mup_attention_scale=sp (docs/mup.md's experiment): SDPA's 1/sqrt(d) under mup, the float64 reference
+    agrees, and the rest of μP (init, output multiplier) is what mup_config gives."""
+    cfg = mup_config(mup_attention_scale="sp")
+    assert cfg.attention_scale is None and mup_config().attention_scale is not None
+    model = random_transformer(cfg)
+    ids = torch.randint(0, 61, (2, 16), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).double(), reference_forward(model, ids), rtol=0, atol=1e-5)
+
+
+@pytest.mark.usefixtures("single_thread")
+def test_zero_query_init_zeroes_only_the_query_projection():
+    """Every score is 0 at init (uniform attention); k, v and every other weight are the draws of the same seed."""
+    torch.manual_seed(0)
+    plain = Transformer(mup_config())
+    torch.manual_seed(0)
+    zero_q = Transformer(mup_config(zero_query_init=True))
+    for (name, a), b in zip(plain.state_dict().items(), zero_q.state_dict().values()):
+        if name.endswith("q_proj.weight"):
+            assert a.abs().sum() > 0 and not b.any(), name
+        else:
+            assert torch.equal(a, b), name

@@ -1,5 +1,6 @@
 """activation_rms: per-layer RMS from hooks equals the RMS of the block outputs (and attention logits) computed by
 hand; weight_change equals the relative change between two checkpoints of a real run."""
+
 import json
 import math
 
@@ -8,7 +9,7 @@ import torch
 
 from model import Transformer
 from tests.model_helpers import one_thread, random_transformer, tiny_model_config
-from training.validator import activation_rms
+from training.loop import activation_rms
 
 
 def rms64(t: torch.Tensor) -> float:
@@ -48,16 +49,20 @@ def manual_attention_logits(attn, x: torch.Tensor, cos: torch.Tensor, sin: torch
 
     q, k = rotate(q), rotate(k)
     scale = attn.scale if attn.scale is not None else 1 / math.sqrt(hd)
-    entries = [float(q[0, i, h] @ k[0, j, h * Hkv // H]) * scale for h in range(H) for i in range(T) for j in range(i + 1)]
+    entries = [
+        float(q[0, i, h] @ k[0, j, h * Hkv // H]) * scale for h in range(H) for i in range(T) for j in range(i + 1)
+    ]
     return torch.tensor(entries, dtype=torch.float64)
 
 
-@pytest.mark.parametrize("norm, mlp, n_kv_heads, qk_norm", [("rmsnorm", "swiglu", 2, False),
-                                                            ("layernorm", "gelu", 1, True)])
+@pytest.mark.parametrize(
+    "norm, mlp, n_kv_heads, qk_norm", [("rmsnorm", "swiglu", 2, False), ("layernorm", "gelu", 1, True)]
+)
 def test_hooked_rms_equals_direct_computation(norm, mlp, n_kv_heads, qk_norm):
     with one_thread(), torch.no_grad():
-        model = random_transformer(tiny_model_config(norm=norm, mlp=mlp, n_layers=3, n_kv_heads=n_kv_heads,
-                                                     qk_norm=qk_norm))
+        model = random_transformer(
+            tiny_model_config(norm=norm, mlp=mlp, n_layers=3, n_kv_heads=n_kv_heads, qk_norm=qk_norm)
+        )
         input_ids = torch.randint(0, 61, (3, 20), generator=torch.Generator().manual_seed(0))
         stats = activation_rms(model, input_ids)
         expected = manual_block_rms(model, input_ids)
@@ -99,9 +104,17 @@ def test_weight_change_is_each_blocks_relative_move_between_two_evaluations(tmp_
 
     from tests.train_helpers import train_in_process
     from training.config import TrainerConfig
+
     run = tmp_path / "run"
-    train_in_process(run, "trainer.max_steps=4", "trainer.eval_interval=2", "trainer.ckpt_interval=2",
-                     "trainer.keep_last=2", "trainer.weight_change=true", cache_dir=tiny_data_cache)
+    train_in_process(
+        run,
+        "trainer.max_steps=4",
+        "trainer.eval_interval=2",
+        "trainer.ckpt_interval=2",
+        "trainer.keep_last=2",
+        "trainer.weight_change=true",
+        cache_dir=tiny_data_cache,
+    )
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     evals = {r["step"]: r for r in rows if r["kind"] == "eval"}
     w2, w4 = (load_file(run / "checkpoints" / f"step_{s:07d}" / "model.safetensors") for s in (2, 4))

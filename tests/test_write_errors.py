@@ -5,6 +5,7 @@ In-process tests inject the exact exceptions torch and safetensors raise; the re
 tests/write_faults.py in a child process under a real file-size limit, a real full (tmpfs) disk, a
 real read-only mount and a real unwritable folder.
 """
+
 import errno
 import json
 import os
@@ -17,11 +18,9 @@ import pytest
 import torch
 from safetensors import SafetensorError
 
-import training.checkpoint.save
-import training.checkpoint.write_errors
+import training.checkpoint
 from model import ModelConfig, Transformer
-from training.checkpoint import CheckpointWriteError, read_weights, save_checkpoint
-from training.checkpoint.write_errors import write_error_cause
+from training.checkpoint import CheckpointWriteError, read_weights, save_checkpoint, write_error_cause
 
 CHILD = ["-m", "tests.write_faults"]  # run from the project root (run_child), which is then on sys.path
 CFG = ModelConfig(vocab_size=300, hidden_size=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=16)
@@ -29,19 +28,35 @@ TORCH_DISK_FULL = "[enforce fail at inline_container.cc:672] . unexpected pos 70
 
 
 # ---- classifying one failed write --------------------------------------------------------------------
-@pytest.mark.parametrize("error, cause, fix", [
-    (OSError(errno.ENOSPC, "No space left on device"), "no space left on device",
-     "free space on the disk holding /run/ck (or lower trainer.keep_last)"),
-    (SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)"),
-     "no space left on device", "free space on the disk holding /run/ck"),
-    (PermissionError(errno.EACCES, "Permission denied"), "permission denied",
-     "make /run/ck writable for this user, or write the run elsewhere (hydra.run.dir=…)"),
-    (OSError(errno.EROFS, "Read-only file system"), "read-only file system", "write the run to a writable directory"),
-    (OSError(errno.EDQUOT, "Disk quota exceeded"), "disk quota exceeded", "free space within your quota"),
-    (FileNotFoundError(errno.ENOENT, "No such file"), "/run/ck disappeared", "is a second run writing into this"),
-    (OSError(errno.EIO, "Input/output error"), "I/O error", "the disk may be failing"),
-    (RuntimeError(TORCH_DISK_FULL), f"write failed ({TORCH_DISK_FULL})", "check the disk"),  # plenty of space here
-])
+@pytest.mark.parametrize(
+    "error, cause, fix",
+    [
+        (
+            OSError(errno.ENOSPC, "No space left on device"),
+            "no space left on device",
+            "free space on the disk holding /run/ck (or lower trainer.keep_last)",
+        ),
+        (
+            SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)"),
+            "no space left on device",
+            "free space on the disk holding /run/ck",
+        ),
+        (
+            PermissionError(errno.EACCES, "Permission denied"),
+            "permission denied",
+            "make /run/ck writable for this user, or write the run elsewhere (hydra.run.dir=…)",
+        ),
+        (
+            OSError(errno.EROFS, "Read-only file system"),
+            "read-only file system",
+            "write the run to a writable directory",
+        ),
+        (OSError(errno.EDQUOT, "Disk quota exceeded"), "disk quota exceeded", "free space within your quota"),
+        (FileNotFoundError(errno.ENOENT, "No such file"), "/run/ck disappeared", "is a second run writing into this"),
+        (OSError(errno.EIO, "Input/output error"), "I/O error", "the disk may be failing"),
+        (RuntimeError(TORCH_DISK_FULL), f"write failed ({TORCH_DISK_FULL})", "check the disk"),  # plenty of space here
+    ],
+)
 def test_each_cause_gets_its_own_fix(error, cause, fix):
     assert write_error_cause(error, Path("/run/ck/model.pt")).startswith(f"{cause} while writing /run/ck/model.pt; ")
     assert fix in write_error_cause(error, Path("/run/ck/model.pt"))
@@ -49,20 +64,24 @@ def test_each_cause_gets_its_own_fix(error, cause, fix):
 
 def test_file_too_large_tells_a_ulimit_from_the_file_system(monkeypatch):
     error = SafetensorError("Error while serializing: I/O error: File too large (os error 27)")
-    monkeypatch.setattr(training.checkpoint.write_errors.resource, "getrlimit", lambda which: (65536, -1))
-    assert write_error_cause(error, Path("/r/m")) == ("the file-size limit (ulimit -f: 65,536 bytes) was reached "
-                                                      "while writing /r/m; raise it (`ulimit -f unlimited`, or the "
-                                                      "job scheduler's file-size limit)")
-    monkeypatch.setattr(training.checkpoint.write_errors.resource, "getrlimit", lambda which: (-1, -1))
+    monkeypatch.setattr(training.checkpoint.resource, "getrlimit", lambda which: (65536, -1))
+    assert write_error_cause(error, Path("/r/m")) == (
+        "the file-size limit (ulimit -f: 65,536 bytes) was reached "
+        "while writing /r/m; raise it (`ulimit -f unlimited`, or the "
+        "job scheduler's file-size limit)"
+    )
+    monkeypatch.setattr(training.checkpoint.resource, "getrlimit", lambda which: (-1, -1))
     assert write_error_cause(error, Path("/r/m")).startswith("file too large for the file system while writing")
 
 
 def test_torch_message_without_errno_is_read_from_the_disk(monkeypatch, tmp_path):
     """torch's enforce-fail text keeps no errno: a (nearly) full disk means ENOSPC."""
+
     class Full:
         f_bavail = f_bfree = 3
         f_frsize = 4096
-    monkeypatch.setattr(training.checkpoint.write_errors.os, "statvfs", lambda path: Full)
+
+    monkeypatch.setattr(training.checkpoint.os, "statvfs", lambda path: Full)
     assert write_error_cause(RuntimeError(TORCH_DISK_FULL), tmp_path / "x.pt").startswith("no space left on device")
 
 
@@ -76,8 +95,18 @@ def run(tmp_path):
     root = tmp_path / "checkpoints"
 
     def save(step):
-        return save_checkpoint(root, step, model.state_dict(), CFG, tmp_path / "tokenizer.json", {"step": step}, "",
-                               optimizer.state_dict(), keep_last=1)
+        return save_checkpoint(
+            root,
+            step,
+            model.state_dict(),
+            CFG,
+            tmp_path / "tokenizer.json",
+            {"step": step},
+            "",
+            optimizer.state_dict(),
+            keep_last=1,
+        )
+
     return root, model, save
 
 
@@ -114,17 +143,29 @@ def write_text_read_only(self, *args, **kwargs):
     raise OSError(errno.EROFS, "Read-only file system", str(self))
 
 
-@pytest.mark.parametrize("target, fake, file, cause", [
-    ("torch.save", torch_save_on_a_full_disk, "step_0000002.tmp/optimizer.pt", "no space left on device"),
-    ("training.checkpoint.save.save_file", safetensors_too_large, "step_0000002.tmp/model.safetensors",
-     "file too large for the file system"),
-    ("pathlib.Path.mkdir", mkdir_denied, "step_0000002.tmp", "permission denied"),
-    ("pathlib.Path.write_text", write_text_read_only, "step_0000002.tmp/model_config.json", "read-only file system"),
-])
+@pytest.mark.parametrize(
+    "target, fake, file, cause",
+    [
+        ("torch.save", torch_save_on_a_full_disk, "step_0000002.tmp/optimizer.pt", "no space left on device"),
+        (
+            "training.checkpoint.save_file",
+            safetensors_too_large,
+            "step_0000002.tmp/model.safetensors",
+            "file too large for the file system",
+        ),
+        ("pathlib.Path.mkdir", mkdir_denied, "step_0000002.tmp", "permission denied"),
+        (
+            "pathlib.Path.write_text",
+            write_text_read_only,
+            "step_0000002.tmp/model_config.json",
+            "read-only file system",
+        ),
+    ],
+)
 def test_a_failed_save_is_one_line_and_loses_nothing(run, monkeypatch, target, fake, file, cause):
     root, model, save = run
     previous = save(1)
-    monkeypatch.setattr(training.checkpoint.write_errors.resource, "getrlimit", lambda which: (-1, -1))
+    monkeypatch.setattr(training.checkpoint.resource, "getrlimit", lambda which: (-1, -1))
     monkeypatch.setattr(target, fake)
     with pytest.raises(CheckpointWriteError) as failed:
         save(2)
@@ -188,10 +229,18 @@ def limit_and_permission(tmp_path_factory) -> dict:
 
 
 def test_real_file_size_limit(limit_and_permission):
-    check_case(limit_and_permission["fsize-torch"], "the file-size limit (ulimit -f:", "step_0000002.tmp/optimizer.pt",
-               "ulimit -f unlimited")
-    check_case(limit_and_permission["fsize-safetensors"], "the file-size limit (ulimit -f: 16,384 bytes) was reached",
-               "step_0000002.tmp/model.safetensors", "raise it")
+    check_case(
+        limit_and_permission["fsize-torch"],
+        "the file-size limit (ulimit -f:",
+        "step_0000002.tmp/optimizer.pt",
+        "ulimit -f unlimited",
+    )
+    check_case(
+        limit_and_permission["fsize-safetensors"],
+        "the file-size limit (ulimit -f: 16,384 bytes) was reached",
+        "step_0000002.tmp/model.safetensors",
+        "raise it",
+    )
 
 
 def test_real_permission_denied(limit_and_permission):
@@ -203,25 +252,36 @@ def test_real_permission_denied(limit_and_permission):
 def mount_namespace() -> list:
     """A command prefix giving a private mount namespace where this user may mount a tmpfs, or skip."""
     reasons = []
-    as_root, as_user = ["unshare", "--mount", "--propagation", "private"], ["unshare", "--user", "--map-root-user", "--mount"]
+    as_root, as_user = (
+        ["unshare", "--mount", "--propagation", "private"],
+        ["unshare", "--user", "--map-root-user", "--mount"],
+    )
     for prefix in (as_root, as_user):
         if shutil.which(prefix[0]) is None:
             pytest.skip("real disk-full test needs `unshare` (util-linux) to mount a private tmpfs")
-        probe = subprocess.run(prefix + ["sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"],
-                               capture_output=True, text=True)
+        probe = subprocess.run(
+            prefix + ["sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"], capture_output=True, text=True
+        )
         if probe.returncode == 0:
             return prefix
         reasons.append(probe.stderr.strip().splitlines()[-1] if probe.stderr.strip() else f"exit {probe.returncode}")
-    pytest.skip("real disk-full test needs to mount a small tmpfs (root with CAP_SYS_ADMIN, or unprivileged user "
-                f"namespaces), which this machine refuses: {'; '.join(reasons)}")
+    pytest.skip(
+        "real disk-full test needs to mount a small tmpfs (root with CAP_SYS_ADMIN, or unprivileged user "
+        f"namespaces), which this machine refuses: {'; '.join(reasons)}"
+    )
 
 
 def test_real_full_disk_and_read_only_mount(tmp_path):
     prefix = mount_namespace()
     results = run_child(prefix + [sys.executable, *CHILD, "tmpfs", str(tmp_path)])
     by_case = {r["case"]: r for r in results}
-    check_case(by_case["enospc-torch"], "no space left on device", "step_0000002.tmp/optimizer.pt",
-               "free space on the disk")
-    check_case(by_case["enospc-safetensors"], "no space left on device", "step_0000002.tmp/model.safetensors",
-               "lower trainer.keep_last")
+    check_case(
+        by_case["enospc-torch"], "no space left on device", "step_0000002.tmp/optimizer.pt", "free space on the disk"
+    )
+    check_case(
+        by_case["enospc-safetensors"],
+        "no space left on device",
+        "step_0000002.tmp/model.safetensors",
+        "lower trainer.keep_last",
+    )
     check_case(by_case["erofs"], "read-only file system", "step_0000002.tmp", "write the run to a writable directory")

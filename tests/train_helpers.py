@@ -1,4 +1,5 @@
 """Helpers for tests that run train.py as a user would: a subprocess with Hydra overrides."""
+
 import json
 import os
 import subprocess
@@ -23,7 +24,7 @@ def launch(launcher: list, args: list, check: bool = True, timeout: int = 300, p
     env = {**os.environ, "WANDB_MODE": "disabled", "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"}
     forkable = FORK and (launcher == [sys.executable] or forked.faults_of(launcher) is not None)
     if forkable:
-        script_args, faults = args[len(launcher):], forked.faults_of(launcher)
+        script_args, faults = args[len(launcher) :], forked.faults_of(launcher)
         if popen:
             return forked.ForkedRun(script_args, env, REPO, faults)
         proc = forked.run(script_args, env, REPO, timeout, faults)
@@ -38,18 +39,31 @@ def launch(launcher: list, args: list, check: bool = True, timeout: int = 300, p
 
 def tiny_args(tmp_path: Path, overrides: tuple, cache_dir: Path = None) -> list:
     """debug=tiny with outputs and the data cache under tmp_path, one thread."""
-    return ["debug=tiny", f"outputs_dir={tmp_path / 'outputs'}", f"data.cache_dir={cache_dir or tmp_path / 'cache'}",
-            "trainer.num_threads=1", *overrides]
+    return [
+        "debug=tiny",
+        f"outputs_dir={tmp_path / 'outputs'}",
+        f"data.cache_dir={cache_dir or tmp_path / 'cache'}",
+        "trainer.num_threads=1",
+        *overrides,
+    ]
 
 
-def run_train(tmp_path: Path, *overrides: str, cache_dir: Path = None, check: bool = True, timeout: int = 300,
-              popen: bool = False):
+def run_train(
+    tmp_path: Path, *overrides: str, cache_dir: Path = None, check: bool = True, timeout: int = 300, popen: bool = False
+):
     """`python train.py debug=tiny …`."""
     return launch([sys.executable], tiny_args(tmp_path, overrides, cache_dir), check, timeout, popen)
 
 
-def run_torchrun(tmp_path: Path, nproc: int, *overrides: str, cache_dir: Path, check: bool = True,
-                 timeout: int = 300, faults: dict = None):
+def run_torchrun(
+    tmp_path: Path,
+    nproc: int,
+    *overrides: str,
+    cache_dir: Path,
+    check: bool = True,
+    timeout: int = 300,
+    faults: dict = None,
+):
     """`torchrun --standalone --nproc_per_node=N train.py debug=tiny …` (gloo on CPU), with faults
     injected into every worker by tests/fault_injection.py if given."""
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
@@ -58,8 +72,9 @@ def run_torchrun(tmp_path: Path, nproc: int, *overrides: str, cache_dir: Path, c
     return launch(launcher, tiny_args(tmp_path, overrides, cache_dir), check, timeout)
 
 
-def run_ranks(tmp_path: Path, nproc: int, *overrides: str, cache_dir: Path, faults: dict = None,
-              timeout: int = 300) -> subprocess.CompletedProcess:
+def run_ranks(
+    tmp_path: Path, nproc: int, *overrides: str, cache_dir: Path, faults: dict = None, timeout: int = 300
+) -> subprocess.CompletedProcess:
     """N ranks of `train.py debug=tiny …` started as torchrun starts them — the environment it gives each
     worker (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT, …) — but forked from the preloaded server,
     ~8 s cheaper than torchrun's fresh interpreters. For tests of what the ranks compute; what torchrun
@@ -68,15 +83,24 @@ def run_ranks(tmp_path: Path, nproc: int, *overrides: str, cache_dir: Path, faul
     if not FORK:
         return run_torchrun(tmp_path, nproc, *overrides, cache_dir=cache_dir, timeout=timeout, faults=faults)
     import socket
+
     with socket.socket() as probe:  # a free port for the rendezvous store
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     args = [str(REPO / "train.py"), *tiny_args(tmp_path, overrides, cache_dir)]
-    base = {**os.environ, "WANDB_MODE": "disabled", "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1",
-            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(nproc),
-            "LOCAL_WORLD_SIZE": str(nproc), "GROUP_RANK": "0", "TORCHELASTIC_RUN_ID": "tests"}
-    ranks = [forked.ForkedRun(args, {**base, "RANK": str(r), "LOCAL_RANK": str(r)}, REPO, faults)
-             for r in range(nproc)]
+    base = {
+        **os.environ,
+        "WANDB_MODE": "disabled",
+        "HYDRA_FULL_ERROR": "0",
+        "OMP_NUM_THREADS": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "WORLD_SIZE": str(nproc),
+        "LOCAL_WORLD_SIZE": str(nproc),
+        "GROUP_RANK": "0",
+        "TORCHELASTIC_RUN_ID": "tests",
+    }
+    ranks = [forked.ForkedRun(args, {**base, "RANK": str(r), "LOCAL_RANK": str(r)}, REPO, faults) for r in range(nproc)]
     try:
         outputs = [rank.communicate(timeout=timeout) for rank in ranks]
     finally:
@@ -106,8 +130,15 @@ def read_metrics(run_dir: Path) -> list:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
-def run_faulty(tmp_path: Path, faults: dict, *overrides: str, cache_dir: Path = None, check: bool = True,
-               timeout: int = 300, popen: bool = False):
+def run_faulty(
+    tmp_path: Path,
+    faults: dict,
+    *overrides: str,
+    cache_dir: Path = None,
+    check: bool = True,
+    timeout: int = 300,
+    popen: bool = False,
+):
     """`python train.py debug=tiny …` with faults injected by tests/fault_injection.py."""
     launcher = [sys.executable, str(REPO / "tests" / "fault_injection.py"), json.dumps(faults)]
     return launch(launcher, tiny_args(tmp_path, overrides, cache_dir), check, timeout, popen)
@@ -138,6 +169,7 @@ def wait_for_step(run_root: Path, step: int, proc: subprocess.Popen, timeout: fl
 
 # ---- train.py's loop in this process: no interpreter + torch + dynamo start (~6 s a launch) --------
 
+
 def train_in_process(run_dir: Path, *overrides: str, cache_dir: Path, resume_ckpt: Path = None):
     """A `python train.py debug=tiny <overrides>` run (one process; a resume of `resume_ckpt` if given, with
     the same overrides) in this process, writing into run_dir: the same loop, checkpoints and metrics.jsonl.
@@ -145,12 +177,13 @@ def train_in_process(run_dir: Path, *overrides: str, cache_dir: Path, resume_ckp
     import torch
 
     from data import prepare
-    from training.checkpoint.resume import Resume
+    from training.checkpoint import Resume
+    from training.distributed import DistInfo
     from training.loop import RunSpec, train
-    from training.runtime.distributed import DistInfo
 
-    cfg, config_yaml = compose_train_config(["debug=tiny", f"data.cache_dir={cache_dir}", "trainer.num_threads=1",
-                                             *overrides])
+    cfg, config_yaml = compose_train_config(
+        ["debug=tiny", f"data.cache_dir={cache_dir}", "trainer.num_threads=1", *overrides]
+    )
     data = prepare(cfg.data, seq_len=cfg.trainer.seq_len, model_vocab_size=cfg.model.vocab_size, log=lambda *a: None)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(config_yaml)

@@ -7,6 +7,7 @@
                    safetensors, then the mount turned read-only
 Each case saves step 1, breaks the disk, tries step 2 (keep_last=1) and prints one JSON line.
 """
+
 import json
 import os
 import resource
@@ -36,8 +37,9 @@ def save(root: Path, step: int, model, optimizer):
     tokenizer = root.parent / "tokenizer.json"
     if not tokenizer.exists():
         tokenizer.write_text("{}")
-    return save_checkpoint(root, step, model.state_dict(), CFG, tokenizer, {"step": step}, "",
-                           optimizer.state_dict(), keep_last=1)
+    return save_checkpoint(
+        root, step, model.state_dict(), CFG, tokenizer, {"step": step}, "", optimizer.state_dict(), keep_last=1
+    )
 
 
 def attempt(case: str, root: Path, model, optimizer) -> None:
@@ -50,8 +52,18 @@ def attempt(case: str, root: Path, model, optimizer) -> None:
     previous = root / "step_0000001"
     weights = read_weights(Transformer(CFG), previous) if (previous / "model.safetensors").exists() else None
     intact = weights is not None and all(torch.equal(weights[k], v) for k, v in model.state_dict().items())
-    print(json.dumps({"case": case, "message": message, "entries": sorted(p.name for p in root.iterdir()),
-                      "checkpoints": [p.name for p in list_checkpoints(root)], "previous_intact": intact}), flush=True)
+    print(
+        json.dumps(
+            {
+                "case": case,
+                "message": message,
+                "entries": sorted(p.name for p in root.iterdir()),
+                "checkpoints": [p.name for p in list_checkpoints(root)],
+                "previous_intact": intact,
+            }
+        ),
+        flush=True,
+    )
 
 
 def fill(folder: Path, leave: int) -> None:
@@ -102,8 +114,11 @@ def readonly_dir(root: Path) -> None:
 
 
 if __name__ == "__main__":
-    modes = {"readonly-dir": lambda d: readonly_dir(d / "checkpoints"), "fsize": lambda d: fsize(d / "checkpoints"),
-             "tmpfs": tmpfs}
+    modes = {
+        "readonly-dir": lambda d: readonly_dir(d / "checkpoints"),
+        "fsize": lambda d: fsize(d / "checkpoints"),
+        "tmpfs": tmpfs,
+    }
     for mode in sys.argv[1].split(","):
         folder = Path(sys.argv[2]) / mode
         folder.mkdir(parents=True, exist_ok=True)

@@ -1,10 +1,9 @@
 """Typed schemas of the training config: Hydra composes YAML onto these, train.py hands them out."""
+
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-
-
-from data.config import DataConfig
+from data.sources import DataConfig
 from model.config import ModelConfig
 
 
@@ -25,18 +24,25 @@ class OptimConfig:
     muon_lr: Optional[float] = None  # null: optim.lr (Muon's update RMS is matched to AdamW's)
     muon_momentum: float = 0.95  # Nesterov momentum of Muon
     muon_ns_steps: int = 5  # Newton-Schulz iterations that orthogonalise each update
-    muon_ns_dtype: str = "auto"  # auto (bf16 where bf16 matmuls are fast: CUDA, AMX, AVX512-BF16; else fp32) | bf16 | fp32
-    muon_ns_stack_mb: float = 32  # bf16 Newton-Schulz: same-shape matrices stacked up to this size; 0 = one at a time
+    muon_ns_dtype: str = (
+        "auto"  # auto (bf16 where bf16 matmuls are fast: CUDA, AMX, AVX512-BF16; else fp32) | bf16 | fp32
+    )
     # μP's AdamW lr for the blocks' matrices is lr × m^-exponent: 1 is μP's 1/m (Table 3); another value is an arm of
-    # docs/mup.md's width-512 experiment. Unused under sp and by Muon (its own 1/sqrt(m), lr_scale.py).
+    # docs/mup.md's width-512 experiment. Unused under sp and by Muon (its own 1/sqrt(m), optim.py).
     mup_hidden_lr_exponent: float = 1.0
 
     def __post_init__(self):
         """Fail at composition, naming the field and what would be right."""
-        for key, choices in (("name", OPTIMIZERS), ("schedule", SCHEDULES), ("impl", ADAMW_IMPLS),
-                             ("muon_ns_dtype", ("auto", "bf16", "fp32"))):
-            _require(getattr(self, key) in choices,
-                     f"optim.{key}={getattr(self, key)!r} is unknown; choose {' or '.join(choices)}")
+        for key, choices in (
+            ("name", OPTIMIZERS),
+            ("schedule", SCHEDULES),
+            ("impl", ADAMW_IMPLS),
+            ("muon_ns_dtype", ("auto", "bf16", "fp32")),
+        ):
+            _require(
+                getattr(self, key) in choices,
+                f"optim.{key}={getattr(self, key)!r} is unknown; choose {' or '.join(choices)}",
+            )
         _require(self.lr > 0, f"optim.lr={self.lr} must be > 0 (e.g. 3e-3)")
         _require(0 <= self.min_lr <= self.lr, f"optim.min_lr={self.min_lr} must be between 0 and optim.lr={self.lr}")
         for key in ("warmup_steps", "weight_decay", "grad_clip"):
@@ -46,8 +52,6 @@ class OptimConfig:
             _require(0 <= getattr(self, key) < 1, f"optim.{key}={getattr(self, key)} must be in [0, 1)")
         _require(self.eps > 0, f"optim.eps={self.eps} must be > 0")
         _require(self.muon_lr is None or self.muon_lr > 0, f"optim.muon_lr={self.muon_lr} must be > 0, or null")
-        _require(self.muon_ns_stack_mb >= 0, f"optim.muon_ns_stack_mb={self.muon_ns_stack_mb} must be >= 0 "
-                                             "(0 orthogonalises one matrix at a time)")
         _require(1 <= self.muon_ns_steps < 100, f"optim.muon_ns_steps={self.muon_ns_steps} must be in [1, 99]")
 
 
@@ -100,10 +104,7 @@ class TrainerConfig:
     num_threads: Optional[int] = None  # torch CPU threads; None = torch's default
     parallel: str = "auto"  # auto (ddp if world size > 1) | none | ddp | fsdp
     dist_timeout_s: int = 300  # a rank that stops answering fails the run instead of hanging it
-    peak_tflops: Optional[float] = None  # MFU denominator; None = look up (GPU) or measure (CPU)
-    # A CPU's measured peak is kept here, per CPU, thread count, torch and dtype; each start uses the best
-    # measured so far, so runs on one machine share an MFU denominator. null = each start's own measurement.
-    peak_cache: Optional[str] = "~/.cache/minillama/matmul_peaks.json"
+    peak_tflops: Optional[float] = None  # MFU denominator; None = a GPU's data sheet, or one quick probe
     sample_tokens: int = 0  # > 0: print a sample of this many tokens at each eval
     sample_prompt: str = "\n"
     activation_rms: bool = True  # log per-layer RMS at each eval: residual stream, norms' outputs, attention logits
@@ -113,8 +114,14 @@ class TrainerConfig:
 
     def __post_init__(self):
         """Fail at composition, naming the field — not after data preparation, not in torch's words."""
-        for key in ("micro_batch_size", "seq_len", "grad_accum_steps", "log_interval", "ckpt_interval",
-                    "dist_timeout_s"):
+        for key in (
+            "micro_batch_size",
+            "seq_len",
+            "grad_accum_steps",
+            "log_interval",
+            "ckpt_interval",
+            "dist_timeout_s",
+        ):
             _require(getattr(self, key) > 0, f"trainer.{key}={getattr(self, key)} must be a positive integer")
         for key in ("max_steps", "eval_interval"):
             value = getattr(self, key)
@@ -125,24 +132,38 @@ class TrainerConfig:
             value = getattr(self, key)
             _require(value is None or value > 0, f"trainer.{key}={value} must be > 0, or null")
         _require(self.epoch_warning > 0, f"trainer.epoch_warning={self.epoch_warning} must be > 0")
-        _require(self.precision in ("auto", "bf16", "fp32"),
-                 f"trainer.precision={self.precision!r} is unknown; choose auto, bf16 or fp32")
-        _require(self.parallel in ("auto", "none", "ddp", "fsdp"),
-                 f"trainer.parallel={self.parallel!r} is unknown; choose auto, none, ddp or fsdp")
-        _require(not (self.weight_change and self.parallel == "fsdp"),
-                 "trainer.weight_change=true needs whole weights on each rank; use trainer.parallel=ddp or none")
+        _require(
+            self.precision in ("auto", "bf16", "fp32"),
+            f"trainer.precision={self.precision!r} is unknown; choose auto, bf16 or fp32",
+        )
+        _require(
+            self.parallel in ("auto", "none", "ddp", "fsdp"),
+            f"trainer.parallel={self.parallel!r} is unknown; choose auto, none, ddp or fsdp",
+        )
+        _require(
+            not (self.weight_change and self.parallel == "fsdp"),
+            "trainer.weight_change=true needs whole weights on each rank; use trainer.parallel=ddp or none",
+        )
         self.compile = str(self.compile).lower()
-        _require(self.compile in ("auto", "true", "false"),
-                 f"trainer.compile={self.compile!r} is unknown; choose auto, true or false")
+        _require(
+            self.compile in ("auto", "true", "false"),
+            f"trainer.compile={self.compile!r} is unknown; choose auto, true or false",
+        )
         self.chunked_loss = str(self.chunked_loss).lower()
-        _require(self.chunked_loss in ("auto", "true", "false"),
-                 f"trainer.chunked_loss={self.chunked_loss!r} is unknown; choose auto, true or false")
-        _require(any(getattr(self, key) for key in ("max_steps", "max_epochs", "time_budget")),
-                 "trainer.max_steps, trainer.max_epochs and trainer.time_budget are all null: the run has no end; "
-                 "set one of them")
+        _require(
+            self.chunked_loss in ("auto", "true", "false"),
+            f"trainer.chunked_loss={self.chunked_loss!r} is unknown; choose auto, true or false",
+        )
+        _require(
+            any(getattr(self, key) for key in ("max_steps", "max_epochs", "time_budget")),
+            "trainer.max_steps, trainer.max_epochs and trainer.time_budget are all null: the run has no end; "
+            "set one of them",
+        )
         self.eval_windows = str(self.eval_windows).lower()
-        _require(self.eval_windows == "all" or (self.eval_windows.isdigit() and int(self.eval_windows) > 0),
-                 f"trainer.eval_windows={self.eval_windows!r} must be a positive number of windows or 'all'")
+        _require(
+            self.eval_windows == "all" or (self.eval_windows.isdigit() and int(self.eval_windows) > 0),
+            f"trainer.eval_windows={self.eval_windows!r} must be a positive number of windows or 'all'",
+        )
 
     def eval_every(self, max_steps: int) -> int:
         """Steps between evaluations for a run of `max_steps`: trainer.eval_interval, or sized to the run — the
@@ -193,7 +214,7 @@ class TrainConfig:
 
     def __post_init__(self):
         # numpy's SeedSequence (data order, per-rank dropout) takes non-negative integers only.
-        _require(0 <= self.seed < 2 ** 63, f"seed={self.seed} must be an integer from 0 to 2**63 - 1")
+        _require(0 <= self.seed < 2**63, f"seed={self.seed} must be an integer from 0 to 2**63 - 1")
 
 
 def _require(ok: bool, message: str) -> None:

@@ -5,6 +5,7 @@ Usage: python scripts/coord_check.py [--widths 64,128,256,512,1024] [--steps 10]
        python scripts/coord_check.py --as-trained   # the transfer runs' warmup, cosine, clipping, weight decay, 150 steps
 Every option: --help. Width 1024 with Muon takes about a minute on one core (Newton–Schulz at that size).
 """
+
 import argparse
 import dataclasses
 import time
@@ -12,11 +13,11 @@ from pathlib import Path
 
 import torch
 
+from cli import description
 from cli.config import compose_train_config
 from studies.mup.coord_check import ATTENTION_LOGITS, LAYERS, CoordSetup, coord_check
-from studies.mup.transfer import TransferSpec
 from studies.mup.plots import NAMES, plot_coord_check
-from cli.entry import description
+from studies.mup.transfer import TransferSpec
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -24,12 +25,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--widths", default="64,128,256,512,1024", help="comma-separated hidden sizes")
     p.add_argument("--base-width", type=int, default=None, help="model.mup_base_width (default: the smallest width)")
     p.add_argument("--optimizers", default="adamw,muon", help="comma-separated: adamw, muon")
-    p.add_argument("--steps", type=int, default=None, help="updates per width (default 10; --as-trained: the "
-                   "transfer runs' trainer.max_steps)")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="updates per width (default 10; --as-trained: the transfer runs' trainer.max_steps)",
+    )
     p.add_argument("--lr", type=float, default=1e-2, help="the peak lr (constant unless --as-trained)")
-    p.add_argument("--as-trained", action="store_true",
-                   help="train as the μP transfer runs do (configs/experiment/mup_transfer.yaml): its warmup, cosine to "
-                        "lr × 0.1, gradient clipping, weight decay and steps, instead of the raw update rule")
+    p.add_argument(
+        "--as-trained",
+        action="store_true",
+        help="train as the μP transfer runs do (configs/experiment/mup_transfer.yaml): its warmup, cosine to "
+        "lr × 0.1, gradient clipping, weight decay and steps, instead of the raw update rule",
+    )
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--heads", type=int, default=4, help="fixed across widths: head_dim grows with width")
     p.add_argument("--seed", type=int, default=0)
@@ -46,14 +54,26 @@ def setups(args) -> list:
     optimizers = args.optimizers.split(",")
     if len(widths) < 2 or any(o not in ("adamw", "muon") for o in optimizers):
         raise ValueError("--widths needs at least two widths and --optimizers only adamw and muon")
-    base = CoordSetup(widths=widths, base_width=args.base_width or widths[0], lr=args.lr, steps=args.steps or 10,
-                      n_layers=args.layers, n_heads=args.heads, seed=args.seed)
+    base = CoordSetup(
+        widths=widths,
+        base_width=args.base_width or widths[0],
+        lr=args.lr,
+        steps=args.steps or 10,
+        n_layers=args.layers,
+        n_heads=args.heads,
+        seed=args.seed,
+    )
     if args.as_trained:
         cfg, _ = compose_train_config([f"experiment={TransferSpec.experiment}"])
         o = cfg.optim
-        base = dataclasses.replace(base, steps=args.steps or cfg.trainer.max_steps, warmup_steps=o.warmup_steps,
-                                   min_lr=args.lr * TransferSpec.min_lr_ratio, weight_decay=o.weight_decay,
-                                   grad_clip=o.grad_clip)
+        base = dataclasses.replace(
+            base,
+            steps=args.steps or cfg.trainer.max_steps,
+            warmup_steps=o.warmup_steps,
+            min_lr=args.lr * TransferSpec.min_lr_ratio,
+            weight_decay=o.weight_decay,
+            grad_clip=o.grad_clip,
+        )
     return [dataclasses.replace(base, optimizer=o) for o in optimizers]
 
 
@@ -69,8 +89,12 @@ def main(argv=None) -> int:
             result = coord_check(setup, parametrization)
             results.append(result)
             label = f"{NAMES[setup.optimizer]} {NAMES[parametrization]}"
-            print(f"{label:<16}" + "".join(f"{s:>+18.2f}" for s in result.slopes().values())
-                  + f"   ({time.time() - start:.0f} s)", flush=True)
+            print(
+                f"{label:<16}"
+                + "".join(f"{s:>+18.2f}" for s in result.slopes().values())
+                + f"   ({time.time() - start:.0f} s)",
+                flush=True,
+            )
     plot_coord_check(results, args.out)
     print(f"figure: {args.out}")
     return 0

@@ -12,6 +12,7 @@ Usage: python scripts/mup_transfer.py --dir DIR --dry-run   # the plan and its c
                                                             # and the 2x2: each setting's effect, their interaction
 Grid options (--widths, --lrs, ...) only for a new DIR: a rerun takes the plan DIR was started with.
 """
+
 import argparse
 import functools
 import math
@@ -20,20 +21,31 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
+from analysis.runs import read_run, steady_tokens_per_s
+from cli import description
+from cli.config import compose_train_config
 from studies.launcher import COMPLETED, NOT_RUN, Ended, Launcher
 from studies.mup.arms import arms_markdown, compare_arms, comparisons_markdown, judge_arm
 from studies.mup.factorial import factorial, factorial_markdown
-from studies.mup.transfer import (DIVERGED, FINISHED, STOPPED, Cell, TransferError, TransferSpec, cost_table,
-                                   open_experiment, read_results, run_cells, schedule,
-                                   seconds_per_run)
 from studies.mup.plots import plot_arms
+from studies.mup.transfer import (
+    DIVERGED,
+    FINISHED,
+    STOPPED,
+    Cell,
+    TransferError,
+    TransferSpec,
+    cost_table,
+    open_experiment,
+    read_results,
+    run_cells,
+    schedule,
+    seconds_per_run,
+)
 from studies.mup.transfer_report import write_report
-from analysis.runs import read_run
-from cli.config import compose_train_config
-from cli.entry import description
-from training.runtime.loop_cost import LoopCost, steady_tokens_per_s
-from training.runtime.run_files import RunFiles
-from training.step import NonFiniteLoss
+from training.budget import LoopCost
+from training.checkpoint import RunFiles
+from training.loop import NonFiniteLoss
 
 GRID = ("widths", "lrs", "seeds", "optimizers", "parametrizations")
 
@@ -41,14 +53,24 @@ GRID = ("widths", "lrs", "seeds", "optimizers", "parametrizations")
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=description(__doc__))
     p.add_argument("--dir", type=Path, help="the experiment directory (created, or continued)")
-    p.add_argument("--arms", type=Path, nargs="+", metavar="DIR",
-                   help="instead: for each arm's directory, is its widest width worse than its narrowest at some lr "
-                        "(paired over seeds; docs/mup.md); then each arm against the first (the control)")
-    p.add_argument("--figure", type=Path, metavar="PNG",
-                   help="with --arms: also draw each arm's gap against the lr into PNG")
-    p.add_argument("--factorial", nargs=3, metavar=("A", "B", "AB"),
-                   help="with --arms: the 2x2 of the arms named A (one setting), B (the other) and AB (both), the "
-                        "first --arms directory being neither")
+    p.add_argument(
+        "--arms",
+        type=Path,
+        nargs="+",
+        metavar="DIR",
+        help="instead: for each arm's directory, is its widest width worse than its narrowest at some lr "
+        "(paired over seeds; docs/mup.md); then each arm against the first (the control)",
+    )
+    p.add_argument(
+        "--figure", type=Path, metavar="PNG", help="with --arms: also draw each arm's gap against the lr into PNG"
+    )
+    p.add_argument(
+        "--factorial",
+        nargs=3,
+        metavar=("A", "B", "AB"),
+        help="with --arms: the 2x2 of the arms named A (one setting), B (the other) and AB (both), the "
+        "first --arms directory being neither",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated time; train nothing")
     p.add_argument("--report", action="store_true", help="only write results.md and transfer.png")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time, each its own process (default 2: 2 cores)")
@@ -58,8 +80,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seeds", help="comma-separated seeds (default 0,1)")
     p.add_argument("--optimizers", help="comma-separated: adamw, muon (default both)")
     p.add_argument("--parametrizations", help="comma-separated: sp, mup (default both)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="a train.py override for every run, e.g. --set trainer.max_steps=300 (new DIR only)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a train.py override for every run, e.g. --set trainer.max_steps=300 (new DIR only)",
+    )
     p.add_argument("--probe-steps", type=int, default=20, help="steps of the dry run's timing run per width")
     p.add_argument("--keep-checkpoints", action="store_true", help="keep each finished run's final checkpoint")
     return p.parse_args(argv)
@@ -80,14 +107,18 @@ def spec_from_args(args) -> Optional[TransferSpec]:
     return TransferSpec(**fields, overrides=tuple(args.set))
 
 
-def train_cells(pairs: list, spec: TransferSpec, threads: int, jobs: int = 1, keep_checkpoints: bool = False,
-                extra: tuple = ()):
+def train_cells(
+    pairs: list, spec: TransferSpec, threads: int, jobs: int = 1, keep_checkpoints: bool = False, extra: tuple = ()
+):
     """(cell, what run_cells records) as each run of train.py ends, `jobs` processes at a time; its output
     in runs/<cell>.log. A run that fails other than by diverging is a TransferError naming its log."""
     cells = {run_dir: cell for cell, run_dir in pairs}
     with tempfile.TemporaryDirectory(prefix="mup-jobs-") as options:
-        launcher = Launcher(Path(options), [f"experiment={spec.experiment}", *spec.overrides,
-                                            f"trainer.num_threads={threads}", *extra], workers=jobs)
+        launcher = Launcher(
+            Path(options),
+            [f"experiment={spec.experiment}", *spec.overrides, f"trainer.num_threads={threads}", *extra],
+            workers=jobs,
+        )
         for ended in launcher.run([cell.job(run_dir, spec.min_lr_ratio) for cell, run_dir in pairs]):
             yield cells[ended.job.run_dir], outcome(ended, keep_checkpoints)
 
@@ -97,8 +128,10 @@ def outcome(ended: Ended, keep_checkpoints: bool) -> dict:
     if ended.status == NOT_RUN and ended.exit_code >= 128:  # a signal stopped it, or it never started
         return {"status": STOPPED}
     if ended.status != COMPLETED and NonFiniteLoss.__name__ not in ended.error_types:
-        raise TransferError(f"{ended.job.run_dir.name} failed (exit {ended.exit_code}): "
-                            f"{ended.error or 'no error line'}; see {ended.job.log_path}")
+        raise TransferError(
+            f"{ended.job.run_dir.name} failed (exit {ended.exit_code}): "
+            f"{ended.error or 'no error line'}; see {ended.job.log_path}"
+        )
     run_dir = ended.job.run_dir
     if not keep_checkpoints:  # ~80 MB a run at width 512 with Adam's moments: a study reads only the metrics
         shutil.rmtree(RunFiles(run_dir).checkpoints, ignore_errors=True)
@@ -118,11 +151,17 @@ def probe_seconds(spec: TransferSpec, threads: int, steps: int) -> dict:
         for optimizer in spec.optimizers:
             for width in spec.widths:
                 cell = Cell(optimizer, spec.parametrizations[0], width, min(spec.lrs), spec.seeds[0])
-                cfg, _ = compose_train_config([f"experiment={spec.experiment}", *cell.overrides(spec.min_lr_ratio),
-                                               *spec.overrides])
+                cfg, _ = compose_train_config(
+                    [f"experiment={spec.experiment}", *cell.overrides(spec.min_lr_ratio), *spec.overrides]
+                )
                 run_dir = Path(tmp) / cell.name
-                (_, probe), = train_cells([(cell, run_dir)], spec, threads, keep_checkpoints=True,
-                                          extra=(f"trainer.max_steps={steps}", f"trainer.log_interval={max(1, steps // 4)}"))
+                ((_, probe),) = train_cells(
+                    [(cell, run_dir)],
+                    spec,
+                    threads,
+                    keep_checkpoints=True,
+                    extra=(f"trainer.max_steps={steps}", f"trainer.log_interval={max(1, steps // 4)}"),
+                )
                 t = cfg.trainer
                 rate = steady_tokens_per_s(read_run(run_dir).trains)  # the first interval warms up: left out
                 step_s = t.micro_batch_size * t.seq_len * t.grad_accum_steps / rate
@@ -134,18 +173,25 @@ def probe_seconds(spec: TransferSpec, threads: int, steps: int) -> dict:
 
 
 def print_plan(spec: TransferSpec) -> None:
-    cfg, _ = compose_train_config([f"experiment={spec.experiment}", *spec.cells()[0].overrides(spec.min_lr_ratio),
-                                   *spec.overrides])
+    cfg, _ = compose_train_config(
+        [f"experiment={spec.experiment}", *spec.cells()[0].overrides(spec.min_lr_ratio), *spec.overrides]
+    )
     t = cfg.trainer
     tokens = t.max_steps * t.micro_batch_size * t.seq_len * t.grad_accum_steps
-    print(f"plan: {len(spec.cells())} runs = {len(spec.optimizers)} optimizers × {len(spec.parametrizations)} "
-          f"parametrizations × {len(spec.widths)} widths × {len(spec.lrs)} lrs × {len(spec.seeds)} seeds")
-    print(f"  preset experiment={spec.experiment} {' '.join(spec.overrides)}; widths {list(spec.widths)} "
-          f"({cfg.model.n_layers} layers, {cfg.model.n_heads} heads, μP base width {cfg.model.mup_base_width})")
+    print(
+        f"plan: {len(spec.cells())} runs = {len(spec.optimizers)} optimizers × {len(spec.parametrizations)} "
+        f"parametrizations × {len(spec.widths)} widths × {len(spec.lrs)} lrs × {len(spec.seeds)} seeds"
+    )
+    print(
+        f"  preset experiment={spec.experiment} {' '.join(spec.overrides)}; widths {list(spec.widths)} "
+        f"({cfg.model.n_layers} layers, {cfg.model.n_heads} heads, μP base width {cfg.model.mup_base_width})"
+    )
     lrs = ", ".join(f"{lr:.3g}" for lr in spec.lrs)
     print(f"  lrs {lrs}; min_lr = lr × {spec.min_lr_ratio}; seeds {list(spec.seeds)}")
-    print(f"  each run: {t.max_steps} steps × {t.max_steps and tokens // t.max_steps:,} tokens = {tokens:,} tokens, "
-          f"final validation loss on {t.eval_windows} windows")
+    print(
+        f"  each run: {t.max_steps} steps × {t.max_steps and tokens // t.max_steps:,} tokens = {tokens:,} tokens, "
+        f"final validation loss on {t.eval_windows} windows"
+    )
 
 
 def factorial_arms(directories, names) -> list:
@@ -153,8 +199,10 @@ def factorial_arms(directories, names) -> list:
     by_name = {d.name: d for d in directories[1:]}
     unknown = [n for n in names if n not in by_name]
     if unknown or len(set(names)) != 3:
-        raise ValueError(f"--factorial {' '.join(names)}: name three different arms of --arms after the control "
-                         f"({', '.join(by_name) or 'none given'})")
+        raise ValueError(
+            f"--factorial {' '.join(names)}: name three different arms of --arms after the control "
+            f"({', '.join(by_name) or 'none given'})"
+        )
     return [by_name[n] for n in names]
 
 
@@ -189,8 +237,9 @@ def main(argv=None) -> int:
         seconds = measured if known else probe_seconds(spec, args.threads, args.probe_steps)
         print(cost_table(spec, [c for c in spec.cells() if c.name not in results], seconds, args.jobs))
         return 0
-    runs = functools.partial(train_cells, spec=spec, threads=args.threads, jobs=args.jobs,
-                             keep_checkpoints=args.keep_checkpoints)
+    runs = functools.partial(
+        train_cells, spec=spec, threads=args.threads, jobs=args.jobs, keep_checkpoints=args.keep_checkpoints
+    )
     status = run_cells(spec, args.dir, runs, one_at_a_time=args.jobs == 1)
     if read_results(args.dir):
         print("written: " + ", ".join(map(str, write_report(spec, args.dir))))

@@ -7,6 +7,7 @@ Prints when the training loop started and ended, its length against the budget, 
 (state.json). --repo runs another checkout's train.py (e.g. a `git worktree` of an older commit) with the same
 clock, for a before/after on one machine. The clock starts at the header's last line (the loop starts there).
 """
+
 import argparse
 import subprocess
 import sys
@@ -15,14 +16,14 @@ import time
 from pathlib import Path
 
 from cli import REPO
-from training.checkpoint.format import list_checkpoints
-from training.checkpoint.run_state import read_state
-from training.runtime.run_files import RunFiles
+from training.checkpoint import RunFiles, list_checkpoints, read_state
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="A time-budgeted train.py run with busy processes started and stopped "
-                                            "mid-run: where does it end against its budget?")
+    p = argparse.ArgumentParser(
+        description="A time-budgeted train.py run with busy processes started and stopped "
+        "mid-run: where does it end against its budget?"
+    )
     p.add_argument("--minutes", type=float, default=3.0, help="trainer.time_budget")
     p.add_argument("--hogs", type=int, default=1, help="busy loops to run between --hog-from and --hog-until")
     p.add_argument("--hog-from", type=float, default=0.3, help="share of the budget at which they start")
@@ -36,8 +37,14 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> None:
     args = parse_args(argv)
     budget_s = 60 * args.minutes
-    cmd = [sys.executable, str(args.repo / "train.py"), f"trainer.time_budget={args.minutes:g}",
-           f"outputs_dir={args.out.resolve()}", "logger.wandb=disabled", *args.overrides]
+    cmd = [
+        sys.executable,
+        str(args.repo / "train.py"),
+        f"trainer.time_budget={args.minutes:g}",
+        f"outputs_dir={args.out.resolve()}",
+        "logger.wandb=disabled",
+        *args.overrides,
+    ]
     print("$ " + " ".join(cmd))
     proc = subprocess.Popen(cmd, cwd=args.repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
     started, events, run_dir, lines = None, [], None, []
@@ -56,8 +63,10 @@ def main(argv=None) -> None:
         sys.stdout.write("".join(lines[-20:]))
         raise SystemExit(f"train.py exited {proc.returncode}")
     print("\n" + "\n".join(events))
-    print(f"loop (header to exit, incl. the summary): {ended - started:.1f} s for a budget of {budget_s:.0f} s "
-          f"({(ended - started) / budget_s - 1:+.1%})")
+    print(
+        f"loop (header to exit, incl. the summary): {ended - started:.1f} s for a budget of {budget_s:.0f} s "
+        f"({(ended - started) / budget_s - 1:+.1%})"
+    )
     _print_plans(args.repo / run_dir if not run_dir.is_absolute() else run_dir)
 
 

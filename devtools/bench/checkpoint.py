@@ -6,6 +6,7 @@ are saved with save_checkpoint — which writes manifest.json (SHA-256 of every 
 folder; then the files are verified as every loader verifies them. The verify time per GB is the
 number BENCHMARKS.md quotes: how much `--no-verify` / `verify_checkpoint=false` would save.
 """
+
 import argparse
 import statistics
 import tempfile
@@ -14,12 +15,10 @@ from pathlib import Path
 
 import torch
 
+from cli import description
 from cli.config import compose_train_config
-from cli.entry import description
 from model import Transformer
-from training.checkpoint import save_checkpoint
-from training.checkpoint.manifest import damage, read_manifest
-from training.runtime.run_files import CHECKPOINTS
+from training.checkpoint import CHECKPOINTS, damage, read_manifest, save_checkpoint
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -35,32 +34,52 @@ def measure(model_name: str, repeats: int) -> dict:
     model = Transformer(cfg.model)
     optimizer = torch.optim.AdamW(model.parameters())
     state = optimizer.state_dict()
-    state["state"] = {i: {"step": torch.tensor(1.0), "exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)}
-                      for i, p in enumerate(model.parameters())}
+    state["state"] = {
+        i: {"step": torch.tensor(1.0), "exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)}
+        for i, p in enumerate(model.parameters())
+    }
     saves, verifies = [], []
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer = Path(tmp) / "tokenizer.json"
         tokenizer.write_text("{}")
         for i in range(repeats):
             start = time.perf_counter()
-            ckpt = save_checkpoint(Path(tmp) / CHECKPOINTS, i, model.state_dict(), cfg.model, tokenizer,
-                                   {"step": i}, optimizer_state=state, keep_last=1)
+            ckpt = save_checkpoint(
+                Path(tmp) / CHECKPOINTS,
+                i,
+                model.state_dict(),
+                cfg.model,
+                tokenizer,
+                {"step": i},
+                optimizer_state=state,
+                keep_last=1,
+            )
             saves.append(time.perf_counter() - start)
             start = time.perf_counter()
             assert damage(ckpt) is None
             verifies.append(time.perf_counter() - start)
         size = sum(entry["bytes"] for entry in read_manifest(ckpt).values())
     save_s, verify_s = statistics.median(saves), statistics.median(verifies)
-    return {"model": model_name, "params": sum(p.numel() for p in model.parameters()), "gb": size / 1e9,
-            "save_s": save_s, "verify_s": verify_s, "verify_s_per_gb": verify_s / (size / 1e9)}
+    return {
+        "model": model_name,
+        "params": sum(p.numel() for p in model.parameters()),
+        "gb": size / 1e9,
+        "save_s": save_s,
+        "verify_s": verify_s,
+        "verify_s_per_gb": verify_s / (size / 1e9),
+    }
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     rows = [measure(name, args.repeats) for name in args.models.split(",")]
-    print("| model | parameters | checkpoint | save (with manifest) | verify on load | verify per GB | "
-          "verify / save |\n|---|---:|---:|---:|---:|---:|---:|")
+    print(
+        "| model | parameters | checkpoint | save (with manifest) | verify on load | verify per GB | "
+        "verify / save |\n|---|---:|---:|---:|---:|---:|---:|"
+    )
     for r in rows:
-        print(f"| {r['model']} | {r['params'] / 1e6:.1f}M | {r['gb'] * 1e3:.2f} MB | {r['save_s']:.2f} s | "
-              f"{r['verify_s']:.2f} s | {r['verify_s_per_gb']:.2f} s | {r['verify_s'] / r['save_s']:.0%} |")
+        print(
+            f"| {r['model']} | {r['params'] / 1e6:.1f}M | {r['gb'] * 1e3:.2f} MB | {r['save_s']:.2f} s | "
+            f"{r['verify_s']:.2f} s | {r['verify_s_per_gb']:.2f} s | {r['verify_s'] / r['save_s']:.0%} |"
+        )
     return 0

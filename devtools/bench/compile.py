@@ -7,6 +7,7 @@ Variants on the default `cpu` model (batch 16 × 256), each with its own copy of
   model + loss        torch.compile(CausalLMLoss): the loss fuses with the head
   autocast inside     model + loss with the bf16 autocast opened inside the compiled region (bf16 only)
 """
+
 import argparse
 import copy
 import statistics
@@ -15,13 +16,11 @@ import time
 import torch
 import torch.nn.functional as F
 
-from cli.entry import description
+from cli import description
 from model import ModelConfig, Transformer
-from training.compile import cache_for_this_cpu
 from training.config import OptimConfig
-from training.loss import CausalLMLoss
+from training.loop import CausalLMLoss, autocast_context, cache_for_this_cpu, resolve_precision
 from training.optim import build_optimizer
-from training.precision import autocast_context, resolve_precision
 
 
 class AutocastInside(torch.nn.Module):
@@ -45,8 +44,11 @@ def variants(cfg: ModelConfig, precision: str, autocast) -> dict:
     out = {"eager": (base, base, autocast)}
     model_only = fresh()
     compiled_model = torch.compile(model_only.model)
-    out["model only"] = (model_only, lambda x, y: F.cross_entropy(
-        compiled_model(x).float().flatten(0, 1), y.flatten()), autocast)
+    out["model only"] = (
+        model_only,
+        lambda x, y: F.cross_entropy(compiled_model(x).float().flatten(0, 1), y.flatten()),
+        autocast,
+    )
     together = fresh()
     out["model + loss"] = (together, torch.compile(together), autocast)
     if precision == "bf16":
@@ -64,6 +66,7 @@ def make_step(owner, loss_fn, autocast):
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+
     return step
 
 
@@ -81,8 +84,10 @@ def main(argv=None) -> None:
     steps = {name: make_step(*v) for name, v in variants(cfg, precision, autocast_context(precision, cpu)).items()}
     data = torch.randint(0, cfg.vocab_size, (16, 257), generator=torch.Generator().manual_seed(0))
     x, y = data[:, :-1].contiguous(), data[:, 1:].contiguous()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {precision} ({why}), default cpu model, "
-          f"batch 16 × 256")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {precision} ({why}), default cpu model, "
+        f"batch 16 × 256"
+    )
     first = {}
     for name, step in steps.items():
         t0 = time.perf_counter()
@@ -92,7 +97,7 @@ def main(argv=None) -> None:
     times = {name: [] for name in steps}
     names = list(steps)
     for i in range(args.steps):
-        for name in names[i % len(names):] + names[:i % len(names)]:  # interleaved, rotating the order
+        for name in names[i % len(names) :] + names[: i % len(names)]:  # interleaved, rotating the order
             t0 = time.perf_counter()
             steps[name](x, y)
             times[name].append(time.perf_counter() - t0)
@@ -103,5 +108,7 @@ def main(argv=None) -> None:
         tps = 16 * 256 / statistics.median(ts)
         print(f"| {name} | {tps:,.0f} | {tps / eager:.2f}× | {first[name]:.0f} |")
     if precision != "bf16":
-        print("(autocast inside vs outside the compiled region only differs under bf16 autocast: "
-              "run with --precision bf16 on a CPU with AMX/AVX512-BF16 or a GPU)")
+        print(
+            "(autocast inside vs outside the compiled region only differs under bf16 autocast: "
+            "run with --precision bf16 on a CPU with AMX/AVX512-BF16 or a GPU)"
+        )

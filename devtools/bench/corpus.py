@@ -1,6 +1,7 @@
 """Benchmark preparing a big local corpus (issue 39's ≥ 30 MB of JSON lines): a cold `prepare` in a fresh process
 with each encoder (tiktoken, the fast path, and `tokenizers`), its phases — the tokenizer's training apart —
 and its peak memory at two corpus sizes, to show it stays flat as the corpus grows."""
+
 import json
 import subprocess
 import sys
@@ -16,11 +17,11 @@ import json, re, sys, time
 start = time.perf_counter()
 import datasets  # timed apart: ~1 s of any prepare's process, whatever the corpus's size
 import_s = time.perf_counter() - start
-import data.preparation
+import data.cache
 from data import DataConfig, prepare
 if {encoder!r} == "tokenizers":
-    data.preparation.fast_encoder = lambda path: (None, "off")
-real_write_split, encode_peak = data.preparation.write_split, []
+    data.cache.fast_encoder = lambda path: (None, "off")
+real_write_split, encode_peak = data.cache.write_split, []
 
 def status_kb(field):
     # VmHWM, this process's own peak: ru_maxrss would carry the parent's peak across exec. VmRSS: resident now.
@@ -34,7 +35,7 @@ def write_split(*args, **kwargs):
         encode_peak.append(status_kb("VmRSS"))
     return real_write_split(*args, **kwargs)
 
-data.preparation.write_split = write_split
+data.cache.write_split = write_split
 start = time.perf_counter()
 meta = prepare(DataConfig(source="local", path={corpus!r}, vocab_size=8192, cache_dir={cache!r}),
                log=lambda message: None).meta
@@ -89,37 +90,54 @@ def measure_corpus(megabytes: float, repeats: int) -> dict:
 def report_corpus(results: dict) -> list:
     """BENCHMARKS.md lines: throughput end to end and without the tokenizer's training, peak memory overall and
     the encoding phase's own, and the rate once started (between the two tiktoken corpora)."""
+
     def mb(meta):
         return (meta["train_bytes"] + meta["val_bytes"]) / 1e6
 
     def rest(meta):  # prepare without the tokenizer's training
         return meta["prepare_seconds"] - meta["tokenizer_seconds"]
 
-    lines = ["", "A local corpus of Python source as JSON lines (`--corpus-mb`: the installed packages' `.py` files, "
-             "one module a line), vocab 8192, a fresh process each, medians:", "",
-             "| encoder | corpus | `import datasets` | tokenizer training | encoding + writing | prepare, end to end | "
-             "without the tokenizer's training | peak memory | encoding: resident at its start → its peak |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "",
+        "A local corpus of Python source as JSON lines (`--corpus-mb`: the installed packages' `.py` files, "
+        "one module a line), vocab 8192, a fresh process each, medians:",
+        "",
+        "| encoder | corpus | `import datasets` | tokenizer training | encoding + writing | prepare, end to end | "
+        "without the tokenizer's training | peak memory | encoding: resident at its start → its peak |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for (encoder, label), meta in results.items():
-        lines.append(f"| {encoder} | {mb(meta):.1f} MB | {meta['import_s']:.1f} s | {meta['tokenizer_seconds']:.1f} s | "
-                     f"{meta['encode_seconds']:.1f} s ({mb(meta) / meta['encode_seconds']:.1f} MB/s) | "
-                     f"{meta['wall_s']:.1f} s ({mb(meta) / meta['wall_s']:.1f} MB/s) | "
-                     f"{rest(meta):.1f} s (**{mb(meta) / rest(meta):.1f} MB/s**) | {meta['peak_rss_mb']:.0f} MB | "
-                     f"{meta['encode_start_mb']:.0f} → {meta['encode_peak_mb']:.0f} MB |")
+        lines.append(
+            f"| {encoder} | {mb(meta):.1f} MB | {meta['import_s']:.1f} s | {meta['tokenizer_seconds']:.1f} s | "
+            f"{meta['encode_seconds']:.1f} s ({mb(meta) / meta['encode_seconds']:.1f} MB/s) | "
+            f"{meta['wall_s']:.1f} s ({mb(meta) / meta['wall_s']:.1f} MB/s) | "
+            f"{rest(meta):.1f} s (**{mb(meta) / rest(meta):.1f} MB/s**) | {meta['peak_rss_mb']:.0f} MB | "
+            f"{meta['encode_start_mb']:.0f} → {meta['encode_peak_mb']:.0f} MB |"
+        )
     small, big = results.get(("tiktoken", "small")), results.get(("tiktoken", "big"))
     if small and big:
         more = rest(big) - rest(small)
-        rate = f"**{(mb(big) - mb(small)) / more:.1f} MB/s**" if more > 0 else \
-            "not measurable here (the bigger corpus took no longer)"
-        lines += ["", f"Each further MB of corpus, without the tokenizer's training (the tiktoken rows' difference): "
-                      f"{rate} once started."]
-    lines += ["", "\"End to end\" is the `prepare` call: reading the files, the cache key, the tokenizer, encoding and "
-              "writing; interpreter start-up and `import datasets` are not in it (the child imports `datasets` "
-              "first and times it apart: its own column). Peak memory is the child's `VmHWM` (its resident set's "
-              "high-water mark). For the encoding phase alone the mark is reset (`/proc/self/clear_refs`) as the first "
-              "split starts encoding: a reset drops it to what is resident then (the earlier phases' memory, not all "
-              "given back), so the phase's own cost is the rise from that start to its peak. Encoding holds at most two windows of 4 MB "
-              "of text (`ENCODE_BYTES`) and their ids (4 bytes a token) in flight, so that phase stays flat as the "
-              "corpus grows; what grows is the tokenizer's training (BPE's word counts), which reads at most "
-              "`data.tokenizer_train_bytes` (100 MB) of the corpus.", ""]
+        rate = (
+            f"**{(mb(big) - mb(small)) / more:.1f} MB/s**"
+            if more > 0
+            else "not measurable here (the bigger corpus took no longer)"
+        )
+        lines += [
+            "",
+            f"Each further MB of corpus, without the tokenizer's training (the tiktoken rows' difference): "
+            f"{rate} once started.",
+        ]
+    lines += [
+        "",
+        '"End to end" is the `prepare` call: reading the files, the cache key, the tokenizer, encoding and '
+        "writing; interpreter start-up and `import datasets` are not in it (the child imports `datasets` "
+        "first and times it apart: its own column). Peak memory is the child's `VmHWM` (its resident set's "
+        "high-water mark). For the encoding phase alone the mark is reset (`/proc/self/clear_refs`) as the first "
+        "split starts encoding: a reset drops it to what is resident then (the earlier phases' memory, not all "
+        "given back), so the phase's own cost is the rise from that start to its peak. Encoding holds at most two windows of 4 MB "
+        "of text (`ENCODE_BYTES`) and their ids (4 bytes a token) in flight, so that phase stays flat as the "
+        "corpus grows; what grows is the tokenizer's training (BPE's word counts), which reads at most "
+        "`data.tokenizer_train_bytes` (100 MB) of the corpus.",
+        "",
+    ]
     return lines

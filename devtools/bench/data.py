@@ -5,6 +5,7 @@ phases, a cache hit, and batch loading next to a training step of the default CP
 Usage: python scripts/bench_data.py [--repeats 3] [--no-model] [--corpus-mb 30] [--write]
   --write replaces the "## Data pipeline" section of BENCHMARKS.md with the results.
 """
+
 import argparse
 import functools
 import os
@@ -16,27 +17,23 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from analysis.benchmarks_doc import write_section
-from cli import REPO
-from cli.entry import description
-from devtools.bench.corpus import measure_corpus, report_corpus
+from cli import REPO, description
 from data import DataConfig, TrainBatches, eval_windows, prepare
-from data.shakespeare import load_plays
-from data.encoding import fast_encoder
-from data.token_files import fast_ids
+from data.cache import fast_encoder, fast_ids
+from data.sources import load_plays
 from data.tokenizer import train_tokenizer
+from devtools.bench.corpus import measure_corpus, report_corpus
 
 HEADING = "## Data pipeline (scripts/bench_data.py)"
 # Run from the repository root: `python -c` puts the working directory first on sys.path.
-COLD_RUN = ("from data import DataConfig, prepare\n"
-            "prepare(DataConfig(cache_dir={cache!r}, num_proc={num_proc}), log=lambda message: None)\n")
+COLD_RUN = "from data import DataConfig, prepare\nprepare(DataConfig(cache_dir={cache!r}), log=lambda message: None)\n"
 
 
-def cold_prepare_seconds(num_proc: int) -> float:
+def cold_prepare_seconds() -> float:
     """Wall time of a fresh `python` that imports `data` and prepares Shakespeare into an empty cache."""
     with tempfile.TemporaryDirectory() as cache:
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", COLD_RUN.format(cache=cache, num_proc=num_proc)], cwd=REPO,
-                       check=True, capture_output=True)
+        subprocess.run([sys.executable, "-c", COLD_RUN.format(cache=cache)], cwd=REPO, check=True, capture_output=True)
         return time.perf_counter() - start
 
 
@@ -56,11 +53,11 @@ def model_step_seconds(batch, repeats: int = 3) -> tuple:
     import torch
 
     from model import ModelConfig, Transformer
-    from training.loss import CausalLMLoss
-    from training.precision import autocast_context, resolve_precision
+    from training.loop import CausalLMLoss, autocast_context, resolve_precision
 
-    model = Transformer(ModelConfig(vocab_size=4096, hidden_size=256, n_layers=6, n_heads=4, multiple_of=32,
-                                    max_seq_len=256))
+    model = Transformer(
+        ModelConfig(vocab_size=4096, hidden_size=256, n_layers=6, n_heads=4, multiple_of=32, max_seq_len=256)
+    )
     loss_fn, inputs, targets = CausalLMLoss(model), *batch
     precision, _ = resolve_precision("auto", torch.device("cpu"))
     autocast = autocast_context(precision, torch.device("cpu"))
@@ -75,10 +72,10 @@ def model_step_seconds(batch, repeats: int = 3) -> tuple:
 
 
 def measure(repeats: int, with_model: bool) -> dict:
-    from training.runtime.cpu import cpu_class
-    results = {"cores": os.cpu_count(), "load": os.getloadavg()[0], "cpu": cpu_class().name}
-    results["cold_1"] = statistics.median(cold_prepare_seconds(1) for _ in range(repeats))
-    results["cold_2"] = statistics.median(cold_prepare_seconds(2) for _ in range(repeats))
+    from training.distributed import cpu_bf16
+
+    results = {"cores": os.cpu_count(), "load": os.getloadavg()[0], "cpu": cpu_bf16()[1]}
+    results["cold"] = statistics.median(cold_prepare_seconds() for _ in range(repeats))
     results["clean"] = timed(load_plays, repeats)
     texts = [play["text"] for play in load_plays()]
     results["megabytes"] = sum(len(t.encode("utf-8")) for t in texts) / 1e6
@@ -109,15 +106,16 @@ def report(r: dict) -> str:
     mb = r["megabytes"]
     lines = [
         f"`python scripts/bench_data.py --repeats 3 --write` on {r['cores']} CPU cores, class {r['cpu']} "
-        f"(1-minute load average {r['load']:.1f} when it ran); medians.", "",
-        "| what | time | throughput |", "|---|---|---|",
-        f"| cold prepare, full Shakespeare ({mb:.2f} MB, {r['tokens']:,} tokens), fresh process, `num_proc=1` "
-        f"| {r['cold_1']:.2f} s | {mb / r['cold_1']:.2f} MB/s end to end |",
-        f"| same, `num_proc=2` | {r['cold_2']:.2f} s | {mb / r['cold_2']:.2f} MB/s |",
+        f"(1-minute load average {r['load']:.1f} when it ran); medians.",
+        "",
+        "| what | time | throughput |",
+        "|---|---|---|",
+        f"| cold prepare, full Shakespeare ({mb:.2f} MB, {r['tokens']:,} tokens), fresh process "
+        f"| {r['cold']:.2f} s | {mb / r['cold']:.2f} MB/s end to end |",
         f"| - markdown -> plain text, 38 plays | {r['clean'] * 1e3:.0f} ms | {mb / r['clean']:.1f} MB/s |",
         f"| - BPE training, vocab 4096 | {r['train_tokenizer']:.2f} s | {mb / r['train_tokenizer']:.1f} MB/s |",
         f"| - `encode_batch` of all plays (`tokenizers`) | {r['encode']:.2f} s | {mb / r['encode']:.1f} MB/s |",
-        f"| - the same with tiktoken (data/encoding.py, the same ids) | {r['encode_fast']:.2f} s | "
+        f"| - the same with tiktoken (data/cache.py, the same ids) | {r['encode_fast']:.2f} s | "
         f"{mb / r['encode_fast']:.1f} MB/s |",
         f"| cache hit (`prepare` again) | {r['cache_hit'] * 1e3:.1f} ms | |",
         f"| `TrainBatches.get`, 16 x 256 from the memmap | {r['get_16x256'] * 1e6:.0f} µs | |",
@@ -126,12 +124,17 @@ def report(r: dict) -> str:
     ]
     if "model_step" in r:
         share = r["get_16x256"] / r["model_step"] * 100
-        lines.append(f"| forward + backward, default CPU model, 16 x 256 ({r['precision']}) "
-                     f"| {r['model_step'] * 1e3:.0f} ms | batch loading = {share:.3f}% of it |")
-    lines += ["", "The rest of a cold prepare is interpreter start-up and imports (`datasets` alone ~1 s), "
-              "the tokenizer's training and the token files. Both encoders use every core: tiktoken one document per "
-              "task in a thread pool (it releases the GIL while it encodes), `tokenizers` with rayon; `num_proc` only "
-              "matters to the `tokenizers` path.", ""]
+        lines.append(
+            f"| forward + backward, default CPU model, 16 x 256 ({r['precision']}) "
+            f"| {r['model_step'] * 1e3:.0f} ms | batch loading = {share:.3f}% of it |"
+        )
+    lines += [
+        "",
+        "The rest of a cold prepare is interpreter start-up and imports (`datasets` alone ~1 s), "
+        "the tokenizer's training and the token files. Both encoders use every core: tiktoken one document per "
+        "task in a thread pool (it releases the GIL while it encodes), `tokenizers` with rayon.",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -139,8 +142,9 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-model", action="store_true", help="skip the model step (batch loading alone)")
-    parser.add_argument("--corpus-mb", type=float, default=30.0,
-                        help="the local JSON-lines corpus's size in MB (0: skip it)")
+    parser.add_argument(
+        "--corpus-mb", type=float, default=30.0, help="the local JSON-lines corpus's size in MB (0: skip it)"
+    )
     parser.add_argument("--write", action="store_true", help="write the results into BENCHMARKS.md")
     args = parser.parse_args(argv)
     body = report(measure(args.repeats, not args.no_model))

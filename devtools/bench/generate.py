@@ -3,6 +3,7 @@
 Usage: python scripts/bench_generate.py [--checkpoint CKPT] [--new-tokens 256] [--prompt-tokens 16] [--repeats 3]
        [--threads 2] [--device cpu|cuda] [--no-hf] [--write]   (--write: update BENCHMARKS.md)
 """
+
 import argparse
 import os
 import statistics
@@ -14,14 +15,12 @@ from typing import Optional
 import torch
 
 from analysis.benchmarks_doc import write_section
-from cli import REPO
-from cli.entry import description
-from interop.hf import llama_config, to_hf_state_dict
-from interop.hf_export import export_checkpoint
+from cli import REPO, description
+from devtools.bench import cpu_model
+from interop.hf_export import export_checkpoint, llama_config, to_hf_state_dict
 from model import ModelConfig, Transformer
 from model.generate import generate_ids
 from training.checkpoint import load_model
-from training.runtime.cpu import cpu_model
 
 SECTION = "## Generation (scripts/bench_generate.py)"
 
@@ -44,8 +43,14 @@ def build_model(args) -> Transformer:
         return load_model(args.checkpoint, device=args.device)[0]
     torch.manual_seed(0)
     # configs/model/cpu.yaml with a 4096-token vocabulary; context long enough for prompt + new tokens.
-    cfg = ModelConfig(vocab_size=4096, hidden_size=256, n_layers=6, n_heads=4, multiple_of=32,
-                      max_seq_len=max(512, args.prompt_tokens + args.new_tokens))
+    cfg = ModelConfig(
+        vocab_size=4096,
+        hidden_size=256,
+        n_layers=6,
+        n_heads=4,
+        multiple_of=32,
+        max_seq_len=max(512, args.prompt_tokens + args.new_tokens),
+    )
     return Transformer(cfg).to(args.device).eval()
 
 
@@ -68,13 +73,15 @@ def hf_copy(model: Transformer, checkpoint: Optional[str]):
 def methods(model, hf, prompt: torch.Tensor, n: int) -> dict:
     """name → function generating exactly n greedy tokens after prompt (1, T) and returning them."""
     ids = [prompt[0].tolist()]
-    out = {"minillama + KV cache": lambda: generate_ids(model, ids, n, temperature=0)[0],
-           "minillama, no cache (recompute)": lambda: generate_ids(model, ids, n, temperature=0, use_cache=False)[0]}
+    out = {
+        "minillama + KV cache": lambda: generate_ids(model, ids, n, temperature=0)[0],
+        "minillama, no cache (recompute)": lambda: generate_ids(model, ids, n, temperature=0, use_cache=False)[0],
+    }
     if hf is not None:
         mask = torch.ones_like(prompt)
         out["HF generate (exported copy)"] = lambda: hf.generate(
-            prompt, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False,
-            pad_token_id=0)[0, prompt.shape[1]:].tolist()
+            prompt, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0
+        )[0, prompt.shape[1] :].tolist()
     return out
 
 
@@ -94,8 +101,9 @@ def main(argv=None) -> None:
     model = build_model(args)
     device = model.embed_tokens.weight.device
     hf = None if args.no_hf else hf_copy(model, args.checkpoint)
-    prompt = torch.randint(3, model.cfg.vocab_size, (1, args.prompt_tokens),
-                           generator=torch.Generator().manual_seed(0)).to(device)
+    prompt = torch.randint(
+        3, model.cfg.vocab_size, (1, args.prompt_tokens), generator=torch.Generator().manual_seed(0)
+    ).to(device)
     runs = methods(model, hf, prompt, args.new_tokens)
     outputs = {name: fn() for name, fn in runs.items()}  # warm-up, and all must agree token for token
     reference = outputs["minillama + KV cache"]
@@ -131,4 +139,3 @@ def format_report(args, model, times: dict, agree: dict, load: tuple) -> str:
     for name, tps in speed.items():
         lines.append(f"| {name} | {tps:.1f} | {ours / tps:.2f}× | {'yes' if agree[name] else 'NO'} |")
     return "\n".join(lines)
-

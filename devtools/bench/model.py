@@ -9,6 +9,7 @@ AdamW), zero_grad. The variants run interleaved in one process; medians are repo
 minillama only (HF's model has no blocks of ours to find the matrices in). --layers times our model at
 several depths side by side: the step cost of a depth change (the speedrun's layers recipes).
 """
+
 import argparse
 import os
 import re
@@ -20,16 +21,12 @@ import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 
-from cli import REPO
-from cli.entry import description
-from devtools.bench import timed
+from cli import REPO, description
+from devtools.bench import measure_matmul_flops, timed
 from model import ModelConfig, Transformer
-from training.compile import cache_for_this_cpu
 from training.config import OptimConfig
-from training.loss import CausalLMLoss
-from training.runtime.mfu import measure_matmul_flops
+from training.loop import CausalLMLoss, autocast_context, cache_for_this_cpu, resolve_precision
 from training.optim import build_optimizers
-from training.precision import autocast_context, resolve_precision
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -45,8 +42,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--heads", type=int, default=None, help="override n_heads (n_kv_heads follows if it was equal)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--optim", default="adamw", help="comma-separated: adamw, muon (each a variant, side by side)")
-    p.add_argument("--layers", help="comma-separated depths, each a variant of our model side by side (e.g. 6,4); "
-                   "ratios are to the first, which HF's model also takes")
+    p.add_argument(
+        "--layers",
+        help="comma-separated depths, each a variant of our model side by side (e.g. 6,4); "
+        "ratios are to the first, which HF's model also takes",
+    )
     p.add_argument("--no-hf", action="store_true", help="only our model (no transformers needed)")
     p.add_argument("--profile", action="store_true", help="then profile 3 steps of our fastest variant")
     p.add_argument("--matmul-shapes", action="store_true", help="then time each of the model's matmul shapes alone")
@@ -56,10 +56,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 def model_config(shape: str, vocab: int, seq, heads) -> ModelConfig:
     path = REPO / "configs" / "model" / f"{shape}.yaml"
     if not path.is_file():
-        raise SystemExit(f"error: --shape {shape}: no {path.relative_to(REPO)}; "
-                         f"choose one of {sorted(p.stem for p in path.parent.glob('*.yaml'))}")
-    fields = OmegaConf.to_container(OmegaConf.merge({"data": {"vocab_size": vocab}}, {"model": OmegaConf.load(path)}),
-                                    resolve=True)["model"]
+        raise SystemExit(
+            f"error: --shape {shape}: no {path.relative_to(REPO)}; "
+            f"choose one of {sorted(p.stem for p in path.parent.glob('*.yaml'))}"
+        )
+    fields = OmegaConf.to_container(
+        OmegaConf.merge({"data": {"vocab_size": vocab}}, {"model": OmegaConf.load(path)}), resolve=True
+    )["model"]
     if seq:
         fields["max_seq_len"] = seq
     if heads:
@@ -76,7 +79,8 @@ class HFLoss(torch.nn.Module):
         super().__init__()
         from transformers import LlamaForCausalLM
 
-        from interop.hf import llama_config
+        from interop.hf_export import llama_config
+
         hf_cfg = llama_config(cfg, {})
         hf_cfg.use_cache = False
         self.model = LlamaForCausalLM._from_config(hf_cfg, attn_implementation="sdpa")
@@ -121,8 +125,10 @@ def build_variants(cfg: ModelConfig, args, autocast, layers=None) -> dict:
     """Each (mode, optimizer, model) a step function; `layers`: our model at each depth (cfg's is the first)."""
     torch.manual_seed(0)
     layers = layers or [cfg.n_layers]
-    modules = {"minillama" + (f" L{d}" if len(layers) > 1 else ""): CausalLMLoss(Transformer(replace(cfg, n_layers=d)))
-               for d in layers}
+    modules = {
+        "minillama" + (f" L{d}" if len(layers) > 1 else ""): CausalLMLoss(Transformer(replace(cfg, n_layers=d)))
+        for d in layers
+    }
     if not args.no_hf:
         modules["hf_llama"] = HFLoss(cfg)
         first, hf = next(iter(modules.values())), modules["hf_llama"]  # the same depth (cfg's)
@@ -147,6 +153,7 @@ def build_variants(cfg: ModelConfig, args, autocast, layers=None) -> dict:
 
 def _clone(module: torch.nn.Module) -> torch.nn.Module:
     import copy
+
     return copy.deepcopy(module)
 
 
@@ -162,7 +169,7 @@ def time_variants(variants: dict, inputs, targets, args) -> tuple:
     times, names = {name: [] for name in variants}, list(variants)
     for i in range(args.steps):
         # Interleaved, rotating who goes first, so drifts in machine speed hit every variant alike.
-        for name in names[i % len(names):] + names[:i % len(names)]:
+        for name in names[i % len(names) :] + names[: i % len(names)]:
             t0 = time.perf_counter()
             variants[name](inputs, targets)
             times[name].append(time.perf_counter() - t0)
@@ -178,20 +185,28 @@ def variant_flops(cfg: ModelConfig, name: str) -> float:
 def report(cfg: ModelConfig, args, precision: str, times: dict, first: dict, peak: float) -> None:
     tokens = args.batch * cfg.max_seq_len
     flops = variant_flops(cfg, "minillama")  # same matmuls in HF's model
-    print(f"\nflops_per_token({cfg.max_seq_len}) = {flops / 1e6:.2f} MFLOP at {cfg.n_layers} layers (6·N_matmul + "
-          f"causal attention); peak = best {precision} matmul, {peak / 1e12:.3f} TFLOP/s")
-    print(f"| variant | ms/step (median of {args.steps}) | min–max ms | tokens/s | TFLOP/s | % of {precision} "
-          f"matmul peak | first step s |")
+    print(
+        f"\nflops_per_token({cfg.max_seq_len}) = {flops / 1e6:.2f} MFLOP at {cfg.n_layers} layers (6·N_matmul + "
+        f"causal attention); peak = best {precision} matmul, {peak / 1e12:.3f} TFLOP/s"
+    )
+    print(
+        f"| variant | ms/step (median of {args.steps}) | min–max ms | tokens/s | TFLOP/s | % of {precision} "
+        f"matmul peak | first step s |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|")
     tps = {}
     for name, ts in times.items():
         median = statistics.median(ts)
         tps[name] = tokens / median
         achieved = tps[name] * variant_flops(cfg, name)
-        print(f"| {name} | {median * 1e3:.0f} | {min(ts) * 1e3:.0f}–{max(ts) * 1e3:.0f} | {tps[name]:,.0f} "
-              f"| {achieved / 1e12:.3f} | {100 * achieved / peak:.1f} % | {first[name]:.1f} |")
+        print(
+            f"| {name} | {median * 1e3:.0f} | {min(ts) * 1e3:.0f}–{max(ts) * 1e3:.0f} | {tps[name]:,.0f} "
+            f"| {achieved / 1e12:.3f} | {100 * achieved / peak:.1f} % | {first[name]:.1f} |"
+        )
     for mode in ("eager", "compiled"):
-        ours = f"minillama L{cfg.n_layers} {mode}" if f"minillama L{cfg.n_layers} {mode}" in tps else f"minillama {mode}"
+        ours = (
+            f"minillama L{cfg.n_layers} {mode}" if f"minillama L{cfg.n_layers} {mode}" in tps else f"minillama {mode}"
+        )
         if f"hf_llama {mode}" in tps and ours in tps:
             print(f"minillama / HF, {mode}: {tps[ours] / tps[f'hf_llama {mode}']:.3f}")
     for name in tps:
@@ -218,6 +233,7 @@ def _meta_model(cfg: ModelConfig) -> Transformer:
 def profile(step, inputs, targets, rows: int = 25) -> None:
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
+
     with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(3):
             step(inputs, targets)
@@ -236,8 +252,10 @@ def matmul_shapes(cfg: ModelConfig, tokens: int, dtype: torch.dtype, peak: float
         w = torch.randn(out_features, in_features, generator=gen).to(dtype)
         best = min(timed(lambda: x @ w.T) for _ in range(5))
         flops = 2 * tokens * in_features * out_features / best
-        print(f"| {tokens} × {in_features} @ {in_features} × {out_features} | {flops / 1e12:.3f} "
-              f"| {100 * flops / peak:.0f} % |")
+        print(
+            f"| {tokens} × {in_features} @ {in_features} × {out_features} | {flops / 1e12:.3f} "
+            f"| {100 * flops / peak:.0f} % |"
+        )
 
 
 def main(argv=None) -> None:
@@ -254,11 +272,13 @@ def main(argv=None) -> None:
     data = torch.randint(0, cfg.vocab_size, (args.batch, cfg.max_seq_len + 1), generator=gen)
     inputs, targets = data[:, :-1].contiguous(), data[:, 1:].contiguous()
     hf_version = "" if args.no_hf else f", transformers {__import__('transformers').__version__}"
-    print(f"torch {torch.__version__}{hf_version}, {torch.get_num_threads()} threads, {precision} ({why}), "
-          f"batch {args.batch} × seq {cfg.max_seq_len}; shape {args.shape}: hidden {cfg.hidden_size}, "
-          f"{','.join(map(str, layers))} layers, {cfg.n_heads} heads ({cfg.resolved_n_kv_heads} kv) of {cfg.head_dim}, "
-          f"MLP {cfg.resolved_intermediate_size}, vocab {cfg.padded_vocab_size}, "
-          f"{_meta_model(cfg).param_counts()['total']:,} parameters")
+    print(
+        f"torch {torch.__version__}{hf_version}, {torch.get_num_threads()} threads, {precision} ({why}), "
+        f"batch {args.batch} × seq {cfg.max_seq_len}; shape {args.shape}: hidden {cfg.hidden_size}, "
+        f"{','.join(map(str, layers))} layers, {cfg.n_heads} heads ({cfg.resolved_n_kv_heads} kv) of {cfg.head_dim}, "
+        f"MLP {cfg.resolved_intermediate_size}, vocab {cfg.padded_vocab_size}, "
+        f"{_meta_model(cfg).param_counts()['total']:,} parameters"
+    )
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     load_before, peak = os.getloadavg()[0], measure_matmul_flops(device, dtype)
     times, first = time_variants(variants, inputs, targets, args)

@@ -1,11 +1,11 @@
 """Where train.py's step goes, by op group, against the machine's roofs; and levers timed side by side.
 
 Usage: python scripts/bench_roofline.py [OVERRIDE ...] [--variant "OVERRIDE ..."]...
-       [--inductor-variant "NAME=VALUE ..."]... [--device-skip-variant] [--steps 20] [--profile-steps 5]
+       [--inductor-variant "NAME=VALUE ..."]... [--steps 20] [--profile-steps 5]
 The step is train.py's own: the config composed from configs/ (the default run, plus any Hydra overrides),
-built by training/build.py and stepped by TrainStep, on synthetic token windows of the run's shape. Each
+built by training/loop.py and stepped by TrainStep, on synthetic token windows of the run's shape. Each
 --variant adds overrides to a second (third, …) build of the same run (--inductor-variant: compiled with these
-torch._inductor.config options; --device-skip-variant: the non-finite flag on the device, as on a GPU); all are
+torch._inductor.config options); all are
 timed interleaved in this one process (medians): a lever against the step it changes, on one machine at one time.
 
 The roofline is the first variant's, from torch.profiler's self CPU time of each op, grouped by what it
@@ -16,6 +16,7 @@ and, for elementwise groups, a lower bound of the bytes they must move (every te
 forward and backward, at the dtype it has) against the measured copy bandwidth. A group far below its roof
 is where the step's time can still come from.
 """
+
 import argparse
 import ast
 import os
@@ -27,16 +28,12 @@ from typing import Optional
 import torch
 import torch._inductor.config as inductor_config
 
+from cli import description
 from cli.config import compose_train_config
-from cli.entry import description
-from devtools.bench import timed
+from devtools.bench import cpu_model, measure_matmul_flops, timed
 from model import Transformer
-from training.build import build
-from training.compile import CompiledLoss
-from training.runtime.cpu import cpu_class, cpu_model
-from training.runtime.distributed import DistInfo
-from training.runtime.mfu import measure_matmul_flops
-from training.step import TrainStep
+from training.distributed import DistInfo, cpu_bf16
+from training.loop import CompiledLoss, TrainStep, build
 
 NEWTON_SCHULZ = "optimizer: Newton–Schulz matmuls"
 
@@ -48,7 +45,10 @@ GROUPS = (
     ("attention", lambda n: "scaled_dot_product" in n),
     ("softmax, mask", lambda n: "softmax" in n or "masked_fill" in n or "tril" in n),
     ("norms", lambda n: "rsqrt" in n or ("pow" in n and "sum" in n) or "layer_norm" in n),
-    ("gradient norm, clip", lambda n: "vector_norm" in n or "foreach_norm" in n or "foreach_mul" in n or "isfinite" in n),
+    (
+        "gradient norm, clip",
+        lambda n: "vector_norm" in n or "foreach_norm" in n or "foreach_mul" in n or "isfinite" in n,
+    ),
     ("MLP activation", lambda n: "silu" in n or "gelu" in n or "relu" in n),
     ("RoPE", lambda n: "cat" in n and "neg" in n),
     ("embedding", lambda n: "embedding" in n),
@@ -57,10 +57,40 @@ GROUPS = (
 FRAMEWORK = "framework (Python, dispatch, autograd)"
 KERNEL_PREFIXES = ("aten::", "graph_", "cpp_fused")  # what does work; the rest is bookkeeping around it
 # aten ops that move no data (views, allocation, dispatch to another op): bookkeeping, not elementwise work
-BOOKKEEPING = {f"aten::{op}" for op in (
-    "empty", "empty_strided", "empty_like", "as_strided", "view", "_unsafe_view", "reshape", "permute", "transpose",
-    "t", "numpy_T", "expand", "unsqueeze", "squeeze", "slice", "select", "detach", "alias", "resolve_conj",
-    "resolve_neg", "to", "matmul", "linear", "contiguous", "result_type", "lift_fresh", "split", "chunk", "unbind")}
+BOOKKEEPING = {
+    f"aten::{op}"
+    for op in (
+        "empty",
+        "empty_strided",
+        "empty_like",
+        "as_strided",
+        "view",
+        "_unsafe_view",
+        "reshape",
+        "permute",
+        "transpose",
+        "t",
+        "numpy_T",
+        "expand",
+        "unsqueeze",
+        "squeeze",
+        "slice",
+        "select",
+        "detach",
+        "alias",
+        "resolve_conj",
+        "resolve_neg",
+        "to",
+        "matmul",
+        "linear",
+        "contiguous",
+        "result_type",
+        "lift_fresh",
+        "split",
+        "chunk",
+        "unbind",
+    )
+}
 
 
 def is_matmul(name: str) -> bool:
@@ -70,12 +100,18 @@ def is_matmul(name: str) -> bool:
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=description(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("overrides", nargs="*", help="Hydra overrides of the run (default: the default run)")
-    p.add_argument("--variant", action="append", default=[],
-                   help='more overrides for a variant timed side by side, e.g. --variant "optim.muon_ns_dtype=bf16"')
-    p.add_argument("--inductor-variant", action="append", default=[],
-                   help='the configured run compiled with these inductor options, e.g. "max_autotune=True"')
-    p.add_argument("--device-skip-variant", action="store_true",
-                   help="the configured run skipping non-finite steps on the device (found_inf), as on a GPU")
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        help='more overrides for a variant timed side by side, e.g. --variant "optim.muon_ns_dtype=bf16"',
+    )
+    p.add_argument(
+        "--inductor-variant",
+        action="append",
+        default=[],
+        help='the configured run compiled with these inductor options, e.g. "max_autotune=True"',
+    )
     p.add_argument("--steps", type=int, default=20, help="timed steps per variant, interleaved (medians)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per variant first (compilation)")
     p.add_argument("--profile-steps", type=int, default=5, help="profiled steps of the first variant (0: none)")
@@ -97,14 +133,16 @@ class SyntheticBatches:
 
 
 def inductor_options(text: str) -> dict:
-    """"max_autotune=True cpp.threads=2" → {"max_autotune": True, "cpp.threads": 2}; names inductor does not have
+    """ "max_autotune=True cpp.threads=2" → {"max_autotune": True, "cpp.threads": 2}; names inductor does not have
     are refused (torch.compile would only warn and run eager)."""
     known, options = inductor_config.get_config_copy(), {}
     for item in shlex.split(text):
         name, sep, value = item.partition("=")
         if not sep or name not in known:
-            raise ValueError(f"--inductor-variant {item!r}: expected NAME=VALUE with NAME one of "
-                             "torch._inductor.config's options, e.g. max_autotune=True")
+            raise ValueError(
+                f"--inductor-variant {item!r}: expected NAME=VALUE with NAME one of "
+                "torch._inductor.config's options, e.g. max_autotune=True"
+            )
         try:
             options[name] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
@@ -112,9 +150,9 @@ def inductor_options(text: str) -> dict:
     return options
 
 
-def build_step(overrides: list, inductor: Optional[dict] = None, device_skip: bool = False):
+def build_step(overrides: list, inductor: Optional[dict] = None):
     """(TrainConfig, Parts, TrainStep) of the run these overrides configure, on one process; with `inductor`, its
-    model + loss compiled with those inductor options; with `device_skip`, the non-finite flag on the device."""
+    model + loss compiled with those inductor options."""
     cfg, _ = compose_train_config([*overrides, "logger=none"])
     parts = build(cfg, info := DistInfo(), say=lambda *a: None)
     compute_loss = parts.compute_loss
@@ -122,9 +160,15 @@ def build_step(overrides: list, inductor: Optional[dict] = None, device_skip: bo
         if compute_loss is parts.loss_module:
             raise ValueError(f"--inductor-variant needs a compiled run; this one is not ({parts.notes[1]})")
         compute_loss = CompiledLoss(parts.loss_module, warn=_refuse_eager, options=inductor)
-    step = TrainStep(compute_loss, SyntheticBatches(cfg), parts.optimizers, parts.autocast,
-                     cfg.trainer.grad_accum_steps, cfg.optim.grad_clip, info.device)
-    step.skip_on_device |= device_skip
+    step = TrainStep(
+        compute_loss,
+        SyntheticBatches(cfg),
+        parts.optimizers,
+        parts.autocast,
+        cfg.trainer.grad_accum_steps,
+        cfg.optim.grad_clip,
+        info.device,
+    )
     return cfg, parts, step
 
 
@@ -154,7 +198,9 @@ def group_of(name: str, shapes: list, in_optimizer: bool, head_dims: tuple) -> s
     if is_matmul(name):
         if name in ("aten::bmm", "aten::baddbmm"):  # batched over (batch × heads): attention's scores and output
             return "attention"
-        a, b = shapes[1:3] if name == "aten::addmm" else shapes[:2]  # (m, k) @ (k, n): addmm(bias, a, b), mm(a, b[, out])
+        a, b = (
+            shapes[1:3] if name == "aten::addmm" else shapes[:2]
+        )  # (m, k) @ (k, n): addmm(bias, a, b), mm(a, b[, out])
         # The head's three matmuls (forward, input and weight gradients) multiply tokens, hidden and vocab
         return "LM head matmuls" if sorted((a[0], a[1], b[1])) == sorted(head_dims) else "matmuls"
     return next((group for group, test in GROUPS if test(name)), "other elementwise")
@@ -165,6 +211,7 @@ def profile_groups(step, n: int, head_dims: tuple) -> tuple:
     no op accounts for (Python, dispatch, the autograd engine) as framework. Needs compiled graphs built with
     inductor's kernel profiling (main turns it on), or their kernels' time counts as framework."""
     from torch.profiler import ProfilerActivity, profile
+
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         t0 = time.perf_counter()
         for i in range(n):
@@ -198,19 +245,30 @@ def step_work(cfg, parts) -> dict:
     matrices = sum(p.numel() for mod in model.modules() if isinstance(mod, torch.nn.Linear) for p in mod.parameters())
     act = 2 if parts.precision == "bf16" else 4  # what matmuls output; the residual stream stays fp32
     d, f, heads = m.hidden_size, m.resolved_intermediate_size, m.n_heads + m.resolved_n_kv_heads
-    muon = [p.shape for opt in parts.optimizers if type(opt).__name__ == "Muon"
-            for g in opt.param_groups for p in g["params"]]
-    ns_steps = next((g["ns_steps"] for opt in parts.optimizers if type(opt).__name__ == "Muon" for g in opt.param_groups), 0)
-    adamw = sum(p.numel() for opt in parts.optimizers if type(opt).__name__ != "Muon"
-                for g in opt.param_groups for p in g["params"])
+    muon = [
+        p.shape
+        for opt in parts.optimizers
+        if type(opt).__name__ == "Muon"
+        for g in opt.param_groups
+        for p in g["params"]
+    ]
+    ns_steps = next(
+        (g["ns_steps"] for opt in parts.optimizers if type(opt).__name__ == "Muon" for g in opt.param_groups), 0
+    )
+    adamw = sum(
+        p.numel()
+        for opt in parts.optimizers
+        if type(opt).__name__ != "Muon"
+        for g in opt.param_groups
+        for p in g["params"]
+    )
     params = sum(p.numel() for p in model.parameters())
-    scores = m.n_layers * t.micro_batch_size * t.grad_accum_steps * m.n_heads * t.seq_len ** 2
+    scores = m.n_layers * t.micro_batch_size * t.grad_accum_steps * m.n_heads * t.seq_len**2
     return {
         "matmuls": (6 * n * (matrices - head), "FLOP"),
         "LM head matmuls": (6 * n * head, "FLOP"),
         "attention": (n * 6 * m.n_layers * m.n_heads * m.head_dim * (t.seq_len + 1), "FLOP"),
-        NEWTON_SCHULZ: (sum(ns_steps * (4 * min(s) ** 2 * max(s) + 2 * min(s) ** 3) for s in muon),
-                                             "FLOP"),
+        NEWTON_SCHULZ: (sum(ns_steps * (4 * min(s) ** 2 * max(s) + 2 * min(s) ** 3) for s in muon), "FLOP"),
         "norms": ((2 * m.n_layers + 1) * 5 * n * d * 4, "B"),  # x, y; x, dy, dx — fp32
         "MLP activation": (m.n_layers * n * f * act * (8 if m.mlp in ("swiglu", "geglu") else 4), "B"),
         "RoPE": (m.n_layers * n * heads * m.head_dim * act * 4, "B"),  # q and k in and out, both passes
@@ -225,7 +283,7 @@ def step_work(cfg, parts) -> dict:
 
 def copy_bandwidth(mib: int = 256) -> float:
     """Bytes/s of the best of 5 copies of a `mib` MiB fp32 tensor (read + write): the elementwise roof."""
-    src = torch.ones(mib * 2 ** 18)
+    src = torch.ones(mib * 2**18)
     dst = torch.empty_like(src)
     best = min(timed(lambda: dst.copy_(src)) for _ in range(5))
     return 2 * src.numel() * 4 / best
@@ -236,8 +294,9 @@ def newton_schulz_dtype(parts) -> Optional[torch.dtype]:
     return next((opt.ns_dtype for opt in parts.optimizers if type(opt).__name__ == "Muon"), None)
 
 
-def roofline(groups: dict, wall: float, work: dict, matmul_peak: float, bandwidth: float,
-             group_peaks: Optional[dict] = None) -> list:
+def roofline(
+    groups: dict, wall: float, work: dict, matmul_peak: float, bandwidth: float, group_peaks: Optional[dict] = None
+) -> list:
     """Markdown rows: group, ms/step, share, work, achieved, % of its roof; the largest groups first. A matmul
     group's roof is `matmul_peak` (the run's precision) unless `group_peaks` gives its own (Newton–Schulz runs in
     optim.muon_ns_dtype, which need not be the run's)."""
@@ -248,8 +307,10 @@ def roofline(groups: dict, wall: float, work: dict, matmul_peak: float, bandwidt
             rate = amount / seconds
             roof = (group_peaks or {}).get(group, matmul_peak) if unit == "FLOP" else bandwidth
             scale, name = (1e9, "GFLOP") if unit == "FLOP" else (1e6, "MB")
-            cells = f"{amount / scale:,.1f} {name} | {rate / scale / 1e3:.2f} {'T' if unit == 'FLOP' else 'G'}{unit}/s " \
-                    f"| {100 * rate / roof:.0f} %"
+            cells = (
+                f"{amount / scale:,.1f} {name} | {rate / scale / 1e3:.2f} {'T' if unit == 'FLOP' else 'G'}{unit}/s "
+                f"| {100 * rate / roof:.0f} %"
+            )
         else:
             cells = "— | — | —"
         rows.append(f"| {group} | {1e3 * seconds:.1f} | {100 * seconds / wall:.1f} % | {cells} |")
@@ -265,35 +326,44 @@ def main(argv=None) -> None:
     built = {name: build_step(overrides) for name, overrides in variants.items()}
     for text in args.inductor_variant:
         built[f"inductor: {text}"] = build_step(args.overrides, inductor_options(text))
-    if args.device_skip_variant:
-        built["non-finite check on the device"] = build_step(args.overrides, device_skip=True)
     cfg, parts, _ = built["as configured"]
     dtype = torch.bfloat16 if parts.precision == "bf16" else torch.float32
     load_before, peak = os.getloadavg()[0], measure_matmul_flops(torch.device("cpu"), dtype)
-    print(f"{cpu_model()}, CPU class {cpu_class().name}, {torch.get_num_threads()} threads, torch {torch.__version__}; "
-          f"{parts.precision}, compile: {parts.notes[1]}; overrides: {' '.join(args.overrides) or '(the default run)'}")
+    print(
+        f"{cpu_model()}, {cpu_bf16()[1]}, {torch.get_num_threads()} threads, torch {torch.__version__}; "
+        f"{parts.precision}, compile: {parts.notes[1]}; overrides: {' '.join(args.overrides) or '(the default run)'}"
+    )
     tokens = cfg.trainer.micro_batch_size * cfg.trainer.seq_len * cfg.trainer.grad_accum_steps
     times = time_interleaved({name: step for name, (_, _, step) in built.items()}, args.steps, args.warmup)
     base = statistics.median(times["as configured"])
-    print(f"\n| variant | ms/step (median of {args.steps}) | min–max ms | tokens/s | vs as configured |\n"
-          "|---|---:|---:|---:|---:|")
+    print(
+        f"\n| variant | ms/step (median of {args.steps}) | min–max ms | tokens/s | vs as configured |\n"
+        "|---|---:|---:|---:|---:|"
+    )
     for name, ts in times.items():
         med = statistics.median(ts)
-        print(f"| {name} | {1e3 * med:.0f} | {1e3 * min(ts):.0f}–{1e3 * max(ts):.0f} | {tokens / med:,.0f} "
-              f"| {base / med:.3f}× |")
+        print(
+            f"| {name} | {1e3 * med:.0f} | {1e3 * min(ts):.0f}–{1e3 * max(ts):.0f} | {tokens / med:,.0f} "
+            f"| {base / med:.3f}× |"
+        )
     if args.profile_steps:
         m = cfg.model
         tokens_per_micro = cfg.trainer.micro_batch_size * cfg.trainer.seq_len
-        groups, wall = profile_groups(built["as configured"][2], args.profile_steps,
-                                      (tokens_per_micro, m.hidden_size, m.padded_vocab_size))
+        groups, wall = profile_groups(
+            built["as configured"][2], args.profile_steps, (tokens_per_micro, m.hidden_size, m.padded_vocab_size)
+        )
         bandwidth = copy_bandwidth()
         peak = max(peak, measure_matmul_flops(torch.device("cpu"), dtype))
         ns_dtype, group_peaks, ns_roof = newton_schulz_dtype(parts), {}, ""
         if ns_dtype is not None and ns_dtype != dtype:
             group_peaks[NEWTON_SCHULZ] = measure_matmul_flops(torch.device("cpu"), ns_dtype)
-            ns_roof = f", Newton–Schulz's {str(ns_dtype).removeprefix('torch.')} peak " \
-                      f"{group_peaks[NEWTON_SCHULZ] / 1e12:.3f} TFLOP/s"
-        print(f"\nroofline of 'as configured' ({args.profile_steps} profiled steps; roofs: {parts.precision} matmul peak "
-              f"{peak / 1e12:.3f} TFLOP/s{ns_roof}, copy bandwidth {bandwidth / 1e9:.1f} GB/s)\n")
+            ns_roof = (
+                f", Newton–Schulz's {str(ns_dtype).removeprefix('torch.')} peak "
+                f"{group_peaks[NEWTON_SCHULZ] / 1e12:.3f} TFLOP/s"
+            )
+        print(
+            f"\nroofline of 'as configured' ({args.profile_steps} profiled steps; roofs: {parts.precision} matmul peak "
+            f"{peak / 1e12:.3f} TFLOP/s{ns_roof}, copy bandwidth {bandwidth / 1e9:.1f} GB/s)\n"
+        )
         print("\n".join(roofline(groups, wall, step_work(cfg, parts), peak, bandwidth, group_peaks)))
     print(f"\nload average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after")

@@ -7,6 +7,7 @@ inductor works); the bare step is timed for as many steps before and after the l
 runs, so drift cancels. The loop's
 tokens/s comes from its own metrics.jsonl rows, which exclude eval, checkpoint and compile time.
 """
+
 import argparse
 import statistics
 import tempfile
@@ -16,19 +17,23 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
+from cli import description
 from cli.config import compose_run_config
-from cli.entry import description
 from data import prepare
 from model import Transformer
-from training.runtime import distributed as D
-from training.compile import CompiledLoss, resolve_compile
-from training.loop import RunSpec, train
-from training.loss import CausalLMLoss
-from training.metrics import read_metrics
+from training import distributed as D
+from training.checkpoint import RunFiles
+from training.log import read_metrics
+from training.loop import (
+    CausalLMLoss,
+    CompiledLoss,
+    RunSpec,
+    autocast_context,
+    resolve_compile,
+    resolve_precision,
+    train,
+)
 from training.optim import build_optimizers
-from training.precision import autocast_context, resolve_precision
-from training.runtime.run_files import RunFiles
-
 
 LOG_INTERVAL = 10  # steps per metrics.jsonl row in the loop, and per timed block of the bare step
 
@@ -57,7 +62,7 @@ def bare_step_tps(cfg, steps: int) -> float:
             times.append(time.perf_counter() - t0)
     # The same statistic as the loop's: the median over blocks of LOG_INTERVAL steps of each block's
     # tokens/s (a median of single steps would drop the slow ones a 10-step row of metrics.jsonl keeps).
-    blocks = [sum(times[i:i + LOG_INTERVAL]) for i in range(0, len(times) - LOG_INTERVAL + 1, LOG_INTERVAL)]
+    blocks = [sum(times[i : i + LOG_INTERVAL]) for i in range(0, len(times) - LOG_INTERVAL + 1, LOG_INTERVAL)]
     return LOG_INTERVAL * b * t / statistics.median(blocks)
 
 
@@ -69,9 +74,17 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
-        overrides = ["logger=none", f"trainer.max_steps={args.steps}", f"trainer.log_interval={LOG_INTERVAL}",
-                     f"trainer.eval_interval={args.steps}", f"trainer.ckpt_interval={args.steps}",
-                     "trainer.eval_windows=4", "trainer.sample_tokens=0", f"outputs_dir={tmp}", *args.overrides]
+        overrides = [
+            "logger=none",
+            f"trainer.max_steps={args.steps}",
+            f"trainer.log_interval={LOG_INTERVAL}",
+            f"trainer.eval_interval={args.steps}",
+            f"trainer.ckpt_interval={args.steps}",
+            "trainer.eval_windows=4",
+            "trainer.sample_tokens=0",
+            f"outputs_dir={tmp}",
+            *args.overrides,
+        ]
         cfg = compose_run_config(overrides)
         before = bare_step_tps(cfg, args.steps)
         data = prepare(cfg.data, seq_len=cfg.trainer.seq_len, model_vocab_size=cfg.model.vocab_size)
@@ -83,7 +96,9 @@ def main(argv=None) -> None:
         after = bare_step_tps(cfg, args.steps)
     bare = (before + after) / 2
     t = cfg.trainer
-    print(f"\nsettings: batch {t.micro_batch_size} × seq {t.seq_len}, hidden {cfg.model.hidden_size}, "
-          f"{cfg.model.depth}, precision={t.precision}, compile={t.compile}, {args.threads} threads")
+    print(
+        f"\nsettings: batch {t.micro_batch_size} × seq {t.seq_len}, hidden {cfg.model.hidden_size}, "
+        f"{cfg.model.depth}, precision={t.precision}, compile={t.compile}, {args.threads} threads"
+    )
     print("| bare step (before / after) | train.py loop | overhead |\n|---|---|---|")
     print(f"| {before:,.0f} / {after:,.0f} tok/s | {loop:,.0f} tok/s | {100 * (bare / loop - 1):+.1f} % |")

@@ -1,20 +1,27 @@
 """Where each protocol cell stands, read from its run directory: finished, diverged, failed,
 resumable from a checkpoint, to be restarted, or not started."""
+
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
+from analysis.runs import Run, RunsError, read_run
 from studies.ablation.protocol import Cell, Spec, lr_sweep, stage1_cells
 from studies.launcher import move_aside as move_run_aside
-from analysis.runs import Run, RunsError, read_run
-from training.runtime.run_files import RunFiles
+from training.checkpoint import RunFiles
 
 # job_status.yaml is written into the run directory at the end of every job by cli/callbacks.py (a Hydra
 # callback): whether the job completed or failed, and why. A job stopped by a signal writes none.
 
 FINISHED, DIVERGED, FAILED, RESUMABLE, RESTART, MISSING = (
-    "finished", "diverged", "failed", "resumable", "restart", "missing")
+    "finished",
+    "diverged",
+    "failed",
+    "resumable",
+    "restart",
+    "missing",
+)
 DONE = (FINISHED, DIVERGED)  # never run again: a diverged cell would diverge again (same seed, same data)
 
 

@@ -2,13 +2,14 @@
 measuring seeds, at two LR choices — each at its own best LR, and every variant at the reference's best
 (the shared LR) — Holm-adjusted within its family (one tier's contrasts × sizes at one LR choice), with
 a paired TOST against the equivalence margin; their tables and the depth (scale) check."""
+
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 from analysis import scale
+from analysis.verdicts import Verdict, judge, method_name, table_cells
 from studies.ablation.cells import DIVERGED, FINISHED, CellState
 from studies.ablation.protocol import TIERS, Cell, Spec
-from analysis.verdicts import Verdict, judge, method_name, table_cells
 
 LR_CHOICES = ("own", "shared")
 LR_WORDS = {"own": "each variant at its own best LR", "shared": "every variant at the reference's best LR"}
@@ -64,13 +65,28 @@ def judge_protocol(spec: Spec, states: States, chosen: Chosen, alpha: Optional[f
                     rows[size, variant] = (lr, ref_lr, seed_values(states, size, variant, lr, spec.seeds), reference)
             if not rows:
                 continue
-            pairs = {key: ([mine[s] for s in sorted(set(mine) & set(ref))], [ref[s] for s in sorted(set(mine) & set(ref))])
-                     for key, (_, _, mine, ref) in rows.items()}
-            verdicts = judge(pairs, f"{tier}, {choice} LR", alpha or spec.alpha, spec.equivalence_margin,
-                             spec.multitest)
-            out += [Contrast(size, variant, tier, choice, lr, ref_lr, mine, ref, verdicts[size, variant],
-                             _diverged(states, size, variant, lr, spec.seeds))
-                    for (size, variant), (lr, ref_lr, mine, ref) in rows.items()]
+            pairs = {
+                key: ([mine[s] for s in sorted(set(mine) & set(ref))], [ref[s] for s in sorted(set(mine) & set(ref))])
+                for key, (_, _, mine, ref) in rows.items()
+            }
+            verdicts = judge(
+                pairs, f"{tier}, {choice} LR", alpha or spec.alpha, spec.equivalence_margin, spec.multitest
+            )
+            out += [
+                Contrast(
+                    size,
+                    variant,
+                    tier,
+                    choice,
+                    lr,
+                    ref_lr,
+                    mine,
+                    ref,
+                    verdicts[size, variant],
+                    _diverged(states, size, variant, lr, spec.seeds),
+                )
+                for (size, variant), (lr, ref_lr, mine, ref) in rows.items()
+            ]
     return out
 
 
@@ -91,14 +107,33 @@ def markdown(spec: Spec, contrasts: List[Contrast], choice: str) -> str:
         if not rows:
             continue
         method = method_name(spec.multitest)
-        header = ["contrast", "size", "LR (variant / ref)", "seeds", "Δ bpb", "95 % CI", "p", f"{method} p",
-                  f"TOST ±{spec.equivalence_margin:g} ({method} p)", "verdict"]
-        lines += [f"**{tier.capitalize()} family** ({len(rows)} tests: {', '.join(spec.family(tier))} at the sizes "
-                  f"each runs at, {method} at α = {spec.alpha:g}):", "",
-                  "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        header = [
+            "contrast",
+            "size",
+            "LR (variant / ref)",
+            "seeds",
+            "Δ bpb",
+            "95 % CI",
+            "p",
+            f"{method} p",
+            f"TOST ±{spec.equivalence_margin:g} ({method} p)",
+            "verdict",
+        ]
+        lines += [
+            f"**{tier.capitalize()} family** ({len(rows)} tests: {', '.join(spec.family(tier))} at the sizes "
+            f"each runs at, {method} at α = {spec.alpha:g}):",
+            "",
+            "| " + " | ".join(header) + " |",
+            "|" + "---|" * len(header),
+        ]
         for c in rows:
-            lines.append("| " + " | ".join([f"{c.variant} vs {spec.reference}", c.size, _lrs(c), str(len(c.seeds)),
-                                             *table_cells(c.verdict)]) + " |")
+            lines.append(
+                "| "
+                + " | ".join(
+                    [f"{c.variant} vs {spec.reference}", c.size, _lrs(c), str(len(c.seeds)), *table_cells(c.verdict)]
+                )
+                + " |"
+            )
         lines += ["", *[f"- **{c.variant}** at {c.size}: {c.sentence()}" for c in rows], ""]
     return "\n".join(lines)
 
@@ -111,7 +146,10 @@ def _lrs(c: Contrast) -> str:
 def depth_markdown(spec: Spec, contrasts: List[Contrast], rankings: Dict[str, List[str]]) -> str:
     """Does it hold across sizes? Each variant's Δ and verdict at every size (own LR), their consistency
     and the rankings' agreement (analysis/scale.py)."""
-    results = [scale.SizeResult(size, rankings.get(size, []),
-                                {c.variant: c.verdict for c in pick(contrasts, choice="own", size=size)})
-               for size in spec.sizes]
+    results = [
+        scale.SizeResult(
+            size, rankings.get(size, []), {c.variant: c.verdict for c in pick(contrasts, choice="own", size=size)}
+        )
+        for size in spec.sizes
+    ]
     return scale.markdown(results, spec.reference)

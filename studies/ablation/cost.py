@@ -1,12 +1,14 @@
 """What the protocol will cost: seconds per run at each size, from measured throughput (a short
 timing run, runs already finished, or the protocol's stored throughput), times the number of runs still to
 do. A run's seconds come from the project's one cost model, training/runtime/loop_cost.py."""
+
 import statistics
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
-from analysis.runs import Run
-from training.runtime.loop_cost import LoopCost, event_counts, steady_tokens_per_s
+# Per job in a multirun: building the model, the final checkpoint, Python-side setup. Measured on the
+from analysis.runs import Run, steady_tokens_per_s
+from training.budget import LoopCost, event_counts
 
 # Per job in a multirun: building the model, the final checkpoint, Python-side setup. Measured on the
 # 2-core CPU (≈2–3 s); a GPU job adds compilation, which the timing run then also shows.
@@ -18,6 +20,7 @@ EVAL_COST = 1 / 3  # an eval token is a forward pass: about a third of a trainin
 @dataclass
 class Budget:
     """One run's workload at a size, from its composed config."""
+
     max_steps: int
     tokens_per_step: int
     eval_interval: int
@@ -78,14 +81,18 @@ def table(lines: List[Line], source: str, done: int, stages: int) -> str:
     w = max(10, *(len(line.size) + 1 for line in lines))
     out = [f"{'size':<{w}} {'params':>8} {'per run':>9} {'stage 1':>8} {'stage 2':>8} {'time':>10}"]
     for line in lines:
-        out.append(f"{line.size:<{w}} {line.params / 1e6:>7.2f}M {_s(line.seconds):>9} {line.stage1:>8} "
-                   f"{line.stage2:>8} {_min(line.total_s):>10}")
+        out.append(
+            f"{line.size:<{w}} {line.params / 1e6:>7.2f}M {_s(line.seconds):>9} {line.stage1:>8} "
+            f"{line.stage2:>8} {_min(line.total_s):>10}"
+        )
     runs = sum(line.stage1 + line.stage2 for line in lines)
     known = [line.total_s for line in lines]
     sweeps = (any(x.stage1 for x in lines) + any(x.stage2 for x in lines)) if stages == 2 else stages
     total = None if None in known else sum(known) + sweeps * SWEEP_STARTUP_S
-    out.append(f"{'total':<{w}} {'':>8} {'':>9} {sum(x.stage1 for x in lines):>8} "
-               f"{sum(x.stage2 for x in lines):>8} {_min(total):>10}")
+    out.append(
+        f"{'total':<{w}} {'':>8} {'':>9} {sum(x.stage1 for x in lines):>8} "
+        f"{sum(x.stage2 for x in lines):>8} {_min(total):>10}"
+    )
     out.append(f"{runs} runs to do ({done} already finished or diverged); per-run time from {source}")
     return "\n".join(out)
 
@@ -95,12 +102,17 @@ def transfer_saving(spec, seconds: Dict[str, Optional[float]]) -> dict:
     ({} without transfer_from). Extensions past an edge would have cost more; they are not counted."""
     if not spec.transfer_from:
         return {}
-    skipped = {size: len(spec.variants_at(size)) * len(spec.lr_grid) for size in spec.sizes if size != spec.transfer_from}
+    skipped = {
+        size: len(spec.variants_at(size)) * len(spec.lr_grid) for size in spec.sizes if size != spec.transfer_from
+    }
     known = all(seconds.get(size) is not None for size in skipped)
     minutes = sum(n * seconds[size] for size, n in skipped.items()) / 60 if known else None
-    text = (f"transfer_from {spec.transfer_from} (μP): stage 1 sweeps LRs only there and every size reuses them; "
-            f"{sum(skipped.values())} grid runs at {', '.join(skipped) or 'no other size'} are not trained, saving "
-            + ("? min (no timing yet)" if minutes is None else f"{minutes:.1f} min") + " (extensions not counted)")
+    text = (
+        f"transfer_from {spec.transfer_from} (μP): stage 1 sweeps LRs only there and every size reuses them; "
+        f"{sum(skipped.values())} grid runs at {', '.join(skipped) or 'no other size'} are not trained, saving "
+        + ("? min (no timing yet)" if minutes is None else f"{minutes:.1f} min")
+        + " (extensions not counted)"
+    )
     return {"text": text, "runs": sum(skipped.values()), "minutes": None if minutes is None else round(minutes, 1)}
 
 
@@ -114,5 +126,11 @@ def _min(seconds: Optional[float]) -> str:
 
 def summary(lines: List[Line]) -> Dict[str, dict]:
     """The cost as the manifest stores it."""
-    return {line.size: {"seconds_per_run": None if line.seconds is None else round(line.seconds, 1),
-                        "stage1_runs": line.stage1, "stage2_runs": line.stage2} for line in lines}
+    return {
+        line.size: {
+            "seconds_per_run": None if line.seconds is None else round(line.seconds, 1),
+            "stage1_runs": line.stage1,
+            "stage2_runs": line.stage2,
+        }
+        for line in lines
+    }

@@ -2,11 +2,12 @@
 claim, filled in from the verdicts (agree / disagree / can't tell), with why a study this small may
 not agree. A claim is found by what its variant changes (model.mlp=gelu, model.norm=layernorm), not
 by the variant's name."""
+
 from dataclasses import dataclass
 from typing import Dict, List, Sequence
 
-from studies.ablation.contrasts import LR_CHOICES, LR_WORDS, Contrast
 from analysis.verdicts import BETTER, CANT_TELL, EQUIVALENT, WORSE
+from studies.ablation.contrasts import LR_CHOICES, LR_WORDS, Contrast
 
 
 @dataclass(frozen=True)
@@ -20,24 +21,32 @@ class Claim:
 
 
 CLAIMS = (
-    Claim("model.mlp=gelu", "SwiGLU vs GELU at matched parameters",
-          "SwiGLU beat a GELU MLP of the same parameter count in language-model pre-training (Shazeer 2020, "
-          "*GLU Variants Improve Transformer*) and was among the few modifications that held up across "
-          "implementations (Narang et al. 2021, *Do Transformer Modifications Transfer Across Implementations "
-          "and Applications?*): GELU should be **worse**",
-          agree=(WORSE,), disagree=(BETTER, EQUIVALENT),
-          why_not_here="those gains were measured at ~10⁸ parameters and ~10⁹–10¹⁰ tokens; here the models are "
-                       "under 10⁶ parameters trained on one epoch's worth of ~2M Shakespeare tokens (random "
-                       "windows, drawn with replacement) on a CPU, where "
-                       "the gate's extra multiplicative path has had little data to pay off, and a gap of the "
-                       "papers' size (a few hundredths of a nat) is close to this study's detectable effect"),
-    Claim("model.norm=layernorm", "RMSNorm vs LayerNorm",
-          "RMSNorm matched LayerNorm's quality while running faster (Zhang & Sennrich 2019, *Root Mean Square "
-          "Layer Normalization*): LayerNorm should be **equivalent** (or worse), never better",
-          agree=(EQUIVALENT, WORSE), disagree=(BETTER,),
-          why_not_here="the claim is one of no difference, which only an equivalence test can support: with few "
-                       "seeds 'can't tell' is the expected answer, not a disagreement; its speed half is a GPU "
-                       "kernel argument, and at these widths on CPU the norm is a small part of a step"),
+    Claim(
+        "model.mlp=gelu",
+        "SwiGLU vs GELU at matched parameters",
+        "SwiGLU beat a GELU MLP of the same parameter count in language-model pre-training (Shazeer 2020, "
+        "*GLU Variants Improve Transformer*) and was among the few modifications that held up across "
+        "implementations (Narang et al. 2021, *Do Transformer Modifications Transfer Across Implementations "
+        "and Applications?*): GELU should be **worse**",
+        agree=(WORSE,),
+        disagree=(BETTER, EQUIVALENT),
+        why_not_here="those gains were measured at ~10⁸ parameters and ~10⁹–10¹⁰ tokens; here the models are "
+        "under 10⁶ parameters trained on one epoch's worth of ~2M Shakespeare tokens (random "
+        "windows, drawn with replacement) on a CPU, where "
+        "the gate's extra multiplicative path has had little data to pay off, and a gap of the "
+        "papers' size (a few hundredths of a nat) is close to this study's detectable effect",
+    ),
+    Claim(
+        "model.norm=layernorm",
+        "RMSNorm vs LayerNorm",
+        "RMSNorm matched LayerNorm's quality while running faster (Zhang & Sennrich 2019, *Root Mean Square "
+        "Layer Normalization*): LayerNorm should be **equivalent** (or worse), never better",
+        agree=(EQUIVALENT, WORSE),
+        disagree=(BETTER,),
+        why_not_here="the claim is one of no difference, which only an equivalence test can support: with few "
+        "seeds 'can't tell' is the expected answer, not a disagreement; its speed half is a GPU "
+        "kernel argument, and at these widths on CPU the norm is a small part of a step",
+    ),
 )
 
 
@@ -67,9 +76,12 @@ def paragraph(variants: Dict[str, List[str]], primary: Sequence[str], contrasts:
                 words |= {_word(c.verdict.outcome, claim) for c in found}
                 parts.append(f"{LR_WORDS[choice]}, {'; '.join(each)}")
             overall = _overall(words)
-            out.append(f"**{claim.title}** (`{variant}`). The literature: {claim.says}. This study **{overall}** — "
-                       + " — ".join(parts) + "." + ("" if overall == "agrees" else
-                                                     f" Why it may not agree at this scale: {claim.why_not_here}."))
+            out.append(
+                f"**{claim.title}** (`{variant}`). The literature: {claim.says}. This study **{overall}** — "
+                + " — ".join(parts)
+                + "."
+                + ("" if overall == "agrees" else f" Why it may not agree at this scale: {claim.why_not_here}.")
+            )
     return "\n\n".join(out) + ("\n" if out else "")
 
 

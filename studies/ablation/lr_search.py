@@ -2,6 +2,7 @@
 grid, on a seed no measurement uses, a near-tie going to the smaller LR; a best LR at the grid's edge adds
 one more point beyond that edge (same spacing), again and again until the best is interior or the stated
 cap is reached."""
+
 import math
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence

@@ -2,22 +2,35 @@
 Variants × sizes × an LR grid on a seed of its own (stage 1, extended past an edge by lr_search.py),
 then every variant on the measuring seeds at its own best LR and at the reference's (stage 2), as cells
 — one train.py run each; the pre-registered contrasts, their families and the equivalence margin."""
+
 import math
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Sequence, Union
 
 from analysis import power
-from studies.ablation.lr_search import Sweep, at_grid_edge, choose_lr, sweep
 from analysis.spec_file import read_spec_fields
+from studies.ablation.lr_search import Sweep, at_grid_edge, choose_lr, sweep
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")  # directory- and Hydra-safe: it names cells' directories
 MULTITEST = ("holm", "bonferroni", "holm-sidak", "hommel")  # family-wise methods of statsmodels' multipletests
 MIN_SEEDS = 3  # with 2 seeds a paired t-test has 1 degree of freedom: its p-values are not worth a verdict
 TIERS = ("primary", "secondary")
 
-__all__ = ["Cell", "ProtocolError", "Spec", "at_grid_edge", "choose_lr", "load_spec_file", "lr_sweep",
-           "merge_overrides", "parse_sizes", "split_overrides", "stage1_cells", "stage2_cells"]
+__all__ = [
+    "Cell",
+    "ProtocolError",
+    "Spec",
+    "at_grid_edge",
+    "choose_lr",
+    "load_spec_file",
+    "lr_sweep",
+    "merge_overrides",
+    "parse_sizes",
+    "split_overrides",
+    "stage1_cells",
+    "stage2_cells",
+]
 
 
 class ProtocolError(ValueError):
@@ -66,44 +79,65 @@ class Spec:
         self.lr_grid = sorted(float(lr) for lr in self.lr_grid)
         for kind, names in (("variant", self.variants), ("size", self.sizes)):
             for name in names:
-                _require(NAME.match(name), f"{kind} name {name!r} must be letters, digits, '_' or '-' "
-                                           "(it names directories), e.g. no_norm")
+                _require(
+                    NAME.match(name),
+                    f"{kind} name {name!r} must be letters, digits, '_' or '-' (it names directories), e.g. no_norm",
+                )
         _require(self.variants, "the protocol has no variants; list at least the reference and one other")
-        _require(self.reference in self.variants, f"reference {self.reference!r} is not among the variants "
-                                                  f"({', '.join(self.variants)}); add it or pick one of them")
-        _require(self.lr_grid and all(0 < lr < math.inf for lr in self.lr_grid),
-                 f"lr_grid {self.lr_grid} must list positive, finite learning rates, e.g. 1e-3,2e-3,4e-3")
+        _require(
+            self.reference in self.variants,
+            f"reference {self.reference!r} is not among the variants "
+            f"({', '.join(self.variants)}); add it or pick one of them",
+        )
+        _require(
+            self.lr_grid and all(0 < lr < math.inf for lr in self.lr_grid),
+            f"lr_grid {self.lr_grid} must list positive, finite learning rates, e.g. 1e-3,2e-3,4e-3",
+        )
         _require(len(set(self.lr_grid)) == len(self.lr_grid), f"lr_grid {self.lr_grid} repeats a value")
         _require(self.lr_extensions >= 0, f"lr_extensions={self.lr_extensions} must be >= 0")
-        _require(0 <= self.lr_tie_tolerance < 1, f"lr_tie_tolerance={self.lr_tie_tolerance} must be a bpb margin in "
-                                                 "[0, 1), e.g. 0.01")
+        _require(
+            0 <= self.lr_tie_tolerance < 1,
+            f"lr_tie_tolerance={self.lr_tie_tolerance} must be a bpb margin in [0, 1), e.g. 0.01",
+        )
         _require(0 <= self.min_lr_ratio <= 1, f"min_lr_ratio={self.min_lr_ratio} must be in [0, 1], e.g. 0.1")
         self.variant_sizes = {str(k): [str(x) for x in v or []] for k, v in (self.variant_sizes or {}).items()}
         for variant, sizes in self.variant_sizes.items():
-            _require(variant in self.variants and variant != self.reference,
-                     f"variant_sizes: {variant} is not a variant other than the reference (the reference runs at "
-                     "every size, or no contrast has a partner)")
-            _require(sizes and set(sizes) <= set(self.sizes),
-                     f"variant_sizes: {variant} lists {sizes}; pick one or more of the sizes {', '.join(self.sizes)}")
+            _require(
+                variant in self.variants and variant != self.reference,
+                f"variant_sizes: {variant} is not a variant other than the reference (the reference runs at "
+                "every size, or no contrast has a partner)",
+            )
+            _require(
+                sizes and set(sizes) <= set(self.sizes),
+                f"variant_sizes: {variant} lists {sizes}; pick one or more of the sizes {', '.join(self.sizes)}",
+            )
         self._check_preregistration()
         self._check_transfer()
         if self.seeds == "auto":
             self.seeds = list(range(self.planned_seed_count()[0]))
         _require(isinstance(self.seeds, list), f"seeds={self.seeds!r} must be a list of seeds or 'auto'")
         self.seeds = [int(s) for s in self.seeds]
-        _require(self.seeds and len(set(self.seeds)) == len(self.seeds) and min(self.seeds) >= 0,
-                 f"seeds {self.seeds} must be distinct non-negative integers (at least one)")
-        _require(self.stage1_seed not in self.seeds,
-                 f"stage1_seed={self.stage1_seed} is also a measuring seed: the LR would be chosen on a run that "
-                 f"is then measured; pick a seed outside {self.seeds}, e.g. 100")
+        _require(
+            self.seeds and len(set(self.seeds)) == len(self.seeds) and min(self.seeds) >= 0,
+            f"seeds {self.seeds} must be distinct non-negative integers (at least one)",
+        )
+        _require(
+            self.stage1_seed not in self.seeds,
+            f"stage1_seed={self.stage1_seed} is also a measuring seed: the LR would be chosen on a run that "
+            f"is then measured; pick a seed outside {self.seeds}, e.g. 100",
+        )
         for owner, overrides in [*self.variants.items(), *self.sizes.items()]:
             for o in overrides:
                 key = o.split("=", 1)[0]
-                _require("=" in o and "." in key and not key.startswith(("+", "~", "hydra")),
-                         f"{owner}: {o!r} is not a value override key.sub=value (config groups such as "
-                         "model=25m go to the whole protocol, on the command line)")
-                _require(key not in ("optim.lr", "optim.min_lr", "seed", "run_name"),
-                         f"{owner}: {key} is set by the protocol itself (lr_grid, min_lr_ratio, seeds)")
+                _require(
+                    "=" in o and "." in key and not key.startswith(("+", "~", "hydra")),
+                    f"{owner}: {o!r} is not a value override key.sub=value (config groups such as "
+                    "model=25m go to the whole protocol, on the command line)",
+                )
+                _require(
+                    key not in ("optim.lr", "optim.min_lr", "seed", "run_name"),
+                    f"{owner}: {key} is set by the protocol itself (lr_grid, min_lr_ratio, seeds)",
+                )
 
     def _check_preregistration(self) -> None:
         others = [v for v in self.variants if v != self.reference]
@@ -111,8 +145,11 @@ class Spec:
         self.secondary = [str(v) for v in self.secondary or []] or [v for v in others if v not in self.primary]
         for tier in TIERS:
             unknown = [v for v in getattr(self, tier) if v not in others]
-            _require(not unknown, f"{tier}: {', '.join(unknown)} not among the variants other than the reference "
-                                  f"({', '.join(others) or 'none'})")
+            _require(
+                not unknown,
+                f"{tier}: {', '.join(unknown)} not among the variants other than the reference "
+                f"({', '.join(others) or 'none'})",
+            )
         both = set(self.primary) & set(self.secondary)
         _require(not both, f"{', '.join(sorted(both))} both primary and secondary; a contrast has one family")
         untiered = [v for v in others if v not in self.primary and v not in self.secondary]
@@ -132,17 +169,29 @@ class Spec:
         if self.transfer_from is None:
             return
         self.transfer_from = str(self.transfer_from)
-        _require(self.transfer_from in self.sizes, f"transfer_from={self.transfer_from!r} is not a size "
-                                                   f"({', '.join(self.sizes)}); name the size to tune at, e.g. the narrowest")
+        _require(
+            self.transfer_from in self.sizes,
+            f"transfer_from={self.transfer_from!r} is not a size "
+            f"({', '.join(self.sizes)}); name the size to tune at, e.g. the narrowest",
+        )
         missing = [v for v in self.variants if not self.runs_at(v, self.transfer_from)]
-        _require(not missing, f"transfer_from={self.transfer_from}: {', '.join(missing)} never run(s) there, so "
-                              "no LR could be tuned for them; add the size to their variant_sizes")
-        for owner, overrides in [("train_overrides", self.train_overrides), *self.sizes.items(), *self.variants.items()]:
+        _require(
+            not missing,
+            f"transfer_from={self.transfer_from}: {', '.join(missing)} never run(s) there, so "
+            "no LR could be tuned for them; add the size to their variant_sizes",
+        )
+        for owner, overrides in [
+            ("train_overrides", self.train_overrides),
+            *self.sizes.items(),
+            *self.variants.items(),
+        ]:
             for o in overrides:
                 key, _, value = o.lstrip("+").partition("=")
-                _require(key != "model.parametrization" or value == "mup",
-                         f"transfer_from needs model.parametrization=mup, but {owner} sets {o}: under SP the best "
-                         "LR moves with width, so a tuned LR would not transfer; drop it or drop transfer_from")
+                _require(
+                    key != "model.parametrization" or value == "mup",
+                    f"transfer_from needs model.parametrization=mup, but {owner} sets {o}: under SP the best "
+                    "LR moves with width, so a tuned LR would not transfer; drop it or drop transfer_from",
+                )
 
     @property
     def sweep_sizes(self) -> List[str]:
@@ -170,8 +219,11 @@ class Spec:
     def planned_seed_count(self) -> tuple:
         """(seeds to run, seeds the target needs or None if unreachable): the fewest whose primary MDE at
         planning_sd is at most target_mde, between MIN_SEEDS and max_seeds."""
-        _require(self.planning_sd is not None, "seeds: auto needs planning_sd (the spread of per-seed paired "
-                                               "differences, bpb); set it or give a list of seeds")
+        _require(
+            self.planning_sd is not None,
+            "seeds: auto needs planning_sd (the spread of per-seed paired "
+            "differences, bpb); set it or give a list of seeds",
+        )
         needed = power.seeds_for(self.target_mde, self.planning_sd, self.family_alpha("primary"), self.power)
         return min(self.max_seeds, max(MIN_SEEDS, needed or self.max_seeds)), needed
 
@@ -182,6 +234,7 @@ class Spec:
 @dataclass(frozen=True)
 class Cell:
     """One train.py run: a variant at a size, a learning rate and a seed."""
+
     size: str
     variant: str
     lr: float
@@ -198,18 +251,22 @@ class Cell:
         return re.sub(r"[^A-Za-z0-9_-]", "", self.run_name.replace("/", "__").replace(".", "p"))
 
 
-
 def stage1_cells(spec: Spec, done: Optional[Dict[Cell, Optional[float]]] = None) -> List[Cell]:
     """Every variant at every LR of its sweep, at every size, on the stage-1 seed: the grid, plus the
     extensions the results so far call for (`done`: final bpb of finished cells, None = diverged)."""
-    return [Cell(size, variant, lr, spec.stage1_seed) for size in spec.sweep_sizes
-            for variant in spec.variants_at(size) for lr in lr_sweep(spec, size, variant, done).lrs]
+    return [
+        Cell(size, variant, lr, spec.stage1_seed)
+        for size in spec.sweep_sizes
+        for variant in spec.variants_at(size)
+        for lr in lr_sweep(spec, size, variant, done).lrs
+    ]
 
 
 def lr_sweep(spec: Spec, size: str, variant: str, done: Optional[Dict[Cell, Optional[float]]] = None) -> Sweep:
     """Where one (size, variant)'s LR sweep stands, from the finished (or diverged) stage-1 cells."""
-    results = {c.lr: bpb for c, bpb in (done or {}).items()
-               if (c.size, c.variant, c.seed) == (size, variant, spec.stage1_seed)}
+    results = {
+        c.lr: bpb for c, bpb in (done or {}).items() if (c.size, c.variant, c.seed) == (size, variant, spec.stage1_seed)
+    }
     return sweep(spec.lr_grid, results, spec.lr_extensions, spec.lr_tie_tolerance)
 
 
@@ -262,8 +319,9 @@ def parse_sizes(terms: Sequence[str]) -> Dict[str, List[str]]:
     parsed = []
     for term in terms:
         key, sep, values = term.partition("=")
-        _require(sep and "." in key and values,
-                 f"--sizes {term!r} is not key.sub=v1,v2,… (e.g. model.hidden_size=96,192)")
+        _require(
+            sep and "." in key and values, f"--sizes {term!r} is not key.sub=v1,v2,… (e.g. model.hidden_size=96,192)"
+        )
         parsed.append((key, values.split(",")))
     counts = {len(values) for _, values in parsed}
     _require(len(counts) == 1, f"--sizes {' '.join(terms)}: every term needs the same number of values (zipped)")

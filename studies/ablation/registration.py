@@ -5,6 +5,7 @@ the time and the command. A resume that changes any of it through ablate.py (a v
 check_continuable allows) records an amendment beside it; a spec edited any other way matches no record,
 and a resume or a report then refuses in one line. The hash is printed so it can be published before the
 results exist (a commit, a post): that, not this file, is what a reader outside the machine can check."""
+
 import dataclasses
 import hashlib
 import json
@@ -15,9 +16,28 @@ from studies.ablation.configs import REGISTRATION_TAG
 from studies.ablation.protocol import ProtocolError, Spec
 
 # The fields decided before any cell trains. planning_sd and the stored throughput only plan; they are not here.
-PREREGISTERED = ("experiment", "train_overrides", "reference", "variants", "sizes", "variant_sizes", "primary",
-                 "secondary", "alpha", "multitest", "equivalence_margin", "power", "target_mde", "seeds", "lr_grid",
-                 "stage1_seed", "lr_extensions", "lr_tie_tolerance", "min_lr_ratio", "transfer_from")
+PREREGISTERED = (
+    "experiment",
+    "train_overrides",
+    "reference",
+    "variants",
+    "sizes",
+    "variant_sizes",
+    "primary",
+    "secondary",
+    "alpha",
+    "multitest",
+    "equivalence_margin",
+    "power",
+    "target_mde",
+    "seeds",
+    "lr_grid",
+    "stage1_seed",
+    "lr_extensions",
+    "lr_tie_tolerance",
+    "min_lr_ratio",
+    "transfer_from",
+)
 
 
 def preregistered(spec: Spec) -> dict:
@@ -39,8 +59,12 @@ def register(manifest: dict, spec: Spec, command: str) -> Optional[dict]:
     sha = fingerprint(part)
     if records and records[-1]["sha256"] == sha:
         return None
-    record = {"sha256": sha, "registered": time.strftime("%Y-%m-%d %H:%M:%S %z"), "command": command,
-              "preregistered": part}
+    record = {
+        "sha256": sha,
+        "registered": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+        "command": command,
+        "preregistered": part,
+    }
     if records:
         before = records[-1]["preregistered"]
         record["amends"] = sorted(key for key in PREREGISTERED if before.get(key) != part[key])
@@ -56,21 +80,32 @@ def check(manifest: dict, spec: Spec, where: str) -> str:
         return "Pre-registration: none recorded (this protocol predates registered hashes)."
     for record in records:
         if fingerprint(record["preregistered"]) != record["sha256"]:
-            raise ProtocolError(f"{where}: the pre-registration of {record['registered']} no longer hashes to its "
-                                f"recorded {record['sha256'][:12]}: the manifest was edited by hand; restore it "
-                                "(git, a backup) or start a new --dir")
+            raise ProtocolError(
+                f"{where}: the pre-registration of {record['registered']} no longer hashes to its "
+                f"recorded {record['sha256'][:12]}: the manifest was edited by hand; restore it "
+                "(git, a backup) or start a new --dir"
+            )
     last, part = records[-1], preregistered(spec)
     # A field added to PREREGISTERED after this record was made is compared with its default: the behaviour then.
-    defaults = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
-                for f in dataclasses.fields(Spec) if f.name in PREREGISTERED and f.name not in last["preregistered"]}
-    changed = sorted([key for key in last["preregistered"] if last["preregistered"][key] != part.get(key)]
-                     + [key for key in PREREGISTERED if key not in last["preregistered"] and part[key] != defaults[key]])
+    defaults = {
+        f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        for f in dataclasses.fields(Spec)
+        if f.name in PREREGISTERED and f.name not in last["preregistered"]
+    }
+    changed = sorted(
+        [key for key in last["preregistered"] if last["preregistered"][key] != part.get(key)]
+        + [key for key in PREREGISTERED if key not in last["preregistered"] and part[key] != defaults[key]]
+    )
     if changed:
-        raise ProtocolError(f"{where}: the spec's {', '.join(changed)} no longer match(es) its pre-registration "
-                            f"{last['sha256'][:12]} of {last['registered']}: it was edited outside ablate.py; restore "
-                            "it, or start a new --dir")
+        raise ProtocolError(
+            f"{where}: the spec's {', '.join(changed)} no longer match(es) its pre-registration "
+            f"{last['sha256'][:12]} of {last['registered']}: it was edited outside ablate.py; restore "
+            "it, or start a new --dir"
+        )
     first = records[0]
-    amended = "".join(f"; amended {r['registered']} ({', '.join(r['amends'])}: {r['sha256'][:12]})" for r in records[1:])
+    amended = "".join(
+        f"; amended {r['registered']} ({', '.join(r['amends'])}: {r['sha256'][:12]})" for r in records[1:]
+    )
     return f"Pre-registered {first['registered']}, SHA-256 {first['sha256']}{amended}."
 
 
@@ -88,7 +123,9 @@ def check_cells(manifest: dict, states: Iterable, where) -> None:
     for state in states:
         tags = ((state.run.config or {}).get("logger") or {}).get("tags") or [] if state.run is not None else []
         for tag in tags:
-            if str(tag).startswith(REGISTRATION_TAG) and str(tag)[len(REGISTRATION_TAG):] not in recorded:
-                raise ProtocolError(f"{where}: {state.cell.run_name} ran under pre-registration "
-                                    f"{str(tag)[len(REGISTRATION_TAG):]}, which this manifest does not record: it was "
-                                    "replaced or registered afresh after runs existed; restore it or start a new --dir")
+            if str(tag).startswith(REGISTRATION_TAG) and str(tag)[len(REGISTRATION_TAG) :] not in recorded:
+                raise ProtocolError(
+                    f"{where}: {state.cell.run_name} ran under pre-registration "
+                    f"{str(tag)[len(REGISTRATION_TAG) :]}, which this manifest does not record: it was "
+                    "replaced or registered afresh after runs existed; restore it or start a new --dir"
+                )

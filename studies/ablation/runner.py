@@ -2,11 +2,14 @@
 for every round of LR extensions), every cell's state recorded in the manifest after it, the cost and the
 power printed before each stage (from a short timing run of each size, or the runs already finished),
 then stage 3, the report."""
+
 import sys
 import time
 from pathlib import Path
 from typing import List, Optional
 
+from analysis.looks import alpha_for
+from analysis.looks import record as looks_record
 from studies.ablation import cells as C
 from studies.ablation import cost, manifest, registration
 from studies.ablation import report as protocol_report
@@ -15,29 +18,35 @@ from studies.ablation.lr_search import edge_note
 from studies.ablation.planning import power_table
 from studies.ablation.protocol import ProtocolError, Spec, lr_sweep, stage2_cells
 from studies.launcher import Job, Launcher
-from analysis.looks import alpha_for
-from analysis.looks import record as looks_record
 
 
 class Protocol:
     """The protocol directory and its manifest."""
 
-    def __init__(self, directory: Path, spec: Spec, stored: Optional[dict], launcher: List[str], command: str,
-                 sequential: bool = False):
+    def __init__(
+        self,
+        directory: Path,
+        spec: Spec,
+        stored: Optional[dict],
+        launcher: List[str],
+        command: str,
+        sequential: bool = False,
+    ):
         """directory: resolved; stored: its manifest (a resume) or None (a new protocol); launcher: the
         hydra/launcher overrides; command: the command line, recorded in the manifest; sequential: seeds
         may be added after a look (analysis/looks.py)."""
         self.dir, self.spec, self.command, self.sequential = directory, spec, command, sequential
-        self.data = stored or {"id": "ablate_" + time.strftime("%Y-%m-%d_%H-%M-%S"),
-                               "created": time.strftime("%Y-%m-%d %H:%M:%S")}
+        self.data = stored or {
+            "id": "ablate_" + time.strftime("%Y-%m-%d_%H-%M-%S"),
+            "created": time.strftime("%Y-%m-%d %H:%M:%S"),
+        }
         self.launcher = launcher or (stored or {}).get("launcher_overrides", [])
         self.resumed = stored is not None
         self.runs_dir = self.dir / "runs"
         self.writes = True  # False for a dry run: the manifest is kept in memory only
 
     def save(self, **fields) -> None:
-        self.data.update(fields, spec=self.spec.to_dict(), launcher_overrides=self.launcher,
-                         command=self.command)
+        self.data.update(fields, spec=self.spec.to_dict(), launcher_overrides=self.launcher, command=self.command)
         if not self.writes:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -75,20 +84,32 @@ def run_cells(proto: Protocol, cells, stage: str, sweep_dir: Path, extra=(), val
     jobs = []
     for s in todo:
         if s.state in (C.FAILED, C.RESTART):
-            print(f"{stage}: {s.cell.run_name} {s.state}{': ' + s.error if s.error else ''}; moved to "
-                  f"{C.move_aside(s, proto.dir / 'discarded')}, running it again")
+            print(
+                f"{stage}: {s.cell.run_name} {s.state}{': ' + s.error if s.error else ''}; moved to "
+                f"{C.move_aside(s, proto.dir / 'discarded')}, running it again"
+            )
         resume = s.path if s.state == C.RESUMABLE else None
-        config = cell_config(s.cell, values[(s.cell.size, s.cell.variant)], proto.spec.min_lr_ratio, proto.data["id"],
-                             stage, resume, registration.current(proto.data))
+        config = cell_config(
+            s.cell,
+            values[(s.cell.size, s.cell.variant)],
+            proto.spec.min_lr_ratio,
+            proto.data["id"],
+            stage,
+            resume,
+            registration.current(proto.data),
+        )
         jobs.append(Job(sweep_dir / s.cell.run_name, config, name=s.cell.option))
     resumed = sum(s.state == C.RESUMABLE for s in todo)
-    print(f"\n==> {stage}: {len(todo)} of {len(cells)} runs to do" + (f" ({resumed} resumed)" if resumed else ""),
-          flush=True)
+    print(
+        f"\n==> {stage}: {len(todo)} of {len(cells)} runs to do" + (f" ({resumed} resumed)" if resumed else ""),
+        flush=True,
+    )
     overrides = [o for o in proto.spec.train_overrides if o.split("=", 1)[0] not in {e.split("=", 1)[0] for e in extra}]
     preset = [f"experiment={proto.spec.experiment}"] if proto.spec.experiment else []
     # One multirun a stage: its jobs one after another in one process, or on a cluster (hydra/launcher=…).
-    launcher = Launcher(proto.dir / "configs" / stage, [*preset, *overrides, *extra], one_process=True,
-                        cluster=proto.launcher)
+    launcher = Launcher(
+        proto.dir / "configs" / stage, [*preset, *overrides, *extra], one_process=True, cluster=proto.launcher
+    )
     start = time.time()
     for _ in launcher.run(jobs, root=sweep_dir):  # each cell's state is read from its directory below
         pass
@@ -116,12 +137,17 @@ def after_stage(proto: Protocol, cells, stage: str, status: int) -> int:
         print(f"error: {s.cell.run_name} failed: {s.error}", file=sys.stderr)
     missing = [s for s in states.values() if s.state not in C.DONE and s.state != C.FAILED]
     if failed or (missing and status != 0):
-        print(f"error: {stage}: {len(failed) + len(missing)} of {len(cells)} runs did not finish (exit status "
-              f"{status}; see the output above); rerun with --dir {proto.dir} to retry them", file=sys.stderr)
+        print(
+            f"error: {stage}: {len(failed) + len(missing)} of {len(cells)} runs did not finish (exit status "
+            f"{status}; see the output above); rerun with --dir {proto.dir} to retry them",
+            file=sys.stderr,
+        )
         return 1
     if missing:  # stopped on purpose (trainer.stop_at_step): a later rerun continues them
-        print(f"{stage}: {len(missing)} runs stopped before trainer.max_steps; continue with: "
-              f"python scripts/ablate.py --dir {proto.dir}")
+        print(
+            f"{stage}: {len(missing)} runs stopped before trainer.max_steps; continue with: "
+            f"python scripts/ablate.py --dir {proto.dir}"
+        )
         return 2
     return 0
 
@@ -130,8 +156,10 @@ def measure(proto: Protocol, budgets: dict, probe_steps: int, values: dict) -> t
     """({size: seconds per run or None}, source): from this protocol's finished runs if every size
     has some, else from a short timing run of the reference at each size (made once, kept in probe/)."""
     spec = proto.spec
-    finished = {size: [s.run for s in proto.stage1().values() if s.cell.size == size and s.state == C.FINISHED]
-                for size in spec.sizes}
+    finished = {
+        size: [s.run for s in proto.stage1().values() if s.cell.size == size and s.state == C.FINISHED]
+        for size in spec.sizes
+    }
     if all(finished.values()):
         return {size: cost.run_seconds(budgets[size], runs) for size, runs in finished.items()}, "this protocol's runs"
     # The smallest LR: throughput does not depend on it, and it is the least likely to diverge.
@@ -142,32 +170,51 @@ def measure(proto: Protocol, budgets: dict, probe_steps: int, values: dict) -> t
         if probe_steps <= 0:
             return stored_estimate(spec, budgets)
         print(f"timing run: {probe_steps} steps of {spec.reference} at each size, to estimate the cost", flush=True)
-        extra = [f"trainer.max_steps={probe_steps}", f"trainer.eval_interval={probe_steps}",
-                 f"trainer.ckpt_interval={probe_steps}", f"trainer.log_interval={max(1, probe_steps // 5)}",
-                 "logger.wandb=disabled"]
+        extra = [
+            f"trainer.max_steps={probe_steps}",
+            f"trainer.eval_interval={probe_steps}",
+            f"trainer.ckpt_interval={probe_steps}",
+            f"trainer.log_interval={max(1, probe_steps // 5)}",
+            "logger.wandb=disabled",
+        ]
         status = run_cells(proto, probes, "probe", probe_dir, extra, values)
         states = proto.states(probes, probe_dir)
         if status != 0 or not all(s.state == C.FINISHED for s in states.values()):
-            raise ProtocolError(f"the timing run failed (exit status {status}; its error is above); fix it, or "
-                                "skip it with --probe-steps 0")
+            raise ProtocolError(
+                f"the timing run failed (exit status {status}; its error is above); fix it, or "
+                "skip it with --probe-steps 0"
+            )
     steps = {s.run.max_steps for s in states.values()}.pop()
-    return ({s.cell.size: cost.run_seconds(budgets[s.cell.size], [s.run]) for s in states.values()},
-            f"a {steps}-step timing run of each size")
+    return (
+        {s.cell.size: cost.run_seconds(budgets[s.cell.size], [s.run]) for s in states.values()},
+        f"a {steps}-step timing run of each size",
+    )
 
 
 # Overrides that change what a run costs in steps, not what a step costs: a stored throughput still holds.
-SAME_THROUGHPUT = ("trainer.max_steps", "trainer.max_epochs", "trainer.eval_interval", "trainer.ckpt_interval",
-                   "trainer.log_interval", "data.cache_dir", "logger.")
+SAME_THROUGHPUT = (
+    "trainer.max_steps",
+    "trainer.max_epochs",
+    "trainer.eval_interval",
+    "trainer.ckpt_interval",
+    "trainer.log_interval",
+    "data.cache_dir",
+    "logger.",
+)
 
 
 def stored_estimate(spec, budgets: dict) -> tuple:
     """({size: seconds per run or None}, source) from the protocol's stored throughput (planning_tokens_per_s),
     where it covers every size and no override changes what a step costs; else nothing."""
     stored = spec.planning_tokens_per_s
-    if set(spec.sizes) <= set(stored) and all(o.split("=")[0].startswith(SAME_THROUGHPUT) for o in spec.train_overrides):
-        return ({size: cost.seconds_at(budgets[size], stored[size]) for size in spec.sizes},
-                f"the protocol's stored throughput, {spec.planning_tokens_per_s_source} (another machine may be 2-4× "
-                "off: --probe-steps 10 times each size here)")
+    if set(spec.sizes) <= set(stored) and all(
+        o.split("=")[0].startswith(SAME_THROUGHPUT) for o in spec.train_overrides
+    ):
+        return (
+            {size: cost.seconds_at(budgets[size], stored[size]) for size in spec.sizes},
+            f"the protocol's stored throughput, {spec.planning_tokens_per_s_source} (another machine may be 2-4× "
+            "off: --probe-steps 10 times each size here)",
+        )
     return {size: None for size in spec.sizes}, "nothing yet (no timing run: --probe-steps N times each size first)"
 
 
@@ -191,11 +238,20 @@ def print_cost(proto: Protocol, seconds: dict, source: str, before: str = "stage
         states = proto.states([c for c in stage2_cells(spec, chosen) if c.size == size])
         stage2 += sum(s.state not in C.DONE for s in states.values())
         done += sum(s.state in C.DONE for s in states.values())
-        lines.append(cost.Line(size, proto.data["models"][size][spec.reference]["total"], seconds[size],
-                               sum(s.state not in C.DONE for s in s1.values() if s.cell.size == size), stage2))
-    print(f"\n{len(spec.sizes)} size(s) × {len(spec.variants)} variants; stage 1: {len(spec.lr_grid)} LRs on seed "
-          f"{spec.stage1_seed} (+ up to {spec.lr_extensions} past an edge); stage 2: seeds "
-          f"{', '.join(map(str, spec.seeds))} at each variant's own best LR and at {spec.reference}'s")
+        lines.append(
+            cost.Line(
+                size,
+                proto.data["models"][size][spec.reference]["total"],
+                seconds[size],
+                sum(s.state not in C.DONE for s in s1.values() if s.cell.size == size),
+                stage2,
+            )
+        )
+    print(
+        f"\n{len(spec.sizes)} size(s) × {len(spec.variants)} variants; stage 1: {len(spec.lr_grid)} LRs on seed "
+        f"{spec.stage1_seed} (+ up to {spec.lr_extensions} past an edge); stage 2: seeds "
+        f"{', '.join(map(str, spec.seeds))} at each variant's own best LR and at {spec.reference}'s"
+    )
     print(cost.table(lines, source, done, stages=2))
     if extensions:
         print(f"+ up to {extensions} stage-1 extension runs if best LRs land at the grid's edge (not counted above)")
@@ -203,9 +259,15 @@ def print_cost(proto: Protocol, seconds: dict, source: str, before: str = "stage
     if saved:
         print(saved["text"])
     print(power_table(spec, spec.planning_sd, proto.planning_source), flush=True)
-    estimates = {**(proto.data.get("cost") or {}), f"before {before}": {
-        "source": source, **cost.summary(lines), "possible_extensions": extensions,
-        **({"transfer_saves": {k: v for k, v in saved.items() if k != "text"}} if saved else {})}}
+    estimates = {
+        **(proto.data.get("cost") or {}),
+        f"before {before}": {
+            "source": source,
+            **cost.summary(lines),
+            "possible_extensions": extensions,
+            **({"transfer_saves": {k: v for k, v in saved.items() if k != "text"}} if saved else {}),
+        },
+    }
     proto.save(cost=estimates)
 
 
@@ -219,8 +281,11 @@ def run_stage1(proto: Protocol, values: dict) -> int:
         if not todo:
             return 0
         if rounds:
-            print("stage1: best LR at the grid's edge: one more point beyond it for "
-                  + ", ".join(f"{c.size}/{c.variant} ({c.lr:g})" for c in todo), flush=True)
+            print(
+                "stage1: best LR at the grid's edge: one more point beyond it for "
+                + ", ".join(f"{c.size}/{c.variant} ({c.lr:g})" for c in todo),
+                flush=True,
+            )
         cells = list(states)
         status = after_stage(proto, cells, "stage1", run_cells(proto, cells, "stage1", proto.runs_dir, values=values))
         if status:
@@ -253,9 +318,12 @@ def run_stages(proto: Protocol, budgets: dict, values: dict, probe_steps: int, d
 def print_chosen(spec: Spec, states: dict, chosen: dict) -> None:
     done = C.done_bpb(states)
     for size, per_variant in chosen.items():
-        text = ", ".join(f"{v} " + ("none" if lr is None else f"{lr:g}")
-                         + f" ({edge_note(lr_sweep(spec, size, v, done), spec.lr_extensions)})"
-                         for v, lr in per_variant.items())
+        text = ", ".join(
+            f"{v} "
+            + ("none" if lr is None else f"{lr:g}")
+            + f" ({edge_note(lr_sweep(spec, size, v, done), spec.lr_extensions)})"
+            for v, lr in per_variant.items()
+        )
         print(f"stage1: best LR at {size}: {text}")
 
 
@@ -268,8 +336,16 @@ def report(proto: Protocol) -> int:
     registered = registration.check(proto.data, spec, proto.dir / manifest.MANIFEST)  # a spec edited by hand: refused
     registration.check_cells(proto.data, states.values(), proto.dir / manifest.MANIFEST)  # or a manifest replaced
     looks = looks_record(proto.data.get("looks") or [], {"stage2": spec.seeds}, proto.sequential)
-    text = protocol_report.write(spec, states, chosen, out, f"Ablation protocol {proto.data['id']}",
-                                 proto.planning_source, alpha_for(spec.alpha, looks, "stage2"), registered)
+    text = protocol_report.write(
+        spec,
+        states,
+        chosen,
+        out,
+        f"Ablation protocol {proto.data['id']}",
+        proto.planning_source,
+        alpha_for(spec.alpha, looks, "stage2"),
+        registered,
+    )
     proto.save(looks=looks)
     proto.record(states, chosen)
     print(text)

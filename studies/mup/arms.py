@@ -11,6 +11,7 @@ seeds of the two arms' gaps, [L(wide) − L(narrow)] in the arm minus the same i
 data and, but for what the arm changes, the same initial weights in both), Holm over the lrs; a seed with a diverged
 run in either arm is left out and counted; "no lr where it is shown to move the gap" otherwise. The rules are
 fixed here, before the runs they will judge."""
+
 import math
 import statistics
 from dataclasses import dataclass
@@ -22,8 +23,13 @@ from analysis.verdicts import adjust
 from studies.mup.transfer import DIVERGED, SPEC_FILE, Cell, TransferSpec, open_experiment, read_results
 
 ALPHA = 0.05
-WORSE, BETTER, CANT_TELL, DIVERGED_WIDE, TOO_FEW = "worse", "better", "can't tell", "diverged at the wide width", \
-    "fewer than 2 seeds"
+WORSE, BETTER, CANT_TELL, DIVERGED_WIDE, TOO_FEW = (
+    "worse",
+    "better",
+    "can't tell",
+    "diverged at the wide width",
+    "fewer than 2 seeds",
+)
 NARROWS, WIDENS = "narrows the gap", "widens the gap"
 
 
@@ -49,24 +55,29 @@ class Arm:
     def answer(self) -> str:
         worse = [r for r in self.rows if r.call in (WORSE, DIVERGED_WIDE)]
         if worse:
-            return f"width {self.wide_width} is worse than {self.narrow_width} at lr " + \
-                ", ".join(f"{r.lr:.3g}" for r in worse)
+            return f"width {self.wide_width} is worse than {self.narrow_width} at lr " + ", ".join(
+                f"{r.lr:.3g}" for r in worse
+            )
         missing = [r for r in self.rows if r.call == TOO_FEW]
         if missing:
             return f"not yet: {len(missing)} of {len(self.rows)} lrs have fewer than two seeds at both widths"
         top = max(r.test.high for r in self.rows)
         fewest, most = min(r.test.n for r in self.rows), max(r.test.n for r in self.rows)
         seeds = f"{fewest}" if fewest == most else f"{fewest}–{most}"
-        return (f"width {self.wide_width} is not shown worse than {self.narrow_width} at any lr ({seeds} seeds; "
-                f"upper 95 % bounds up to {top:+.2f} nats)")
+        return (
+            f"width {self.wide_width} is not shown worse than {self.narrow_width} at any lr ({seeds} seeds; "
+            f"upper 95 % bounds up to {top:+.2f} nats)"
+        )
 
 
 def _seed_pairs(directory: Path) -> Tuple[TransferSpec, int, int, Dict[float, Dict[int, tuple]]]:
     """(the arm's spec, narrow width, wide width, {lr: {seed: (narrow run's row, wide run's row)}}) for the seeds
     whose runs finished at both widths (diverged or not)."""
     if not (directory / SPEC_FILE).exists():
-        raise ValueError(f"{directory} is not an arm's directory (no {SPEC_FILE}): pass the --dir of a transfer "
-                         "experiment (docs/mup/arms/<arm>)")
+        raise ValueError(
+            f"{directory} is not an arm's directory (no {SPEC_FILE}): pass the --dir of a transfer "
+            "experiment (docs/mup/arms/<arm>)"
+        )
     spec = open_experiment(directory, None, create=False)  # spec.json as the runner reads it, its errors included
     if len(spec.optimizers) != 1 or len(spec.parametrizations) != 1:
         raise ValueError(f"{directory}: an arm has one optimizer and one parametrization")
@@ -89,8 +100,10 @@ def _finite(pair: tuple) -> bool:
 def judge_arm(directory: Path) -> Arm:
     """The arm in `directory` (an experiment of one optimizer, one parametrization, two or more widths)."""
     spec, narrow, wide, pairs = _seed_pairs(directory)
-    finite = {lr: [(a["val_loss"], b["val_loss"]) for a, b in seeds.values() if _finite((a, b))]
-              for lr, seeds in pairs.items()}
+    finite = {
+        lr: [(a["val_loss"], b["val_loss"]) for a, b in seeds.values() if _finite((a, b))]
+        for lr, seeds in pairs.items()
+    }
     tests = {lr: paired_t([b for _, b in f], [a for a, _ in f]) for lr, f in finite.items() if len(f) >= 2}
     holm = dict(zip(tests, adjust([t.p for t in tests.values()])))
     rows = []
@@ -113,9 +126,15 @@ def arms_markdown(arms: Sequence[Arm]) -> str:
     """One table per arm: each lr's paired difference and call, then the arm's answer."""
     out = []
     for arm in arms:
-        out += [f"#### `{arm.name}`: {arm.answer}", "", f"Settings: `{arm.settings}`.", "",
-                f"| lr | seeds | loss at {arm.narrow_width} | loss at {arm.wide_width} | Δ ({arm.wide_width} − "
-                f"{arm.narrow_width}) [95 % CI] | p (Holm) | call |", "|---:|---:|---:|---:|---|---:|---|"]
+        out += [
+            f"#### `{arm.name}`: {arm.answer}",
+            "",
+            f"Settings: `{arm.settings}`.",
+            "",
+            f"| lr | seeds | loss at {arm.narrow_width} | loss at {arm.wide_width} | Δ ({arm.wide_width} − "
+            f"{arm.narrow_width}) [95 % CI] | p (Holm) | call |",
+            "|---:|---:|---:|---:|---|---:|---|",
+        ]
         out += [_table_row(r.lr, f"{len(r.wide)}", r.narrow, r.wide, r.test, r.p_holm, r.call) for r in arm.rows]
         out.append("")
     return "\n".join(out)
@@ -142,8 +161,11 @@ class GapComparison:
 
     @property
     def answer(self) -> str:
-        moved = [f"{call} at lr " + ", ".join(f"{r.lr:.3g}" for r in self.rows if r.call == call)
-                 for call in (NARROWS, WIDENS) if any(r.call == call for r in self.rows)]
+        moved = [
+            f"{call} at lr " + ", ".join(f"{r.lr:.3g}" for r in self.rows if r.call == call)
+            for call in (NARROWS, WIDENS)
+            if any(r.call == call for r in self.rows)
+        ]
         missing = sum(r.call == TOO_FEW for r in self.rows)
         if missing:
             moved.append(f"not yet: {missing} of {len(self.rows)} lrs have fewer than two seeds in both arms")
@@ -157,8 +179,10 @@ def paired_gaps(directories: Sequence[Path]) -> Tuple[TransferSpec, Dict[float, 
     specs, pairs = zip(*((spec, p) for spec, _, _, p in map(_seed_pairs, directories)))
     for directory, spec in zip(directories[1:], specs[1:]):
         if any(getattr(specs[0], k) != getattr(spec, k) for k in ("widths", "lrs", "seeds", "optimizers")):
-            raise ValueError(f"{directory} and {directories[0]} are not arms of one experiment: their widths, lrs, "
-                             "seeds or optimizers differ")
+            raise ValueError(
+                f"{directory} and {directories[0]} are not arms of one experiment: their widths, lrs, "
+                "seeds or optimizers differ"
+            )
     gaps, left_out = {}, {}
     for lr in specs[0].lrs:
         every = sorted(set.intersection(*(set(p[lr]) for p in pairs)))
@@ -195,26 +219,47 @@ def comparisons_markdown(comparisons: Sequence[GapComparison]) -> str:
     """One table per arm against the control: each lr's gap in both, the paired difference and its call."""
     out = []
     for c in comparisons:
-        out += [f"#### `{c.arm}` against `{c.control}`: {c.answer}", "",
-                f"| lr | seeds | gap in `{c.control}` | gap in `{c.arm}` | Δ gap (arm − control) [95 % CI] | p (Holm) | "
-                "call |", "|---:|---:|---:|---:|---|---:|---|"]
+        out += [
+            f"#### `{c.arm}` against `{c.control}`: {c.answer}",
+            "",
+            f"| lr | seeds | gap in `{c.control}` | gap in `{c.arm}` | Δ gap (arm − control) [95 % CI] | p (Holm) | "
+            "call |",
+            "|---:|---:|---:|---:|---|---:|---|",
+        ]
         for r in c.rows:
             seeds = f"{len(r.arm)}" + (f" ({r.left_out} diverged, left out)" if r.left_out else "")
             out.append(_table_row(r.lr, seeds, r.control, r.arm, r.test, r.p_holm, r.call, sign="+"))
         same, both = c.same_narrow
-        out += ["", f"At the narrow width {c.narrow_width}, {same} of the {both} runs both finished end at the control's loss to the "
-                "last digit.", ""]
+        out += [
+            "",
+            f"At the narrow width {c.narrow_width}, {same} of the {both} runs both finished end at the control's loss to the "
+            "last digit.",
+            "",
+        ]
     return "\n".join(out)
 
 
-def _table_row(lr: float, seeds: str, first: List[float], second: List[float], test: Optional[TTest], p_holm: float,
-               call: str, sign: str = "") -> str:
+def _table_row(
+    lr: float,
+    seeds: str,
+    first: List[float],
+    second: List[float],
+    test: Optional[TTest],
+    p_holm: float,
+    call: str,
+    sign: str = "",
+) -> str:
     """One lr's row: the two sides' means (one seed: its values and difference, no interval), second − first with its
     95 % interval, Holm's p and the call. `sign="+"` signs the sides' values (gaps, not losses)."""
     if test is None:
-        values = f"{first[0]:{sign}.4f} | {second[0]:{sign}.4f} | {second[0] - first[0]:+.4f} (one seed)" if second \
+        values = (
+            f"{first[0]:{sign}.4f} | {second[0]:{sign}.4f} | {second[0] - first[0]:+.4f} (one seed)"
+            if second
             else " | | "
+        )
         return f"| {lr:.3g} | {seeds} | {values} | | {call} |"
     d = decimals(test.half_width)
-    return (f"| {lr:.3g} | {seeds} | {statistics.fmean(first):{sign}.4f} | {statistics.fmean(second):{sign}.4f} | "
-            f"{test.delta:+.{d}f} [{test.low:+.{d}f}, {test.high:+.{d}f}] | {format_p(p_holm)} | {call} |")
+    return (
+        f"| {lr:.3g} | {seeds} | {statistics.fmean(first):{sign}.4f} | {statistics.fmean(second):{sign}.4f} | "
+        f"{test.delta:+.{d}f} [{test.low:+.{d}f}, {test.high:+.{d}f}] | {format_p(p_holm)} | {call} |"
+    )

@@ -5,6 +5,7 @@ SP the logits grow with it (and, with Adam, the blocks' outputs too). Beside the
 logits (q·k times the attention scale, over the causal entries), which μP's 1/d scale is about. By default
 the raw update rule (a constant lr, no clipping, no weight decay); CoordSetup's optim fields give the
 transfer runs' own settings (scripts/coord_check.py --as-trained)."""
+
 import math
 from dataclasses import dataclass
 from typing import Dict, List, Sequence
@@ -15,11 +16,10 @@ import torch
 from data import DataConfig
 from model import ModelConfig, Transformer
 from model.attention import hook_attention_logits
-from training.build import build
 from training.config import LoggerConfig, OptimConfig, TrainConfig, TrainerConfig
+from training.distributed import DistInfo
+from training.loop import TrainStep, build
 from training.optim import apply_schedule
-from training.runtime.distributed import DistInfo
-from training.step import TrainStep
 
 LAYERS = ("embedding", "attention", "mlp", "logits")  # what each block part hands on, averaged over blocks
 ATTENTION_LOGITS = "attention logits"  # q·k × scale before the softmax, every block: recorded beside LAYERS
@@ -28,6 +28,7 @@ ATTENTION_LOGITS = "attention logits"  # q·k × scale before the softmax, every
 @dataclass(frozen=True)
 class CoordSetup:
     """One coordinate check: the width ladder and what every width trains with (the same batches)."""
+
     widths: tuple = (64, 128, 256, 512, 1024)
     base_width: int = 64  # mup_base_width: μP equals SP here
     optimizer: str = "adamw"  # adamw | muon (Muon for the blocks' matrices, AdamW for the rest)
@@ -45,14 +46,22 @@ class CoordSetup:
     seed: int = 0
 
     def model_config(self, width: int, parametrization: str) -> ModelConfig:
-        return ModelConfig(vocab_size=self.vocab_size, hidden_size=width, n_layers=self.n_layers, n_heads=self.n_heads,
-                           max_seq_len=self.seq_len, parametrization=parametrization, mup_base_width=self.base_width)
+        return ModelConfig(
+            vocab_size=self.vocab_size,
+            hidden_size=width,
+            n_layers=self.n_layers,
+            n_heads=self.n_heads,
+            max_seq_len=self.seq_len,
+            parametrization=parametrization,
+            mup_base_width=self.base_width,
+        )
 
 
 @dataclass
 class CoordResult:
     """rms[layer] and moved[layer]: arrays (steps + 1, len(widths)); row t is after t updates. The layers are
     LAYERS and ATTENTION_LOGITS."""
+
     setup: CoordSetup
     parametrization: str
     rms: Dict[str, np.ndarray]
@@ -91,13 +100,16 @@ def coord_check(setup: CoordSetup, parametrization: str) -> CoordResult:
     per_width = [_train_width(setup, width, parametrization, batches[:-1], batches[-1]) for width in setup.widths]
 
     def table(kind: int) -> Dict[str, np.ndarray]:  # (steps + 1, widths) per layer
-        return {layer: np.array([[w[kind][t][layer] for w in per_width] for t in range(setup.steps + 1)])
-                for layer in (*LAYERS, ATTENTION_LOGITS)}
+        return {
+            layer: np.array([[w[kind][t][layer] for w in per_width] for t in range(setup.steps + 1)])
+            for layer in (*LAYERS, ATTENTION_LOGITS)
+        }
+
     return CoordResult(setup, parametrization, table(0), table(1))
 
 
 class _Batches:
-    """TrainStep's batches (training/step.py): step n's batch, whole (one micro-batch)."""
+    """TrainStep's batches (training/loop.py): step n's batch, whole (one micro-batch)."""
 
     def __init__(self, batches):
         self.batches = batches
@@ -108,23 +120,44 @@ class _Batches:
 
 def run_config(setup: CoordSetup, width: int, parametrization: str) -> TrainConfig:
     """The width as a training run: fp32, eager, one process, the setup's schedule, clipping and weight decay."""
-    optim = OptimConfig(name=setup.optimizer, lr=setup.lr, min_lr=setup.lr if setup.min_lr is None else setup.min_lr,
-                        warmup_steps=setup.warmup_steps, weight_decay=setup.weight_decay, grad_clip=setup.grad_clip)
-    trainer = TrainerConfig(device="cpu", precision="fp32", compile="false", parallel="none", time_budget=None,
-                            max_steps=setup.steps, micro_batch_size=setup.batch_size, seq_len=setup.seq_len)
-    return TrainConfig(model=setup.model_config(width, parametrization), data=DataConfig(), optim=optim,
-                       trainer=trainer, logger=LoggerConfig(wandb="disabled"), seed=setup.seed)
+    optim = OptimConfig(
+        name=setup.optimizer,
+        lr=setup.lr,
+        min_lr=setup.lr if setup.min_lr is None else setup.min_lr,
+        warmup_steps=setup.warmup_steps,
+        weight_decay=setup.weight_decay,
+        grad_clip=setup.grad_clip,
+    )
+    trainer = TrainerConfig(
+        device="cpu",
+        precision="fp32",
+        compile="false",
+        parallel="none",
+        time_budget=None,
+        max_steps=setup.steps,
+        micro_batch_size=setup.batch_size,
+        seq_len=setup.seq_len,
+    )
+    return TrainConfig(
+        model=setup.model_config(width, parametrization),
+        data=DataConfig(),
+        optim=optim,
+        trainer=trainer,
+        logger=LoggerConfig(wandb="disabled"),
+        seed=setup.seed,
+    )
 
 
 def _train_width(setup: CoordSetup, width: int, parametrization: str, batches, probe) -> tuple:
-    """([{layer: RMS}], [{layer: RMS moved}]) after 0..steps updates of one width: built by training/build.py and
+    """([{layer: RMS}], [{layer: RMS moved}]) after 0..steps updates of one width: built by training/loop.py and
     stepped by TrainStep, as train.py's runs are."""
     cfg = run_config(setup, width, parametrization)
     info = DistInfo()
     parts = build(cfg, info, say=lambda *a: None)
     model = parts.raw_model
-    step = TrainStep(parts.compute_loss, _Batches(batches), parts.optimizers, parts.autocast, 1, cfg.optim.grad_clip,
-                     info.device)
+    step = TrainStep(
+        parts.compute_loss, _Batches(batches), parts.optimizers, parts.autocast, 1, cfg.optim.grad_clip, info.device
+    )
     init = _activations(model, probe[:, :-1])
     rms, moved = [], []
     for t in range(setup.steps + 1):
@@ -142,8 +175,9 @@ def _train_width(setup: CoordSetup, width: int, parametrization: str, batches, p
 def _activations(model: Transformer, ids: torch.Tensor) -> Dict[str, torch.Tensor]:
     """What each layer kind outputs on `ids`: block outputs stacked over blocks; and the attention logits."""
     found = {"attention": [], "mlp": [], ATTENTION_LOGITS: []}
-    hooks = [block.attn.register_forward_hook(lambda m, a, out: found["attention"].append(out))
-             for block in model.layers]
+    hooks = [
+        block.attn.register_forward_hook(lambda m, a, out: found["attention"].append(out)) for block in model.layers
+    ]
     for block in model.layers:  # q and k after their norms, the logits once RoPE's tables are known
         hooks += hook_attention_logits(block.attn, found[ATTENTION_LOGITS].append)
     hooks += [block.mlp.register_forward_hook(lambda m, a, out: found["mlp"].append(out)) for block in model.layers]
@@ -153,8 +187,13 @@ def _activations(model: Transformer, ids: torch.Tensor) -> Dict[str, torch.Tenso
     finally:
         for hook in hooks:
             hook.remove()
-    return {"embedding": found["embedding"], "attention": torch.stack(found["attention"]),
-            "mlp": torch.stack(found["mlp"]), "logits": logits, ATTENTION_LOGITS: torch.cat(found[ATTENTION_LOGITS])}
+    return {
+        "embedding": found["embedding"],
+        "attention": torch.stack(found["attention"]),
+        "mlp": torch.stack(found["mlp"]),
+        "logits": logits,
+        ATTENTION_LOGITS: torch.cat(found[ATTENTION_LOGITS]),
+    }
 
 
 def _rms(t: torch.Tensor) -> float:

@@ -10,6 +10,7 @@ Each is a paired t-test over the seeds (one-sample on the per-seed contrast), Ho
 Holm p < 0.05; a main effect "narrows"/"widens the gap" the same way; "can't tell" otherwise; "fewer than 2
 seeds" under two. Where the settings interact, a main effect is an average of two different effects and is
 marked so. The rules are fixed here, before the width-512 runs of the arms they will judge."""
+
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,21 +72,35 @@ def _effect(name: str, contrasts: dict, interacting: Sequence[float] = (), inter
 def factorial(control: Path, a: Path, b: Path, ab: Path) -> Factorial:
     """The interaction and both main effects of the settings that `a` and `b` change, `ab` having both."""
     _, gaps, _ = paired_gaps([control, a, b, ab])
-    interaction = _effect("interaction", {lr: ([g[3] - g[2] for g in gs], [g[1] - g[0] for g in gs])
-                                          for lr, gs in gaps.items()}, interaction=True)
+    interaction = _effect(
+        "interaction",
+        {lr: ([g[3] - g[2] for g in gs], [g[1] - g[0] for g in gs]) for lr, gs in gaps.items()},
+        interaction=True,
+    )
     interacting = [r.lr for r in interaction.rows if r.call == INTERACTS]
-    main_a = _effect(a.name, {lr: ([(g[1] + g[3]) / 2 for g in gs], [(g[0] + g[2]) / 2 for g in gs])
-                              for lr, gs in gaps.items()}, interacting)
-    main_b = _effect(b.name, {lr: ([(g[2] + g[3]) / 2 for g in gs], [(g[0] + g[1]) / 2 for g in gs])
-                              for lr, gs in gaps.items()}, interacting)
+    main_a = _effect(
+        a.name,
+        {lr: ([(g[1] + g[3]) / 2 for g in gs], [(g[0] + g[2]) / 2 for g in gs]) for lr, gs in gaps.items()},
+        interacting,
+    )
+    main_b = _effect(
+        b.name,
+        {lr: ([(g[2] + g[3]) / 2 for g in gs], [(g[0] + g[1]) / 2 for g in gs]) for lr, gs in gaps.items()},
+        interacting,
+    )
     return Factorial(control.name, a.name, b.name, ab.name, interaction, main_a, main_b)
 
 
 def factorial_markdown(f: Factorial) -> str:
     """One table: per lr, the interaction and both main effects with their intervals, Holm p and calls."""
-    out = [f"#### 2×2: `{f.a}` × `{f.b}` (both: `{f.ab}`; neither: `{f.control}`)", "",
-           "Each cell: the effect on the gap L(wide) − L(narrow) in nats [95 % CI], Holm p over the lrs, the call.",
-           "", f"| lr | seeds | interaction | main effect of `{f.a}` | main effect of `{f.b}` |", "|---:|---:|---|---|---|"]
+    out = [
+        f"#### 2×2: `{f.a}` × `{f.b}` (both: `{f.ab}`; neither: `{f.control}`)",
+        "",
+        "Each cell: the effect on the gap L(wide) − L(narrow) in nats [95 % CI], Holm p over the lrs, the call.",
+        "",
+        f"| lr | seeds | interaction | main effect of `{f.a}` | main effect of `{f.b}` |",
+        "|---:|---:|---|---|---|",
+    ]
     for i, r in enumerate(f.interaction.rows):
         cells = [_cell(effect.rows[i]) for effect in (f.interaction, f.main_a, f.main_b)]
         out.append(f"| {r.lr:.3g} | {r.seeds} | " + " | ".join(cells) + " |")

@@ -2,14 +2,15 @@
 validation loss against the learning rate, one curve per width (the transfer experiment, as Figure 1 of
 Tensor Programs V), SP and μP side by side in both; and the width-512 AdamW experiment's arms, each arm's
 wide-minus-narrow gap against the learning rate."""
+
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
 import matplotlib
 
+from analysis.plots import figure, save
 from studies.mup.arms import Arm
 from studies.mup.coord_check import ATTENTION_LOGITS, LAYERS, CoordResult
-from analysis.plots import figure, save
 
 NAMES = {"sp": "SP", "mup": "μP", "adamw": "AdamW", "muon": "Muon"}
 
@@ -19,20 +20,30 @@ def plot_coord_check(results: Sequence[CoordResult], path: Path) -> None:
     one line per step from init (light) to the last (dark). Rows share their y-axis: SP's growth and
     μP's flat lines are read against the same scale."""
     rows = (*LAYERS, ATTENTION_LOGITS)
-    fig, axes = figure(len(rows), len(results), figsize=(3.6 * len(results), 2.8 * len(rows)), squeeze=False,
-                       sharey="row")
+    fig, axes = figure(
+        len(rows), len(results), figsize=(3.6 * len(results), 2.8 * len(rows)), squeeze=False, sharey="row"
+    )
     for col, result in enumerate(results):
         widths, steps = result.setup.widths, result.setup.steps
         slopes = result.slopes()
         for row, layer in enumerate(rows):
             ax = axes[row][col]
             for t, values in enumerate(result.rms[layer]):
-                ax.plot(widths, values, marker="o", ms=3, color=matplotlib.colormaps["viridis"](t / max(steps, 1)),
-                        label=f"t={t}" if t in (0, steps) else None)
+                ax.plot(
+                    widths,
+                    values,
+                    marker="o",
+                    ms=3,
+                    color=matplotlib.colormaps["viridis"](t / max(steps, 1)),
+                    label=f"t={t}" if t in (0, steps) else None,
+                )
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
-            ax.set_title(f"{NAMES[result.setup.optimizer]} · {NAMES[result.parametrization]}: {layer} "
-                         f"(slope {slopes[layer]:+.2f})", fontsize=9)
+            ax.set_title(
+                f"{NAMES[result.setup.optimizer]} · {NAMES[result.parametrization]}: {layer} "
+                f"(slope {slopes[layer]:+.2f})",
+                fontsize=9,
+            )
             ax.grid(alpha=0.3)
             if row == len(rows) - 1:
                 ax.set_xlabel("width (hidden_size)")
@@ -89,8 +100,13 @@ def plot_schedules(along: Dict[tuple, Dict[int, dict]], quantities: Dict[str, st
             ax = axes[row][col]
             for i, (width, series) in enumerate(sorted(along[key].items())):
                 if quantity in series:
-                    ax.plot(series["step"], series[quantity], marker="o", color=cmap(i / max(len(along[key]), 2)),
-                            label=f"width {width} (lr {series['lr']:.3g})")
+                    ax.plot(
+                        series["step"],
+                        series[quantity],
+                        marker="o",
+                        color=cmap(i / max(len(along[key]), 2)),
+                        label=f"width {width} (lr {series['lr']:.3g})",
+                    )
             ax.set_yscale("log")
             ax.set_xlabel("step")
             ax.set_title(f"{NAMES[key[0]]} · {NAMES[key[1]]}: {label}", fontsize=9)
@@ -110,12 +126,23 @@ def plot_arms(arms: Sequence[Arm], path: Path) -> None:
         nudge = 2 ** (0.05 * (i - (len(arms) - 1) / 2))
         tested, single = [r for r in rows if r.test is not None], [r for r in rows if r.test is None]
         if tested:
-            ax.errorbar([r.lr * nudge for r in tested], [r.test.delta for r in tested],
-                        yerr=[[r.test.delta - r.test.low for r in tested], [r.test.high - r.test.delta for r in tested]],
-                        marker="o", capsize=3, color=colour, label=f"{arm.name} ({arm.wide_width} − {arm.narrow_width})")
+            ax.errorbar(
+                [r.lr * nudge for r in tested],
+                [r.test.delta for r in tested],
+                yerr=[[r.test.delta - r.test.low for r in tested], [r.test.high - r.test.delta for r in tested]],
+                marker="o",
+                capsize=3,
+                color=colour,
+                label=f"{arm.name} ({arm.wide_width} − {arm.narrow_width})",
+            )
         if single:
-            ax.scatter([r.lr * nudge for r in single], [r.wide[0] - r.narrow[0] for r in single], facecolors="none",
-                       edgecolors=colour, label=f"{arm.name}: one seed")
+            ax.scatter(
+                [r.lr * nudge for r in single],
+                [r.wide[0] - r.narrow[0] for r in single],
+                facecolors="none",
+                edgecolors=colour,
+                label=f"{arm.name}: one seed",
+            )
     ax.axhline(0, color="black", lw=0.8, ls="--")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("peak learning rate (optim.lr)")

@@ -3,6 +3,7 @@ Muon, every width of a ladder trains at every lr of a ×2 grid with a few seeds,
 finished run's final validation loss is appended to results.jsonl in the experiment directory, so a rerun
 does only what is missing. How the runs train is the caller's (cli/mup/transfer.py: studies/launcher.py's
 jobs); this module plans, schedules, records and prices."""
+
 import dataclasses
 import json
 import os
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 from studies.launcher import Job, move_aside
-from training.metrics import read_metrics
+from training.log import read_metrics
 
 SPEC_FILE, RESULTS_FILE = "spec.json", "results.jsonl"
 FINISHED, DIVERGED, STOPPED = "finished", "diverged", "stopped"
@@ -37,21 +38,32 @@ class Cell:
 
     def job(self, run_dir: Path, min_lr_ratio: float) -> Job:
         """The run as a launcher job: what overrides() says, as config values."""
-        return Job(run_dir, {"model": {"parametrization": self.parametrization, "hidden_size": self.width},
-                             "optim": {"lr": self.lr, "min_lr": self.lr * min_lr_ratio}, "seed": self.seed},
-                   {"optim": self.optimizer})
+        return Job(
+            run_dir,
+            {
+                "model": {"parametrization": self.parametrization, "hidden_size": self.width},
+                "optim": {"lr": self.lr, "min_lr": self.lr * min_lr_ratio},
+                "seed": self.seed,
+            },
+            {"optim": self.optimizer},
+        )
 
     def overrides(self, min_lr_ratio: float) -> List[str]:
         """What this run sets on top of the experiment preset (train.py's syntax)."""
-        return [f"optim={self.optimizer}", f"model.parametrization={self.parametrization}",
-                f"model.hidden_size={self.width}", f"optim.lr={self.lr!r}", f"optim.min_lr={self.lr * min_lr_ratio!r}",
-                f"seed={self.seed}"]
+        return [
+            f"optim={self.optimizer}",
+            f"model.parametrization={self.parametrization}",
+            f"model.hidden_size={self.width}",
+            f"optim.lr={self.lr!r}",
+            f"optim.min_lr={self.lr * min_lr_ratio!r}",
+            f"seed={self.seed}",
+        ]
 
 
 @dataclass(frozen=True)
 class TransferSpec:
     widths: tuple = (64, 128, 256, 512)
-    lrs: tuple = tuple(2.0 ** k for k in range(-9, -4))  # 0.00195 … 0.03125, ×2 apart
+    lrs: tuple = tuple(2.0**k for k in range(-9, -4))  # 0.00195 … 0.03125, ×2 apart
     seeds: tuple = (0, 1)
     optimizers: tuple = ("adamw", "muon")
     parametrizations: tuple = ("sp", "mup")
@@ -71,14 +83,22 @@ class TransferSpec:
         parallel jobs do not end on one long run — or, `narrow_first` (one run at a time), the cheap narrow runs
         first, so each wide run pairs with its narrow partner the moment it ends, and a session that stops
         mid-seed leaves no wide run unpaired."""
-        return [Cell(o, p, w, lr, s) for s in self.seeds for w in sorted(self.widths, reverse=not narrow_first)
-                for o in self.optimizers for p in self.parametrizations for lr in self.lrs]
+        return [
+            Cell(o, p, w, lr, s)
+            for s in self.seeds
+            for w in sorted(self.widths, reverse=not narrow_first)
+            for o in self.optimizers
+            for p in self.parametrizations
+            for lr in self.lrs
+        ]
 
     def extends(self, other: "TransferSpec") -> bool:
         """The same runs' settings, with at least every grid point of `other`: its results stay valid."""
         same = all(getattr(self, k) == getattr(other, k) for k in ("min_lr_ratio", "experiment", "overrides"))
-        return same and all(set(getattr(other, k)) <= set(getattr(self, k))
-                            for k in ("widths", "lrs", "seeds", "optimizers", "parametrizations"))
+        return same and all(
+            set(getattr(other, k)) <= set(getattr(self, k))
+            for k in ("widths", "lrs", "seeds", "optimizers", "parametrizations")
+        )
 
     def to_dict(self) -> dict:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
@@ -100,9 +120,11 @@ def open_experiment(directory: Path, spec: Optional[TransferSpec], create: bool 
         if spec is None or spec == stored:
             return stored
         if not spec.extends(stored):
-            raise TransferError(f"{directory} was started with another plan ({path}); rerun it without grid options, "
-                                "or with a grid that keeps every width, lr, seed, optimizer and parametrization "
-                                "of it (it may add some), or start a new --dir")
+            raise TransferError(
+                f"{directory} was started with another plan ({path}); rerun it without grid options, "
+                "or with a grid that keeps every width, lr, seed, optimizer and parametrization "
+                "of it (it may add some), or start a new --dir"
+            )
         if create:  # a grown grid: the runs already done are kept, the new points are added
             path.write_text(json.dumps(spec.to_dict(), indent=1) + "\n")
         return spec
@@ -135,12 +157,17 @@ SCHEDULE_KEYS = {"rms_attn_logits": "attn_logits", "weight_change": "weight_chan
 def schedule(evals: List[dict]) -> Optional[dict]:
     """{"step": [...], "attn_logits": [[one per layer] per eval], "weight_change": [...]} from a run's eval rows,
     for the keys every row has; None when they have neither."""
-    found = {name: [row[key] for row in evals] for key, name in SCHEDULE_KEYS.items()
-             if evals and all(key in row for row in evals)}
+    found = {
+        name: [row[key] for row in evals]
+        for key, name in SCHEDULE_KEYS.items()
+        if evals and all(key in row for row in evals)
+    }
     return {"step": [row["step"] for row in evals], **found} if found else None
 
 
-def run_cells(spec: TransferSpec, directory: Path, train_cells: Callable, say=print, one_at_a_time: bool = False) -> int:
+def run_cells(
+    spec: TransferSpec, directory: Path, train_cells: Callable, say=print, one_at_a_time: bool = False
+) -> int:
     """Train every cell results.jsonl lacks; `train_cells([(cell, run_dir), …])` yields (cell, {"status":
     finished | diverged | stopped, "val_loss", "wall_s"}) as each run ends, and starts no run after the
     caller stops reading. A run directory left by a cut-off run is moved aside first (never deleted).
@@ -183,7 +210,8 @@ def cost_table(spec: TransferSpec, todo: Sequence[Cell], seconds: Dict[tuple, fl
             per_run = seconds.get((optimizer, width))
             total += (per_run or 0.0) * n
             time_text = "?" if per_run is None else f"{per_run * n / 60:.1f} min"
-            lines.append(f"{optimizer:<10}{width:>6}{'?' if per_run is None else f'{per_run:.0f} s':>10}{n:>6}"
-                         f"{time_text:>11}")
+            lines.append(
+                f"{optimizer:<10}{width:>6}{'?' if per_run is None else f'{per_run:.0f} s':>10}{n:>6}{time_text:>11}"
+            )
     lines.append(f"total: {total / 60:.0f} min of runs, about {total / 60 / jobs:.0f} min with --jobs {jobs}")
     return "\n".join(lines)

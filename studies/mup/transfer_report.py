@@ -3,6 +3,7 @@
 stay put, under SP drift down as the model widens — as results.md and transfer.png; and, where the runs
 recorded them, the attention logits' RMS and each block's weight change along the schedule at each width's
 best lr (schedule.png): what μP's scales are meant to keep independent of width."""
+
 import math
 import statistics
 from pathlib import Path
@@ -27,8 +28,11 @@ def mean_losses(spec: TransferSpec, results: Dict[str, dict]) -> Losses:
                     names = [Cell(optimizer, parametrization, width, lr, s).name for s in spec.seeds]
                     rows = [results[name] for name in names if name in results]
                     if rows:
-                        value = None if any(r["status"] == DIVERGED for r in rows) else \
-                            statistics.fmean(r["val_loss"] for r in rows)
+                        value = (
+                            None
+                            if any(r["status"] == DIVERGED for r in rows)
+                            else statistics.fmean(r["val_loss"] for r in rows)
+                        )
                         losses.setdefault((optimizer, parametrization), {}).setdefault(width, {})[lr] = value
     return losses
 
@@ -51,18 +55,28 @@ def drift(best: Dict[int, float]) -> float:
 
 def markdown(spec: TransferSpec, losses: Losses) -> str:
     best = best_lrs(losses)
-    out = [f"# μP learning-rate transfer: final validation loss (nats/token), mean over seeds {list(spec.seeds)}",
-           "", "Bold: each width's best lr. ×: diverged (any seed). Blank: not run yet.", ""]
+    out = [
+        f"# μP learning-rate transfer: final validation loss (nats/token), mean over seeds {list(spec.seeds)}",
+        "",
+        "Bold: each width's best lr. ×: diverged (any seed). Blank: not run yet.",
+        "",
+    ]
     for key in sorted(losses, key=lambda k: (k[0], k[1] != "sp")):  # SP, then μP, per optimizer
         optimizer, parametrization = key
-        moved = f"best lr moved 2^{drift(best[key]):+.0f} from width {min(best[key])} to {max(best[key])}" \
-            if len(best.get(key, {})) > 1 else "best lr: too few widths finished"
+        moved = (
+            f"best lr moved 2^{drift(best[key]):+.0f} from width {min(best[key])} to {max(best[key])}"
+            if len(best.get(key, {})) > 1
+            else "best lr: too few widths finished"
+        )
         edges = [w for w, lr in sorted(best.get(key, {}).items()) if lr in (min(spec.lrs), max(spec.lrs))]
         if edges:  # the optimum may lie past the grid: the move shown is then a bound, not a measurement
             moved += f" (at the grid's edge at width {', '.join(map(str, edges))}: the optimum may lie beyond it)"
-        out += [f"## {NAMES[optimizer]} · {NAMES[parametrization]}: {moved}", "",
-                "| width | " + " | ".join(f"lr {lr:.3g}" for lr in spec.lrs) + " | best lr |",
-                "|---:|" + "---:|" * (len(spec.lrs) + 1)]
+        out += [
+            f"## {NAMES[optimizer]} · {NAMES[parametrization]}: {moved}",
+            "",
+            "| width | " + " | ".join(f"lr {lr:.3g}" for lr in spec.lrs) + " | best lr |",
+            "|---:|" + "---:|" * (len(spec.lrs) + 1),
+        ]
         for width, per_lr in sorted(losses[key].items()):
             cells = [_cell(per_lr, lr, best[key].get(width)) for lr in spec.lrs]
             best_lr = best[key].get(width)
@@ -84,27 +98,39 @@ def schedules(spec: TransferSpec, results: Dict[str, dict], losses: Losses) -> S
             along = {"lr": lr, "step": rows[0]["step"]}
             for quantity in QUANTITIES:
                 if all(quantity in r for r in rows):
-                    along[quantity] = [statistics.fmean(statistics.fmean(r[quantity][i]) for r in rows)
-                                       for i in range(len(along["step"]))]
+                    along[quantity] = [
+                        statistics.fmean(statistics.fmean(r[quantity][i]) for r in rows)
+                        for i in range(len(along["step"]))
+                    ]
             out.setdefault(key, {})[width] = along
     return out
 
 
 def schedule_markdown(along: Schedules) -> str:
-    out = ["## Along the schedule, at each width's best lr", "",
-           "Each evaluation's value, averaged over the layers and the seeds: the attention logits' RMS (q·kᵀ × "
-           "scale on the first validation sequence) and each block's relative weight change since the previous "
-           "evaluation (|W − W_prev| / |W_prev|; the first: since initialisation).", ""]
+    out = [
+        "## Along the schedule, at each width's best lr",
+        "",
+        "Each evaluation's value, averaged over the layers and the seeds: the attention logits' RMS (q·kᵀ × "
+        "scale on the first validation sequence) and each block's relative weight change since the previous "
+        "evaluation (|W − W_prev| / |W_prev|; the first: since initialisation).",
+        "",
+    ]
     for key, per_width in sorted(along.items()):
         steps = next(iter(per_width.values()))["step"]
-        out += [f"### {NAMES[key[0]]} · {NAMES[key[1]]}", "",
-                "| width | lr | quantity | " + " | ".join(f"step {s}" for s in steps) + " |",
-                "|---:|---:|---|" + "---:|" * len(steps)]
+        out += [
+            f"### {NAMES[key[0]]} · {NAMES[key[1]]}",
+            "",
+            "| width | lr | quantity | " + " | ".join(f"step {s}" for s in steps) + " |",
+            "|---:|---:|---|" + "---:|" * len(steps),
+        ]
         for width, row in sorted(per_width.items()):
             for quantity, label in QUANTITIES.items():
                 if quantity in row:
-                    out.append(f"| {width} | {row['lr']:.3g} | {label} | " + " | ".join(f"{v:.4g}" for v in row[quantity])
-                               + " |")
+                    out.append(
+                        f"| {width} | {row['lr']:.3g} | {label} | "
+                        + " | ".join(f"{v:.4g}" for v in row[quantity])
+                        + " |"
+                    )
         out.append("")
     return "\n".join(out)
 

@@ -2,13 +2,14 @@
 judged against the reference with paired seed statistics, and the winners against each other. A verdict
 needs 3 paired seeds of its own, or a pooled spread: with 2 seeds (1 degree of freedom) the recipe's
 paired differences are judged against the sd of every recipe's paired differences pooled (stated)."""
+
 import itertools
 from typing import Dict, List, Optional
 
 from analysis import power
 from analysis.looks import alpha_for
-from studies.speedrun.spec import Spec
 from analysis.stats import CI, TTest, compare, decimals, format_p, p_text, paired_t, pooled_paired_t, summarize
+from studies.speedrun.spec import Spec
 
 MIN_OWN_SEEDS = 3  # a paired test on its own spread from 3 seeds (2 dof); with fewer, the pooled spread
 ALPHA = 0.05
@@ -21,12 +22,16 @@ def report(spec: Spec, results: Results, calibrations: Dict[str, dict], machine:
     campaign's recorded looks (analysis/looks.py): a sequential one splits α over them."""
     done = {name: runs for name, runs in results.items() if runs}
     pooled = _pooled(spec, done)
-    lines = [f"# Speedrun: {spec.budget_s:g} s of training loop per run", "",
-             f"{machine}. Bits per byte by scripts/evaluate.py on the whole validation split; Δ = recipe − "
-             f"{spec.reference}, paired by seed ({CI}, Student t); lower is better.", "",
-             "| recipe | overrides | steps | tokens/run | loop s (worst miss) | tokens/s | bpb per seed | bpb mean ± std "
-             f"| Δ vs {spec.reference} | p | verdict | loop time vs {spec.reference} |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Speedrun: {spec.budget_s:g} s of training loop per run",
+        "",
+        f"{machine}. Bits per byte by scripts/evaluate.py on the whole validation split; Δ = recipe − "
+        f"{spec.reference}, paired by seed ({CI}, Student t); lower is better.",
+        "",
+        "| recipe | overrides | steps | tokens/run | loop s (worst miss) | tokens/s | bpb per seed | bpb mean ± std "
+        f"| Δ vs {spec.reference} | p | verdict | loop time vs {spec.reference} |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     reference = done.get(spec.reference, {})
     outcomes = {}
     for name in spec.recipes:
@@ -42,8 +47,15 @@ def report(spec: Spec, results: Results, calibrations: Dict[str, dict], machine:
     return "\n".join(lines) + "\n"
 
 
-def _row(name: str, spec: Spec, runs: Dict[int, dict], reference: Dict[int, dict], outcomes: dict,
-         pooled: Optional[tuple], level: tuple) -> str:
+def _row(
+    name: str,
+    spec: Spec,
+    runs: Dict[int, dict],
+    reference: Dict[int, dict],
+    outcomes: dict,
+    pooled: Optional[tuple],
+    level: tuple,
+) -> str:
     seeds = sorted(runs)
     bpbs = [runs[s]["bpb"] for s in seeds]
     summary = summarize(bpbs)
@@ -58,16 +70,21 @@ def _row(name: str, spec: Spec, runs: Dict[int, dict], reference: Dict[int, dict
     else:
         time = _time_vs_reference(runs, reference, spec.tolerance)
         delta, p, verdict, outcomes[name] = _judge(runs, reference, pooled, level)
-    return (f"| {name} | {_overrides(spec.recipes[name])} | {first['max_steps']} | {first['tokens']:,} | "
-            f"{sum(loop) / len(loop):.0f} ({worst:+.1%}) | {tps:,.0f} | {per_seed} | {summary.mean:.4f}{spread} | "
-            f"{delta} | {p} | {verdict} | {time} |")
+    return (
+        f"| {name} | {_overrides(spec.recipes[name])} | {first['max_steps']} | {first['tokens']:,} | "
+        f"{sum(loop) / len(loop):.0f} ({worst:+.1%}) | {tps:,.0f} | {per_seed} | {summary.mean:.4f}{spread} | "
+        f"{delta} | {p} | {verdict} | {time} |"
+    )
 
 
 def _pooled(spec: Spec, done: Results) -> Optional[tuple]:
     """(sd, dof, recipes) of every recipe's paired differences with the reference, each about its own mean."""
     reference = done.get(spec.reference, {})
-    diffs = {name: [runs[s]["bpb"] - reference[s]["bpb"] for s in sorted(set(runs) & set(reference))]
-             for name, runs in done.items() if name != spec.reference}
+    diffs = {
+        name: [runs[s]["bpb"] - reference[s]["bpb"] for s in sorted(set(runs) & set(reference))]
+        for name, runs in done.items()
+        if name != spec.reference
+    }
     sd = power.pooled_sd(diffs)
     return None if sd is None else (sd, power.pooled_dof(diffs), sorted(n for n, d in diffs.items() if len(d) >= 2))
 
@@ -82,8 +99,15 @@ def _judge(runs: Dict[int, dict], reference: Dict[int, dict], pooled: Optional[t
     own = len(seeds) >= MIN_OWN_SEEDS
     if not own and (pooled is None or pooled[1] < 2):
         t = paired_t(a, b)
-        return _delta(t), "n/a", (f"no verdict: {len(seeds)} paired seeds (1 dof) and no pooled spread of 2+ dof; "
-                                  f"run a third seed of both or more recipes"), "none"
+        return (
+            _delta(t),
+            "n/a",
+            (
+                f"no verdict: {len(seeds)} paired seeds (1 dof) and no pooled spread of 2+ dof; "
+                f"run a third seed of both or more recipes"
+            ),
+            "none",
+        )
     t = paired_t(a, b) if own else pooled_paired_t(a, b, pooled[0], pooled[1])
     alpha, k = level
     basis = f"{len(seeds)} paired seeds" + ("" if own else f", pooled sd {pooled[0]:.4f} ({pooled[1]} dof)")
@@ -105,12 +129,17 @@ def _delta(t: TTest) -> str:
 
 
 def _method(pooled: Optional[tuple]) -> List[str]:
-    lines = ["", f"Verdicts: a paired t-test on a recipe's own seeds from {MIN_OWN_SEEDS} paired seeds; with 2, "
-             "against the pooled sd of every recipe's per-seed differences with the reference"]
+    lines = [
+        "",
+        f"Verdicts: a paired t-test on a recipe's own seeds from {MIN_OWN_SEEDS} paired seeds; with 2, "
+        "against the pooled sd of every recipe's per-seed differences with the reference",
+    ]
     if pooled:
         lines[-1] += f" (here {pooled[0]:.4f} bpb, {pooled[1]} dof, from {', '.join(pooled[2])})"
-    lines[-1] += ". α = 0.05 per recipe (no adjustment across recipes); seeds added after a look only under " \
-                 "--sequential, which judges at α / looks."
+    lines[-1] += (
+        ". α = 0.05 per recipe (no adjustment across recipes); seeds added after a look only under "
+        "--sequential, which judges at α / looks."
+    )
     return lines
 
 
@@ -134,8 +163,10 @@ def _winners(spec: Spec, done: Results, outcomes: dict) -> List[str]:
     for a, b in itertools.combinations(winners, 2):
         comparison = compare({s: r["bpb"] for s, r in done[a].items()}, {s: r["bpb"] for s, r in done[b].items()})
         if comparison.paired is not None and comparison.paired.n < MIN_OWN_SEEDS:
-            lines.append(f"- {a} vs {b}: no verdict on {comparison.paired.n} paired seeds (needs {MIN_OWN_SEEDS}); "
-                         f"Δ = {comparison.paired.delta:+.4f}")
+            lines.append(
+                f"- {a} vs {b}: no verdict on {comparison.paired.n} paired seeds (needs {MIN_OWN_SEEDS}); "
+                f"Δ = {comparison.paired.delta:+.4f}"
+            )
         else:
             lines.append(f"- {a} vs {b}: {comparison.verdict()}")
     return lines

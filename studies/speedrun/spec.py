@@ -1,5 +1,6 @@
 """The speedrun's recipes file (configs/speedrun/recipes.yaml): each recipe's train.py overrides, the
 reference, the wall-clock budget, the seeds and the probe, checked when it is read."""
+
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -36,27 +37,37 @@ class Spec:
         self.train_overrides = [str(o) for o in self.train_overrides or []]
         _require(self.recipes, "no recipes: list at least the reference, e.g. recipes: {baseline: []}")
         for name, overrides in self.recipes.items():
-            _require(NAME.match(name), f"recipe name {name!r} must be letters, digits, '_' or '-' (it names a "
-                                       "directory), e.g. muon_lr6e-3")
+            _require(
+                NAME.match(name),
+                f"recipe name {name!r} must be letters, digits, '_' or '-' (it names a directory), e.g. muon_lr6e-3",
+            )
             for o in [*overrides, *self.train_overrides]:
                 key = o.split("=", 1)[0].lstrip("+~")
                 _require("=" in o, f"{name}: {o!r} is not an override key=value")
-                _require(not any(key == r or (r.endswith(".") and key.startswith(r)) for r in RESERVED),
-                         f"{name}: {key} is set by the speedrun (calibrated max_steps, seeds, run directories)")
-        _require(self.reference in self.recipes, f"reference {self.reference!r} is not among the recipes "
-                                                 f"({', '.join(self.recipes)})")
+                _require(
+                    not any(key == r or (r.endswith(".") and key.startswith(r)) for r in RESERVED),
+                    f"{name}: {key} is set by the speedrun (calibrated max_steps, seeds, run directories)",
+                )
+        _require(
+            self.reference in self.recipes,
+            f"reference {self.reference!r} is not among the recipes ({', '.join(self.recipes)})",
+        )
         self.step_cost = {str(k): float(v) for k, v in (self.step_cost or {}).items()}
         unknown = [n for n in self.step_cost if n not in self.recipes]
         _require(not unknown, f"step_cost: {', '.join(unknown)} not among the recipes ({', '.join(self.recipes)})")
-        _require(self.reference not in self.step_cost,
-                 f"step_cost: the reference {self.reference!r} calibrates the steps the others scale; leave it out")
+        _require(
+            self.reference not in self.step_cost,
+            f"step_cost: the reference {self.reference!r} calibrates the steps the others scale; leave it out",
+        )
         bad = [f"{n}: {f}" for n, f in self.step_cost.items() if not f > 0]
         _require(not bad, f"step_cost: {', '.join(bad)} must be > 0 (the recipe's step time / the reference's)")
         _require(self.budget_s > 0, f"budget_s={self.budget_s} must be > 0 seconds")
         _require(self.seeds >= 1, f"seeds={self.seeds} must be >= 1")
         _require(0 < self.tolerance < 1, f"tolerance={self.tolerance} must be a fraction in (0, 1), e.g. 0.03")
-        _require(self.probe_steps >= 8 and self.probe_steps % 4 == 0,
-                 f"probe_steps={self.probe_steps} must be a multiple of 4, at least 8 (e.g. 40)")
+        _require(
+            self.probe_steps >= 8 and self.probe_steps % 4 == 0,
+            f"probe_steps={self.probe_steps} must be a multiple of 4, at least 8 (e.g. 40)",
+        )
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -1,1 +1,0 @@
-"""Training helpers used by train.py: config schemas, optimizer and schedule, checkpoints, distributed."""

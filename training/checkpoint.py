@@ -1,0 +1,1411 @@
+"""The checkpoint, all of it: a run directory's files, the resumable state (state.json), saving atomically, the
+manifest that every load verifies, format versions, `latest`/`best`, resume and init_from, and the Checkpointer.
+
+    <run>/config.yaml, metrics.jsonl, job_status.yaml, .owner (the live run's claim: training/distributed.py)
+    <run>/checkpoints/step_N/ and checkpoints/best/step_N/, each holding
+      model.safetensors  unwrapped weights (no _orig_mod./module. prefixes; a tied head stored once)
+      model_config.json  the ModelConfig;  tokenizer.json (special_tokens.json beside it when not ours)
+      config.yaml        the resolved training config;  optimizer.pt, rng.pt  (torch.load(weights_only=True))
+      state.json         the RunState; its presence marks the directory complete
+      manifest.json      every other file's size and SHA-256, written last, checked by every loader
+
+Saves go to step_N.tmp and are renamed: a kill never leaves a half checkpoint that looks whole. Nothing is ever
+unpickled as arbitrary objects. docs/architecture.md's recipe "Change the checkpoint format" says when
+FORMAT_VERSION goes up; tests/fixtures holds a checkpoint of every version, which must keep loading.
+"""
+
+import dataclasses
+import errno
+import fcntl
+import hashlib
+import json
+import math
+import os
+import pickle
+import re
+import resource
+import shutil
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, List, Optional, Tuple
+
+import torch
+import torch.distributed as dist
+import yaml
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file, save_file
+
+from data.tokenizer import SPECIAL_TOKENS_FILE, file_hash
+from model import ModelConfig, Transformer
+from training import distributed as D
+from training.budget import clock
+from training.optim import UNPLANNED_END, lr_at
+
+CONFIG, METRICS, JOB_STATUS, CLAIM, CHECKPOINTS = (
+    "config.yaml",
+    "metrics.jsonl",
+    "job_status.yaml",
+    ".owner",
+    "checkpoints",
+)
+WEIGHTS, MODEL_CONFIG, TOKENIZER, OPTIMIZER, RNG, STATE, MANIFEST = (
+    "model.safetensors",
+    "model_config.json",
+    "tokenizer.json",
+    "optimizer.pt",
+    "rng.pt",
+    "state.json",
+    "manifest.json",
+)
+REQUIRED_FILES = (WEIGHTS, MODEL_CONFIG, TOKENIZER, STATE)
+BEST, TIED_KEY, ABANDONED = "best", "lm_head.weight", "abandoned-"
+# Up with any change an older minillama would misread (a renamed file, weight or state.json field); this code reads
+# every version up to it. No manifest: version 1. tests/test_checkpoint_format.py holds a checkpoint of each.
+FORMAT_VERSION, FORMAT_PREFIX = 1, "minillama-checkpoint/"
+NEVER_READ = (".md", ".txt")  # notes beside the files, which no loader reads
+MANIFEST_ERA_FIELDS = ("manifest", "evals_since_best")  # state.json fields only writers of manifests wrote
+RESUMABLE_CHANGES = ("dropout", "init_std", "max_seq_len")  # model fields a resume may change: they shape no weight
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that is missing, incomplete, corrupt or does not fit: one `error:` line."""
+
+
+class CheckpointWriteError(CheckpointError):
+    """A refused write (full disk, file-size limit, permissions): nothing was kept or pruned."""
+
+
+class NonFiniteCheckpoint(CheckpointError):
+    """NaN/inf weights or optimizer state: nothing written. `last_good` is where a run can go back to."""
+
+    def __init__(self, message: str, last_good: Optional[Path]):
+        super().__init__(message)
+        self.last_good = last_good
+
+
+def first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return (text.splitlines()[0] if text else type(error).__name__)[:200]
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """One run directory's files."""
+
+    root: Path
+
+    def __post_init__(self):
+        object.__setattr__(self, "root", Path(self.root))
+
+    config = property(lambda self: self.root / CONFIG)
+    metrics = property(lambda self: self.root / METRICS)
+    job_status = property(lambda self: self.root / JOB_STATUS)
+    claim = property(lambda self: self.root / CLAIM)
+    checkpoints = property(lambda self: self.root / CHECKPOINTS)
+
+    def holds_run(self) -> bool:
+        return self.metrics.exists() or self.checkpoints.exists()
+
+    def is_complete(self) -> bool:
+        """A run's two files every study reads."""
+        return self.config.is_file() and self.metrics.is_file()
+
+    def read_config(self) -> dict:
+        return read_config(self.root)
+
+    def write_config(self, text: str) -> None:
+        self.config.write_text(text)
+
+    def read_job_status(self) -> Optional[dict]:
+        """job_status.yaml (cli/callbacks.py writes it), or None where the job never finished."""
+        try:
+            status = yaml.safe_load(self.job_status.read_text())
+        except (OSError, yaml.YAMLError):
+            return None
+        return status if isinstance(status, dict) else None
+
+    def write_job_status(self, status: dict) -> None:
+        self.job_status.write_text(yaml.safe_dump(status, sort_keys=False))
+
+
+def read_config(directory: Path) -> dict:
+    """The config.yaml of a run or a checkpoint. OSError for a missing file, yaml.YAMLError for a corrupt one."""
+    return yaml.safe_load((Path(directory) / CONFIG).read_text()) or {}
+
+
+# ---- the resumable state ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunState:
+    """Where a run stands; state.json carries it into a resume. The loop advances step and tokens_seen itself."""
+
+    step: int = 0  # optimizer steps done
+    tokens_seen: int = 0
+    elapsed_before: float = 0.0  # training seconds of the processes this run resumes
+    skipped_steps: int = 0  # non-finite steps whose update was skipped
+    best_val_bpb: float = math.inf
+    best_step: Optional[int] = None
+    seed: int = 0  # with `step`, where the data order continues (data/loader.py)
+    sampling: str = "random"  # data.sampling: which order that is; a resume keeps it
+    world_size: int = 1
+    max_steps: int = 0  # where the schedule ends: max_steps / max_epochs, or what a time budget planned
+    stop_at: Optional[int] = None  # trainer.stop_at_step: stop there, as if interrupted
+    budget_minutes: Optional[float] = None
+    # A time budget's plans: at_step, max_steps, next_at, step_s, spent_s; the first, at step 0, is the end of
+    # trainer.max_epochs / max_steps when set ("limit" names it): the clock's plans never go past it.
+    plans: list = field(default_factory=list)
+    evals_since_best: int = 0  # evaluations in a row without a lower best_val_bpb (trainer.early_stopping)
+    stopped_early: bool = False
+    precision: str = ""  # bf16 | fp32: what this process trains in
+    started: float = field(default_factory=clock)  # this process's training clock
+
+    @property
+    def end(self) -> int:
+        return min(self.max_steps, self.stop_at or self.max_steps)
+
+    @property
+    def budget_decided(self) -> bool:
+        return self.budget_minutes is not None
+
+    def plan_budget(
+        self, minutes: float, max_steps: int, step_s: float, spent_s: float, next_at: int, limit: str = ""
+    ) -> None:
+        self.budget_minutes, self.max_steps = minutes, max_steps
+        self.plans.append(
+            {
+                "at_step": self.step,
+                "max_steps": max_steps,
+                "next_at": next_at,
+                "step_s": round(step_s, 6),
+                "spent_s": round(spent_s, 3),
+                **({"limit": limit} if limit else {}),
+            }
+        )
+
+    def elapsed_s(self) -> float:
+        """Training seconds over the whole run: earlier processes', then this one's."""
+        return self.elapsed_before + clock() - self.started
+
+    def improves_best(self, val_bpb: float) -> bool:
+        """Record `val_bpb` if it is the lowest so far (a tie is not); whether it was."""
+        if not (math.isfinite(val_bpb) and val_bpb < self.best_val_bpb):
+            self.evals_since_best += 1
+            return False
+        self.best_val_bpb, self.best_step, self.evals_since_best = val_bpb, self.step, 0
+        return True
+
+    def to_json(self) -> dict:
+        """state.json's fields; defaults left out, so older readers read what they know (strict JSON: no inf)."""
+        return {
+            "step": self.step,
+            "tokens_seen": self.tokens_seen,
+            "elapsed_s": self.elapsed_s(),
+            "max_steps": self.max_steps,  # where the schedule was heading: a resume says if that moves
+            "data_position": {
+                "seed": self.seed,
+                "next_step": self.step,
+                **({"sampling": self.sampling} if self.sampling != "random" else {}),
+            },
+            "world_size": self.world_size,
+            "skipped_steps": self.skipped_steps,
+            "best_val_bpb": self.best_val_bpb if math.isfinite(self.best_val_bpb) else None,
+            "best_step": self.best_step,
+            "evals_since_best": self.evals_since_best,
+            **({"precision": self.precision} if self.precision else {}),
+            **({"stopped_early": True} if self.stopped_early else {}),
+            **(
+                {"budget": {"minutes": self.budget_minutes, "max_steps": self.max_steps, "plans": self.plans}}
+                if self.budget_decided
+                else {}
+            ),
+        }
+
+    @classmethod
+    def from_json(cls, fields: dict) -> "RunState":
+        """A resumed run's state; fields added later default (a budget saved before plans were recorded was one
+        plan, made inside the warmup)."""
+        budget, position = fields.get("budget") or {}, fields.get("data_position", {})
+        plans = budget.get("plans") or ([{"at_step": 0, "max_steps": budget["max_steps"]}] if budget else [])
+        return cls(
+            step=fields["step"],
+            tokens_seen=fields["tokens_seen"],
+            elapsed_before=fields["elapsed_s"],
+            skipped_steps=fields.get("skipped_steps", 0),
+            best_val_bpb=fields.get("best_val_bpb") or math.inf,
+            best_step=fields.get("best_step"),
+            evals_since_best=fields.get("evals_since_best", 0),
+            stopped_early=fields.get("stopped_early", False),
+            precision=fields.get("precision", ""),
+            seed=position.get("seed", 0),
+            sampling=position.get("sampling", "random"),
+            world_size=fields.get("world_size", 1),
+            max_steps=budget.get("max_steps", 0),
+            budget_minutes=budget.get("minutes"),
+            plans=plans,
+        )
+
+
+def read_state(ckpt: Path) -> dict:
+    """A checkpoint's state.json. OSError / ValueError for a missing or unreadable file."""
+    return json.loads((Path(ckpt) / STATE).read_text())
+
+
+def write_state(path: Path, fields: dict) -> None:
+    """Only finite weights are ever saved; "manifest" tells a loader a missing manifest was deleted."""
+    Path(path).write_text(json.dumps({**fields, "weights_finite": True, "manifest": True}, indent=2))
+
+
+# ---- finding checkpoints ----------------------------------------------------------------------------------------
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step_{step:07d}"
+
+
+def checkpoint_step(path: Path) -> Optional[int]:
+    """N for a step_N directory, None for anything else (.tmp, .old, best, …)."""
+    match = re.fullmatch(r"step_(\d+)", Path(path).name)
+    return int(match.group(1)) if match else None
+
+
+def list_checkpoints(root: Path) -> list:
+    """Complete checkpoints under root, oldest first by number (step_10000000 after step_9999999)."""
+    if not Path(root).is_dir():
+        return []
+    found = [p for p in Path(root).iterdir() if p.is_dir() and checkpoint_step(p) is not None and (p / STATE).exists()]
+    return sorted(found, key=checkpoint_step)
+
+
+def run_checkpoints(root: Path) -> list:
+    """A run's complete step_N and best/step_N checkpoints, oldest first (a step held by both: the step_N one)."""
+    steps = list_checkpoints(root)
+    saved = {checkpoint_step(c) for c in steps}
+    return sorted(
+        steps + [c for c in list_checkpoints(Path(root) / BEST) if checkpoint_step(c) not in saved], key=checkpoint_step
+    )
+
+
+def last_good_checkpoint(root: Path) -> Optional[Path]:
+    """The newest checkpoint (best/ included) with finite weights whose files match their manifest, or None."""
+    for ckpt in reversed(run_checkpoints(root)):
+        try:
+            flag = read_state(ckpt).get("weights_finite")
+            if flag is None:  # written before the flag existed: look
+                with safe_open(str(ckpt / WEIGHTS), framework="pt") as f:
+                    flag = all(not nonfinite_tensors(f.get_tensor(k)) for k in f.keys())
+            if flag and damage(ckpt) is None:
+                return ckpt
+        except (OSError, ValueError, SafetensorError):  # unreadable: not one to fall back on
+            continue
+    return None
+
+
+def nonfinite_tensors(tree, prefix: str = "") -> List[str]:
+    """Names of the floating-point tensors in a nested state dict that hold NaN or inf."""
+    if isinstance(tree, torch.Tensor):
+        return [prefix] if tree.is_floating_point() and not bool(torch.isfinite(tree).all()) else []
+    items = tree.items() if isinstance(tree, dict) else enumerate(tree) if isinstance(tree, (list, tuple)) else []
+    return [n for key, value in items for n in nonfinite_tensors(value, f"{prefix}.{key}" if prefix else str(key))]
+
+
+def resolve_checkpoint(path: str, outputs_dir: str = "outputs") -> Path:
+    """A checkpoint dir; a run dir (its newest checkpoint, best/ included); `latest` (the newest checkpoint under
+    outputs_dir) or `best` (the newest run's checkpoints/best)."""
+    if path in ("latest", BEST):
+        roots = Path(outputs_dir).glob(f"**/{CHECKPOINTS}" + ("/" + BEST if path == BEST else ""))
+        candidates = [c for root in roots for c in run_checkpoints(root)]
+        if not candidates:
+            raise CheckpointError(
+                f"'{path}' found no {'best ' if path == BEST else ''}checkpoint under {outputs_dir}/; "
+                "train first or pass a checkpoint directory"
+            )
+        return max(candidates, key=lambda p: (p / STATE).stat().st_mtime)
+    p = Path(path)
+    if not p.exists():
+        raise CheckpointError(
+            f"{path} does not exist; pass a checkpoint directory, a run directory, 'latest' or 'best'"
+        )
+    if (p / CHECKPOINTS).is_dir() or ((p / CONFIG).is_file() and not (p / MODEL_CONFIG).exists()):
+        if not run_checkpoints(p / CHECKPOINTS):
+            raise CheckpointError(
+                f"run directory {path} has no complete checkpoint (it stopped before its first "
+                "checkpoint was written): start the run again"
+            )
+        return run_checkpoints(p / CHECKPOINTS)[-1]
+    if run_checkpoints(p):  # a directory of step_* checkpoints
+        return run_checkpoints(p)[-1]
+    missing = [f for f in REQUIRED_FILES if not (p / f).exists()]
+    if missing and not (p / MANIFEST).is_file():  # with a manifest, verification names what is missing
+        raise CheckpointError(
+            f"{path} is not a minillama checkpoint (missing {', '.join(missing)}); "
+            "pass a directory like outputs/<run>/checkpoints/step_0001000"
+        )
+    return p
+
+
+def run_dir_of(ckpt: Path) -> Path:
+    """<run> of <run>/checkpoints/step_N or <run>/checkpoints/best/step_N."""
+    return next(p.parent for p in Path(ckpt).parents if p.name == CHECKPOINTS)
+
+
+# ---- the manifest -------------------------------------------------------------------------------------------------
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):  # 16 MiB reads: the hash, not the syscalls, sets the pace (~1 s per GB)
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_manifest(ckpt: Path) -> None:
+    files = sorted(p for p in Path(ckpt).iterdir() if p.is_file() and p.name != MANIFEST)
+    entries = {p.name: {"bytes": p.stat().st_size, "sha256": file_sha256(p)} for p in files}
+    (Path(ckpt) / MANIFEST).write_text(
+        json.dumps({"format": f"{FORMAT_PREFIX}{FORMAT_VERSION}", "files": entries}, indent=2) + "\n"
+    )
+
+
+def _version(manifest: dict) -> Optional[int]:
+    tag = manifest.get("format")
+    number = tag[len(FORMAT_PREFIX) :] if isinstance(tag, str) and tag.startswith(FORMAT_PREFIX) else ""
+    return int(number) if number.isdigit() and int(number) >= 1 else None
+
+
+def read_manifest(ckpt: Path) -> Optional[dict]:
+    """{file: {"bytes", "sha256"}}, or None for a checkpoint written before manifests; a later format is refused."""
+    path = Path(ckpt) / MANIFEST
+    if not path.exists():
+        return None
+    try:
+        manifest = json.loads(path.read_text())
+        if _version(manifest) is None or not isinstance(manifest["files"], dict):
+            raise ValueError("not a minillama manifest")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise CheckpointError(
+            f"{path} is unreadable ({e}); the checkpoint is damaged: use another one, or "
+            "--no-verify / verify_checkpoint=false to load it unchecked"
+        ) from None
+    refuse_newer_format(ckpt, _version(manifest))
+    return manifest["files"]
+
+
+def format_version(ckpt: Path) -> Optional[int]:
+    """The format `ckpt` was written in; 1 without a manifest; None when the manifest is unreadable."""
+    try:
+        return _version(json.loads((Path(ckpt) / MANIFEST).read_text())) if (Path(ckpt) / MANIFEST).exists() else 1
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def refuse_newer_format(ckpt: Path, version: Optional[int]) -> None:
+    """A later format's files may mean what this version cannot know: refused before anything reads them."""
+    if version is not None and version > FORMAT_VERSION:
+        reads = "format 1" if FORMAT_VERSION == 1 else f"formats 1 to {FORMAT_VERSION}"
+        raise CheckpointError(
+            f"checkpoint {ckpt} is in checkpoint format {version}, written by a newer minillama; "
+            f"this one reads {reads}: update minillama (git pull, then make setup) to load it"
+        )
+
+
+def damage(ckpt: Path) -> Optional[str]:
+    """The first problem of `ckpt`'s files against its manifest, or None (also without a manifest). A file the
+    manifest does not list counts too (an added special_tokens.json would change generation)."""
+    files = read_manifest(ckpt)
+    if files is None:
+        return None
+    unlisted = sorted(
+        p.name
+        for p in Path(ckpt).iterdir()
+        if p.is_file()
+        and p.name != MANIFEST
+        and p.name not in files
+        and not p.name.startswith(".")
+        and p.suffix not in NEVER_READ
+    )
+    if unlisted:
+        return (
+            f"{unlisted[0]} is not in the manifest (added after the checkpoint was written"
+            + (f"; {len(unlisted) - 1} more unlisted" if len(unlisted) > 1 else "")
+            + "), and a loader would read it"
+        )
+    for name, entry in files.items():
+        path = Path(ckpt) / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != entry["bytes"]:
+            return (
+                f"{name} has {path.stat().st_size:,} bytes, the manifest says {entry['bytes']:,} (truncated, "
+                "corrupt or replaced)"
+            )
+        if file_sha256(path) != entry["sha256"]:
+            return f"{name} does not match its SHA-256 in the manifest (bit rot, or the file was edited)"
+    return None
+
+
+def verify(
+    ckpt: Path, warn: Callable[[str], None] = lambda message: None, unverifiable: str = "written by an older minillama"
+) -> None:
+    """CheckpointError naming the damaged file; without a manifest, refused if state.json shows one was written
+    (it was deleted: nothing vouches for the rest), else one warning."""
+    if read_manifest(ckpt) is None:
+        try:
+            fields = read_state(ckpt)
+        except (OSError, ValueError):  # no state.json (a Hugging Face directory): nothing shows a manifest existed
+            fields = {}
+        if isinstance(fields, dict) and any(f in fields for f in MANIFEST_ERA_FIELDS):
+            raise CheckpointError(
+                f"checkpoint {ckpt} has no {MANIFEST}, but its state.json was written by a "
+                "minillama that writes one: it was deleted, so nothing vouches for the other files; "
+                "restore it, use another checkpoint, or --no-verify / verify_checkpoint=false to "
+                "load it unchecked"
+            )
+        warn(f"warning: {ckpt} has no {MANIFEST} ({unverifiable}): its files cannot be verified")
+        return
+    problem = damage(ckpt)
+    if problem is not None:
+        raise CheckpointError(
+            f"checkpoint {ckpt} is damaged: {problem}; use another checkpoint (an earlier step, "
+            "or checkpoints/best), or --no-verify / verify_checkpoint=false to load it anyway"
+        )
+
+
+# ---- saving --------------------------------------------------------------------------------------------------------
+
+
+class ErrnoRecordingFile:
+    """torch.save turns a failed write's OSError into a RuntimeError without the errno: this keeps it."""
+
+    def __init__(self, file):
+        self.file, self.error = file, None
+
+    def write(self, data) -> int:
+        try:
+            return self.file.write(data)
+        except OSError as e:
+            self.error = self.error or e
+            raise
+
+    def flush(self) -> None:
+        self.file.flush()
+
+
+TORCH_WRITE_FAILURES = ("unexpected pos", "file write failed", "PytorchStreamWriter failed")
+
+
+def is_write_failure(error: BaseException) -> bool:
+    """Whether `error` is the environment refusing a write, not a bug of ours."""
+    return (
+        isinstance(error, OSError)
+        or bool(re.search(r"os error \d+", str(error)))
+        or any(s in str(error) for s in TORCH_WRITE_FAILURES)
+    )
+
+
+def write_error_cause(error: BaseException, path: Path, folder: Optional[Path] = None) -> str:
+    """`<cause> while writing <path>; <what to do>`, from the errno where the libraries kept it (torch's and
+    safetensors' messages drop it), else from free space and `ulimit -f`. The advice names `folder`."""
+    code, seen = None, error
+    while seen is not None and code is None:  # the OSError may sit in the chain (`raise … from e`)
+        code = seen.errno if isinstance(seen, OSError) else None
+        seen = seen.__cause__
+    if code is None and (found := re.search(r"os error (\d+)", str(error))):  # safetensors: Rust's io::Error
+        code = int(found.group(1))
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if code is None and any(s in str(error) for s in TORCH_WRITE_FAILURES):
+        existing = next((p for p in (Path(path), *Path(path).parents) if p.exists()), None)
+        stats = os.statvfs(existing) if existing is not None else None
+        free = (stats.f_bfree if os.geteuid() == 0 else stats.f_bavail) * stats.f_frsize if stats else 1 << 30
+        code = errno.ENOSPC if free < 1 << 20 else errno.EFBIG if limit != resource.RLIM_INFINITY else None
+    where = Path(folder) if folder is not None else Path(path).parent
+    elsewhere = "write the run elsewhere (hydra.run.dir=…)"
+    cause, fix = {
+        errno.ENOSPC: (
+            "no space left on device",
+            f"free space on the disk holding {where} (or lower trainer.keep_last)",
+        ),
+        errno.EFBIG: (
+            f"the file-size limit (ulimit -f: {limit:,} bytes) was reached",
+            "raise it (`ulimit -f unlimited`, or the job scheduler's file-size limit)",
+        )
+        if limit != resource.RLIM_INFINITY
+        else ("file too large for the file system", f"write the run to another file system than {where}'s"),
+        errno.EACCES: ("permission denied", f"make {where} writable for this user, or {elsewhere}"),
+        errno.EPERM: ("permission denied", f"make {where} writable for this user, or {elsewhere}"),
+        errno.EROFS: ("read-only file system", "write the run to a writable directory (hydra.run.dir=…)"),
+        errno.EDQUOT: ("disk quota exceeded", "free space within your quota (or lower trainer.keep_last)"),
+        errno.ENOENT: (
+            f"{where} disappeared",
+            "another process removed it: is a second run writing into this run directory?",
+        ),
+        errno.EIO: ("I/O error", "the disk may be failing: check it (dmesg) and write the run elsewhere"),
+    }.get(
+        code,
+        (os.strerror(code).lower(), f"fix the disk or {elsewhere}")
+        if code is not None
+        else (f"write failed ({first_line(error)})", f"check the disk, or {elsewhere}"),
+    )
+    return f"{cause} while writing {path}; {fix}"
+
+
+def save_weights(tensors: dict, path: Path) -> None:
+    """safetensors, readable as any file this process writes (safetensors creates 0600: an export meant for sharing
+    was unreadable to others)."""
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
+
+
+def _torch_save(obj, path: Path) -> None:
+    with open(path, "wb") as file:
+        recorder = ErrnoRecordingFile(file)
+        try:
+            torch.save(obj, recorder)
+        except RuntimeError as e:
+            if recorder.error is not None:
+                raise recorder.error from e
+            raise
+
+
+def save_checkpoint(
+    root: Path,
+    step: int,
+    model_state: dict,
+    model_cfg: ModelConfig,
+    tokenizer_path: Path,
+    state: dict,
+    config_yaml: str = "",
+    optimizer_state: Optional[dict] = None,
+    keep_last: int = 3,
+    rng_state: Optional[dict] = None,
+) -> Path:
+    """Everything into step_N.tmp, manifest.json last, then one rename; then prune to keep_last. `state`: RunState's
+    to_json(); `rng_state`: every rank's generators (default: this process's). NonFiniteCheckpoint (nothing
+    written) for NaN/inf; CheckpointWriteError (the .tmp removed, nothing pruned) when the disk refuses."""
+    root = Path(root)
+    final = root / checkpoint_name(step)
+    tmp = final.with_name(final.name + ".tmp")
+    weights = {k: v.detach().contiguous().cpu() for k, v in model_state.items()}
+    if model_cfg.tie_embeddings:
+        weights.pop(TIED_KEY, None)  # the embedding's storage; safetensors refuses shared tensors
+    bad = nonfinite_tensors(weights) or (nonfinite_tensors(optimizer_state, "optimizer") if optimizer_state else [])
+    if bad:
+        last = last_good_checkpoint(root)
+        what = (
+            f"{len(nonfinite_tensors(weights))} of {len(weights)} weight tensors hold"
+            if nonfinite_tensors(weights)
+            else "the optimizer state holds"
+        )
+        raise NonFiniteCheckpoint(
+            f"refusing to save step {step}: {what} NaN or inf (first: {bad[0]}); "
+            + (f"the last good checkpoint is {last}" if last else "there is no earlier good checkpoint"),
+            last,
+        )
+    if not Path(tokenizer_path).is_file():
+        raise CheckpointError(f"cannot save step {step}: the tokenizer {tokenizer_path} is missing")
+    special = Path(tokenizer_path).parent / SPECIAL_TOKENS_FILE
+    writers = [
+        (WEIGHTS, lambda p: save_weights(weights, p)),
+        (MODEL_CONFIG, lambda p: p.write_text(json.dumps(dataclasses.asdict(model_cfg), indent=2))),
+        (TOKENIZER, lambda p: shutil.copyfile(tokenizer_path, p)),
+        # An imported tokenizer's own BOS/EOS/PAD travel with it into every later checkpoint.
+        *([(SPECIAL_TOKENS_FILE, lambda p: shutil.copyfile(special, p))] if special.is_file() else []),
+        (CONFIG, lambda p: p.write_text(config_yaml)),
+        *([(OPTIMIZER, lambda p: _torch_save(optimizer_state, p))] if optimizer_state is not None else []),
+        (RNG, lambda p: _torch_save(rng_state or {"torch": torch.get_rng_state()}, p)),
+        (STATE, lambda p: write_state(p, state)),
+        (MANIFEST, lambda p: write_manifest(p.parent)),
+    ]
+    target = tmp
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        for name, write in writers:
+            target = tmp / name
+            write(target)
+        target = final
+        if final.exists():  # a re-save: the old copy goes aside first, so a complete copy exists at every moment
+            old = final.with_name(final.name + ".old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(final, old)
+            try:
+                os.replace(tmp, final)
+            except OSError:
+                os.replace(old, final)
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, final)
+    except (OSError, RuntimeError, SafetensorError) as e:
+        cause = write_error_cause(e, target, root) if is_write_failure(e) else None  # before freeing space
+        shutil.rmtree(tmp, ignore_errors=True)
+        if cause is None:
+            raise  # not the environment refusing a write: a bug, keep the traceback
+        previous = run_checkpoints(root)
+        kept = f"the last checkpoint, {previous[-1]}, is intact" if previous else "no earlier checkpoint exists"
+        raise CheckpointWriteError(f"cannot save checkpoint {final.name}: {cause}; {kept}") from e
+    if keep_last > 0:  # the newest finite one is never pruned
+        good = last_good_checkpoint(root)
+        for old in list_checkpoints(root)[:-keep_last]:
+            if old != good:
+                shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def clean_partial_checkpoints(root: Path) -> List[Path]:
+    """At start, before anything writes: remove the step_N.tmp a kill left mid-save (here and in best/), and put back
+    a step_N.old whose re-save was killed between its two renames. Returns what was removed."""
+    root, removed = Path(root), []
+    if not root.is_dir():
+        return []
+    for folder in [root] + [p for p in root.iterdir() if p.is_dir() and checkpoint_step(p) is None]:
+        for leftover in sorted(folder.glob("step_*.old")):
+            complete = leftover.with_suffix("")
+            if (complete / STATE).exists():
+                shutil.rmtree(leftover, ignore_errors=True)
+                removed.append(leftover)
+            else:
+                shutil.rmtree(complete, ignore_errors=True)
+                os.replace(leftover, complete)
+        for leftover in sorted(folder.glob("step_*.tmp")):
+            shutil.rmtree(leftover, ignore_errors=True)
+            removed.append(leftover)
+    return removed
+
+
+def move_aside_later_checkpoints(root: Path, step: int) -> List[Path]:
+    """Resuming from an older checkpoint starts a new branch: its later steps (here and in best/) move into
+    abandoned-<time>/, so `latest`, a run dir and keep_last never pick them. Nothing is deleted."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    folders = [root] + [
+        p for p in root.iterdir() if p.is_dir() and checkpoint_step(p) is None and not p.name.startswith(ABANDONED)
+    ]
+    later = [c for folder in folders for c in list_checkpoints(folder) if checkpoint_step(c) > step]
+    if not later:
+        return []
+    for n in range(1, 1000):  # never share a folder with another call
+        aside = root / f"{ABANDONED}{time.strftime('%Y%m%d-%H%M%S')}{'' if n == 1 else f'-{n}'}"
+        try:
+            aside.mkdir()
+            break
+        except FileExistsError:
+            continue
+    (aside / "README.txt").write_text(
+        f"Checkpoints after {checkpoint_name(step)}, moved here when the run resumed "
+        f"from {checkpoint_name(step)} on {time.strftime('%Y-%m-%d %H:%M:%S')}.\n"
+    )
+    moved = []
+    for ckpt in later:
+        target = aside / ckpt.relative_to(root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(ckpt, target)
+        moved.append(target)
+    return moved
+
+
+# ---- loading -------------------------------------------------------------------------------------------------------
+
+
+def load_model_config(ckpt: Path) -> ModelConfig:
+    try:
+        return ModelConfig.from_dict(json.loads((Path(ckpt) / MODEL_CONFIG).read_text()))
+    except (OSError, json.JSONDecodeError, TypeError, ValueError, AttributeError) as e:  # [1]: not a dict at all
+        raise CheckpointError(f"{ckpt}/{MODEL_CONFIG} is unreadable or invalid ({e}); the checkpoint is damaged")
+
+
+def _differences(a: ModelConfig, b: ModelConfig) -> dict:
+    """{field: (a's, b's)} for fields describing different networks (n_kv_heads=None equals n_kv_heads=n_heads)."""
+    out = {}
+    for name in (f.name for f in dataclasses.fields(ModelConfig)):
+        left, right, resolved = getattr(a, name), getattr(b, name), f"resolved_{name}"
+        if left != right and not (hasattr(a, resolved) and getattr(a, resolved) == getattr(b, resolved)):
+            out[name] = (left, right)
+    return out
+
+
+def architecture_changes(run_model: ModelConfig, ckpt_model: ModelConfig) -> List[str]:
+    """`model.k=v (the checkpoint has k=w)` for each field of the run's model its weights would not fit."""
+    return [
+        f"model.{k}={v} (the checkpoint has {k}={theirs})"
+        for k, (v, theirs) in _differences(run_model, ckpt_model).items()
+        if k not in RESUMABLE_CHANGES
+    ]
+
+
+def check_checkpoint_consistency(ckpt: Path) -> ModelConfig:
+    """The checkpoint's model config, once model_config.json agrees with the weights' shapes, config.yaml's model
+    section and tokenizer.json: an edited or mixed-up file would otherwise train or generate on with the wrong model."""
+    from tokenizers import Tokenizer
+
+    ckpt, cfg, problems = Path(ckpt), load_model_config(ckpt), []
+    with torch.device("meta"):  # shapes only
+        expected = {k: tuple(v.shape) for k, v in Transformer(cfg).state_dict().items()}
+    if cfg.tie_embeddings:
+        expected.pop(TIED_KEY, None)
+    try:
+        with safe_open(str(ckpt / WEIGHTS), framework="pt") as f:
+            found = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    except (OSError, SafetensorError) as e:
+        raise CheckpointError(f"{ckpt}/model.safetensors is corrupt or unreadable ({e}); use another checkpoint")
+    missing, unexpected = sorted(set(expected) - set(found)), sorted(set(found) - set(expected))
+    wrong = [k for k in expected if k in found and expected[k] != found[k]]
+    if missing or unexpected:
+        problems.append(
+            f"model.safetensors does not hold the tensors model_config.json describes "
+            f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
+        )
+    elif wrong:
+        problems.append(
+            f"model_config.json (hidden_size={cfg.hidden_size}, n_layers={cfg.n_layers}, vocab_size="
+            f"{cfg.vocab_size}) does not match model.safetensors: {wrong[0]} has shape {found[wrong[0]]}, "
+            f"the config needs {expected[wrong[0]]} ({len(wrong)} tensors differ)"
+        )
+    try:
+        section = (read_config(ckpt) or {}).get("model") if (ckpt / CONFIG).exists() else None
+    except yaml.YAMLError as e:
+        section, problems = None, problems + [f"config.yaml is not valid YAML ({str(e).splitlines()[0]})"]
+    if isinstance(section, dict):  # imported checkpoints carry no training config
+        known = {f.name for f in dataclasses.fields(ModelConfig)}  # a field a later version dropped is no contradiction
+        try:
+            saved = ModelConfig.from_dict({"vocab_multiple": 64, **{k: v for k, v in section.items() if k in known}})
+            problems += [
+                f"config.yaml says model.{k}={v}, model_config.json says {theirs}"
+                for k, (v, theirs) in _differences(saved, cfg).items()
+            ]
+        except (TypeError, ValueError) as e:
+            problems.append(f"config.yaml's model section is invalid ({e})")
+    try:
+        vocab = Tokenizer.from_file(str(ckpt / TOKENIZER)).get_vocab(with_added_tokens=True)
+    except Exception as e:  # tokenizers raises a bare Exception for unreadable files
+        raise CheckpointError(f"{ckpt}/tokenizer.json is unreadable ({str(e).splitlines()[0]}); use another checkpoint")
+    if max(vocab.values(), default=-1) >= cfg.vocab_size:  # more rows than ids is fine; fewer is not
+        problems.append(
+            f"tokenizer.json has token ids up to {max(vocab.values())} but model_config.json says "
+            f"vocab_size={cfg.vocab_size}"
+        )
+    if problems:
+        raise CheckpointError(
+            f"checkpoint {ckpt} contradicts itself: {'; '.join(problems)}; the files were edited "
+            "or come from different runs: restore them, or use another checkpoint"
+        )
+    return cfg
+
+
+def open_checkpoint(
+    path: str,
+    outputs_dir: str = "outputs",
+    verify_files: bool = True,
+    warn: Callable[[str], None] = lambda message: None,
+) -> Tuple[Path, ModelConfig]:
+    """(checkpoint, its model config) for a checkpoint, run dir, `latest` or `best`: verified against its manifest
+    (unless off: then a later format is still refused by its tag), then checked for self-consistency — what every
+    loader does before it trusts anything."""
+    ckpt = resolve_checkpoint(path, outputs_dir)
+    if verify_files:
+        verify(ckpt, warn=warn)
+    else:
+        refuse_newer_format(ckpt, format_version(ckpt))
+    return ckpt, check_checkpoint_consistency(ckpt)
+
+
+def read_weights(model: Transformer, ckpt: Path) -> dict:
+    """model.safetensors as a full state dict for the unwrapped `model`, every key, shape and value checked."""
+    try:
+        weights = load_file(str(Path(ckpt) / WEIGHTS))
+    except Exception as e:  # safetensors' own error types for truncated or corrupt files
+        raise CheckpointError(f"{ckpt}/model.safetensors is corrupt or unreadable ({e}); use another checkpoint")
+    expected = model.state_dict()
+    if model.cfg.tie_embeddings:
+        expected.pop(TIED_KEY)
+    missing, unexpected = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{ckpt}/model.safetensors does not match the model config "
+            f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
+        )
+    for k, v in weights.items():
+        if v.shape != expected[k].shape:
+            raise CheckpointError(
+                f"{ckpt}: weight {k} has shape {tuple(v.shape)}, model config expects {tuple(expected[k].shape)}"
+            )
+    if bad := nonfinite_tensors(weights):  # never saved so: damaged, or written elsewhere
+        raise CheckpointError(
+            f"{ckpt}/model.safetensors holds NaN or inf in {bad[0]} ({len(bad)} of {len(weights)} "
+            "tensors); use another checkpoint (an earlier step, or checkpoints/best)"
+        )
+    if TIED_KEY not in weights and TIED_KEY in model.state_dict():
+        weights[TIED_KEY] = weights["embed_tokens.weight"]
+    return weights
+
+
+def load_weights(model: Transformer, ckpt: Path) -> None:
+    model.load_state_dict(read_weights(model, ckpt))
+
+
+def load_model(
+    path: str,
+    device="cpu",
+    dtype: torch.dtype = torch.float32,
+    verify: bool = True,
+    warn: Callable[[str], None] = lambda m: print(m, file=sys.stderr),
+):
+    """(Transformer in eval mode, tokenizer, checkpoint) for inference, verified and checked first."""
+    from tokenizers import Tokenizer
+
+    ckpt, cfg = open_checkpoint(path, verify_files=verify, warn=warn)
+    model = Transformer(cfg)
+    load_weights(model, ckpt)
+    return model.to(device=device, dtype=dtype).eval(), Tokenizer.from_file(str(ckpt / TOKENIZER)), ckpt
+
+
+def safe_torch_load(path: Path):
+    """torch.load(weights_only=True) in one line. A refused pickle gets its own message: torch's would suggest the
+    unsafe loader, the one thing not to do with such a file."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        found = re.search(r"GLOBAL ([\w.]+)", str(e))
+        raise CheckpointError(
+            f"{path} holds Python objects{f' ({found.group(1)})' if found else ''} that minillama "
+            "never writes, so it was refused unread: the file was tampered with or comes from "
+            "elsewhere; do not use this checkpoint, resume from another one"
+        ) from None
+    except FileNotFoundError:
+        raise CheckpointError(f"{path} is missing; the checkpoint is incomplete, resume from another one") from None
+    except Exception as e:  # RuntimeError, EOFError, … for truncated or corrupt archives
+        raise CheckpointError(
+            f"{path} is truncated or corrupt ({first_line(e).split('. ')[0]}); resume from an older checkpoint"
+        ) from None
+
+
+def load_training_state(ckpt: Path) -> Tuple[dict, dict, dict]:
+    """(state.json, optimizer state, rng states), each required: a resume without its optimizer state would restart
+    AdamW's moments and Muon's momentum silently."""
+    try:
+        state = read_state(ckpt)
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{ckpt}/state.json is unreadable ({first_line(e)}); resume from an older checkpoint")
+    rng = safe_torch_load(Path(ckpt) / RNG)
+    return state, safe_torch_load(Path(ckpt) / OPTIMIZER), rng
+
+
+def restore_rng(rng: dict, rank: int = 0, world_size: int = 1) -> bool:
+    """This rank's generators back; False when the checkpoint has none for it (another world size)."""
+    ranks = rng.get("ranks")
+    if ranks is not None and len(ranks) == world_size:
+        rng = ranks[rank]
+    elif rank != 0 or ranks is not None:
+        return False
+    torch.set_rng_state(rng["torch"])
+    if "cuda" in rng and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
+    return True
+
+
+def rng_states_of_this_process() -> dict:
+    return {
+        "torch": torch.get_rng_state(),
+        **({"cuda": torch.cuda.get_rng_state_all()} if torch.cuda.is_available() else {}),
+    }
+
+
+# ---- full state dicts: the format at any world size ----------------------------------------------------------------
+
+
+def _full_options():
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+def full_model_state(model: torch.nn.Module) -> dict:
+    """The unsharded state dict of the unwrapped model (under torchrun, gathered: every rank calls it)."""
+    if not dist.is_initialized():  # one process: no DTensor imports (~1.5 s a start)
+        return {k: v.detach() for k, v in model.state_dict().items()}
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    return get_model_state_dict(model, options=_full_options())
+
+
+def full_optimizer_state(model: torch.nn.Module, optimizers: list) -> dict:
+    """{"state": {name: ...}, "param_groups": [{..., "params": [names]}]}: several optimizers in one dict, keyed by
+    parameter name, so it loads at any world size."""
+    if dist.is_initialized():
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        return get_optimizer_state_dict(model, optimizers, options=_full_options())
+    names, state, groups = {id(p): n for n, p in model.named_parameters()}, {}, []
+    for optimizer in optimizers:
+        saved, params = optimizer.state_dict(), [p for g in optimizer.param_groups for p in g["params"]]
+        state.update({names[id(params[i])]: value for i, value in saved["state"].items()})
+        groups += [
+            {**{k: v for k, v in s.items() if k != "params"}, "params": [names[id(p)] for p in g["params"]]}
+            for g, s in zip(optimizer.param_groups, saved["param_groups"])
+        ]
+    return {"state": state, "param_groups": groups}
+
+
+def load_full_state(model: torch.nn.Module, optimizers, model_state: dict, optim_state) -> None:
+    if dist.is_initialized():
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        opts = StateDictOptions(full_state_dict=True, broadcast_from_rank0=False)
+        set_model_state_dict(model, model_state, options=opts)
+        if optimizers is not None and optim_state is not None:
+            set_optimizer_state_dict(model, optimizers, optim_state, options=opts)
+        return
+    model.load_state_dict(model_state)
+    if optimizers is None or optim_state is None:
+        return
+    names = {id(p): n for n, p in model.named_parameters()}
+    saved_groups = {frozenset(g["params"]): g for g in optim_state["param_groups"]}
+    for optimizer in optimizers:
+        params, groups = [p for g in optimizer.param_groups for p in g["params"]], []
+        index = {id(p): i for i, p in enumerate(params)}
+        for group in optimizer.param_groups:
+            saved = saved_groups.get(frozenset(names[id(p)] for p in group["params"]))
+            if saved is None:
+                raise ValueError(
+                    "the checkpoint's optimizer state does not fit this optimizer (its parameter groups "
+                    "differ: another optim.name?); resume with the optimizer it was saved with"
+                )
+            groups.append(
+                {**{k: v for k, v in saved.items() if k != "params"}, "params": [index[id(p)] for p in group["params"]]}
+            )
+        state = {
+            i: optim_state["state"][names[id(p)]] for i, p in enumerate(params) if names[id(p)] in optim_state["state"]
+        }
+        optimizer.load_state_dict({"state": state, "param_groups": groups})
+
+
+def same_json(a: Path, b: Path) -> bool:
+    """Same content, whatever the formatting (a copy is byte-identical; a re-saved file may not be)."""
+    try:
+        first, second = Path(a).read_bytes(), Path(b).read_bytes()
+        return first == second or json.loads(first) == json.loads(second)
+    except (OSError, ValueError):
+        return False
+
+
+# ---- resume and init_from -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Resume:
+    """A verified, self-consistent checkpoint a run continues from — its step, schedule, optimizer state, RNG, data
+    order and run directory — opened and checked before any data is prepared."""
+
+    path: Path
+    fields: dict  # state.json
+    model: ModelConfig
+
+    @classmethod
+    def open(
+        cls,
+        path: str,
+        outputs_dir: str = "outputs",
+        verify: bool = True,
+        warn: Callable[[str], None] = lambda message: None,
+    ) -> "Resume":
+        ckpt, model = open_checkpoint(path, outputs_dir, verify, warn)
+        try:
+            return cls(ckpt, read_state(ckpt), model)
+        except (OSError, ValueError) as e:
+            raise CheckpointError(
+                f"{ckpt}/state.json is unreadable ({first_line(e)}); resume from an older checkpoint"
+            ) from None
+
+    step = property(lambda self: self.fields["step"])
+    precision = property(lambda self: self.fields.get("precision", ""))  # '' before precision was recorded
+    run_dir = property(lambda self: run_dir_of(self.path))
+
+    def check_fits(self, run_model: ModelConfig) -> None:
+        if changed := architecture_changes(run_model, load_model_config(self.path)):
+            raise CheckpointError(
+                f"cannot resume {self.path} with {', '.join(changed)}: a resumed run keeps the "
+                "checkpoint's architecture; drop those model.* overrides"
+            )
+
+    def check_tokenizer(self, data_tokenizer: Path) -> None:
+        if not same_json(Path(data_tokenizer), self.path / TOKENIZER):
+            raise CheckpointError(
+                f"the data's tokenizer {data_tokenizer} differs from {self.path}/tokenizer.json (the "
+                "corpus or data settings changed since that checkpoint); resume with the same data, "
+                f"or keep the checkpoint's tokenizer with data.tokenizer_path={self.path}/tokenizer.json"
+            )
+
+    def restore(
+        self,
+        raw_model: torch.nn.Module,
+        optimizers: list,
+        precision: str,
+        cfg,
+        max_steps: Optional[int],
+        info: D.DistInfo,
+        say,
+    ) -> RunState:
+        """Weights, optimizer state, RNG into the built run (`cfg` a TrainConfig); the RunState it continues with.
+        `max_steps`: what this config's max_steps / max_epochs end at (a time budget's plans go on instead)."""
+        state, t = RunState.from_json(self.fields), cfg.trainer
+        if state.sampling != cfg.data.sampling:  # before loading anything: a default that changed must not switch it
+            raise ValueError(
+                f"{self.path} drew its batches with data.sampling={state.sampling}, this run with "
+                f"data.sampling={cfg.data.sampling}; resume with data.sampling={state.sampling}, or "
+                f"start a new run from its weights: init_from={self.path}"
+            )
+        tokens_per_step = t.micro_batch_size * t.seq_len * t.grad_accum_steps * info.world_size
+        if state.sampling == "epochs" and state.tokens_seen != state.step * tokens_per_step:
+            say(
+                f"warning: this data.sampling=epochs run trained {state.tokens_seen:,} tokens in {state.step} steps, "
+                f"not {state.step} × {tokens_per_step:,} (this resume's tokens per step): the epoch under way skips or "
+                "repeats windows; keep trainer.micro_batch_size × grad_accum_steps × world size to continue its order "
+                "exactly"
+            )
+        optim_state, rng = safe_torch_load(self.path / OPTIMIZER), safe_torch_load(self.path / RNG)
+        load_full_state(raw_model, optimizers, read_weights(raw_model, self.path), optim_state)
+        if not restore_rng(rng, info.rank, info.world_size):  # last: nothing after this may draw from it
+            say("warning: the checkpoint holds no RNG state for this world size: dropout draws restart from the seed")
+        state.precision = precision
+        if not (state.budget_decided and t.time_budget):  # a budget's plans go on; else the config's end
+            state.max_steps, state.budget_minutes, state.plans = max_steps or UNPLANNED_END, None, []
+        if state.stopped_early and t.early_stopping and state.evals_since_best >= t.early_stopping:
+            raise ValueError(
+                f"{self.path} ended its run early at step {state.step} (no lower validation bpb in "
+                f"{state.evals_since_best} evaluations); to train on, resume with "
+                "trainer.early_stopping=null or a larger patience"
+            )
+        state.stop_at, state.stopped_early = t.stop_at_step, False
+        if state.step >= state.max_steps:
+            what = (
+                "the end its time budget planned"
+                if state.budget_decided
+                else f"trainer.max_steps={t.max_steps}"
+                if t.max_steps == state.max_steps
+                else f"the end trainer.max_epochs={t.max_epochs:g} sets ({state.max_steps} steps)"
+            )
+            raise ValueError(
+                f"{self.path} is at step {state.step}, {'already at' if state.step == state.max_steps else 'past'} "
+                f"{what}; pass a larger trainer.max_steps to train further (the schedule then stretches "
+                "to it)"
+            )
+        before = self.fields.get("max_steps")
+        if before and before != state.max_steps and not state.budget_decided:
+            old, new = lr_at(state.step, cfg.optim, before), lr_at(state.step, cfg.optim, state.max_steps)
+            change = (
+                f"stays {new:.3g}"
+                if abs(new - old) <= 1e-12 + 1e-6 * old
+                else f"goes from {old:.3g} to {new:.3g} at once"
+                + (
+                    " (cosine's curve stretches to the new end; optim.schedule=wsd keeps its stable phase)"
+                    if cfg.optim.schedule == "cosine"
+                    else ""
+                )
+            )
+            say(
+                f"resume: the schedule now ends at step {state.max_steps}, not {before}; the learning rate at step "
+                f"{state.step} {change}"
+            )
+        if info.is_main and (moved := move_aside_later_checkpoints(RunFiles(self.run_dir).checkpoints, state.step)):
+            say(f"resume: moved {len(moved)} later checkpoint(s) of the abandoned branch to {moved[0].parent}")
+        if state.world_size != info.world_size:
+            say(
+                f"warning: resuming a {state.world_size}-process run on {info.world_size}: each step's global batch "
+                "changes with the world size; adjust trainer.micro_batch_size to keep tokens per step"
+            )
+        state.seed, state.world_size = cfg.seed, info.world_size
+        return state
+
+
+@dataclass(frozen=True)
+class InitFrom:
+    """A verified checkpoint whose weights a NEW run starts from (step 0, its own data, optimizer, schedule and run
+    directory): it takes only what the weights need, the architecture and the tokenizer."""
+
+    path: Path
+    model: ModelConfig
+    source: str  # what the user named: a path, `latest`, `best`, or a Hugging Face directory
+
+    @classmethod
+    def open(
+        cls,
+        path: str,
+        outputs_dir: str = "outputs",
+        verify: bool = True,
+        source: Optional[str] = None,
+        warn: Callable[[str], None] = lambda message: None,
+    ) -> "InitFrom":
+        if not Path(path).exists() and path not in ("latest", BEST):
+            raise CheckpointError(
+                f"init_from={path} does not exist; pass a checkpoint directory, a run directory, "
+                "'latest', 'best' or a Hugging Face Llama directory"
+            )
+        return cls(*open_checkpoint(path, outputs_dir, verify, warn), source or path)
+
+    def describe(self) -> str:
+        step, where = checkpoint_step(self.path), str(self.path)
+        where = f"{self.source} → {where}" if self.source != where else where
+        return f"weights: from {where}" + (f" (its step {step})" if step else "") + "; a new run from step 0"
+
+    def check_fits(self, run_model: ModelConfig) -> None:
+        if changed := architecture_changes(run_model, self.model):
+            raise CheckpointError(
+                f"cannot start from {self.path} with {', '.join(changed)}: init_from keeps the "
+                "checkpoint's architecture (its weights fit no other); drop those model.* overrides, "
+                "or train from scratch without init_from (model.* may change "
+                f"{', '.join(RESUMABLE_CHANGES)})"
+            )
+
+    def check_tokenizer(self, tokenizer_path: str) -> None:
+        if not same_json(Path(tokenizer_path), self.path / TOKENIZER):
+            raise CheckpointError(
+                f"data.tokenizer_path={tokenizer_path} is not the tokenizer of {self.path}: the "
+                "weights read token ids of their own tokenizer, which init_from carries over; drop "
+                "data.tokenizer_path (or train from scratch to use another tokenizer)"
+            )
+
+    def carry_tokenizer(self, cache_dir: str) -> Path:
+        """The checkpoint's tokenizer (and special_tokens.json) copied to <cache_dir>/tokenizers/<hash>/, which
+        outlives the checkpoint (keep_last may prune it; a staged import is temporary). Its tokenizer.json."""
+        source, special = self.path / TOKENIZER, self.path / SPECIAL_TOKENS_FILE
+        key = hashlib.sha256((file_hash(source) + (file_hash(special) if special.is_file() else "")).encode())
+        folder = Path(cache_dir) / "tokenizers" / key.hexdigest()[:16]
+        if not (folder / TOKENIZER).is_file():
+            tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")  # every torchrun rank carries it
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            for file in (source, special) if special.is_file() else (source,):
+                shutil.copyfile(file, tmp / file.name)
+            try:
+                tmp.rename(folder)
+            except OSError:  # another process carried the same bytes meanwhile
+                shutil.rmtree(tmp, ignore_errors=True)
+        return folder / TOKENIZER
+
+    def load(self, raw_model: torch.nn.Module) -> None:
+        """Into the freshly built, not yet wrapped model: FSDP2 shards what it finds, DDP broadcasts it."""
+        raw_model.load_state_dict(read_weights(raw_model, self.path))
+
+
+# ---- the run directory: claimed atomically, so two runs never write into the same one -----------------------------
+
+
+class RunDirBusy(ValueError):
+    """The run directory is being trained in by a live process."""
+
+
+class RunDirClaim:
+    """The open, flock'ed claim file of the run directory this process owns (closing it drops the lock)."""
+
+    def __init__(self, run_dir: Path, fd: int):
+        self.run_dir, self._fd = run_dir, fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _owner(path: Path) -> Optional[dict]:
+    try:
+        owner = json.loads(path.read_text())
+        return owner if isinstance(owner, dict) and {"pid", "host", "since"} <= owner.keys() else None
+    except (OSError, ValueError):
+        return None
+
+
+def _write_owner(fd: int) -> None:
+    owner = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, (json.dumps(owner) + "\n").encode(), 0)
+
+
+def claim_new(run_dir: Path, max_tries: int = 1000) -> RunDirClaim:
+    """Own `run_dir` if nobody does, else the first free <run_dir>-N: Hydra names directories after the second, and
+    two runs started in it would share one. The claim is a file created with O_EXCL (atomic, NFSv3+), then flock'ed."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)  # Hydra made it already; another run may own it
+    held = RunFiles(run_dir).holds_run()  # a run from before claim files
+    for n in range(max_tries):
+        candidate = run_dir if n == 0 else run_dir.with_name(f"{run_dir.name}-{n}")
+        if n > 0:
+            try:
+                candidate.mkdir()  # exclusive: if it exists, someone else made it
+            except FileExistsError:
+                continue
+        elif held:
+            continue
+        try:
+            fd = os.open(candidate / CLAIM, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            continue
+        fcntl.flock(fd, fcntl.LOCK_EX)  # nobody else can hold it: we just created the file
+        _write_owner(fd)
+        return RunDirClaim(candidate, fd)
+    raise RunDirBusy(
+        f"could not claim a run directory next to {run_dir} after {max_tries} tries; set hydra.run.dir to a fresh path"
+    )
+
+
+def claim_existing(run_dir: Path) -> RunDirClaim:
+    """Take over a run directory to resume it; refused while a live process still trains in it."""
+    path = Path(run_dir) / CLAIM
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        owner = _owner(path)
+        os.close(fd)
+        who = f"pid {owner['pid']} on {owner['host']} since {owner['since']}" if owner else "owner unknown"
+        raise RunDirBusy(
+            f"{run_dir} is in use by a live run ({who}); wait for it to stop, or resume another run directory"
+        ) from None
+    _write_owner(fd)
+    return RunDirClaim(Path(run_dir), fd)
+
+
+def claim_for_run(hydra_dir: Path, resumed_run: Optional[Path], info: D.DistInfo) -> Tuple[Path, Optional[RunDirClaim]]:
+    """(run directory, claim): rank 0 claims the resumed run's directory, or Hydra's (a sibling if another run owns
+    it); every rank takes rank 0's choice."""
+    claim = None
+    if info.is_main:
+        claim = claim_existing(resumed_run) if resumed_run is not None else claim_new(hydra_dir)
+        if resumed_run is None and claim.run_dir != hydra_dir:
+            print(
+                f"run dir {hydra_dir} belongs to another run (started the same second, or named twice): using "
+                f"{claim.run_dir}",
+                file=sys.stderr,
+            )
+    run_dir = D.broadcast_object(claim.run_dir if claim else None, info)
+    if run_dir != hydra_dir:
+        discard_if_unused(hydra_dir)  # Hydra made a directory this run does not use
+    return run_dir, claim
+
+
+def discard_if_unused(path: Path, failed_start: bool = False) -> None:
+    """Remove a run directory that holds only this process's claim and empty logs — after a failed start also its
+    config.yaml and logs — and its date folder if left empty. Another run's claim, checkpoints or metrics keep it."""
+    path, claim = Path(path), Path(path) / CLAIM
+    owner = _owner(claim)
+    if not path.is_dir() or (
+        claim.exists() and not (owner and owner["pid"] == os.getpid() and owner["host"] == socket.gethostname())
+    ):
+        return
+    disposable = (
+        (lambda p: p.suffix == ".log" or p.name == CONFIG)
+        if failed_start
+        else (lambda p: p.suffix == ".log" and not p.stat().st_size)
+    )
+    entries = list(path.iterdir())
+    if any(p.is_dir() or (p.name != CLAIM and not disposable(p)) for p in entries):
+        return
+    for p in entries:
+        p.unlink(missing_ok=True)
+    try:
+        path.rmdir()
+        if re.fullmatch(r"\d{4}-\d{2}-\d{2}", path.parent.name) and not any(path.parent.iterdir()):
+            path.parent.rmdir()  # outputs/<date>/ that held only this directory
+    except OSError:  # something appeared meanwhile: keep it
+        pass
+
+
+# ---- the loop's checkpointer ---------------------------------------------------------------------------------------
+
+
+class Checkpointer:
+    """checkpoints/step_N and checkpoints/best/step_N, every rank taking part (FSDP gathers), rank 0 writing and every
+    rank learning the outcome: a failed write on rank 0 stops all ranks, never leaves one in the next collective."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        raw_model,
+        optimizers: list,
+        tokenizer_path: Path,
+        model_cfg: ModelConfig,
+        config_yaml: str,
+        keep_last: int,
+        info: D.DistInfo,
+        state: RunState,
+    ):
+        self.root = RunFiles(run_dir).checkpoints
+        self.raw_model, self.optimizers, self.tokenizer_path, self.model_cfg = (
+            raw_model,
+            optimizers,
+            tokenizer_path,
+            model_cfg,
+        )
+        self.config_yaml, self.keep_last, self.info, self.state = config_yaml, keep_last, info, state
+        self.saved_step: Optional[int] = None  # the step of the last step_N this process wrote
+        self.last_path: Optional[Path] = None
+
+    def save(self) -> Path:
+        self.last_path, self.saved_step = self._write(self.root, self.keep_last), self.state.step
+        return self.last_path
+
+    def save_best(self) -> Path:
+        """The new best is renamed into place before the old one is pruned: a best exists at every moment."""
+        return self._write(self.root / BEST, keep_last=1)
+
+    def time_one(self) -> float:
+        """Seconds one checkpoint takes, written where nothing looks (a time budget's probe)."""
+        probe, start = self.root / ".budget-probe", time.time()
+        try:
+            self._write(probe, keep_last=0)
+            return time.time() - start
+        finally:
+            if self.info.is_main:
+                shutil.rmtree(probe, ignore_errors=True)
+
+    def last_good(self) -> Optional[Path]:
+        return last_good_checkpoint(self.root)
+
+    def _write(self, root: Path, keep_last: int) -> Path:
+        info, state = self.info, self.state
+        local = [p.detach().to_local() if hasattr(p, "to_local") else p.detach() for p in self.raw_model.parameters()]
+        (bad,) = D.agree_max([int(not all(bool(torch.isfinite(p).all()) for p in local))], info)  # a sync on a GPU
+        if bad:  # a NaN checkpoint is worse than none: a resume would start from it
+            last = self.last_good()
+            raise NonFiniteCheckpoint(
+                f"the weights at step {state.step} are not finite; no checkpoint written. "
+                + (f"The last good checkpoint is {last}" if last else "There is no earlier checkpoint")
+                + " — lower optim.lr, raise optim.warmup_steps or check the data",
+                last,
+            )
+        model_state = full_model_state(self.raw_model)  # collectives under FSDP: every rank calls these
+        optim_state = full_optimizer_state(self.raw_model, self.optimizers)
+        ranks = D.gather_objects(rng_states_of_this_process(), info)  # each rank's dropout draws its own
+        path, error = None, None
+        if info.is_main:
+            try:
+                path = save_checkpoint(
+                    root,
+                    state.step,
+                    model_state,
+                    self.model_cfg,
+                    self.tokenizer_path,
+                    state.to_json(),
+                    self.config_yaml,
+                    optim_state,
+                    keep_last,
+                    {**ranks[0], "ranks": ranks},
+                )
+            except ValueError as e:  # a refused write: one line, nothing lost
+                error = e
+        (failed,) = D.agree_max([int(error is not None)], info)
+        if error is not None:
+            raise error
+        if failed:
+            raise ValueError("rank 0 could not write the checkpoint (its error names the cause); stopping every rank")
+        return path

@@ -1,0 +1,233 @@
+"""The process and its place in the job: the device, torchrun's ranks and their agreed decisions, DDP/FSDP2, and the
+signals that stop a run."""
+
+import datetime
+import os
+import platform
+import re
+import signal
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass
+class DistInfo:
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    device: torch.device = torch.device("cpu")
+    cpu_group: object = None  # a gloo group for host-side flags when the main group is nccl
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def pick_device(name: str, local_rank: int = 0, option: str = "trainer.device") -> torch.device:
+    """auto prefers CUDA (this local rank's GPU), then MPS, then the CPU; a device this machine lacks is a ValueError
+    naming `option` and the fix."""
+    mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+    if name == "auto":
+        return torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("mps" if mps else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"{option}={name!r} is not a device; use auto, cpu, cuda, cuda:N or mps") from None
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"{option}={name!r} is not supported; use auto, cpu, cuda, cuda:N or mps")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"{option}={name} but CUDA is not available on this machine; use {option}=cpu")
+        device = torch.device("cuda", local_rank) if device.index is None else device
+        if device.index >= torch.cuda.device_count():
+            raise ValueError(f"{option}={name}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if device.type == "mps" and not mps:
+        raise ValueError(f"{option}={name} but MPS is not available on this machine; use {option}=cpu")
+    return device
+
+
+def cpu_bf16(cap: Optional[str] = None) -> Tuple[bool, str]:
+    """(whether this CPU runs bf16 matmuls in hardware, what it reports). AMX and AVX512-BF16 do, ~2-4× fp32; an
+    AVX2-only CPU has oneDNN emulate bf16, 40-100× slower. ONEDNN_MAX_CPU_ISA caps what oneDNN may use (the suite
+    emulates the lower classes with it), so a cap below AVX512_CORE_BF16 counts as emulated."""
+    x86 = platform.machine().lower() in ("x86_64", "amd64") and torch.cpu._is_avx2_supported()
+    hardware = (
+        "AMX-bf16"
+        if x86 and torch.cpu._is_amx_tile_supported()
+        else "AVX512-BF16"
+        if x86 and torch.cpu._is_avx512_bf16_supported()
+        else ""
+    )
+    cap = cap if cap is not None else os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or ""
+    capped = (
+        bool(hardware)
+        and cap.upper() not in ("", "ALL", "DEFAULT")
+        and not re.search(r"AMX|AVX512_CORE_(BF|FP)16|AVX10", cap.upper())
+    )
+    said = f"CPU reports {hardware or 'no AMX/AVX512-BF16'}" + (
+        f", capped by ONEDNN_MAX_CPU_ISA={cap}" if capped else ""
+    )
+    return bool(hardware) and not capped, said
+
+
+def bf16_fast(device: torch.device) -> Tuple[bool, str]:
+    """(whether bf16 matmuls are fast on `device`, why): CUDA with bf16, or a CPU with bf16 in hardware."""
+    if device.type == "cuda":
+        ok = torch.cuda.is_bf16_supported()
+        return ok, "CUDA device supports bf16" if ok else "this CUDA device has no bf16"
+    if device.type == "cpu":
+        return cpu_bf16()
+    return False, f"bf16 autocast is not used on {device.type}"
+
+
+def process_info(device_name: str) -> DistInfo:
+    """This process's rank, world size and device from torchrun's environment — no collective yet, so slow work
+    (data preparation) runs before the group's timeout starts."""
+    rank, local_rank, world = (
+        int(os.environ.get(k, d)) for k, d in (("RANK", 0), ("LOCAL_RANK", 0), ("WORLD_SIZE", 1))
+    )
+    device = pick_device(device_name, local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    return DistInfo(rank, local_rank, world, device)
+
+
+def join(info: DistInfo, timeout_s: int) -> None:
+    """Join torchrun's group (nccl on CUDA, gloo on CPU); the timeout turns a dead or stuck rank into an error."""
+    if info.world_size == 1 or dist.is_initialized():
+        return
+    timeout = datetime.timedelta(seconds=timeout_s)
+    dist.init_process_group(backend="nccl" if info.device.type == "cuda" else "gloo", timeout=timeout)
+    # A gloo side channel for host-side flags: reading them never waits on the GPU.
+    info.cpu_group = dist.new_group(backend="gloo", timeout=timeout) if info.device.type == "cuda" else None
+
+
+def teardown() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+class PeerLost(ValueError):
+    """Another rank died mid-run: this one cannot go on (one line, not gloo's traceback)."""
+
+
+def peer_lost(error: BaseException, info: DistInfo) -> Optional[str]:
+    """What `error`, raised inside a collective, says of another rank being gone, or None."""
+    gone = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "Socket closed")
+    return next((text for text in gone if text in str(error)), None) if info.world_size > 1 else None
+
+
+def agree_max(values: list, info: DistInfo) -> list:
+    """Element-wise max of small host integers over all ranks: what every rank must do together (stop, save) is
+    decided together, on the CPU (gloo), never waiting on queued GPU work."""
+    if info.world_size == 1:
+        return list(values)
+    flags = torch.tensor(values, dtype=torch.int64)
+    dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=info.cpu_group)
+    return flags.tolist()
+
+
+def broadcast_object(obj, info: DistInfo):
+    if info.world_size == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def gather_objects(obj, info: DistInfo) -> list:
+    """[rank 0's obj, rank 1's, …] on every rank (small picklable objects: RNG states)."""
+    if info.world_size == 1:
+        return [obj]
+    out = [None] * info.world_size
+    dist.all_gather_object(out, obj, group=info.cpu_group)
+    return out
+
+
+def all_reduce_mean(value: torch.Tensor, info: DistInfo) -> torch.Tensor:
+    if info.world_size > 1:
+        value = value.clone()
+        dist.all_reduce(value, op=dist.ReduceOp.SUM)
+        value /= info.world_size
+    return value
+
+
+def resolve_parallel(parallel: str, world_size: int) -> str:
+    if parallel not in ("auto", "none", "ddp", "fsdp"):
+        raise ValueError(f"trainer.parallel={parallel!r} is unknown; choose auto, none, ddp or fsdp")
+    if parallel == "none" and world_size > 1:
+        raise ValueError(
+            f"trainer.parallel=none with {world_size} processes would train {world_size} independent "
+            "models; use trainer.parallel=ddp or fsdp"
+        )
+    if parallel == "auto" or world_size == 1:  # one process has nothing to replicate or shard
+        return "ddp" if world_size > 1 else "none"
+    return parallel
+
+
+def wrap_model(module: torch.nn.Module, blocks, parallel: str, info: DistInfo, precision: str) -> torch.nn.Module:
+    """DDP replicates `module`; FSDP2 shards every block, then the root (embedding, norm, head)."""
+    if parallel == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        # The only buffers are RoPE's tables, derived from the config: re-broadcasting them each forward is waste.
+        return DistributedDataParallel(
+            module, device_ids=[info.device.index] if info.device.type == "cuda" else None, forward_sync_buffers=False
+        )
+    if parallel == "fsdp":
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        kwargs = {}
+        if precision == "bf16" and info.device.type == "cuda":  # bf16 compute and gathers, fp32 reduction and masters
+            kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        for block in blocks:
+            fully_shard(block, **kwargs)
+        fully_shard(module, **kwargs)
+    return module
+
+
+# ---- signals: SIGINT/SIGTERM checkpoint and exit at a step boundary; a second one stops at once --------------------
+
+
+class StoppedNow(KeyboardInterrupt):
+    """A second signal: leave now, without a checkpoint (a KeyboardInterrupt: no `except Exception` swallows it)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class StopFlag:
+    """Records the first SIGINT/SIGTERM; the loop reads it at step boundaries, agreed across ranks."""
+
+    def __init__(self):
+        self.signum: Optional[int] = None
+        self._previous = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def _handle(self, signum, frame):
+        if self.signum is not None:  # a second Ctrl-C means "now", not "after the checkpoint"
+            raise StoppedNow(signum)
+        self.signum = signum
+
+    def restore(self) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+        self._previous = {}
+
+    def peer_lost(self) -> None:
+        """Another rank died and torchrun will SIGTERM this one: a SIGTERM between restore() and the `error:` line
+        killed it silently, so from here it is ignored (the process ends with status 1 anyway)."""
+        self.restore()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def exit_status(signum: int) -> int:
+    """The shell's convention, 128 + signal: 130 for Ctrl-C, 143 for SIGTERM."""
+    return 128 + int(signum)
+
+
+def signal_name(signum: int) -> str:
+    return signal.Signals(signum).name
