@@ -6,6 +6,7 @@ signal stopped it after saving a checkpoint (130 Ctrl-C, 143 SIGTERM).
 
 import contextlib
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -15,7 +16,8 @@ from hydra.errors import CompactHydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from cli.config import ConfigError, check_override_keys, register_configs, resolve_config
+from cli import sigterm_interrupts
+from cli.config import ConfigError, check_override_keys, keep_edited_config, register_configs, resolve_config
 from data import prepare
 from training import distributed as D
 from training.checkpoint import CHECKPOINTS, CONFIG, claim_for_run, clean_partial_checkpoints, discard_if_unused
@@ -43,6 +45,8 @@ def run(dict_cfg: DictConfig, info: D.DistInfo) -> float:
         if info.is_main:
             for stray in clean_partial_checkpoints(run_dir / CHECKPOINTS):  # a kill or a double Ctrl-C mid-save
                 print(f"removed a half-written checkpoint: {stray}", file=sys.stderr)
+            if resume is not None and (edited := keep_edited_config(run_dir, resume.path)):
+                print(edited, file=sys.stderr)
             (run_dir / CONFIG).write_text(resolved.config_yaml)
         spec = RunSpec(
             cfg, run_dir, resolved.config_yaml, resume, HydraConfig.get().mode == RunMode.MULTIRUN, resolved.init
@@ -70,6 +74,7 @@ register_configs()
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
 def main(dict_cfg: DictConfig) -> float:
     info = None
+    sigterm_interrupts()  # the loop's own handler takes over while it trains, and gives this one back
     try:
         info = D.process_info(dict_cfg.trainer.device)
         return run(dict_cfg, info)
@@ -80,9 +85,12 @@ def main(dict_cfg: DictConfig) -> float:
             file=sys.stderr,
         )
         sys.exit(D.exit_status(e.signum))
-    except KeyboardInterrupt:  # Ctrl-C before the loop installed its handler (data preparation, compile)
-        print("\nSIGINT: interrupted before training started; nothing was saved", file=sys.stderr)
-        sys.exit(130)
+    except (
+        KeyboardInterrupt
+    ) as e:  # Ctrl-C or SIGTERM before the loop installed its handler (data preparation, compile)
+        signum = getattr(e, "signum", signal.SIGINT)
+        print(f"\n{D.signal_name(signum)}: interrupted before training started; nothing was saved", file=sys.stderr)
+        sys.exit(D.exit_status(signum))
     except ValueError as e:  # DataError, CheckpointError, ConfigError, NonFiniteLoss, … included
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise

@@ -2,6 +2,7 @@
 arguments and orchestration — with what they share: one `error:` line and an exit status for every failure."""
 
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -15,23 +16,45 @@ def one_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM raised as Ctrl-C is: `finally` blocks run (a half-built cache is removed), then one line and 143."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def sigterm_interrupts() -> None:
+    """From here on SIGTERM interrupts like Ctrl-C (the default would kill at once: no line, scratch left)."""
+
+    def handle(signum, frame):
+        raise Interrupted(signum)
+
+    signal.signal(signal.SIGTERM, handle)
+
+
 def exit_status(
     main: Callable, argv: Optional[Sequence[str]] = None, also: tuple = (), interrupted: Optional[str] = None
 ) -> int:
-    """main(argv)'s status: a user's error is one `error: …` line and 1; Ctrl-C is 130, after `interrupted`."""
+    """main(argv)'s status: a user's error is one `error: …` line and 1; Ctrl-C is 130 and SIGTERM 143, each with
+    one line (`interrupted`, or the signal's name)."""
     try:
         return main(argv) or 0
     except (*USER_ERRORS, *also) as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        if interrupted:
-            print(interrupted, file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        signum = getattr(e, "signum", signal.SIGINT)
+        print(
+            interrupted or f"\n{signal.Signals(signum).name}: interrupted",
+            file=sys.stderr,
+        )
+        return 128 + int(signum)
 
 
 def run(main: Callable, also: tuple = (), interrupted: Optional[str] = None) -> None:
     """A script's whole body: exit with main's status on the command line's arguments."""
+    sigterm_interrupts()
     sys.exit(exit_status(main, None, also, interrupted))
 
 

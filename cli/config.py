@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from cli import REPO, one_line
+from data.tokenizer import load_tokenizer
 from model import ModelConfig
 from training.checkpoint import CONFIG, InitFrom, Resume
 from training.config import TrainConfig
@@ -167,6 +168,15 @@ def _start_from_weights(dict_cfg: DictConfig, overrides: List[str]) -> InitFrom:
             init.check_tokenizer(dict_cfg.data.tokenizer_path)
         else:
             dict_cfg.data.tokenizer_path = str(init.carry_tokenizer(dict_cfg.data.cache_dir))
+        vocab = load_tokenizer(dict_cfg.data.tokenizer_path).get_vocab_size()
+        typed = dict(override_values([o for o in overrides if o.startswith("data.vocab_size=")]))
+        if typed and typed["data.vocab_size"] != vocab:
+            raise ConfigError(
+                f"init_from={source} keeps its {vocab}-token tokenizer (the weights read its ids), so "
+                f"data.vocab_size={typed['data.vocab_size']} cannot apply; drop it, or train from scratch for another "
+                "vocabulary"
+            )
+        dict_cfg.data.vocab_size = vocab  # what config.yaml records is what the run trains with
     return init
 
 
@@ -219,6 +229,36 @@ def _refuse_changes_a_resume_cannot_make(ckpt: Path, saved: DictConfig, override
                 f"{OmegaConf.select(saved, 'optim.name')}'s; resume with optim.name="
                 f"{OmegaConf.select(saved, 'optim.name')}, or start a new run"
             )
+
+
+def keep_edited_config(run_dir: Path, ckpt: Path) -> Optional[str]:
+    """Before a resume rewrites <run>/config.yaml: where the file differs from the checkpoint's, it is moved aside
+    (never overwritten) and the differing keys are said, with where changes go. None where they agree."""
+    mine, theirs = Path(run_dir) / CONFIG, Path(ckpt) / CONFIG
+    try:
+        here, there = (OmegaConf.to_container(OmegaConf.load(p)) for p in (mine, theirs))
+    except (OSError, OmegaConfBaseException, ValueError):
+        return None  # no file of the user's, or one that is not YAML: nothing to compare
+    flat = (
+        lambda d, pre="": (  # noqa: E731
+            {k: v for key, val in d.items() for k, v in flat(val, f"{pre}{key}.").items()}
+            if isinstance(d, dict)
+            else {pre[:-1]: d}
+        )
+    )
+    a, b = flat(here), flat(there)
+    resets = {"trainer.stop_at_step"}  # a resume clears it itself
+    keys = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k) and k not in resets)
+    if not keys:
+        return None
+    n = 1 + sum(1 for _ in Path(run_dir).glob("config.edited-*.yaml"))
+    kept = mine.rename(Path(run_dir) / f"config.edited-{n}.yaml")
+    said = ", ".join(f"{k} ({a.get(k)!r} there, {b.get(k)!r} in the checkpoint)" for k in keys[:4])
+    more = f" and {len(keys) - 4} more" if len(keys) > 4 else ""
+    return (
+        f"warning: {mine} differs from {ckpt}/config.yaml in {said}{more}: a resume reads the checkpoint's config, "
+        f"so changes go on the command line (python train.py resume={ckpt} {keys[0]}=…); the file is kept as {kept}"
+    )
 
 
 def apply_length_rule(cfg: DictConfig, given: Dict[str, object]) -> Optional[str]:

@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 from cli import description, read_utf8
 from cli.config import CONFIGS
 from data import PreparedData, prepare
-from data.cache import TOKENIZER_FILE, encode_documents, read_meta
+from data.cache import encode_documents, open_cache, read_meta
 from data.sources import DataConfig
 from data.tokenizer import file_hash, read_special_tokens
 from interop.hf import checkpoint_for
@@ -170,7 +170,7 @@ def prepared_data(args, ckpt: Path, tokenizer) -> PreparedData:
         if args.set:
             raise ValueError("--set applies to a data config, not to a prepared cache directory")
         directory = Path(args.data)
-        data = PreparedData(directory, directory / TOKENIZER_FILE, read_meta(directory))
+        data = open_cache(directory, read_meta(directory))
         if data.meta.get("tokenizer_hash") != wanted:
             raise ValueError(
                 f"{directory} was tokenized with another tokenizer than {ckpt}'s; "

@@ -40,8 +40,9 @@ from data.tokenizer import (
 )
 
 # Up when the cleaning, the tokenization, the split rule or the layout changes: old caches then miss.
-# 2: several local text files hold out whole files; text folders honour data.sample_by.
-CACHE_VERSION = 2
+# 2: several local text files hold out whole files; text folders honour data.sample_by. 3: each split's SHA-256 and
+# largest id in meta.json, verified on every use.
+CACHE_VERSION = 3
 META_FILE, TOKENIZER_FILE = "meta.json", "tokenizer.json"
 BATCH_SIZE, ENCODE_BYTES = 1000, 4 * 1024 * 1024  # documents read at a time; text per window in flight (memory)
 CHECK_BYTES = 256 * 1024  # tiktoken's ids are compared with `tokenizers`' on this much of each split
@@ -71,6 +72,42 @@ def read_meta(directory: Path) -> Optional[Dict[str, Any]]:
         return json.loads((Path(directory) / META_FILE).read_text(encoding="utf-8"))
     except (FileNotFoundError, json.JSONDecodeError):
         return None
+
+
+def damage(directory: Path, meta: Dict[str, Any]) -> Optional[str]:
+    """What is wrong with a cache's files against its meta.json, or None: each split's size and SHA-256 (one read,
+    ~1 s per GB), its largest id below the vocabulary, the tokenizer's hash — as a checkpoint's manifest is checked."""
+    if meta.get("cache_version") != CACHE_VERSION:
+        return f"it is cache version {meta.get('cache_version')}, without the checksums of version {CACHE_VERSION}"
+    itemsize = np.dtype(meta["dtype"]).itemsize
+    for split in ("train", "val"):
+        path, size = Path(directory) / f"{split}.bin", meta[f"{split}_tokens"] * itemsize
+        if not path.is_file():
+            return f"{path.name} is missing"
+        if path.stat().st_size != size:
+            return f"{path.name} holds {path.stat().st_size:,} bytes, not the {size:,} meta.json records"
+        with open(path, "rb") as f:  # streamed: a split larger than memory is hashed in chunks
+            digest = hashlib.file_digest(f, "sha256").hexdigest()
+        if digest != meta[f"{split}_sha256"]:
+            return f"{path.name} does not match its SHA-256 in meta.json"
+        if meta[f"{split}_max_id"] >= meta["vocab_size"]:
+            return f"{path.name} holds token id {meta[f'{split}_max_id']}, past the vocabulary of {meta['vocab_size']}"
+    if (
+        not (Path(directory) / TOKENIZER_FILE).is_file()
+        or file_hash(Path(directory) / TOKENIZER_FILE) != meta["tokenizer_hash"]
+    ):
+        return f"{TOKENIZER_FILE} is missing or not the one the tokens were encoded with"
+    return None
+
+
+def open_cache(directory: Path, meta: Dict[str, Any]) -> PreparedData:
+    """A cache verified against its meta.json, or one DataError naming it and the fix."""
+    problem = damage(directory, meta)
+    if problem:
+        raise DataError(
+            f"the token cache {directory} is damaged: {problem}; delete that folder and run again to rebuild it"
+        )
+    return PreparedData(dir=Path(directory), tokenizer_path=Path(directory) / TOKENIZER_FILE, meta=meta)
 
 
 def _tokenizer_identity(cfg: DataConfig):
@@ -138,9 +175,10 @@ def prepare(
             meta = read_meta(directory) or _build(cfg, directory, root, log)  # built while this one waited?
     else:
         log(f"data: using cache {directory}")
+        _sweep_if_idle(root)
         if meta.get("val_rule"):
             log(f"data: validation: {meta['val_rule']}")
-    data = PreparedData(dir=directory, tokenizer_path=directory / TOKENIZER_FILE, meta=meta)
+    data = open_cache(directory, meta)
     if model_vocab_size is not None:  # the real tokenizer's largest id, now that it exists
         _check_vocab(max_token_id(data.tokenizer()), model_vocab_size, cfg)
     for split, count in (("train", meta["train_tokens"]), ("validation", meta["val_tokens"])):
@@ -170,11 +208,32 @@ def _build_lock(root: Path, warn):
         except BlockingIOError:
             warn(f"data: waiting for another process preparing data in {root}")
             fcntl.flock(lock, fcntl.LOCK_EX)
+        sweep_dead_builds(root)
         try:
             yield
         finally:  # leave nothing behind; at worst two builders, whose publish() keeps one cache
             with contextlib.suppress(OSError):
                 os.unlink(root / ".prepare.lock")
+
+
+def sweep_dead_builds(root: Path) -> None:
+    """Remove every `<key>.tmp-<pid>` whose process is gone (a kill -9, a power cut), whatever settings it was for.
+    Only while holding the build lock: a live builder on another host of a shared folder holds it too."""
+    for temp in Path(root).glob("*.tmp-*"):
+        pid = temp.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(temp, ignore_errors=True)
+
+
+def _sweep_if_idle(root: Path) -> None:
+    """On a cache hit: sweep when no builder holds the lock and the folder is writable; otherwise leave it."""
+    with contextlib.suppress(OSError), open(root / ".prepare.lock", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return
+        sweep_dead_builds(root)
+        os.unlink(root / ".prepare.lock")  # as the build lock leaves nothing behind
 
 
 def _cause(error: OSError) -> str:
@@ -184,18 +243,16 @@ def _cause(error: OSError) -> str:
 @contextlib.contextmanager
 def publish(final: Path) -> Iterator[Path]:
     """A private temp directory, renamed to `final` on success, deleted on any failure: a killed build leaves only
-    `<final>.tmp-<pid>` (swept by the next build once its process is gone), never something that looks like a cache.
+    `<final>.tmp-<pid>` (swept once its process is gone: sweep_dead_builds), never something that looks like a cache.
     Concurrent builders of one key each finish a copy; the first rename wins (the contents are identical)."""
     final.parent.mkdir(parents=True, exist_ok=True)
-    for temp in final.parent.glob(f"{final.name}.tmp-*"):
-        pid = temp.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(temp, ignore_errors=True)
     temp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
     shutil.rmtree(temp, ignore_errors=True)
     temp.mkdir()
     try:
         yield temp
+        if final.exists() and read_meta(final) is None:  # no meta.json: never a cache anyone can open; rebuilt
+            shutil.rmtree(final)
         try:
             os.replace(temp, final)
         except OSError:
@@ -439,8 +496,10 @@ def write_split(
         "bytes": 0,
         "documents": 0,
         "dropped": 0,
+        "max_id": -1,
         "encoder": "tokenizers" if fast is None else "tiktoken",
     }
+    sha = hashlib.sha256()
     eos = np.array([eos_id], dtype=np.uint32)
 
     def write(started, sizes: np.ndarray, dropped: int) -> bool:
@@ -451,7 +510,9 @@ def write_split(
             kept = min(kept, int(np.searchsorted(np.cumsum(lengths), budget - stats["tokens"])) + 1)
         flat = np.concatenate(docs[:kept]).astype(dtype) if kept else np.empty(0, dtype=dtype)
         file.write(flat.tobytes())
+        sha.update(flat.tobytes())
         stats.update(
+            max_id=max(stats["max_id"], int(flat.max()) if len(flat) else -1),
             tokens=stats["tokens"] + len(flat),
             bytes=stats["bytes"] + int(sizes[:kept].sum()),
             documents=stats["documents"] + kept,
@@ -474,7 +535,7 @@ def write_split(
             )
             in_flight.append((started, sizes, dropped))
             if len(in_flight) == 2 and write(*in_flight.popleft()):
-                return stats
+                return {**stats, "sha256": sha.hexdigest()}
         while in_flight and not write(*in_flight.popleft()):
             pass
-    return stats
+    return {**stats, "sha256": sha.hexdigest()}

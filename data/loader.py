@@ -101,20 +101,11 @@ class EpochBatches(_TrainWindows):
     moves the window edges, so no token is always a window's first input (never a target) or its last.
     """
 
-    def __init__(
-        self,
-        tokens: np.ndarray,
-        seq_len: int,
-        micro_batch_size: int,
-        seed: int,
-        rank: int = 0,
-        world_size: int = 1,
-        grad_accum_steps: int = 1,
-    ):
-        super().__init__(tokens, seq_len, micro_batch_size, seed, rank, world_size, grad_accum_steps)
-        self.windows_per_epoch = windows_per_epoch(len(tokens), seq_len)
+    def __init__(self, *args, **kwargs):  # _TrainWindows' arguments
+        super().__init__(*args, **kwargs)
+        self.windows_per_epoch = windows_per_epoch(len(self.tokens), self.seq_len)
         # seq_len offsets, unless the split holds fewer than two windows: then those that fit its one window.
-        self._offsets = min(seq_len, len(tokens) - self.windows_per_epoch * seq_len)
+        self._offsets = min(self.seq_len, len(self.tokens) - self.windows_per_epoch * self.seq_len)
         self._orders: Dict[int, Tuple[int, np.ndarray]] = {}  # memo of the last two epochs' orders
 
     def _starts(self, step: int, micro_step: int) -> np.ndarray:

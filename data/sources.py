@@ -6,6 +6,7 @@ import glob
 import hashlib
 import html
 import importlib.util
+import json
 import os
 import re
 import socket
@@ -283,6 +284,39 @@ def resolve_local(cfg: DataConfig):
     return kind, files
 
 
+def _first_non_utf8(files: List[Path]) -> Optional[str]:
+    """Which file is not UTF-8, and where: `datasets` names only the glob and an offset into some file."""
+    for file in files:
+        with open(file, "rb") as f:
+            done = 0
+            for line in f:  # whole lines: a newline byte never falls inside a UTF-8 character
+                try:
+                    line.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    return (
+                        f"{file} is not UTF-8 (byte 0x{line[e.start]:02x} at offset {done + e.start:,}); convert it "
+                        "(e.g. iconv -f latin1 -t utf-8) or remove it"
+                    )
+                done += len(line)
+    return None
+
+
+def _first_non_text_row(files: List[Path], column: str) -> Optional[str]:
+    """The first JSON-lines row whose `column` holds something other than text, as `file line N`."""
+    for file in files:
+        if not file.name.endswith((".jsonl", ".json")):
+            continue
+        with open(file, encoding="utf-8", errors="replace") as f:
+            for number, line in enumerate(f, 1):
+                try:
+                    value = json.loads(line).get(column) if line.strip() else None
+                except (ValueError, AttributeError):
+                    return None  # a .json array, or not JSON lines: datasets' own words stand
+                if value is not None and not isinstance(value, str):
+                    return f"{file} line {number} has {json.dumps({column: value})[:80]}"
+    return None
+
+
 def _stamp(files: List[Path]) -> List[list]:
     return [[str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns] for f in files]
 
@@ -437,8 +471,11 @@ def load_splits(cfg: DataConfig, hf_cache_dir: Path) -> Splits:
             )
         dtype = getattr(features[column], "dtype", features[column])
         if dtype not in ("string", "large_string", "str"):
+            row = _first_non_text_row(resolve_local(cfg)[1], column) if cfg.source == "local" else None
             raise DataError(
-                f"column '{column}' in {where} holds {dtype}, not text; set data.text_column to a text column"
+                f"column '{column}' in {where} holds {dtype}, not text: {row}; make it a string or remove that row"
+                if row
+                else f"column '{column}' in {where} holds {dtype}, not text; set data.text_column to a text column"
             )
     if held is not None:  # plain text files: (held-out files, all files)
         held_files, files = held
@@ -499,8 +536,9 @@ def _load_local(cfg: DataConfig, hf_cache_dir: Path):
             **({"sample_by": cfg.sample_by} if kind == "text" else {}),
         )
     except datasets.exceptions.DatasetsError as error:
+        culprit = _first_non_utf8(files) if isinstance(error.__cause__, UnicodeDecodeError) else None
         raise DataError(
-            f"cannot read {kind} files from data.path '{cfg.path}': {_first_line(error.__cause__ or error)}; "
-            "fix or remove the bad file"
+            f"cannot read {kind} files from data.path '{cfg.path}': "
+            + (culprit or f"{_first_line(error.__cause__ or error)}; fix or remove the bad file")
         ) from None
     return (splits, "text", (held, files)) if kind == "text" else (splits, cfg.text_column, None)

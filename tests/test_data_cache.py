@@ -2,7 +2,9 @@
 
 import contextlib
 import dataclasses
+import hashlib
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -13,7 +15,8 @@ import pytest
 
 import data.cache
 from data import DataConfig, prepare
-from data.cache import publish, read_meta
+from data.cache import damage, publish, read_meta, sweep_dead_builds
+from data.sources import DataError
 from tests.data_helpers import QUIET, REPO, cache_entries, make_documents, write_local
 
 
@@ -169,7 +172,7 @@ print("published or lost the race", flush=True)
 
 
 def test_a_builder_never_sweeps_the_temp_dir_of_a_live_one(tmp_path):
-    """Two real processes build the same key: the fast one (this test) starts, sweeps, publishes and
+    """Two real processes build the same key: the fast one (this test) sweeps, starts, publishes and
     wins while the slow one is still writing; the slow one's temp dir survives all that, it finishes,
     loses the rename race cleanly (exit 0) and leaves nothing behind. The sweep removes only the temp
     dirs of processes that no longer run."""
@@ -182,9 +185,12 @@ def test_a_builder_never_sweeps_the_temp_dir_of_a_live_one(tmp_path):
         slow_temp = tmp_path / slow.stdout.readline().strip()
         assert slow_temp.name == f"local-abc.tmp-{slow.pid}" and slow_temp.is_dir()
         dead_temp = tmp_path / "local-abc.tmp-999999999"  # a builder that was killed: its pid is gone
+        other_key = tmp_path / "local-def.tmp-999999999"  # a dead build of other settings: swept just the same
         dead_temp.mkdir()
+        other_key.mkdir()
+        sweep_dead_builds(tmp_path)  # what taking the build lock does
+        assert slow_temp.is_dir() and not dead_temp.exists() and not other_key.exists()
         with publish(final) as work:
-            assert slow_temp.is_dir() and not dead_temp.exists()
             (work / "meta.json").write_text('{"who": "fast"}')
         out, err = slow.communicate("go\n", timeout=60)
     finally:
@@ -265,3 +271,141 @@ def dataclasses_replace(cfg: DataConfig, field: str, value, tmp_path=None) -> Da
     if field == "source":  # a hub source needs its id
         return dataclasses.replace(cfg, source=value, path="roneneldan/TinyStories")
     return dataclasses.replace(cfg, **{field: value})
+
+
+# ---- a cache verified on every use (docs/reliability.md) -------------------------------------------------------
+
+
+def _truncate(directory):
+    path = directory / "train.bin"
+    path.write_bytes(path.read_bytes()[: path.stat().st_size * 47 // 100 // 2 * 2])
+
+
+def _past_the_vocabulary(directory):
+    path = directory / "train.bin"
+    tokens = np.fromfile(path, dtype=read_meta(directory)["dtype"])
+    tokens[5] = 4000  # the tokenizer has 320 ids
+    tokens.tofile(path)
+
+
+def _flipped(directory):
+    path = directory / "val.bin"
+    raw = bytearray(path.read_bytes())
+    raw[0] ^= 1
+    path.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize(
+    "damage, said",
+    [
+        (_truncate, "train.bin holds"),
+        (_past_the_vocabulary, "train.bin does not match its SHA-256 in meta.json"),
+        (_flipped, "val.bin does not match its SHA-256"),
+        (lambda d: (d / "val.bin").unlink(), "val.bin is missing"),
+        (lambda d: (d / "tokenizer.json").write_text("{}"), "tokenizer.json is missing or not the one"),
+    ],
+)
+def test_a_damaged_cache_is_refused_in_one_line_naming_it_and_the_fix(tmp_path, corpus, damage, said):
+    built = prepare(config(tmp_path, corpus), **QUIET)
+    damage(built.dir)
+    with pytest.raises(DataError) as raised:
+        prepare(config(tmp_path, corpus), **QUIET)
+    message = str(raised.value)
+    assert said in message and str(built.dir) in message and "delete that folder" in message and "\n" not in message
+
+
+def test_meta_records_each_splits_checksum_and_largest_id(tmp_path, corpus):
+    built = prepare(config(tmp_path, corpus), **QUIET)
+    for split in ("train", "val"):
+        tokens = np.fromfile(built.dir / f"{split}.bin", dtype=built.meta["dtype"])
+        assert built.meta[f"{split}_max_id"] == int(tokens.max()) < built.meta["vocab_size"]
+        assert built.meta[f"{split}_sha256"] == hashlib.sha256(tokens.tobytes()).hexdigest()
+
+
+def test_an_id_past_the_vocabulary_is_named_even_where_the_checksum_agrees(tmp_path, corpus):
+    """A cache whose meta.json was written with the bad id (a bug of ours, or a tool's): the largest id decides."""
+    built = prepare(config(tmp_path, corpus), **QUIET)
+    meta = {**built.meta, "train_max_id": built.meta["vocab_size"]}
+    assert damage(built.dir, meta) == f"train.bin holds token id {meta['vocab_size']}, past the vocabulary of 320"
+
+
+def test_a_cache_folder_without_its_meta_is_rebuilt_every_time_it_is_met(tmp_path, corpus):
+    """A folder without meta.json is never a cache anyone can open (publish renames complete folders only): it is
+    rebuilt in place, once, and the next start is a hit — not a traceback on every start."""
+    built = prepare(config(tmp_path, corpus), **QUIET)
+    expected = built.meta
+    (built.dir / "meta.json").unlink()
+    again = prepare(config(tmp_path, corpus), **QUIET)
+    assert again.dir == built.dir and {k: v for k, v in again.meta.items() if not k.endswith("seconds")} == {
+        k: v for k, v in expected.items() if not k.endswith("seconds")
+    }
+    messages = []
+    prepare(config(tmp_path, corpus), log=messages.append)
+    assert "using cache" in messages[0]
+
+
+def test_an_older_cache_without_checksums_is_named_as_such(tmp_path, corpus):
+    built = prepare(config(tmp_path, corpus), **QUIET)
+    assert "cache version 2, without the checksums" in damage(built.dir, {**built.meta, "cache_version": 2})
+
+
+def test_a_cache_hit_sweeps_the_scratch_of_dead_builds_of_any_settings(tmp_path, corpus):
+    """A `.tmp-<pid>` of a build that was killed (200 MB in the issue's case) goes at the next start, hit or not."""
+    built = prepare(config(tmp_path, corpus), **QUIET)
+    dead = tmp_path / "cache" / "local-0123456789ab.tmp-999999999"
+    dead.mkdir()
+    (dead / "train.bin").write_bytes(bytes(1000))
+    prepare(config(tmp_path, corpus), **QUIET)
+    assert cache_entries(tmp_path / "cache") == [built.dir.name]
+
+
+PREPARE_SLOWLY = """
+import sys, time
+sys.path.insert(0, {repo!r})
+import data.cache
+real = data.cache.write_split
+def slow(*args, **kwargs):
+    stats = real(*args, **kwargs)
+    print("written", flush=True)
+    time.sleep(60)
+    return stats
+data.cache.write_split = slow
+args = ["data=local", "data.path={corpus}", "data.vocab_size=320", "data.cache_dir={cache}"]
+if {program!r} == "train.py":
+    import os, runpy
+    os.chdir({tmp!r})
+    sys.argv = ["train.py", *args, "debug=tiny", "hydra.run.dir={tmp}/run"]
+    runpy.run_path({repo!r} + "/train.py", run_name="__main__")
+else:
+    from cli import run
+    from cli.prepare_data import main
+    sys.argv = ["prepare_data.py", *args]
+    run(main)
+"""
+
+
+@pytest.mark.parametrize(
+    "program, said",
+    [
+        ("prepare_data.py", "SIGTERM: interrupted"),
+        ("train.py", "SIGTERM: interrupted before training started; nothing was saved"),
+    ],
+)
+def test_sigterm_during_preparation_is_one_line_143_and_leaves_no_scratch(tmp_path, corpus, program, said):
+    """As Ctrl-C: the build's `finally` removes its scratch, then one line and 143 (before: no line, 143, and the
+    half-built `<key>.tmp-<pid>` left behind)."""
+    script = PREPARE_SLOWLY.format(
+        repo=str(REPO), corpus=corpus, cache=tmp_path / "cache", program=program, tmp=str(tmp_path)
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        while "written" not in proc.stdout.readline():
+            assert proc.poll() is None, proc.stderr.read()
+        assert any(".tmp-" in name for name in cache_entries(tmp_path / "cache"))
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143 and err.strip().splitlines()[-1] == said, err
+    assert "Traceback" not in err
+    assert cache_entries(tmp_path / "cache") == []

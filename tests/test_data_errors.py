@@ -46,6 +46,24 @@ def test_text_column_that_is_not_text(tmp_path, documents):
     fails(local(tmp_path, write_local(tmp_path / "in", documents, "parquet"), text_column="id"), r"'id' .* not text")
 
 
+def test_a_non_text_row_names_its_file_and_line(tmp_path, documents):
+    """`"text": 12345` in one row: the column is right, the row is not — said with where it is."""
+    path = tmp_path / "rows.jsonl"
+    rows = [{"text": d} for d in documents[:20]] + [{"text": 12345}] + [{"text": d} for d in documents[20:40]]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    message = fails(local(tmp_path, str(path)), "not text")
+    assert message.endswith(f': {path} line 21 has {{"text": 12345}}; make it a string or remove that row'), message
+
+
+def test_a_file_that_is_not_utf8_is_named_in_a_glob(tmp_path, documents):
+    """One Latin-1 file among four: the line names that file and the byte, not the glob and an offset."""
+    write_local(tmp_path / "in", documents, "txt")
+    bad = tmp_path / "in" / "zz_latin1.txt"
+    bad.write_bytes("fine text, then a caf\u00e9\n".encode("latin-1"))
+    message = fails(local(tmp_path, str(tmp_path / "in" / "*.txt")), "is not UTF-8")
+    assert f"{bad} is not UTF-8 (byte 0xe9 at offset 21); convert it" in message, message
+
+
 def test_no_text_after_cleaning(tmp_path):
     path = tmp_path / "blank.jsonl"
     path.write_text("".join(json.dumps({"text": t}) + "\n" for t in ["", "  ", "\n\n", "\t"] * 10))

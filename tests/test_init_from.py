@@ -138,6 +138,24 @@ def test_what_a_start_from_weights_cannot_change_is_one_line(pretrained, overrid
     assert str(e.value).startswith(message.format(ckpt=ckpt)), str(e.value)
 
 
+def test_another_vocabulary_is_refused_and_the_config_records_the_checkpoints(pretrained):
+    """The tokenizer comes with the weights: a typed data.vocab_size that differs is one line (it trained with the
+    checkpoint's while config.yaml recorded the typed one); without it, the config holds the real size."""
+    cfg = compose_run_config(["debug=tiny", f"init_from={pretrained}", "data.vocab_size=1024"][:2])
+    vocab = cfg.data.vocab_size
+    assert vocab == cfg.model.vocab_size
+    assert (
+        compose_run_config(["debug=tiny", f"init_from={pretrained}", f"data.vocab_size={vocab}"]).data.vocab_size
+        == vocab
+    )
+    with pytest.raises(ConfigError) as e:
+        compose_run_config(["debug=tiny", f"init_from={pretrained}", f"data.vocab_size={2 * vocab}"])
+    assert str(e.value) == (
+        f"init_from={pretrained} keeps its {vocab}-token tokenizer (the weights read its ids), so "
+        f"data.vocab_size={2 * vocab} cannot apply; drop it, or train from scratch for another vocabulary"
+    )
+
+
 def test_another_tokenizer_is_refused(pretrained, tmp_path):
     from tests.tiny_checkpoint import tiny_tokenizer
 

@@ -653,3 +653,28 @@ def test_a_resume_that_moves_the_end_says_what_the_learning_rate_does(tmp_path, 
         f"resume: the schedule now ends at step 16, not 8; the learning rate at step 6 goes from "
         f"{old:.3g} to {new:.3g} at once" + (stretch if schedule == "cosine" else "")
     ]
+
+
+def test_a_resume_on_another_torch_or_cpu_capability_says_it_is_no_longer_bitwise(
+    tmp_path, tiny_data_cache, monkeypatch, capsys
+):
+    """state.json records torch's version and the kernels' target; a resume where either differs trains on and says
+    so in one line (an fp32 run capped to AVX2 and resumed natively differed after 6 steps); the same machine says
+    nothing."""
+    args = ["trainer.precision=fp32", "trainer.max_steps=4", "trainer.ckpt_interval=2", "trainer.eval_interval=4"]
+    run = tmp_path / "run"
+    train_in_process(run, *args, "trainer.stop_at_step=2", cache_dir=tiny_data_cache)
+    ckpt = run / "checkpoints" / "step_0000002"
+    here = training.distributed.compute_identity(torch.device("cpu"))
+    assert read_state(ckpt)["machine"] == here and here.startswith(f"torch {torch.__version__}, cpu ")
+    capsys.readouterr()
+    train_in_process(run, *args, cache_dir=tiny_data_cache, resume_ckpt=ckpt)
+    assert "no longer bitwise" not in capsys.readouterr().out
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    train_in_process(run, *args, cache_dir=tiny_data_cache, resume_ckpt=ckpt)
+    lines = [line for line in capsys.readouterr().out.splitlines() if "no longer bitwise" in line]
+    assert lines == [
+        f"warning: this run trained on {here} up to step 2 and continues on {here}, ONEDNN_MAX_CPU_ISA=AVX2: it goes "
+        "on, but is no longer bitwise what an uninterrupted run computes (other kernels round differently)"
+    ]
+    assert read_state(run / "checkpoints" / "step_0000004")["machine"] == f"{here}, ONEDNN_MAX_CPU_ISA=AVX2"

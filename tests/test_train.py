@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import yaml
 from safetensors.torch import load_file
 
 from data import windows_per_epoch
@@ -133,6 +134,9 @@ def test_corrupt_and_mismatched_checkpoints_are_refused(tmp_path, cache_dir):
         finished.returncode == 1
         and "is at step 4, already at trainer.max_steps=4; pass a larger" in finished.stderr.splitlines()[-1]
     )
+    past = run_train(tmp_path, f"resume={ckpt}", "trainer.max_steps=2", cache_dir=cache_dir, check=False)
+    assert past.returncode == 1 and "is at step 4, past trainer.max_steps=2; pass a larger" in past.stderr
+    assert "Traceback" not in past.stderr
     mismatch = run_train(tmp_path, f"resume={ckpt}", "model.hidden_size=32", cache_dir=cache_dir, check=False)
     assert mismatch.returncode == 1 and "keeps the checkpoint's architecture" in mismatch.stderr.splitlines()[-1]
     weights = ckpt / "model.safetensors"
@@ -605,3 +609,26 @@ def test_the_default_length_stops_a_small_corpus_at_its_passes_long_before_its_b
     assert "stopped at 4 passes over every window (trainer.max_epochs=4), after " in proc.stdout
     evals = [r for r in read_metrics(run) if r["kind"] == "eval"]
     assert len(evals) >= 10
+
+
+def test_a_hand_edited_run_config_is_kept_and_said_never_silently_overwritten(tmp_path, cache_dir):
+    """config.yaml in a run directory is what the run was given; a resume reads the checkpoint's config. An edit
+    there (optim.lr) is named with where changes go, and the user's file is moved aside, not overwritten."""
+    run_train(tmp_path, "trainer.max_steps=6", "trainer.stop_at_step=3", "trainer.ckpt_interval=3", cache_dir=cache_dir)
+    (run,) = run_dirs(tmp_path)
+    ckpt = run / "checkpoints" / "step_0000003"
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    lr, config["optim"]["lr"] = config["optim"]["lr"], 0.0005
+    edited = yaml.safe_dump(config)
+    (run / "config.yaml").write_text(edited)
+    resumed = run_train(tmp_path, f"resume={ckpt}", cache_dir=cache_dir)
+    lines = [line for line in resumed.stderr.splitlines() if "differs from" in line]
+    assert lines == [
+        f"warning: {run}/config.yaml differs from {ckpt}/config.yaml in optim.lr (0.0005 there, {lr!r} in the "
+        f"checkpoint): a resume reads the checkpoint's config, so changes go on the command line (python train.py "
+        f"resume={ckpt} optim.lr=…); the file is kept as {run}/config.edited-1.yaml"
+    ]
+    assert (run / "config.edited-1.yaml").read_text() == edited
+    assert (run / "config.yaml").read_text() == (run / "checkpoints" / "step_0000006" / "config.yaml").read_text()
+    again = run_train(tmp_path, f"resume={run}", "trainer.max_steps=8", cache_dir=cache_dir)  # its own rewrite
+    assert "differs from" not in again.stderr and not (run / "config.edited-2.yaml").exists()

@@ -161,6 +161,7 @@ class RunState:
     evals_since_best: int = 0  # evaluations in a row without a lower best_val_bpb (trainer.early_stopping)
     stopped_early: bool = False
     precision: str = ""  # bf16 | fp32: what this process trains in
+    machine: str = ""  # torch and the kernels' target (distributed.compute_identity): where bitwise holds
     started: float = field(default_factory=clock)  # this process's training clock
 
     @property
@@ -216,6 +217,7 @@ class RunState:
             "best_step": self.best_step,
             "evals_since_best": self.evals_since_best,
             **({"precision": self.precision} if self.precision else {}),
+            **({"machine": self.machine} if self.machine else {}),
             **({"stopped_early": True} if self.stopped_early else {}),
             **(
                 {"budget": {"minutes": self.budget_minutes, "max_steps": self.max_steps, "plans": self.plans}}
@@ -240,6 +242,7 @@ class RunState:
             evals_since_best=fields.get("evals_since_best", 0),
             stopped_early=fields.get("stopped_early", False),
             precision=fields.get("precision", ""),
+            machine=fields.get("machine", ""),
             seed=position.get("seed", 0),
             sampling=position.get("sampling", "random"),
             world_size=fields.get("world_size", 1),
@@ -1077,7 +1080,14 @@ class Resume:
         load_full_state(raw_model, optimizers, read_weights(raw_model, self.path), optim_state)
         if not restore_rng(rng, info.rank, info.world_size):  # last: nothing after this may draw from it
             say("warning: the checkpoint holds no RNG state for this world size: dropout draws restart from the seed")
-        state.precision = precision
+        state.precision, now = precision, D.compute_identity(info.device)
+        if state.machine and state.machine != now:
+            say(
+                f"warning: this run trained on {state.machine} up to step {state.step} and continues on {now}: "
+                "it goes on, but is no longer bitwise what an uninterrupted run computes (other kernels round "
+                "differently)"
+            )
+        state.machine = now
         if not (state.budget_decided and t.time_budget):  # a budget's plans go on; else the config's end
             state.max_steps, state.budget_minutes, state.plans = max_steps or UNPLANNED_END, None, []
         if state.stopped_early and t.early_stopping and state.evals_since_best >= t.early_stopping:

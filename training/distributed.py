@@ -83,6 +83,16 @@ def bf16_fast(device: torch.device) -> Tuple[bool, str]:
     return False, f"bf16 autocast is not used on {device.type}"
 
 
+def compute_identity(device: torch.device) -> str:
+    """What decides a step's rounding: torch's version and the kernels' target (the CUDA device, or the CPU's ATen
+    capability and a oneDNN cap). A resume on another is not bitwise an uninterrupted run (state.json keeps it)."""
+    if device.type == "cuda":
+        return f"torch {torch.__version__}, cuda {torch.cuda.get_device_name(device)}"
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
+    target = torch.backends.cpu.get_cpu_capability() if device.type == "cpu" else device.type
+    return f"torch {torch.__version__}, {device.type} {target}" + (f", ONEDNN_MAX_CPU_ISA={cap}" if cap else "")
+
+
 def process_info(device_name: str) -> DistInfo:
     """This process's rank, world size and device from torchrun's environment — no collective yet, so slow work
     (data preparation) runs before the group's timeout starts."""

@@ -665,6 +665,7 @@ def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
             max_steps=max_steps or 0,
             stop_at=t.stop_at_step,
             precision=parts.precision,
+            machine=D.compute_identity(info.device),
         )
     if t.time_budget:
         TimeBudget.start_plans(state, t.time_budget, max_steps, limit)
