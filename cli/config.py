@@ -129,6 +129,8 @@ def resolve_config(dict_cfg: DictConfig) -> Resolved:
         dict_cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), saved, OmegaConf.from_dotlist(overrides))
     elif dict_cfg.get("init_from"):
         init = _start_from_weights(dict_cfg, overrides)
+    if HydraConfig.get().runtime.choices.get("experiment") == "small_corpus" and os.environ.get("RANK", "0") == "0":
+        print("experiment=small_corpus is an alias of the default now, which stops a small corpus at 4 passes")
     try:
         said = apply_length_rule(dict_cfg, dict(override_values([o for o in overrides if o.startswith("trainer.")])))
     except ValueError as e:
