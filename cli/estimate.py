@@ -239,10 +239,53 @@ def device_memory(args, device: torch.device) -> tuple:
         props = torch.cuda.get_device_properties(device)
         return props.total_memory, props.name
     if device.type == "cpu":
-        for line in Path("/proc/meminfo").read_text().splitlines() if Path("/proc/meminfo").exists() else []:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024, "available RAM now (/proc/meminfo)"
+        return cpu_memory()
     return None, "unknown: pass --device-memory-gb"
+
+
+MEMINFO = Path("/proc/meminfo")
+# A container's limit, cgroup v2 then v1: (limit, usage, stat, the stat's reclaimable page-cache key).
+CGROUPS = (
+    (
+        Path("/sys/fs/cgroup/memory.max"),
+        Path("/sys/fs/cgroup/memory.current"),
+        Path("/sys/fs/cgroup/memory.stat"),
+        "inactive_file",
+    ),
+    (
+        Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
+        Path("/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+        Path("/sys/fs/cgroup/memory/memory.stat"),
+        "total_inactive_file",
+    ),
+)
+
+
+def cpu_memory() -> tuple:
+    """(bytes, where from): RAM available now, or the container's limit less what it uses when that is smaller —
+    the host's RAM says nothing of a process the kernel kills at its cgroup's limit."""
+    found = (None, "unknown: pass --device-memory-gb")
+    for line in MEMINFO.read_text().splitlines() if MEMINFO.exists() else []:
+        if line.startswith("MemAvailable:"):
+            found = (int(line.split()[1]) * 1024, "available RAM now (/proc/meminfo)")
+    for limit_file, usage_file, stat_file, cache_key in CGROUPS:
+        try:
+            limit, used = limit_file.read_text().strip(), int(usage_file.read_text())
+            stat = dict(line.split() for line in stat_file.read_text().splitlines() if line.count(" ") == 1)
+        except (OSError, ValueError):
+            continue
+        if limit == "max" or int(limit) >= 2**60:  # no limit: v1 writes a page-rounded 2^63
+            continue
+        # Less the page cache the kernel drops before it kills, and this process: the verdict adds its runtime.
+        used -= int(stat.get(cache_key, 0)) + current_memory_bytes(torch.device("cpu"))
+        room = int(limit) - max(used, 0)
+        if found[0] is None or room < found[0]:
+            found = (
+                room,
+                f"the container's limit ({fmt(int(limit))}, {limit_file}) less {fmt(max(used, 0))} used by others",
+            )
+        break
+    return found
 
 
 def measured_mfu(args, cfg) -> tuple:

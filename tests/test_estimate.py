@@ -251,3 +251,42 @@ def test_cuda_reads_the_allocator(monkeypatch):
     cuda = torch.device("cuda", 0)
     assert peak_memory_bytes(cuda) == 123 and estimate.reset_peak_memory(cuda)
     assert estimate.current_memory_bytes(cuda) == 45
+
+
+def fake_cgroup(tmp_path, monkeypatch, limit: str, usage: int, inactive: int, v1: bool = False) -> None:
+    """A container as the kernel shows it, and 8 GiB of RAM available on the host."""
+    (tmp_path / "meminfo").write_text(f"MemTotal: 16000000 kB\nMemAvailable: {8 * 2**20} kB\n")
+    (tmp_path / "max").write_text(limit + "\n")
+    (tmp_path / "current").write_text(f"{usage}\n")
+    key = "total_inactive_file" if v1 else "inactive_file"
+    (tmp_path / "stat").write_text(f"anon 1\n{key} {inactive}\n")
+    group = (tmp_path / "max", tmp_path / "current", tmp_path / "stat", key)
+    monkeypatch.setattr(estimate, "MEMINFO", tmp_path / "meminfo")
+    monkeypatch.setattr(estimate, "CGROUPS", (group,) if v1 else (group, (tmp_path / "none",) * 3 + (key,)))
+
+
+@pytest.mark.parametrize("v1", [False, True])
+def test_cpu_memory_is_the_containers_limit_less_its_use_not_the_hosts_ram(tmp_path, monkeypatch, v1):
+    GiB = 2**30
+    own = estimate.current_memory_bytes(torch.device("cpu"))
+    fake_cgroup(tmp_path, monkeypatch, str(2 * GiB), usage=own + GiB, inactive=GiB // 4, v1=v1)
+    room, source = estimate.cpu_memory()
+    assert (
+        GiB + GiB // 4 - 2**25 < room < GiB + GiB // 4 + 2**25
+    )  # page cache is reclaimable, this process is counted apart
+    assert "container's limit (2.00 GiB" in source
+
+
+@pytest.mark.parametrize("limit", ["max", str(2**63 - 4096)])
+def test_an_unlimited_container_leaves_the_hosts_available_ram(tmp_path, monkeypatch, limit):
+    fake_cgroup(tmp_path, monkeypatch, limit, usage=0, inactive=0)
+    assert estimate.cpu_memory() == (8 * 2**30, "available RAM now (/proc/meminfo)")
+
+
+def test_a_run_that_would_not_fit_the_containers_limit_says_so(capsys, tmp_path, monkeypatch):
+    """scripts/estimate.py in a 300 MiB container: the verdict is the container's, not the host's 8 GiB."""
+    own = estimate.current_memory_bytes(torch.device("cpu"))
+    fake_cgroup(tmp_path, monkeypatch, str(300 * 2**20), usage=own, inactive=0)
+    status, out, err = run(capsys, *TINY, f"outputs_dir={tmp_path}", "--device", "cpu", "--peak-tflops", "1")
+    assert status == 0, err
+    assert "verdict: does NOT fit" in out and "container's limit (300.0 MiB" in out, out
