@@ -130,7 +130,7 @@ def test_the_readmes_default_run_is_what_train_py_composes():
         f"{counts['total'] / 1e6:.2f}M parameters"
     ), model_line
     assert m.n_layers >= 4  # a LLaMA stack: a residual stream across blocks, depth for induction heads
-    budget, passes = cfg.trainer.time_budget, cfg.trainer.max_epochs
+    budget, passes = cfg.trainer.time_budget, f"{cfg.trainer.max_epochs:g}"
     length = f"{budget:g} min or {passes} passes over every window (trainer.max_epochs={passes}), whichever comes first"
     assert f"(trainer.time_budget={length}: the budget's first plan after step" in block
     assert f"time budget {length} → " in block
