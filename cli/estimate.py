@@ -270,19 +270,20 @@ def cpu_memory() -> tuple:
             found = (int(line.split()[1]) * 1024, "available RAM now (/proc/meminfo)")
     for limit_file, usage_file, stat_file, cache_key in CGROUPS:
         try:
-            limit, used = limit_file.read_text().strip(), int(usage_file.read_text())
+            text, used = limit_file.read_text().strip(), int(usage_file.read_text())
+            limit = 2**63 if text == "max" else int(text)
             stat = dict(line.split() for line in stat_file.read_text().splitlines() if line.count(" ") == 1)
+            # Less the page cache the kernel drops before it kills, and this process: the verdict adds its runtime.
+            used -= int(stat.get(cache_key, 0)) + current_memory_bytes(torch.device("cpu"))
         except (OSError, ValueError):
             continue
-        if limit == "max" or int(limit) >= 2**60:  # no limit: v1 writes a page-rounded 2^63
+        if limit >= 2**60:  # no limit: v2 writes "max", v1 a page-rounded 2^63
             continue
-        # Less the page cache the kernel drops before it kills, and this process: the verdict adds its runtime.
-        used -= int(stat.get(cache_key, 0)) + current_memory_bytes(torch.device("cpu"))
-        room = int(limit) - max(used, 0)
+        room = limit - max(used, 0)
         if found[0] is None or room < found[0]:
             found = (
                 room,
-                f"the container's limit ({fmt(int(limit))}, {limit_file}) less {fmt(max(used, 0))} used by others",
+                f"the container's limit ({fmt(limit)}, {limit_file}) less {fmt(max(used, 0))} used by others",
             )
         break
     return found

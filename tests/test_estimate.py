@@ -277,8 +277,8 @@ def test_cpu_memory_is_the_containers_limit_less_its_use_not_the_hosts_ram(tmp_p
     assert "container's limit (2.00 GiB" in source
 
 
-@pytest.mark.parametrize("limit", ["max", str(2**63 - 4096)])
-def test_an_unlimited_container_leaves_the_hosts_available_ram(tmp_path, monkeypatch, limit):
+@pytest.mark.parametrize("limit", ["max", str(2**63 - 4096), "garbled"])
+def test_an_unlimited_or_unreadable_limit_leaves_the_hosts_available_ram(tmp_path, monkeypatch, limit):
     fake_cgroup(tmp_path, monkeypatch, limit, usage=0, inactive=0)
     assert estimate.cpu_memory() == (8 * 2**30, "available RAM now (/proc/meminfo)")
 
