@@ -194,14 +194,21 @@ def typed_config(overrides: list):
 def main(argv=None) -> int:
     args = parse_args(argv)
     proto = open_protocol(args)
-    models, budgets = validate(proto.spec, typed_config)
+    configs = {}
+    models, budgets = validate(proto.spec, typed_config, configs)
+    proto.configs = configs
+    where = proto.dir / manifest.MANIFEST
+    registration.check_configs(proto.data, configs, where)  # a preset edited since: no amendment, refused
     values = cell_values(proto.spec, override_values)
     probe_steps = args.probe_steps if args.probe_steps is not None else (0 if args.dry_run else PROBE_STEPS)
     # A dry run writes nothing, not even its plan (a directory left behind would be a protocol begun); one
     # told to time (--probe-steps N) writes its timing runs, and the manifest that names them.
     proto.writes = not (args.dry_run and probe_steps == 0 and not args.report_only)
+    late = registration.too_late(proto.data, bool(proto.data.get("cells")) or proto.runs_dir.is_dir())
     registered = (
-        registration.register(proto.data, proto.spec, proto.command) if proto.writes and not args.report_only else None
+        registration.register(proto.data, proto.spec, proto.command, configs)
+        if proto.writes and not args.report_only and not late
+        else None
     )  # before the first cell trains
     proto.save(models=models)
     print(
@@ -219,8 +226,10 @@ def main(argv=None) -> int:
             + f": SHA-256 {registered['sha256']} at {registered['registered']} "
             "(publish it before the results exist)"
         )
+    elif late and not args.report_only:
+        print(late)
     elif not proto.writes:
-        sha = registration.fingerprint(registration.preregistered(proto.spec))
+        sha = registration.fingerprint(registration.preregistered(proto.spec, configs))
         print(f"pre-registration: SHA-256 {sha} (recorded when the protocol starts)")
     if args.report_only:
         return report(proto)

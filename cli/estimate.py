@@ -24,6 +24,7 @@ from omegaconf import OmegaConf
 from cli import description
 from cli.config import compose_run_config
 from model import Transformer
+from training import distributed as D
 from training.checkpoint import METRICS, RunFiles
 from training.log import gpu_peak, peak_flops, read_metrics
 from training.loop import CausalLMLoss, autocast_context, resolve_precision
@@ -243,50 +244,11 @@ def device_memory(args, device: torch.device) -> tuple:
     return None, "unknown: pass --device-memory-gb"
 
 
-MEMINFO = Path("/proc/meminfo")
-# A container's limit, cgroup v2 then v1: (limit, usage, stat, the stat's reclaimable page-cache key).
-CGROUPS = (
-    (
-        Path("/sys/fs/cgroup/memory.max"),
-        Path("/sys/fs/cgroup/memory.current"),
-        Path("/sys/fs/cgroup/memory.stat"),
-        "inactive_file",
-    ),
-    (
-        Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
-        Path("/sys/fs/cgroup/memory/memory.usage_in_bytes"),
-        Path("/sys/fs/cgroup/memory/memory.stat"),
-        "total_inactive_file",
-    ),
-)
-
-
 def cpu_memory() -> tuple:
-    """(bytes, where from): RAM available now, or the container's limit less what it uses when that is smaller —
-    the host's RAM says nothing of a process the kernel kills at its cgroup's limit."""
-    found = (None, "unknown: pass --device-memory-gb")
-    for line in MEMINFO.read_text().splitlines() if MEMINFO.exists() else []:
-        if line.startswith("MemAvailable:"):
-            found = (int(line.split()[1]) * 1024, "available RAM now (/proc/meminfo)")
-    for limit_file, usage_file, stat_file, cache_key in CGROUPS:
-        try:
-            text, used = limit_file.read_text().strip(), int(usage_file.read_text())
-            limit = 2**63 if text == "max" else int(text)
-            stat = dict(line.split() for line in stat_file.read_text().splitlines() if line.count(" ") == 1)
-            # Less the page cache the kernel drops before it kills, and this process: the verdict adds its runtime.
-            used -= int(stat.get(cache_key, 0)) + current_memory_bytes(torch.device("cpu"))
-        except (OSError, ValueError):
-            continue
-        if limit >= 2**60:  # no limit: v2 writes "max", v1 a page-rounded 2^63
-            continue
-        room = limit - max(used, 0)
-        if found[0] is None or room < found[0]:
-            found = (
-                room,
-                f"the container's limit ({fmt(limit)}, {limit_file}) less {fmt(max(used, 0))} used by others",
-            )
-        break
-    return found
+    """(bytes, where from): what this process may take (training/distributed.py memory_room), less its own runtime,
+    which the verdict adds: the host's RAM says nothing of a process the kernel kills at its cgroup's limit."""
+    room, where = D.memory_room(own=current_memory_bytes(torch.device("cpu")))
+    return (room, where) if room is not None else (None, "unknown: pass --device-memory-gb")
 
 
 def measured_mfu(args, cfg) -> tuple:

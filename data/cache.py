@@ -26,7 +26,7 @@ import numpy as np
 from tokenizers import Tokenizer
 from tqdm.auto import tqdm
 
-from data.sources import DataConfig, DataError, check_config, fingerprint, load_splits
+from data.sources import DataConfig, DataError, check_config, fingerprint, hashed_choice, load_splits
 from data.tokenizer import (
     batched_texts,
     check_vocab_size,
@@ -41,8 +41,8 @@ from data.tokenizer import (
 
 # Up when the cleaning, the tokenization, the split rule or the layout changes: old caches then miss.
 # 2: several local text files hold out whole files; text folders honour data.sample_by. 3: each split's SHA-256 and
-# largest id in meta.json, verified on every use.
-CACHE_VERSION = 3
+# largest id in meta.json, verified on every use. 4: a corpus read from disk holds out validation by a hash, in order.
+CACHE_VERSION = 4
 META_FILE, TOKENIZER_FILE = "meta.json", "tokenizer.json"
 BATCH_SIZE, ENCODE_BYTES = 1000, 4 * 1024 * 1024  # documents read at a time; text per window in flight (memory)
 CHECK_BYTES = 256 * 1024  # tiktoken's ids are compared with `tokenizers`' on this much of each split
@@ -298,8 +298,15 @@ def _make_cache(cfg: DataConfig, directory: Path, log) -> Dict[str, Any]:
             write_special_tokens(work, read_special_tokens(Path(cfg.tokenizer_path).parent))
             tokenizer = load_tokenizer(work / TOKENIZER_FILE)
         else:
-            column = splits.text_column
-            batches = (b[column] for b in splits.train.select_columns([column]).iter(batch_size=BATCH_SIZE))
+            column, sample = splits.text_column, splits.train
+            # A corpus on disk larger than the tokenizer's share: documents spread over all of it, read in order (its
+            # head alone could be one topic), ~20 % more than the share, as the table's bytes hold more than the text.
+            if cfg.tokenizer_train_bytes and not cfg.streaming and sample.cache_files:
+                share = (
+                    1.2 * cfg.tokenizer_train_bytes * sample.data.num_rows / max(sample.data.nbytes * len(sample), 1)
+                )
+                sample = sample.select(hashed_choice(len(sample), cfg.seed + 1, share)[0]) if share < 1 else sample
+            batches = (b[column] for b in sample.select_columns([column]).iter(batch_size=BATCH_SIZE))
             tokenizer = train_tokenizer(batched_texts(batches, cfg.tokenizer_train_bytes), cfg.vocab_size)
             tokenizer.save(str(work / TOKENIZER_FILE))
             if tokenizer.get_vocab_size() < cfg.vocab_size:

@@ -40,6 +40,7 @@ NOT_DATA = (
 )
 OFFLINE_CHOICES = "offline choices: data=shakespeare, or data=local data.path=<your files>"
 SAMPLINGS = ("random", "epochs")  # data/loader.py SAMPLERS
+HASH_CHUNK = 1 << 20  # documents hashed at a time when holding out validation: memory stays flat
 
 
 class DataError(ValueError):
@@ -393,13 +394,25 @@ def uniform_hash(seed: int, indices: np.ndarray) -> np.ndarray:
     return ((x ^ (x >> np.uint64(31))) >> np.uint64(11)).astype(np.float64) / float(1 << 53)
 
 
+def hashed_choice(n: int, seed: int, fraction: float) -> tuple:
+    """(chosen, the rest): the indices below n whose uniform_hash is below `fraction`, each in order, hashed a chunk at
+    a time so memory stays flat."""
+    chosen, rest = [], []
+    for start in range(0, n, HASH_CHUNK):
+        index = np.arange(start, min(start + HASH_CHUNK, n))
+        below = uniform_hash(seed, index) < fraction
+        chosen.append(index[below])
+        rest.append(index[~below])
+    return np.concatenate(chosen), np.concatenate(rest)
+
+
 def _validation_mask(batch, indices, seed: int, fraction: float, want: bool) -> List[bool]:
     return list((uniform_hash(seed, np.asarray(indices)) < fraction) == want)
 
 
 def hold_out_documents(train, cfg: DataConfig, where: str):
-    """(train, validation, rule): a deterministic val_fraction of whole documents (of a stream: by a hash of each
-    document's index, as it has no length to split by)."""
+    """(train, validation, rule): a deterministic val_fraction of whole documents, each chosen by a hash of data.seed
+    and its index — the same documents streamed or not, both splits read in order — except the plays, in memory."""
     import datasets
 
     if isinstance(train, datasets.IterableDataset):
@@ -416,11 +429,24 @@ def hold_out_documents(train, cfg: DataConfig, where: str):
             f"{cfg.sample_by}); {', '.join(ways.get(cfg.sample_by, []) + ['add documents or files'])}, or "
             "give a validation split (data.val_split)"
         )
-    parts = train.train_test_split(test_size=cfg.val_fraction, seed=cfg.seed)
+    if not train.cache_files:  # in memory (the plays): the shuffled split every published Shakespeare number used
+        parts = train.train_test_split(test_size=cfg.val_fraction, seed=cfg.seed)
+        return (
+            parts["train"],
+            parts["test"],
+            f"{len(parts['test']):,} of {len(train):,} documents ({cfg.val_fraction:.0%}), chosen by data.seed",
+        )
+    # On disk: the stream's rule, so both splits are read in order (a shuffled read of a memory-mapped corpus larger
+    # than memory rereads it from disk for every batch); 8 bytes of index a document is all that grows with it.
+    held, kept = hashed_choice(len(train), cfg.seed, cfg.val_fraction)
+    if len(held) == 0 or len(kept) == 0:  # a few documents: one held out (the lowest hash), never all of them
+        lowest = int(np.argmin(uniform_hash(cfg.seed, np.arange(len(train)))))
+        held, kept = np.array([lowest]), np.delete(np.arange(len(train)), lowest)
     return (
-        parts["train"],
-        parts["test"],
-        (f"{len(parts['test']):,} of {len(train):,} documents ({cfg.val_fraction:.0%}), chosen by data.seed"),
+        train.select(kept),
+        train.select(held),
+        f"{len(held):,} of {len(train):,} documents ({len(held) / len(train):.1%}), chosen by a hash of data.seed "
+        "and each one's place (as data.streaming=true chooses), read in order",
     )
 
 

@@ -15,6 +15,8 @@ code under test is the real one — nothing in minillama knows about them:
                                  autograd as in a real compile, without inductor's minute of C++ builds
   {"teardown_log": "FILE"}       append "<rank> <group up before> <group up after>" to FILE at each process-group teardown
   {"metrics_disk_full_after": 3} metrics.jsonl's disk fills after 3 rows: every later write and the close fail (ENOSPC)
+  {"cgroup": [MAX, CURRENT, STAT]} the container's memory files the run reads are these (cgroup v2's layout), and
+                                 the host's /proc/meminfo is not read
   {"step_clock": [[0, 0.05], [40, 0.2]]}  the run's clock (training/budget.py clock) reads the seconds its steps
                                  would take: 0.05 s each from step 0, 0.2 s each from step 40; evaluations and
                                  checkpoints take none. A time budget then plans the same steps on every run
@@ -87,6 +89,11 @@ def install(spec: dict) -> None:
 
     if "step_clock" in spec:
         step_clock(spec["step_clock"])
+
+    if "cgroup" in spec:
+        import training.distributed as D
+
+        D.MEMINFO, D.CGROUPS = Path("/nonexistent"), ((*map(Path, spec["cgroup"]), "inactive_file"),)
 
     if "slow_prepare" in spec:
         real_build = preparation._build

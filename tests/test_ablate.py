@@ -296,6 +296,50 @@ def test_the_pre_registration_is_recorded_before_training_and_a_hand_edit_is_ref
     ), err
 
 
+def test_the_report_rederives_its_files_from_the_runs_and_refuses_an_edited_one(finished, tmp_path, capsys):
+    """The same runs must give the same per_seed.csv, contrasts.csv and results.json byte for byte: an edit made
+    consistently across all three is refused, naming the first; a copy without its runs has nothing to derive from."""
+    protocol = tmp_path / "p"
+    shutil.copytree(finished[0], protocol)
+    report = protocol / "report"
+    assert json.loads((report / "results.json").read_text())["preregistration"].startswith("Pre-registered ")
+    assert exit_status(main, ["--dir", str(protocol), "--report-only"]) == 0  # unchanged: the same files again
+    capsys.readouterr()
+    for name in ("per_seed.csv", "contrasts.csv", "results.json"):
+        text = (report / name).read_text()
+        (report / name).write_text(text.replace("0.", "0.0", 1))  # one digit, in every file
+    status = exit_status(main, ["--dir", str(protocol), "--report-only"])
+    err = capsys.readouterr().err
+    assert status == 1 and err.count("\n") == 1 and "per_seed.csv differs from what its cells' runs give" in err, err
+    shutil.rmtree(protocol / "runs")
+    status = exit_status(main, ["--dir", str(protocol), "--report-only"])
+    err = capsys.readouterr().err
+    assert status == 1 and err.count("\n") == 1 and "a copy without its runs?" in err, err
+
+
+def test_a_protocol_whose_cells_ran_before_any_registration_is_never_registered_and_says_so(finished, tmp_path, capsys):
+    """Registering once cells exist would fix the hypothesis after its results: refused in one line; the report
+    then says "Not pre-registered", in its header and in results.json."""
+    protocol = tmp_path / "p"
+    shutil.copytree(finished[0], protocol)
+    stored = yaml.safe_load((protocol / MANIFEST).read_text())
+    stored.pop("registrations")  # a protocol from before registration, its runs naming none
+    (protocol / MANIFEST).write_text(yaml.safe_dump(stored, sort_keys=False))
+    for path in protocol.glob("runs/*/*/*/config.yaml"):
+        config = yaml.safe_load(path.read_text())
+        config["logger"]["tags"] = [t for t in config["logger"]["tags"] if not t.startswith("registration=")]
+        path.write_text(yaml.safe_dump(config))
+    shutil.rmtree(protocol / "report")  # written under the registration: derived anew
+    assert exit_status(main, ["--dir", str(protocol), "--probe-steps", "0"]) == 0  # a resume: nothing left to run
+    out = capsys.readouterr().out
+    assert "pre-registration refused: this protocol's cells ran before any registration" in out, out
+    assert "registrations" not in yaml.safe_load((protocol / MANIFEST).read_text())
+    results = (protocol / "report" / "results.md").read_text()
+    assert "Not pre-registered: no registration was recorded before its cells ran" in results
+    assert "Decided in the spec (not pre-registered): primary" in results and "Pre-registered" not in results
+    assert json.loads((protocol / "report" / "results.json").read_text())["preregistration"].startswith("Not pre")
+
+
 def test_seeds_are_not_added_after_a_look_unless_sequential(finished, tmp_path, capsys):
     protocol = tmp_path / "p"
     shutil.copytree(finished[0], protocol)

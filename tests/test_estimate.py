@@ -11,6 +11,9 @@ import torch
 
 from cli import estimate, exit_status
 from cli.config import compose_run_config
+from model import Transformer
+from tests.train_helpers import REPO, launch, tiny_args
+from training import distributed as D
 from training.log import peak_memory_bytes
 
 TINY = [
@@ -261,8 +264,8 @@ def fake_cgroup(tmp_path, monkeypatch, limit: str, usage: int, inactive: int, v1
     key = "total_inactive_file" if v1 else "inactive_file"
     (tmp_path / "stat").write_text(f"anon 1\n{key} {inactive}\n")
     group = (tmp_path / "max", tmp_path / "current", tmp_path / "stat", key)
-    monkeypatch.setattr(estimate, "MEMINFO", tmp_path / "meminfo")
-    monkeypatch.setattr(estimate, "CGROUPS", (group,) if v1 else (group, (tmp_path / "none",) * 3 + (key,)))
+    monkeypatch.setattr(D, "MEMINFO", tmp_path / "meminfo")
+    monkeypatch.setattr(D, "CGROUPS", (group,) if v1 else (group, (tmp_path / "none",) * 3 + (key,)))
 
 
 @pytest.mark.parametrize("v1", [False, True])
@@ -289,4 +292,35 @@ def test_a_run_that_would_not_fit_the_containers_limit_says_so(capsys, tmp_path,
     fake_cgroup(tmp_path, monkeypatch, str(300 * 2**20), usage=own, inactive=0)
     status, out, err = run(capsys, *TINY, f"outputs_dir={tmp_path}", "--device", "cpu", "--peak-tflops", "1")
     assert status == 0, err
-    assert "verdict: does NOT fit" in out and "container's limit (300.0 MiB" in out, out
+    assert "verdict: does NOT fit" in out and "container's limit (300 MiB" in out, out
+
+
+@pytest.mark.parametrize("room_mib", [0, 4096])
+def test_train_py_refuses_in_one_line_a_run_its_container_cannot_hold(tmp_path, room_mib):
+    """A run the kernel would kill for memory (exit 137, no line) is refused before it starts; one that fits trains."""
+    limit = 8 * 2**30
+    (tmp_path / "max").write_text(f"{limit}\n")
+    (tmp_path / "current").write_text(f"{limit - room_mib * 2**20}\n")
+    (tmp_path / "stat").write_text("anon 1\ninactive_file 0\n")
+    faults = json.dumps({"cgroup": [str(tmp_path / name) for name in ("max", "current", "stat")]})
+    launcher = [sys.executable, str(REPO / "tests" / "fault_injection.py"), faults]
+    done = launch(launcher, tiny_args(tmp_path, ("trainer.max_steps=2",)), check=False)
+    if room_mib:
+        assert done.returncode == 0, done.stderr[-2000:]
+        return
+    lines = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 1 and len(lines) == 1, done.stderr[-2000:]
+    assert "needs at least" in lines[0] and "container's limit (8.00 GiB" in lines[0] and "leaves 0 MiB" in lines[0]
+    assert not list((tmp_path / "outputs").rglob("*.safetensors"))  # nothing trained, nothing saved
+
+
+@pytest.mark.parametrize("overrides", [[], ["model.mlp=gelu", "trainer.micro_batch_size=4"], ["optim=adamw"]])
+def test_train_pys_memory_bound_is_below_the_simulated_peak(overrides):
+    """train.py refuses only runs that cannot fit: its lower bound stays under what estimate.py simulates (the
+    default model's logits, which it leaves out, make it ~16 % of the simulated peak there)."""
+    cfg = compose_run_config(overrides)
+    with torch.device("meta"):
+        model = Transformer(cfg.model)
+    step = estimate.simulate(cfg, "fp32")
+    bound = D.least_memory(model, cfg.trainer.micro_batch_size * cfg.trainer.seq_len)
+    assert 0.1 * (step.peak - step.weights) < bound < step.peak - step.weights

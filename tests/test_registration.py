@@ -5,7 +5,10 @@ import dataclasses
 
 import pytest
 
+from cli.config import compose_train_config
 from studies.ablation import registration as R
+from studies.ablation.configs import config_digest
+from studies.ablation.contrasts import ANALYSIS_RULE
 from studies.ablation.protocol import ProtocolError, Spec
 
 SPEC = dict(
@@ -70,10 +73,42 @@ def test_a_record_edited_by_hand_no_longer_hashes_to_itself():
         R.check(manifest, Spec(**{**SPEC, "alpha": 0.1}), "p")
 
 
-def test_a_protocol_from_before_registration_says_so():
-    assert (
-        R.check({}, Spec(**SPEC), "p") == "Pre-registration: none recorded (this protocol predates registered hashes)."
-    )
+def test_a_protocol_without_a_record_is_reported_as_not_pre_registered():
+    assert R.check({}, Spec(**SPEC), "p").startswith("Not pre-registered: no registration was recorded before")
+
+
+def test_a_first_registration_is_refused_once_cells_exist():
+    assert R.too_late({}, cells_exist=False) is None  # a new protocol: registered before its first cell
+    assert R.too_late({}, cells_exist=True).startswith("pre-registration refused: this protocol's cells ran before")
+    manifest = {}
+    R.register(manifest, Spec(**SPEC), "first")
+    assert R.too_late(manifest, cells_exist=True) is None  # registered: a resume may amend it
+
+
+CONFIGS = {"base/ref": "a" * 64, "base/gelu": "b" * 64}
+
+
+def test_every_cells_composed_config_and_the_analysis_rule_are_registered():
+    manifest = {}
+    record = R.register(manifest, Spec(**SPEC), "first", CONFIGS)
+    assert record["preregistered"]["configs"] == CONFIGS and record["preregistered"]["analysis_rule"] == ANALYSIS_RULE
+    assert record["sha256"] != R.fingerprint(R.preregistered(Spec(**SPEC)))  # the configs are in the hash
+    R.check_configs(manifest, {**CONFIGS, "base/relu2": "c" * 64}, "p")  # a new cell: an amendment's to record
+    with pytest.raises(ProtocolError, match=r"^p: the composed config of base/gelu \(its preset or a config group"):
+        R.check_configs(manifest, {**CONFIGS, "base/gelu": "d" * 64}, "p")  # a preset edited since
+    with pytest.raises(ProtocolError, match="the composed config of base/gelu"):
+        R.check(manifest, Spec(**SPEC), "p", {**CONFIGS, "base/gelu": "d" * 64})
+    manifest["registrations"][0]["preregistered"]["analysis_rule"] = ANALYSIS_RULE + 1
+    with pytest.raises(ProtocolError, match=rf"judged by analysis rule {ANALYSIS_RULE + 1}, but this code applies"):
+        R.check_configs(manifest, CONFIGS, "p")
+
+
+def test_a_config_digest_is_what_a_run_computes_not_where_it_is_written():
+    base = ["debug=tiny", "data.vocab_size=320"]
+    digest = config_digest(compose_train_config(base)[0])
+    moved = compose_train_config([*base, "outputs_dir=/elsewhere", "data.cache_dir=/x", "run_name=r"])[0]
+    assert config_digest(moved) == digest
+    assert config_digest(compose_train_config([*base, "trainer.eval_windows=4"])[0]) != digest  # a preset's value
 
 
 def test_a_field_registered_later_is_compared_with_its_default():

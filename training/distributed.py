@@ -7,6 +7,7 @@ import platform
 import re
 import signal
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional, Tuple
 
 import torch
@@ -91,6 +92,60 @@ def compute_identity(device: torch.device) -> str:
     cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
     target = torch.backends.cpu.get_cpu_capability() if device.type == "cpu" else device.type
     return f"torch {torch.__version__}, {device.type} {target}" + (f", ONEDNN_MAX_CPU_ISA={cap}" if cap else "")
+
+
+MEMINFO = Path("/proc/meminfo")
+CGROUPS = (  # a container's limit, cgroup v2 then v1: (limit, usage, stat, the stat's reclaimable page cache)
+    tuple(Path(f"/sys/fs/cgroup/memory.{name}") for name in ("max", "current", "stat")) + ("inactive_file",),
+    tuple(Path(f"/sys/fs/cgroup/memory/memory.{name}") for name in ("limit_in_bytes", "usage_in_bytes", "stat"))
+    + ("total_inactive_file",),
+)
+
+
+def size(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if abs(n) >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+def memory_room(own: int = 0) -> Tuple[Optional[int], str]:
+    """(bytes, where from) a CPU process may still take: RAM available now, or its container's limit less what the
+    container uses (less the page cache the kernel drops first, and `own`) when that is smaller."""
+    found = (None, "unknown")
+    for line in MEMINFO.read_text().splitlines() if MEMINFO.exists() else []:
+        if line.startswith("MemAvailable:"):
+            found = (int(line.split()[1]) * 1024, "available RAM now (/proc/meminfo)")
+    for limit_file, usage_file, stat_file, cache_key in CGROUPS:
+        try:
+            text, used = limit_file.read_text().strip(), int(usage_file.read_text())
+            limit = 2**63 if text == "max" else int(text)
+            stat = dict(line.split() for line in stat_file.read_text().splitlines() if line.count(" ") == 1)
+            used = max(used - int(stat.get(cache_key, 0)) - own, 0)
+        except (OSError, ValueError):  # no such cgroup, or a file it cannot read: the host's RAM stands
+            continue
+        if limit < 2**60 and (found[0] is None or limit - used < found[0]):  # no limit: "max", or v1's 2^63
+            found = (limit - used, f"the container's limit ({size(limit)}, {limit_file}) less {size(used)} used")
+        break
+    return found
+
+
+def least_memory(model: torch.nn.Module, tokens: int) -> int:
+    """A lower bound on what training `model` takes beyond its weights: a gradient and an optimizer moment a weight
+    (8 bytes), and what each block saves for backward of `tokens` a micro-batch — its two norms' inputs, q, the
+    attention's output, two MLP-wide tensors — at 2 bytes (bf16). scripts/estimate.py simulates the whole peak."""
+    cfg = model.cfg
+    saved = 2 * tokens * cfg.n_layers * (4 * cfg.hidden_size + 2 * cfg.resolved_intermediate_size)
+    return 8 * sum(p.numel() for p in model.parameters()) + saved
+
+
+def check_cpu_memory(model: torch.nn.Module, tokens: int) -> None:
+    """Refuse, before it starts, a run that cannot fit what this process may use: the kernel's kill for memory leaves
+    no line."""
+    room, where = memory_room()
+    if room is not None and (need := least_memory(model, tokens)) > room:
+        raise ValueError(
+            f"this run needs at least {size(need)} more (gradients, optimizer state, activations) but "
+            f"{where} leaves {size(room)}; lower trainer.micro_batch_size or the model's size, or give it "
+            "more memory (scripts/estimate.py gives the whole estimate)"
+        )
 
 
 def process_info(device_name: str) -> DistInfo:

@@ -317,6 +317,8 @@ def build(
         why += "; matmuls on TF32 tensor cores (trainer.tf32)"
     torch.manual_seed(cfg.seed)
     raw_model = Transformer(cfg.model).to(info.device)
+    if info.device.type == "cpu":
+        D.check_cpu_memory(raw_model, t.micro_batch_size * t.seq_len)
     if init is not None and resume is None:
         init.load(raw_model)
     parallel = D.resolve_parallel(t.parallel, info.world_size)

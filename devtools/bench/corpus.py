@@ -2,10 +2,14 @@
 with each encoder (tiktoken, the fast path, and `tokenizers`), its phases — the tokenizer's training apart —
 and its peak memory at two corpus sizes, to show it stays flat as the corpus grows."""
 
+import contextlib
 import json
+import os
+import re
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from cli import REPO
@@ -141,3 +145,75 @@ def report_corpus(results: dict) -> list:
         "",
     ]
     return lines
+
+
+# ---- a corpus larger than memory ---------------------------------------------------------------------------------
+
+CGROUP_V2, CGROUP_V1 = Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/memory")
+
+
+def big_corpus(folder: Path, gigabytes: float, files: int) -> float:
+    """`gigabytes` of Python source as JSON lines in `files` files: the installed packages' modules, passed over again
+    (each pass's documents marked apart) until the size is reached. Its GB."""
+    folder.mkdir(parents=True, exist_ok=True)
+    sources = sorted((Path(sys.prefix) / "lib").rglob("*.py"))
+    limit, size, n = gigabytes * 1e9, 0, 0
+    outs = [open(folder / f"part{i:03d}.jsonl", "w") for i in range(files)]
+    try:
+        for rerun in range(1000):
+            for source in sources:
+                try:
+                    text = f"# pass {rerun}\n" + source.read_text(encoding="utf-8")
+                except (UnicodeDecodeError, OSError):
+                    continue
+                outs[n % files].write(json.dumps({"text": text}) + "\n")
+                size, n = size + len(text.encode("utf-8")), n + 1
+                if size >= limit:
+                    return size / 1e9
+    finally:
+        for out in outs:
+            out.close()
+    return size / 1e9
+
+
+def limited_prepare(corpus: str, limit_bytes: int, cache: Path, timeout_s: float = 3600) -> dict:
+    """The whole command `scripts/prepare_data.py` on `corpus` in a fresh memory cgroup of `limit_bytes` (needs root):
+    its exit code (None: killed at `timeout_s`), wall seconds, its peak RSS, its own memory's peak (RssAnon, sampled)
+    and the cgroup's peak (page cache included)."""
+    v2 = (CGROUP_V2 / "cgroup.controllers").exists() and not CGROUP_V1.is_dir()
+    group = (CGROUP_V2 if v2 else CGROUP_V1) / f"minillama-bench-{os.getpid()}"
+    group.mkdir()
+    try:
+        (group / ("memory.max" if v2 else "memory.limit_in_bytes")).write_text(str(limit_bytes))
+        command = [sys.executable, "scripts/prepare_data.py", "data=local", f"data.path={corpus}"]
+        command += ["data.vocab_size=8192", f"data.cache_dir={cache}"]
+        log = cache.parent / f"{cache.name}.log"
+        start = time.perf_counter()
+        with open(log, "w") as out:
+            child = subprocess.Popen(
+                command,
+                cwd=REPO,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                preexec_fn=lambda: (group / "cgroup.procs").write_text(str(os.getpid())),
+            )
+            anon = 0  # its own memory (RssAnon), sampled: RSS also counts the corpus's pages it maps, which are cache
+            while not (done := os.wait4(child.pid, os.WNOHANG))[0]:  # wait4: this child's own peak
+                with contextlib.suppress(OSError, AttributeError):
+                    own = Path(f"/proc/{child.pid}/status").read_text()
+                    anon = max(anon, int(re.search(r"RssAnon:\s+(\d+)", own).group(1)))
+                if time.perf_counter() - start > timeout_s:
+                    child.kill()
+                time.sleep(0.2)
+            _, status, usage = done
+        wall, lines = time.perf_counter() - start, log.read_text(errors="replace").strip().splitlines()
+        return {
+            "rc": None if time.perf_counter() - start > timeout_s else os.waitstatus_to_exitcode(status),
+            "wall_s": wall,
+            "peak_rss_mb": usage.ru_maxrss / 1024,
+            "peak_anon_mb": anon / 1024,
+            "cgroup_peak_mb": int((group / ("memory.peak" if v2 else "memory.max_usage_in_bytes")).read_text()) / 2**20,
+            "last_line": next((line for line in reversed(lines) if line.startswith(("time", "error"))), lines[-1:]),
+        }
+    finally:
+        group.rmdir()

@@ -3,6 +3,9 @@ trains, so a typo fails in seconds, then run by studies/launcher.py as generated
 ONE `python train.py -m` multirun per stage. Composing and parsing overrides are passed in (cli.config)."""
 
 import copy
+import dataclasses
+import hashlib
+import json
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -19,9 +22,21 @@ Compose = Callable[[List[str]], object]  # overrides → the TrainConfig train.p
 ParseOverrides = Callable[[List[str]], List[Tuple[str, object]]]  # overrides → (dotted key, value)
 
 
-def validate(spec: Spec, compose: Compose) -> Tuple[Dict[str, Dict[str, dict]], Dict[str, Budget]]:
+def config_digest(cfg) -> str:
+    """SHA-256 of what a composed TrainConfig computes: every preset's and config group's content, without where the
+    run is written (outputs_dir, run_name, data.cache_dir) or how it is logged."""
+    data = dataclasses.asdict(cfg)
+    for key in ("outputs_dir", "run_name", "logger"):
+        data.pop(key)
+    data["data"].pop("cache_dir")
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def validate(
+    spec: Spec, compose: Compose, configs: Optional[dict] = None
+) -> Tuple[Dict[str, Dict[str, dict]], Dict[str, Budget]]:
     """({size: {variant: parameter counts}}, {size: the reference's workload}); a cell that would not
-    compose or build is a ProtocolError naming it."""
+    compose or build is a ProtocolError naming it. `configs` gets each "size/variant"'s config_digest."""
     check_overlaps(spec)
     models, budgets = {}, {}
     for size, size_overrides in spec.sizes.items():
@@ -45,6 +60,8 @@ def validate(spec: Spec, compose: Compose) -> Tuple[Dict[str, Dict[str, dict]], 
                     f"size {size}, variant {variant} does not compose ({' '.join(overrides)}): "
                     f"{str(e).strip().splitlines()[0]}"
                 )
+            if configs is not None:
+                configs[f"{size}/{variant}"] = config_digest(cfg)
             models[size][variant] = {
                 "total": counts["total"],
                 "mlp": counts["mlp"],

@@ -1,16 +1,23 @@
 """The protocol's pre-registered contrasts, judged: each variant against the reference, paired over the
 measuring seeds, at two LR choices — each at its own best LR, and every variant at the reference's best
 (the shared LR) — Holm-adjusted within its family (one tier's contrasts × sizes at one LR choice), with
-a paired TOST against the equivalence margin; their tables and the depth (scale) check."""
+a paired TOST against the equivalence margin — and beside each, its p under one Holm correction over the whole
+study, so a family's call the study-wide rule does not keep is worded so; their tables and the depth check."""
 
+import math
 from dataclasses import dataclass
 from typing import Dict, List, Optional
+
+from statsmodels.stats.multitest import multipletests
 
 from analysis import scale
 from analysis.verdicts import Verdict, judge, method_name, table_cells
 from studies.ablation.cells import DIVERGED, FINISHED, CellState
 from studies.ablation.protocol import TIERS, Cell, Spec
 
+# Up when how a verdict is reached changes (the tests, the correction, TOST, the families): a pre-registration records
+# the rule it is judged by, and a report under another one is refused.
+ANALYSIS_RULE = 1
 LR_CHOICES = ("own", "shared")
 LR_WORDS = {"own": "each variant at its own best LR", "shared": "every variant at the reference's best LR"}
 States = Dict[Cell, CellState]
@@ -29,6 +36,8 @@ class Contrast:
     reference_bpb: Dict[int, float]
     verdict: Verdict
     diverged: int = 0  # the variant's runs of this contrast that diverged (not in its values)
+    study_p: Optional[float] = None  # its p under one Holm correction over all the study's distinct tests
+    study_tests: int = 0
 
     @property
     def seeds(self) -> List[int]:
@@ -39,7 +48,12 @@ class Contrast:
         if self.lr is None:
             return "can't tell: no test — diverged at every LR tried"
         why = f" ({self.diverged} run(s) diverged at lr {self.lr:g})" if self.diverged else ""
-        return self.verdict.sentence() + why
+        if self.study_p is None:
+            return self.verdict.sentence() + why
+        wide = f"study-wide Holm p = {self.study_p:.3g} over its {self.study_tests} distinct tests"
+        if self.verdict.outcome in ("better", "worse") and self.study_p >= self.verdict.alpha:
+            return f"can't tell study-wide ({wide}); {self.verdict.sentence()} within its family only{why}"
+        return f"{self.verdict.sentence()}; {wide}{why}"
 
 
 def seed_values(states: States, size: str, variant: str, lr: Optional[float], seeds) -> Dict[int, float]:
@@ -87,7 +101,19 @@ def judge_protocol(spec: Spec, states: States, chosen: Chosen, alpha: Optional[f
                 )
                 for (size, variant), (lr, ref_lr, mine, ref) in rows.items()
             ]
-    return out
+    return study_wide(out)
+
+
+def study_wide(contrasts: List[Contrast]) -> List[Contrast]:
+    """The study's one error-control figure beside each family's: Holm over every distinct test (a contrast judged in
+    both LR families on the same runs counts once), each contrast given its p there."""
+    tested = [c for c in contrasts if c.verdict.test and math.isfinite(c.verdict.test.p)]
+    tests = {(c.size, c.variant, c.lr, c.reference_lr): c.verdict.test.p for c in tested}
+    if tests:
+        adjusted = dict(zip(tests, multipletests(list(tests.values()), method="holm")[1]))
+        for c in tested:
+            c.study_p, c.study_tests = float(adjusted[c.size, c.variant, c.lr, c.reference_lr]), len(tests)
+    return contrasts
 
 
 def _diverged(states: States, size: str, variant: str, lr: Optional[float], seeds) -> int:

@@ -32,6 +32,7 @@ CONTRAST_FIELDS = [
     "tost_p_upper",
     "tost_p_adjusted",
     "verdict",
+    "p_study_wide",
     "per_seed_delta",
 ]
 
@@ -81,6 +82,7 @@ def contrast_rows(spec: Spec, contrasts: List[Contrast]) -> List[dict]:
                 "tost_p_upper": _num(tost.p_upper) if tost else None,
                 "tost_p_adjusted": _num(v.tost_adjusted),
                 "verdict": v.outcome,
+                "p_study_wide": _num(c.study_p) if c.study_p is not None else None,
                 "per_seed_delta": {s: round(c.variant_bpb[s] - c.reference_bpb[s], 6) for s in c.seeds},
             }
         )
@@ -107,8 +109,13 @@ def write_manifest_csv(manifest: dict, path: Path) -> None:
     _csv(path, [f for f in CELL_FIELDS if f not in ("val_loss", "tokens", "precision")], manifest_rows(manifest))
 
 
-def write(out: Path, spec: Spec, states: Dict[Cell, CellState], chosen: dict, contrasts: List[Contrast]) -> List[str]:
-    """Write the three files into `out`; return their names."""
+FILES = ("per_seed.csv", "contrasts.csv", "results.json")
+
+
+def write(
+    out: Path, spec: Spec, states: Dict[Cell, CellState], chosen: dict, contrasts: List[Contrast], registered: str = ""
+) -> List[str]:
+    """Write the three files into `out`; return their names. results.json carries the pre-registration's line."""
     cells, judged = cell_rows(spec, states), contrast_rows(spec, contrasts)
     _csv(out / "per_seed.csv", CELL_FIELDS, cells)
     _csv(
@@ -118,13 +125,19 @@ def write(out: Path, spec: Spec, states: Dict[Cell, CellState], chosen: dict, co
     )
     (out / "results.json").write_text(
         json.dumps(
-            {"spec": spec.to_dict(), "chosen_lr": chosen, "cells": cells, "contrasts": judged},
+            {
+                "preregistration": registered,
+                "spec": spec.to_dict(),
+                "chosen_lr": chosen,
+                "cells": cells,
+                "contrasts": judged,
+            },
             indent=1,
             allow_nan=False,
         )
         + "\n"
     )
-    return ["per_seed.csv", "contrasts.csv", "results.json"]
+    return list(FILES)
 
 
 def _csv(path: Path, fields: List[str], rows: List[dict]) -> None:

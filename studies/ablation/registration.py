@@ -1,7 +1,8 @@
 """The pre-registration, made tamper-evident: before the first cell trains, the manifest records the SHA-256 of
 the spec's pre-registered part — what is compared (reference, variants, sizes, families), how it is judged
 (α, the correction, the equivalence margin, power, the target MDE), the measuring seeds and the LR rule — with
-the time and the command. A resume that changes any of it through ablate.py (a variant or an LR added, as
+the SHA-256 of every cell's composed config (the preset's and every config group's content) and the version of the
+analysis rule, the time and the command. Once any cell exists, a protocol with no record stays unregistered. A resume that changes any of it through ablate.py (a variant or an LR added, as
 check_continuable allows) records an amendment beside it; a spec edited any other way matches no record,
 and a resume or a report then refuses in one line. The hash is printed so it can be published before the
 results exist (a commit, a post): that, not this file, is what a reader outside the machine can check."""
@@ -10,9 +11,10 @@ import dataclasses
 import hashlib
 import json
 import time
-from typing import Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional
 
 from studies.ablation.configs import REGISTRATION_TAG
+from studies.ablation.contrasts import ANALYSIS_RULE
 from studies.ablation.protocol import ProtocolError, Spec
 
 # The fields decided before any cell trains. planning_sd and the stored throughput only plan; they are not here.
@@ -40,10 +42,29 @@ PREREGISTERED = (
 )
 
 
-def preregistered(spec: Spec) -> dict:
-    """The spec's pre-registered part, as plain data."""
+NOT_REGISTERED = (
+    "Not pre-registered: no registration was recorded before its cells ran, so the spec below is the one it ran, "
+    "not a hypothesis fixed in advance."
+)
+
+
+def preregistered(spec: Spec, configs: Optional[Dict[str, str]] = None) -> dict:
+    """The spec's pre-registered part, as plain data; with `configs` ({"size/variant": config_digest}), those and the
+    analysis rule too."""
     data = spec.to_dict()
-    return {key: data[key] for key in PREREGISTERED}
+    part = {key: data[key] for key in PREREGISTERED}
+    return part if configs is None else {**part, "configs": dict(configs), "analysis_rule": ANALYSIS_RULE}
+
+
+def too_late(manifest: dict, cells_exist: bool) -> Optional[str]:
+    """The one line refusing a first registration once cells exist (it would fix a hypothesis after its results),
+    or None."""
+    if manifest.get("registrations") or not cells_exist:
+        return None
+    return (
+        "pre-registration refused: this protocol's cells ran before any registration, and one recorded now would "
+        "follow its results; it stays not pre-registered, and its report says so"
+    )
 
 
 def fingerprint(part: dict) -> str:
@@ -51,10 +72,10 @@ def fingerprint(part: dict) -> str:
     return hashlib.sha256(json.dumps(part, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def register(manifest: dict, spec: Spec, command: str) -> Optional[dict]:
+def register(manifest: dict, spec: Spec, command: str, configs: Optional[Dict[str, str]] = None) -> Optional[dict]:
     """Record the spec's pre-registration in `manifest` (before its first cell trains), or an amendment when a
     resume changed it; the new record, or None when the spec is the one last registered."""
-    part = preregistered(spec)
+    part = preregistered(spec, configs)
     records: List[dict] = manifest.setdefault("registrations", [])
     sha = fingerprint(part)
     if records and records[-1]["sha256"] == sha:
@@ -67,17 +88,18 @@ def register(manifest: dict, spec: Spec, command: str) -> Optional[dict]:
     }
     if records:
         before = records[-1]["preregistered"]
-        record["amends"] = sorted(key for key in PREREGISTERED if before.get(key) != part[key])
+        record["amends"] = sorted(key for key in part if before.get(key) != part[key])
     records.append(record)
     return record
 
 
-def check(manifest: dict, spec: Spec, where: str) -> str:
-    """One line naming the registration the spec matches; a ProtocolError when it matches none, or when a record
-    no longer hashes to its own SHA-256 (edited by hand). A protocol from before registration says so."""
+def check(manifest: dict, spec: Spec, where: str, configs: Optional[Dict[str, str]] = None) -> str:
+    """One line naming the registration the spec — and with `configs`, every cell's composed config and the analysis
+    rule — matches; a ProtocolError when it matches none, or when a record no longer hashes to its own SHA-256
+    (edited by hand). A protocol without a record is not pre-registered, and says so."""
     records = manifest.get("registrations") or []
     if not records:
-        return "Pre-registration: none recorded (this protocol predates registered hashes)."
+        return NOT_REGISTERED
     for record in records:
         if fingerprint(record["preregistered"]) != record["sha256"]:
             raise ProtocolError(
@@ -93,7 +115,7 @@ def check(manifest: dict, spec: Spec, where: str) -> str:
         if f.name in PREREGISTERED and f.name not in last["preregistered"]
     }
     changed = sorted(
-        [key for key in last["preregistered"] if last["preregistered"][key] != part.get(key)]
+        [key for key in PREREGISTERED if key in last["preregistered"] and last["preregistered"][key] != part[key]]
         + [key for key in PREREGISTERED if key not in last["preregistered"] and part[key] != defaults[key]]
     )
     if changed:
@@ -102,11 +124,33 @@ def check(manifest: dict, spec: Spec, where: str) -> str:
             f"{last['sha256'][:12]} of {last['registered']}: it was edited outside ablate.py; restore "
             "it, or start a new --dir"
         )
+    if configs is not None:
+        check_configs(manifest, configs, where)
     first = records[0]
     amended = "".join(
         f"; amended {r['registered']} ({', '.join(r['amends'])}: {r['sha256'][:12]})" for r in records[1:]
     )
     return f"Pre-registered {first['registered']}, SHA-256 {first['sha256']}{amended}."
+
+
+def check_configs(manifest: dict, configs: Dict[str, str], where: str) -> None:
+    """A ProtocolError when a cell's composed config (its preset, a config group) differs from the last record's, or
+    the analysis rule is not the one it names: edits no amendment made (a new cell's config is an amendment's)."""
+    records = manifest.get("registrations") or []
+    last = records[-1]["preregistered"] if records else {}
+    recorded, sha = last.get("configs") or {}, records[-1]["sha256"][:12] if records else ""
+    if edited := sorted(cell for cell, digest in recorded.items() if configs.get(cell, digest) != digest):
+        raise ProtocolError(
+            f"{where}: the composed config of {', '.join(edited)} (its preset or a config group it runs) no longer "
+            f"matches its pre-registration {sha} of {records[-1]['registered']}; restore the configs (git), or "
+            "start a new --dir"
+        )
+    if last.get("analysis_rule", ANALYSIS_RULE) != ANALYSIS_RULE:
+        raise ProtocolError(
+            f"{where}: registered to be judged by analysis rule {last['analysis_rule']}, but this code applies rule "
+            f"{ANALYSIS_RULE} (studies/ablation/contrasts.py ANALYSIS_RULE); report it with the code of its "
+            "registration (git)"
+        )
 
 
 def current(manifest: dict) -> Optional[str]:

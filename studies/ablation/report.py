@@ -45,7 +45,9 @@ def write(
     )
     sections = [
         f"# {title}\n",
-        _setup(spec, states) + sequential + (registered + "\n" if registered else ""),
+        _setup(spec, states, registered.startswith("Pre-registered"))
+        + sequential
+        + (registered + "\n" if registered else ""),
         _verdicts(spec, contrasts),
         _power(spec, contrasts, planning_source),
         _lr_section(spec, states, chosen, out),
@@ -84,7 +86,7 @@ def write(
         }
         plot_delta_vs_size(list(params.items()), deltas, out / "delta_vs_size.png", spec.reference)
         sections.append("![Δ vs model size](delta_vs_size.png)\n")
-    files = export.write(out, spec, states, chosen, contrasts)
+    files = export.write(out, spec, states, chosen, contrasts, registered)
     sections.append(
         "Every number above, per seed: "
         + ", ".join(f"[{f}]({f})" for f in files)
@@ -99,7 +101,7 @@ def _seeds(seeds) -> str:
     return ", ".join(map(str, seeds))
 
 
-def _setup(spec: Spec, states: States) -> str:
+def _setup(spec: Spec, states: States, preregistered: bool = True) -> str:
     counts = {}
     for s in states.values():
         counts[s.state] = counts.get(s.state, 0) + 1
@@ -125,13 +127,15 @@ def _setup(spec: Spec, states: States) -> str:
             )
             + f". Stage 2 (measurement) on seeds {_seeds(spec.seeds)}: every variant at its "
             f"own best LR and at {spec.reference}'s (the shared LR).",
-            f"Pre-registered before training: primary contrasts {', '.join(spec.primary) or '(none)'}; secondary "
+            ("Pre-registered before training" if preregistered else "Decided in the spec (not pre-registered)")
+            + f": primary contrasts {', '.join(spec.primary) or '(none)'}; secondary "
             f"{', '.join(spec.secondary) or '(none)'} (each vs {spec.reference}). Each family (one tier's contrasts × "
             f"sizes, at one LR choice) is adjusted on its own by {method_name(spec.multitest)} (statsmodels' "
             f"multipletests) at α = {spec.alpha:g}. "
             f"Verdicts: **better/worse** when the adjusted paired t-test rejects Δ = 0; else **equivalent** when the "
             f"adjusted paired TOST shows |Δ| < {spec.equivalence_margin:g} bpb; else **can't tell** (absence of "
-            "evidence is not equivalence).",
+            "evidence is not equivalence). Beside each verdict: its p under one Holm correction over all the study's "
+            "distinct tests; a family's better/worse that does not survive it reads \"can't tell study-wide\".",
             "Cells: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) + ".",
             _precisions(states),
             "",

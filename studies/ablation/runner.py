@@ -3,7 +3,9 @@ for every round of LR extensions), every cell's state recorded in the manifest a
 power printed before each stage (from a short timing run of each size, or the runs already finished),
 then stage 3, the report."""
 
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import List, Optional
@@ -11,7 +13,7 @@ from typing import List, Optional
 from analysis.looks import alpha_for
 from analysis.looks import record as looks_record
 from studies.ablation import cells as C
-from studies.ablation import cost, manifest, registration
+from studies.ablation import cost, export, manifest, registration
 from studies.ablation import report as protocol_report
 from studies.ablation.configs import cell_config
 from studies.ablation.lr_search import edge_note
@@ -44,6 +46,7 @@ class Protocol:
         self.resumed = stored is not None
         self.runs_dir = self.dir / "runs"
         self.writes = True  # False for a dry run: the manifest is kept in memory only
+        self.configs = None  # {"size/variant": config_digest}, once composed (studies/ablation/configs.py)
 
     def save(self, **fields) -> None:
         self.data.update(fields, spec=self.spec.to_dict(), launcher_overrides=self.launcher, command=self.command)
@@ -64,15 +67,18 @@ class Protocol:
         return self.spec.planning_sd_source or "the spec's planning_sd"
 
     def record(self, states: dict, chosen=None) -> None:
-        cells = dict(self.data.get("cells") or {})
-        for s in states.values():
-            entry = {"state": s.state}
-            if s.final_bpb is not None:
-                entry["val_bpb"] = round(s.final_bpb, 6)
-            if s.error:
-                entry["error"] = s.error
-            cells[s.cell.run_name] = entry
+        cells = {**(self.data.get("cells") or {}), **{s.cell.run_name: cell_entry(s) for s in states.values()}}
         self.save(cells=cells, **({"chosen_lr": chosen} if chosen is not None else {}))
+
+
+def cell_entry(s) -> dict:
+    """What the manifest records of a cell: its state, final bpb and error."""
+    entry = {"state": s.state}
+    if s.final_bpb is not None:
+        entry["val_bpb"] = round(s.final_bpb, 6)
+    if s.error:
+        entry["error"] = s.error
+    return entry
 
 
 def run_cells(proto: Protocol, cells, stage: str, sweep_dir: Path, extra=(), values=None) -> int:
@@ -332,20 +338,36 @@ def report(proto: Protocol) -> int:
     states = proto.stage1()
     chosen = C.chosen_lrs(spec, states)
     states.update(proto.states(stage2_cells(spec, chosen)))
-    out = proto.dir / "report"
-    registered = registration.check(proto.data, spec, proto.dir / manifest.MANIFEST)  # a spec edited by hand: refused
+    out, where = proto.dir / "report", proto.dir / manifest.MANIFEST
+    if all(s.state == C.MISSING for s in states.values()) and proto.data.get("cells"):
+        raise ProtocolError(
+            f"{where}: none of its {len(states)} cells' runs is in {proto.runs_dir} (a copy without its runs?): there "
+            "is nothing to derive the results from; report where the runs are (tests/test_ablation_docs.py recomputes "
+            "the published contrasts from per_seed.csv)"
+        )
+    recorded = proto.data.get("cells") or {}
+    unchanged = all(recorded.get(s.cell.run_name) == cell_entry(s) for s in states.values())
+    registered = registration.check(proto.data, spec, proto.dir / manifest.MANIFEST, proto.configs)  # edits refused
     registration.check_cells(proto.data, states.values(), proto.dir / manifest.MANIFEST)  # or a manifest replaced
     looks = looks_record(proto.data.get("looks") or [], {"stage2": spec.seeds}, proto.sequential)
-    text = protocol_report.write(
-        spec,
-        states,
-        chosen,
-        out,
-        f"Ablation protocol {proto.data['id']}",
-        proto.planning_source,
-        alpha_for(spec.alpha, looks, "stage2"),
-        registered,
-    )
+    with tempfile.TemporaryDirectory() as fresh:  # derived anew from the cells' runs, then held against the old
+        text = protocol_report.write(
+            spec,
+            states,
+            chosen,
+            Path(fresh),
+            f"Ablation protocol {proto.data['id']}",
+            proto.planning_source,
+            alpha_for(spec.alpha, looks, "stage2"),
+            registered,
+        )
+        for name in export.FILES if unchanged else ():  # the same runs must give the same files, byte for byte
+            if (out / name).exists() and (out / name).read_bytes() != (Path(fresh) / name).read_bytes():
+                raise ProtocolError(
+                    f"{out / name} differs from what its cells' runs give (edited by hand, or written by other code); "
+                    "restore it (git), or delete it to derive it anew"
+                )
+        shutil.copytree(fresh, out, dirs_exist_ok=True)
     proto.save(looks=looks)
     proto.record(states, chosen)
     print(text)
