@@ -2,8 +2,11 @@
 docs/mup/transfer/results.jsonl, and the verdicts the text states (where each best lr sits, how far it
 moved, the seed noise) follow from it; so do the width-512 AdamW experiment's published arms (docs/mup/arms/)."""
 
+import csv
 import json
 import statistics
+
+import yaml
 
 from studies.mup.arms import arms_markdown, compare_arms, comparisons_markdown, judge_arm
 from studies.mup.factorial import factorial, factorial_markdown
@@ -87,3 +90,27 @@ def test_the_arms_answers_in_the_docs_are_what_the_rule_makes_of_the_runs():
     )
     assert printed.rstrip("\n") in text
     assert "![" in text and "(mup/arms/arms.png)" in text and (ARMS / "arms.png").stat().st_size > 0  # --figure's
+
+
+def test_the_transfer_and_arms_claims_say_no_more_than_their_runs():
+    """The Muon transfer is an argmin on a ×2 grid, not a test; the arms were not shown to help; width_mup's reuse
+    of one LR under AdamW is flagged as the assumption docs/mup.md says it is."""
+    mup = " ".join((REPO / "docs" / "mup.md").read_text().split())
+    assert "μP transfers, SP does not" not in mup and "an argmin of 2-seed means on a ×2 grid" in mup
+    assert "No arm makes width 512 better" not in mup and "No arm was shown to make width 512 better" in mup
+    assert "AdamW: we can't tell" in mup
+    width = (REPO / "configs" / "protocol" / "width_mup.yaml").read_text()
+    assert yaml.safe_load(width)["experiment"] == "ablation_epoch" and "the reused LRs are an assumption" in width
+
+
+def test_the_bimodal_d6_gelu_cell_is_what_per_seed_csv_holds():
+    rows = csv.DictReader(open(REPO / "docs" / "ablation" / "epoch-depth" / "per_seed.csv"))
+    bpb = sorted(
+        float(r["val_bpb"])
+        for r in rows
+        if (r["stage"], r["size"], r["variant"], r["lr"]) == ("stage2", "d6", "gelu", "0.008")
+    )
+    assert len(bpb) == 5 and [round(b, 2) for b in bpb[3:]] == [2.46, 2.47] and max(bpb[:3]) < 2.25
+    assert (
+        "2 of\n5 seeds near 2.46 bpb, the other 3 near 2.24" in (REPO / "docs" / "ablation" / "README.md").read_text()
+    )
