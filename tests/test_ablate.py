@@ -296,6 +296,26 @@ def test_the_pre_registration_is_recorded_before_training_and_a_hand_edit_is_ref
     ), err
 
 
+def test_a_config_that_composes_otherwise_than_at_registration_is_refused(finished, tmp_path, capsys):
+    """The record holds each cell's composed config: one that now composes otherwise (a preset edited since, here
+    simulated by the record's digest) stops a report and a resume in one line naming the cell."""
+    from studies.ablation.registration import fingerprint
+
+    protocol = tmp_path / "p"
+    shutil.copytree(finished[0], protocol)
+    stored = yaml.safe_load((protocol / MANIFEST).read_text())
+    (record,) = stored["registrations"]
+    cell = sorted(record["preregistered"]["configs"])[0]
+    assert record["preregistered"]["analysis_rule"] == 1 and len(record["preregistered"]["configs"][cell]) == 64
+    record["preregistered"]["configs"][cell] = "0" * 64
+    record["sha256"] = fingerprint(record["preregistered"])  # a record consistent with itself
+    (protocol / MANIFEST).write_text(yaml.safe_dump(stored, sort_keys=False))
+    for args in (["--report-only"], ["--dry-run"]):
+        status = exit_status(main, ["--dir", str(protocol), *args])
+        err = capsys.readouterr().err
+        assert status == 1 and err.count("\n") == 1 and f"the composed config of {cell} (its preset" in err, err
+
+
 def test_the_report_rederives_its_files_from_the_runs_and_refuses_an_edited_one(finished, tmp_path, capsys):
     """The same runs must give the same per_seed.csv, contrasts.csv and results.json byte for byte: an edit made
     consistently across all three is refused, naming the first; a copy without its runs has nothing to derive from."""
