@@ -40,10 +40,10 @@ MAX_SCRIPT_LINES, MAX_MODULES_PER_FOLDER = 100, 15
 # <= 3,500 lines, which every feature of today does not fit in (docs/architecture.md); these are a ratchet at what it
 # is, so that the core never grows back: lower them when it shrinks, raise them only for a feature, said here.
 # 6,806 at issue 60; +182 for issue 61's verified token cache, swept scratch, named bad files and rows, the edited
-# config kept, init_from's vocabulary and the machine a resume is bitwise on; +80 for its corpora larger than memory
+# config kept, init_from's vocabulary and the machine a resume is bitwise on; +82 for its corpora larger than memory
 # (validation held out by a hash and read in order, the tokenizer's sample spread over the corpus) and the memory
 # check before a run starts (the container's limit, read by estimate.py too).
-CORE_MAX_FILES, CORE_MAX_LINES, STEP_MAX_FILES_OUTSIDE_MODEL = 25, 7080, 5
+CORE_MAX_FILES, CORE_MAX_LINES, STEP_MAX_FILES_OUTSIDE_MODEL = 25, 7082, 5
 
 
 def python_files(*roots: str, repo: Path = REPO) -> list:

@@ -324,3 +324,5 @@ def test_train_pys_memory_bound_is_below_the_simulated_peak(overrides):
     step = estimate.simulate(cfg, "fp32")
     bound = D.least_memory(model, cfg.trainer.micro_batch_size * cfg.trainer.seq_len)
     assert 0.1 * (step.peak - step.weights) < bound < step.peak - step.weights
+    two = D.least_memory(model, cfg.trainer.micro_batch_size * cfg.trainer.seq_len, ranks=2)
+    assert bound < two < 2 * bound  # a second process adds its activations; its state counts once (FSDP shards it)

@@ -127,20 +127,22 @@ def memory_room(own: int = 0) -> Tuple[Optional[int], str]:
     return found
 
 
-def least_memory(model: torch.nn.Module, tokens: int) -> int:
-    """A lower bound on what training `model` takes beyond its weights: a gradient and an optimizer moment a weight
-    (8 bytes), and what each block saves for backward of `tokens` a micro-batch — its two norms' inputs, q, the
-    attention's output, two MLP-wide tensors — at 2 bytes (bf16). scripts/estimate.py simulates the whole peak."""
+def least_memory(model: torch.nn.Module, tokens: int, ranks: int = 1) -> int:
+    """A lower bound on what training `model` takes beyond its weights, over this host's `ranks` processes: a gradient
+    and an optimizer moment a weight (8 bytes, once: FSDP shards them), and what each block of each rank saves for
+    backward of `tokens` a micro-batch — its two norms' inputs, q, the attention's output, two MLP-wide tensors — at
+    2 bytes (bf16). scripts/estimate.py simulates the whole peak."""
     cfg = model.cfg
     saved = 2 * tokens * cfg.n_layers * (4 * cfg.hidden_size + 2 * cfg.resolved_intermediate_size)
-    return 8 * sum(p.numel() for p in model.parameters()) + saved
+    return 8 * sum(p.numel() for p in model.parameters()) + ranks * saved
 
 
 def check_cpu_memory(model: torch.nn.Module, tokens: int) -> None:
-    """Refuse, before it starts, a run that cannot fit what this process may use: the kernel's kill for memory leaves
-    no line."""
+    """Refuse, before it starts, a run that cannot fit what this host's processes may use: the kernel's kill for
+    memory leaves no line."""
     room, where = memory_room()
-    if room is not None and (need := least_memory(model, tokens)) > room:
+    ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # torchrun's processes on this host share its memory
+    if room is not None and (need := least_memory(model, tokens, ranks)) > room:
         raise ValueError(
             f"this run needs at least {size(need)} more (gradients, optimizer state, activations) but "
             f"{where} leaves {size(room)}; lower trainer.micro_batch_size or the model's size, or give it "
