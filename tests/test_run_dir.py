@@ -94,3 +94,12 @@ def test_discard_keeps_a_directory_another_run_has_claimed(tmp_path):
     (being_written / CLAIM).write_text("")
     discard_if_unused(being_written)
     assert (being_written / CLAIM).exists()
+
+
+def test_discard_of_a_directory_another_rank_removed_first_is_quiet(tmp_path, monkeypatch):
+    """Two ranks of a resume started the same second share Hydra's unused directory: the one that lists it after the
+    other removed it must not fail (a FileNotFoundError once ended a 2-rank resume in the suite)."""
+    gone = tmp_path / "outputs" / "2026-12-06" / "14-46-06_debug"
+    monkeypatch.setattr(type(gone), "is_dir", lambda self: True)  # it was there when checked
+    discard_if_unused(gone)
+    assert not gone.exists()

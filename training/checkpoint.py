@@ -1317,8 +1317,11 @@ def discard_if_unused(path: Path, failed_start: bool = False) -> None:
         if failed_start
         else (lambda p: p.suffix == ".log" and not p.stat().st_size)
     )
-    entries = list(path.iterdir())
-    if any(p.is_dir() or (p.name != CLAIM and not disposable(p)) for p in entries):
+    try:  # another rank of a resume may discard the same Hydra directory first
+        entries = list(path.iterdir())
+        if any(p.is_dir() or (p.name != CLAIM and not disposable(p)) for p in entries):
+            return
+    except FileNotFoundError:
         return
     for p in entries:
         p.unlink(missing_ok=True)
