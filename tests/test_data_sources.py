@@ -53,6 +53,27 @@ def test_a_corpus_read_from_disk_holds_out_the_streams_documents_and_reads_both_
     assert np.array_equal(whole.train_tokens(), streamed.train_tokens())  # the same documents, the same order
 
 
+def test_the_tokenizers_sample_of_a_big_corpus_is_spread_over_it_and_read_in_order(tmp_path, documents, monkeypatch):
+    """A corpus larger than data.tokenizer_train_bytes trains the tokenizer on documents from all of it, in the file's
+    order — not its head alone, which could be one topic."""
+    import data.cache
+
+    seen, real = [], data.cache.train_tokenizer
+
+    def recording(batches, vocab_size):
+        texts = [t for batch in batches for t in batch]
+        seen.extend(texts)
+        return real([texts], vocab_size)
+
+    monkeypatch.setattr(data.cache, "train_tokenizer", recording)
+    path = write_local(tmp_path / "in", documents, "jsonl")
+    total = sum(len(d.encode("utf-8")) for d in documents)
+    prepare(local(tmp_path, path, tokenizer_train_bytes=total // 4), **QUIET)
+    where = [documents.index(t) for t in seen]
+    assert where == sorted(where) and len(seen) < len(documents) // 2  # a sample, read in order
+    assert max(where) > 0.8 * len(documents)  # reaching the corpus's end
+
+
 def test_globs_and_save_to_disk_give_the_same_tokens(tmp_path, documents):
     books = write_books(tmp_path / "texts", documents, 4)
     from_glob = prepare(local(tmp_path, str(tmp_path / "texts" / "*.txt")), **QUIET)
