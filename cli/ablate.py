@@ -196,9 +196,7 @@ def main(argv=None) -> int:
     proto = open_protocol(args)
     configs = {}
     models, budgets = validate(proto.spec, typed_config, configs)
-    proto.configs = configs
-    where = proto.dir / manifest.MANIFEST
-    registration.check_configs(proto.data, configs, where)  # a preset edited since: no amendment, refused
+    registration.check_configs(proto.data, configs, proto.dir / manifest.MANIFEST)  # a preset edited since: refused
     values = cell_values(proto.spec, override_values)
     probe_steps = args.probe_steps if args.probe_steps is not None else (0 if args.dry_run else PROBE_STEPS)
     # A dry run writes nothing, not even its plan (a directory left behind would be a protocol begun); one

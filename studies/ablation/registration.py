@@ -93,10 +93,10 @@ def register(manifest: dict, spec: Spec, command: str, configs: Optional[Dict[st
     return record
 
 
-def check(manifest: dict, spec: Spec, where: str, configs: Optional[Dict[str, str]] = None) -> str:
-    """One line naming the registration the spec — and with `configs`, every cell's composed config and the analysis
-    rule — matches; a ProtocolError when it matches none, or when a record no longer hashes to its own SHA-256
-    (edited by hand). A protocol without a record is not pre-registered, and says so."""
+def check(manifest: dict, spec: Spec, where: str) -> str:
+    """One line naming the registration the spec matches (check_configs holds the cells' configs and the rule); a
+    ProtocolError when it matches none, or when a record no longer hashes to its own SHA-256 (edited by hand). A
+    protocol without a record is not pre-registered, and says so."""
     records = manifest.get("registrations") or []
     if not records:
         return NOT_REGISTERED
@@ -124,8 +124,6 @@ def check(manifest: dict, spec: Spec, where: str, configs: Optional[Dict[str, st
             f"{last['sha256'][:12]} of {last['registered']}: it was edited outside ablate.py; restore "
             "it, or start a new --dir"
         )
-    if configs is not None:
-        check_configs(manifest, configs, where)
     first = records[0]
     amended = "".join(
         f"; amended {r['registered']} ({', '.join(r['amends'])}: {r['sha256'][:12]})" for r in records[1:]

@@ -46,7 +46,6 @@ class Protocol:
         self.resumed = stored is not None
         self.runs_dir = self.dir / "runs"
         self.writes = True  # False for a dry run: the manifest is kept in memory only
-        self.configs = None  # {"size/variant": config_digest}, once composed (studies/ablation/configs.py)
 
     def save(self, **fields) -> None:
         self.data.update(fields, spec=self.spec.to_dict(), launcher_overrides=self.launcher, command=self.command)
@@ -347,8 +346,8 @@ def report(proto: Protocol) -> int:
         )
     recorded = proto.data.get("cells") or {}
     unchanged = all(recorded.get(s.cell.run_name) == cell_entry(s) for s in states.values())
-    registered = registration.check(proto.data, spec, proto.dir / manifest.MANIFEST, proto.configs)  # edits refused
-    registration.check_cells(proto.data, states.values(), proto.dir / manifest.MANIFEST)  # or a manifest replaced
+    registered = registration.check(proto.data, spec, where)  # a spec edited by hand: refused (configs: ablate.py)
+    registration.check_cells(proto.data, states.values(), where)  # or a manifest replaced
     looks = looks_record(proto.data.get("looks") or [], {"stage2": spec.seeds}, proto.sequential)
     with tempfile.TemporaryDirectory() as fresh:  # derived anew from the cells' runs, then held against the old
         text = protocol_report.write(
