@@ -1,5 +1,5 @@
 """The benchmarks (devtools/bench/) run end to end at tiny sizes and report what they claim (bench_model,
-bench_loss, …)."""
+bench_data, …)."""
 
 import json
 import re
@@ -8,9 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
-from devtools.bench import loss as bench_loss
 from devtools.bench import model as bench_model
 from tests import forked
 
@@ -153,35 +151,6 @@ def test_bench_model_rejects_an_unknown_shape():
     assert out.returncode == 1 and out.stderr.startswith("error: --shape huge: no configs/model/huge.yaml")
 
 
-def test_bench_loss_chunked_peak_is_lower_with_the_same_loss(capsys, monkeypatch):
-    monkeypatch.setattr(bench_loss.subprocess, "run", forked_run)  # each variant still measured in a process of its own
-    bench_loss.main(
-        [
-            "--vocab",
-            "8192",
-            "--batch",
-            "4",
-            "--seq",
-            "256",
-            "--hidden",
-            "64",
-            "--layers",
-            "1",
-            "--steps",
-            "1",
-            "--threads",
-            "1",
-        ]
-    )
-    out = capsys.readouterr().out
-    peaks = [
-        float(v.replace(",", "")) for v in re.findall(r"\| ([\d,]+) MiB live \|", out)
-    ]  # live tensors: not RSS noise
-    losses = re.findall(r"\| (\d+\.\d{6}) \|$", out, re.M)
-    assert len(peaks) == 2 and peaks[1] < peaks[0]  # one-shot, then chunked
-    assert len(losses) == 2 and abs(float(losses[0]) - float(losses[1])) < 1e-5  # fp32 sums in another order
-
-
 def test_bench_checkpoint_reports_save_and_verify_costs(capsys):
     from devtools.bench import checkpoint as bench_checkpoint
 
@@ -211,127 +180,6 @@ def test_bench_corpus_prepares_a_json_lines_corpus_with_each_encoder(tmp_path, m
     table = "\n".join(bench_corpus.report_corpus(results))
     assert table.count("| tiktoken |") == 2 and table.count("| tokenizers |") == 1 and " MB |" in table
     assert " once started." in table  # the rate between the two tiktoken corpora
-
-
-def test_bench_roofline_times_levers_side_by_side_and_groups_the_profiled_step(capsys):
-    """Two variants of train.py's own step (the second an override), interleaved; the first profiled into op
-    groups whose times add up to the profiled step, each with its work and share."""
-    from devtools.bench import roofline
-
-    roofline.main(
-        [
-            "debug=tiny",
-            "--variant",
-            "optim=muon",
-            "--steps",
-            "2",
-            "--warmup",
-            "1",
-            "--profile-steps",
-            "2",
-            "--threads",
-            "1",
-        ]
-    )
-    out = capsys.readouterr().out
-    assert re.search(r"^\| as configured \| \d+ \| \d+–\d+ \| [\d,]+ \| 1\.000× \|$", out, re.M)
-    assert re.search(r"^\| optim=muon \| \d+ \| \d+–\d+ \| [\d,]+ \| \d+\.\d{3}× \|$", out, re.M)
-    rows = {
-        m.group(1): float(m.group(2)) for m in re.finditer(r"^\| ([^|*]+?) \| (\d+\.\d) \| \d+\.\d % \|", out, re.M)
-    }
-    assert {"matmuls", "LM head matmuls", "attention", "norms", "MLP activation", "optimizer: elementwise"} <= set(rows)
-    step = float(re.search(r"^\| \*\*step \(profiled\)\*\* \| \*\*(\d+\.\d)\*\*", out, re.M).group(1))
-    assert sum(rows.values()) == pytest.approx(step, abs=0.1 * len(rows))  # every op in one group, none twice
-    assert re.search(r"^\| matmuls \| [\d.]+ \| [\d.]+ % \| [\d.,]+ GFLOP \| [\d.]+ TFLOP/s \| \d+ % \|$", out, re.M)
-
-
-@pytest.mark.parametrize(
-    "name, shapes, in_optimizer, group",
-    [
-        ("graph_0_cpp_fused__log_softmax__to_copy_nll_loss_forward_9", [], False, "loss (log-softmax, NLL)"),
-        ("aten::_scaled_dot_product_flash_attention_for_cpu_backward", [], False, "attention"),
-        ("aten::bmm", [[48, 256, 64], [48, 64, 256]], False, "attention"),
-        ("graph_0_cpp_fused__softmax_masked_fill_3", [], False, "softmax, mask"),
-        (
-            "aten::mm",
-            [[4096, 192], [192, 4096], [4096, 4096]],
-            False,
-            "LM head matmuls",
-        ),  # forward, with inductor's out=
-        ("aten::mm", [[4096, 4096], [4096, 192]], False, "LM head matmuls"),  # a gradient: tokens = vocab here
-        ("aten::mm", [[192, 4096], [4096, 192]], False, "matmuls"),  # a block's weight gradient, same operands' sizes
-        ("aten::addmm", [[1024], [4096, 192], [192, 1024]], False, "matmuls"),
-        ("aten::addmm", [[192, 192], [192, 192], [192, 192]], True, "optimizer: Newton–Schulz matmuls"),
-        ("aten::lerp", [], True, "optimizer: elementwise"),
-        ("graph_0_cpp_fused__to_copy_add_mean_mul_pow_rsqrt_7", [], False, "norms"),
-        ("graph_0_cpp_fused__to_copy_mul_silu_split_4", [], False, "MLP activation"),
-        ("graph_0_cpp_fused__to_copy_add_cat_mul_neg_split_2", [], False, "RoPE"),
-        ("aten::linalg_vector_norm", [], False, "gradient norm, clip"),
-        ("graph_0_cpp_fused__to_copy_t_1", [], False, "casts, copies"),
-    ],
-)
-def test_roofline_groups_each_op_by_what_it_computes(name, shapes, in_optimizer, group):
-    from devtools.bench.roofline import group_of
-
-    assert group_of(name, shapes, in_optimizer, (4096, 192, 4096)) == group
-
-
-def test_roofline_work_counts_the_same_flops_as_the_mfu():
-    """The matmul groups' FLOPs add up to Transformer.token_flops's 6·N + attention for the step's tokens (the MFU's
-    numerator), and Muon's Newton–Schulz is counted from its matrices' shapes."""
-    from cli.config import compose_train_config
-    from devtools.bench.roofline import step_work
-    from model import Transformer
-    from training.distributed import DistInfo
-    from training.loop import build
-
-    cfg, _ = compose_train_config(["debug=tiny", "optim=muon"])
-    parts = build(cfg, DistInfo(), say=lambda *a: None)
-    work = step_work(cfg, parts)
-    tokens = cfg.trainer.micro_batch_size * cfg.trainer.seq_len
-    weights, attention = Transformer(cfg.model).token_flops(cfg.trainer.seq_len)
-    assert work["matmuls"][0] + work["LM head matmuls"][0] == weights * tokens
-    assert work["attention"] == (attention * tokens, "FLOP")
-    shapes = [p.shape for p in parts.optimizers[0].param_groups[0]["params"]]
-    steps = cfg.optim.muon_ns_steps
-    assert work["optimizer: Newton–Schulz matmuls"][0] == sum(
-        steps * (4 * min(s) ** 2 * max(s) + 2 * min(s) ** 3) for s in shapes
-    )
-
-
-def test_an_inductor_variant_compiles_the_configured_run_with_those_options(monkeypatch):
-    """--inductor-variant "max_autotune=True cpp.threads=2": the same run's model + loss handed to torch.compile
-    with exactly those options (typed); names inductor lacks, a run that does not compile, and a variant that
-    falls back to eager (it would be timed as if compiled) are refused in one line."""
-    from devtools.bench import roofline
-
-    assert roofline.inductor_options("max_autotune=True cpp.threads=2") == {"max_autotune": True, "cpp.threads": 2}
-    for bad in ("max_autotunes=True", "max_autotune"):
-        with pytest.raises(ValueError, match="expected NAME=VALUE"):
-            roofline.inductor_options(bad)
-    calls = []
-    monkeypatch.setattr(torch, "compile", lambda module, **kwargs: calls.append(kwargs) or module)
-    _, parts, step = roofline.build_step(["debug=tiny", "trainer.compile=true"], {"max_autotune": True})
-    assert calls[-1] == {"options": {"max_autotune": True}} and step.loss_module.module is parts.loss_module
-    with pytest.raises(ValueError, match="needs a compiled run"):
-        roofline.build_step(["debug=tiny"], {"max_autotune": True})
-    with pytest.raises(ValueError, match="--inductor-variant: torch.compile failed"):
-        roofline._refuse_eager("warning: torch.compile failed (RuntimeError: x); continuing without compile")
-
-
-def test_each_matmul_group_is_measured_against_the_peak_of_the_dtype_it_runs_in():
-    """Newton–Schulz may orthogonalise in bf16 while the run computes in fp32 (optim.muon_ns_dtype=auto on a CPU
-    with bf16 in hardware): its % of roof is against its own dtype's peak, the other matmuls' against the run's."""
-    from devtools.bench.roofline import NEWTON_SCHULZ, roofline
-
-    groups = {"matmuls": 0.5, NEWTON_SCHULZ: 0.1}
-    work = {"matmuls": (1e12, "FLOP"), NEWTON_SCHULZ: (2e11, "FLOP")}  # both achieve 2 TFLOP/s
-    rows = "\n".join(roofline(groups, 0.6, work, matmul_peak=4e12, bandwidth=1e10, group_peaks={NEWTON_SCHULZ: 8e12}))
-    assert "| matmuls | 500.0 | 83.3 % | 1,000.0 GFLOP | 2.00 TFLOP/s | 50 % |" in rows
-    assert f"| {NEWTON_SCHULZ} | 100.0 | 16.7 % | 200.0 GFLOP | 2.00 TFLOP/s | 25 % |" in rows
-    assert f"| {NEWTON_SCHULZ} | 100.0 | 16.7 % | 200.0 GFLOP | 2.00 TFLOP/s | 50 % |" in "\n".join(
-        roofline(groups, 0.6, work, matmul_peak=4e12, bandwidth=1e10)
-    )  # without its own peak: the run's
 
 
 def test_bench_newton_schulz_compares_bf16_with_fp32_at_the_runs_shapes(capsys):
