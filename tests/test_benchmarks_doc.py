@@ -43,3 +43,23 @@ def test_appends_a_new_section_and_creates_the_file(tmp_path):
 def test_rejects_a_heading_that_would_not_delimit_a_section(tmp_path):
     with pytest.raises(ValueError, match="level-2"):
         write_section(tmp_path / "B.md", "### Too deep", "x")
+
+
+def test_the_sampling_switch_claims_only_what_its_paired_seeds_show():
+    """BENCHMARKS.md's random-vs-epochs table: each Δ is its row's epochs − random, every pair favours epochs (the
+    sentence's claim), and no page calls two seeds without a margin a tested "no worse"."""
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    text = (repo / "BENCHMARKS.md").read_text()
+    section = text.split("## Drawing windows: random or epochs", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[3:6] for line in section.splitlines() if line.startswith("| `") or "600 steps |" in line]
+    assert len(rows) == 2
+    for random_, epochs, deltas in rows:
+        pairs = zip(*(map(float, cell.replace("−", "-").split(",")) for cell in (random_, epochs, deltas)))
+        assert all(round(e - r, 3) == d < 0 for r, e, d in pairs)
+    assert 'not a tested "no worse"' in " ".join(section.split()) and "Every pair favours `epochs`" in section
+    for page in ("BENCHMARKS.md", "docs/training.md", "README.md"):
+        assert (
+            "showed it no worse" not in (repo / page).read_text() and "enough to say" not in (repo / page).read_text()
+        )

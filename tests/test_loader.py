@@ -275,6 +275,6 @@ def test_windows_per_epoch_fit_at_every_offset(num_tokens):
 
 
 def test_data_sampling_names_a_sampler():
-    assert DataConfig().sampling == "epochs"  # the default since paired seeds showed it no worse (BENCHMARKS.md)
+    assert DataConfig().sampling == "epochs"  # the default since every paired seed favoured it (BENCHMARKS.md)
     with pytest.raises(ValueError, match=r"^data.sampling='sequential' is unknown; choose one of random, epochs$"):
         DataConfig(sampling="sequential")

@@ -106,7 +106,8 @@ def measure(repeats: int, with_model: bool) -> dict:
 def report(r: dict) -> str:
     mb = r["megabytes"]
     lines = [
-        f"`python scripts/bench_data.py --repeats 3 --write` on {r['cores']} CPU cores, class {r['cpu']} "
+        f"`python scripts/bench_data.py --repeats 3 --write` on {r['cores']} CPU cores, class {r['cpu']}, "
+        f"{time.strftime('%Y-%m-%d')} "
         f"(1-minute load average {r['load']:.1f} when it ran); medians.",
         "",
         "| what | time | throughput |",

@@ -105,10 +105,6 @@ def manifest_rows(manifest: dict) -> List[dict]:
     return sorted(rows, key=lambda r: (r["size"], r["variant"], r["lr"], r["seed"]))
 
 
-def write_manifest_csv(manifest: dict, path: Path) -> None:
-    _csv(path, [f for f in CELL_FIELDS if f not in ("val_loss", "tokens", "precision")], manifest_rows(manifest))
-
-
 FILES = ("per_seed.csv", "contrasts.csv", "results.json")
 
 
