@@ -61,20 +61,6 @@ def current_memory_bytes(device: torch.device) -> int:
         return 0
 
 
-def reset_peak_memory(device: torch.device) -> bool:
-    """Start a new peak from the current usage; False where the platform cannot (non-Linux CPU)."""
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-        return True
-    try:
-        # Linux: "5" resets the peak RSS (VmHWM, and with it getrusage's ru_maxrss) to the current RSS.
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
 @dataclass
 class StepMemory:
     """Bytes at the peak of a simulated training step, by kind (what the step's peak is made of)."""

@@ -127,8 +127,8 @@ def format_report(args, model, times: dict, agree: dict, load: tuple) -> str:
     lines = [
         f"`{' '.join(['python scripts/bench_generate.py', *sys.argv[1:]])}`",
         "",
-        f"{time.strftime('%Y-%m-%d')}, {cpu_model()}, {args.device}, torch {torch.__version__}{hf_version}, {args.threads} threads, batch 1, "
-        f"fp32, greedy; prompt {args.prompt_tokens} tokens, {n} new tokens (prefill included); model hidden "
+        f"{time.strftime('%Y-%m-%d')}, {cpu_model()}, {args.device}, torch {torch.__version__}{hf_version}, "
+        f"{args.threads} threads, batch 1, fp32, greedy; prompt {args.prompt_tokens} tokens, {n} new tokens (prefill included); model hidden "
         f"{cfg.hidden_size}, {cfg.n_layers} layers, {cfg.n_heads} heads, vocab {cfg.vocab_size}, "
         f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters; median of {args.repeats} "
         f"interleaved runs; load average {load[0]:.1f} before, {load[1]:.1f} after (other jobs share the cores).",
