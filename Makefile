@@ -26,4 +26,4 @@ test: setup
 	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 mutation: setup
-	PY=$(PY) bash scripts/mutation.sh
+	PY=$(PY) bash dev/mutation.sh

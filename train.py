@@ -16,11 +16,17 @@ from hydra.errors import CompactHydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from cli import sigterm_interrupts
-from cli.config import ConfigError, check_override_keys, keep_edited_config, register_configs, resolve_config
 from data import prepare
 from training import distributed as D
 from training.checkpoint import CHECKPOINTS, CONFIG, claim_for_run, clean_partial_checkpoints, discard_if_unused
+from training.cli import (
+    ConfigError,
+    check_override_keys,
+    keep_edited_config,
+    register_configs,
+    resolve_config,
+    sigterm_interrupts,
+)
 from training.log import summary, wandb_mode
 from training.loop import RunSpec, train
 

@@ -1,13 +1,35 @@
 """Export a checkpoint as a Hugging Face LlamaForCausalLM directory (model, config, tokenizer).
 
 Usage: python scripts/export_hf.py CHECKPOINT|RUN_DIR|latest OUT_DIR [--force]
-Every option: --help. The program itself is cli/export_hf.py; this file is its door.
+Then:  AutoModelForCausalLM.from_pretrained(OUT_DIR), AutoTokenizer.from_pretrained(OUT_DIR)
 """
 
-import _bootstrap  # noqa: F401  (the repository root on sys.path)
+import argparse
 
-from cli import run
-from cli.export_hf import main
+import _bootstrap  # noqa: F401  (the repository root on sys.path; TORCHINDUCTOR_CACHE_DIR checked)
+
+from interop.hf_export import export_checkpoint
+from training.checkpoint import resolve_checkpoint
+from training.cli import description, run
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=description(__doc__))
+    p.add_argument("checkpoint", help="a checkpoint dir, a run dir (its newest checkpoint) or 'latest'")
+    p.add_argument("out_dir", help="the Hugging Face model directory to write")
+    p.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists and is not empty")
+    p.add_argument(
+        "--no-verify",
+        dest="verify",
+        action="store_false",
+        help="skip checking the files against their manifest.json (SHA-256; ~1 s per GB)",
+    )
+    args = p.parse_args(argv)
+    ckpt = resolve_checkpoint(args.checkpoint)  # `latest`, `best` or a run dir: say which checkpoint went out
+    out = export_checkpoint(str(ckpt), args.out_dir, force=args.force, verify=args.verify)
+    print(f"exported {ckpt} to {out}: load it with transformers.AutoModelForCausalLM.from_pretrained({str(out)!r})")
+    return 0
+
 
 if __name__ == "__main__":
-    run(main, also=(ImportError,))
+    run(main)

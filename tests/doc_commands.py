@@ -10,8 +10,9 @@ DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 
 
 def fenced_python_commands(paths=DOCS) -> list:
-    """(where, words) of each `python …` command in a code block (`.venv/bin/python` too), a line continued
-    with a backslash joined to the next, its comment dropped; words: what follows `python`. A `torchrun … train.py`
+    """(where, words) of each `python …` command in a code block (`.venv/bin/python` too; `python -m` only for the lab's
+    and dev/'s programs), a line continued with a backslash joined to the next, its comment dropped; words: what follows
+    `python`. A `torchrun … train.py`
     line counts as the `python train.py` each of its ranks runs (torchrun's own options dropped)."""
     found = []
     for path in paths:
@@ -28,7 +29,10 @@ def fenced_python_commands(paths=DOCS) -> list:
                 line, number = line.rstrip()[:-1] + " " + lines[number].strip(), number + 1
             command = re.sub(r"^\s*(\.venv/bin/)?python ", "python ", line)
             command = re.sub(r"^\s*torchrun\s(.*?\s)?train\.py\b", "python train.py", command)
-            if in_code and command.startswith("python ") and not command.startswith("python -"):
+            program = command.startswith("python ") and (
+                not command.startswith("python -") or re.match(r"python -m (lab|dev)\.", command)
+            )
+            if in_code and program:  # a script, train.py, or a program of the lab or dev/ (`python -m lab.ablate`)
                 found.append((f"{where}:{start}", shlex.split(command, comments=True)[1:]))
     return found
 

@@ -28,7 +28,7 @@ PRELOAD = [
     "torch._dynamo",
     "torch.optim",
     "hydra",
-    "cli.config",
+    "training.cli",
     "training.loop",
     "tests.fault_injection",
     "datasets",
@@ -69,15 +69,20 @@ def _child(
     sys.stderr = open(2, "w", buffering=1, closefd=False)
     for sig in (signal.SIGINT, signal.SIGTERM):  # as in a fresh interpreter
         signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+    if script == "-m":  # `python -m <module> <args>`: the module found from the repository (lab, dev)
+        script, *args = args
+        run = lambda: runpy.run_module(script, run_name="__main__", alter_sys=True)  # noqa: E731
+    else:
+        run = lambda: runpy.run_path(script, run_name="__main__")  # noqa: E731
+        sys.path.insert(0, os.path.dirname(os.path.abspath(script)))  # as `python <script>` starts: its folder first
     sys.argv = [script, *args]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))  # as `python <script>` starts: its folder first
     if faults is not None:
         from tests.fault_injection import install
 
         install(faults)
     code = 0
     try:
-        runpy.run_path(script, run_name="__main__")
+        run()
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if not isinstance(e.code, (int, type(None))):

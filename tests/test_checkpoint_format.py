@@ -195,7 +195,7 @@ OTHER_FORMATS = {
     ("interop/hf_export.py", checkpoint_format.TOKENIZER): "a Hugging Face directory's files",
     ("interop/hf.py", checkpoint_format.WEIGHTS): "a Hugging Face directory's files",
     ("interop/hf.py", checkpoint_format.TOKENIZER): "a Hugging Face directory's files",
-    ("devtools/bench/checkpoint.py", checkpoint_format.TOKENIZER): "the benchmark's own tokenizer file",
+    ("dev/bench/checkpoint.py", checkpoint_format.TOKENIZER): "the benchmark's own tokenizer file",
 }
 
 

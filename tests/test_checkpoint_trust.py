@@ -10,8 +10,9 @@ import shutil
 import pytest
 from safetensors.torch import load_file, save_file
 
-from cli import evaluate, exit_status, export_hf, generate, import_hf
+from scripts import evaluate, export_hf, generate, import_hf
 from tests.train_helpers import run_dirs, run_train, train_in_process
+from training.cli import exit_status
 
 pytestmark = pytest.mark.serial  # trains (the run every case starts from, and the resumes)
 

@@ -1,4 +1,4 @@
-"""cli/compare_runs.py on hand-written runs with known numbers: statistics, best cell, the
+"""scripts/compare_runs.py on hand-written runs with known numbers: statistics, best cell, the
 best-vs-runner-up verdict, paired Δ against the reference."""
 
 import json
@@ -9,12 +9,12 @@ import pytest
 from matplotlib import image
 
 from analysis.stats import paired_t
-from cli import exit_status
-from cli.compare_runs import main
 from model import ModelConfig, Transformer
+from scripts.compare_runs import main
 from tests import forked
 from tests.run_helpers import BPB_TO_LOSS, write_run, write_variant
 from tests.train_helpers import REPO
+from training.cli import exit_status
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

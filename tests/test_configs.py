@@ -9,8 +9,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from cli.config import ConfigError, check_override_keys, compose_train_config
 from model import Transformer
+from training.cli import ConfigError, check_override_keys, compose_train_config
 from training.config import TrainConfig
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"

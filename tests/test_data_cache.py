@@ -361,7 +361,7 @@ def test_a_cache_hit_sweeps_the_scratch_of_dead_builds_of_any_settings(tmp_path,
 
 PREPARE_SLOWLY = """
 import sys, time
-sys.path.insert(0, {repo!r})
+sys.path[:0] = [{repo!r}, {repo!r} + "/scripts"]
 import data.cache
 real = data.cache.write_split
 def slow(*args, **kwargs):
@@ -377,8 +377,8 @@ if {program!r} == "train.py":
     sys.argv = ["train.py", *args, "debug=tiny", "hydra.run.dir={tmp}/run"]
     runpy.run_path({repo!r} + "/train.py", run_name="__main__")
 else:
-    from cli import run
-    from cli.prepare_data import main
+    from training.cli import run
+    from scripts.prepare_data import main
     sys.argv = ["prepare_data.py", *args]
     run(main)
 """

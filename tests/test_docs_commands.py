@@ -5,9 +5,9 @@ command that ends in `error:` as written fails here, not in a newcomer's termina
 import pytest
 import torch
 
-from cli.config import check_override_keys, compose_run_config
 from model import Transformer
 from tests.doc_commands import DOCS, fenced_python_commands, has_placeholder
+from training.cli import check_override_keys, compose_run_config
 
 
 def documented_train_commands(paths=DOCS) -> list:

@@ -1,4 +1,4 @@
-"""cli/entry.py: a program's --help description is its docstring's whole first paragraph; an environment variable
+"""training/cli.py: a program's --help description is its docstring's whole first paragraph; an environment variable
 that would break torch's import is one `error:` line before any program starts (docs/reliability.md row 97)."""
 
 import importlib
@@ -9,11 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from cli import description, inductor_cache_problem
+from training import inductor_cache_problem
+from training.cli import description
 
 REPO = Path(__file__).resolve().parents[1]
 PROGRAMS = sorted(
-    p for pkg in ("cli", "devtools") for p in (REPO / pkg).rglob("*.py") if "description(__doc__)" in p.read_text()
+    p
+    for pkg in ("scripts", "lab", "dev")
+    for p in (REPO / pkg).rglob("*.py")
+    if "tests" not in p.parts and "description(__doc__)" in p.read_text()
 )
 
 
@@ -27,7 +31,7 @@ def test_the_description_is_the_first_paragraph_on_one_line():
 def test_no_program_cuts_its_description_at_the_first_line():
     cut = [
         str(p.relative_to(REPO))
-        for pkg in ("cli", "devtools")
+        for pkg in ("scripts", "lab", "dev")
         for p in (REPO / pkg).rglob("*.py")
         if "__doc__.splitlines()[0]" in p.read_text()
     ]
@@ -42,7 +46,7 @@ def test_every_programs_description_ends_a_sentence(path):
     assert text.endswith((".", ")", "?", ":")) and len(text) > 20, text
 
 
-# ---- TORCHINDUCTOR_CACHE_DIR, checked when cli/ is imported ----------------------------------------------
+# ---- TORCHINDUCTOR_CACHE_DIR, checked when training/ is imported ----------------------------------------------
 
 
 def run_with_cache_dir(folder, *argv) -> subprocess.CompletedProcess:

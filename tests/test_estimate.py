@@ -1,4 +1,4 @@
-"""cli/estimate.py: parameters, FLOPs and time, the simulated memory against a real step, the verdict; and the
+"""scripts/estimate.py: parameters, FLOPs and time, the simulated memory against a real step, the verdict; and the
 memory readings it and the training log take (the CPU peak follows a real allocation and can be reset; CUDA reads
 the allocator)."""
 
@@ -9,11 +9,11 @@ import sys
 import pytest
 import torch
 
-from cli import estimate, exit_status
-from cli.config import compose_run_config
 from model import Transformer
+from scripts import estimate
 from tests.train_helpers import REPO, launch, tiny_args
 from training import distributed as D
+from training.cli import compose_run_config, exit_status
 from training.log import peak_memory_bytes
 
 TINY = [
@@ -171,7 +171,7 @@ def test_runs_without_a_gpu_for_a_gpu_target(capsys):
     ],
 )
 def test_a_gpus_memory_comes_from_its_name_or_its_data_sheet(gpu, gb):
-    from cli.estimate import gpu_memory_bytes
+    from scripts.estimate import gpu_memory_bytes
 
     assert gpu_memory_bytes(gpu) == (gb * 1e9 if gb else None)
 
@@ -216,7 +216,7 @@ def test_the_presets_descriptions_state_their_parameter_counts():
     )
 
 
-# ---- memory readings: the peak (training/log.py), the current usage and its reset (cli/estimate.py) ----------
+# ---- memory readings: the peak (training/log.py), the current usage and its reset (scripts/estimate.py) ----------
 
 CPU = torch.device("cpu")
 MB = 2**20

@@ -1,4 +1,4 @@
-"""cli/evaluate.py as a user runs it: every token scored once, equal to a float64 hand computation, on
+"""scripts/evaluate.py as a user runs it: every token scored once, equal to a float64 hand computation, on
 text files, data configs, cache directories and HF directories; bad input is one error line."""
 
 import json
@@ -11,8 +11,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from cli import evaluate as script
 from data import DataConfig, prepare
+from scripts import evaluate as script
 from tests import forked
 from tests.tiny_checkpoint import (
     CORPUS,

@@ -7,11 +7,11 @@ import random
 import pytest
 import torch
 
-from cli import exit_status, export_hf
-from cli.config import ConfigError, compose, compose_run_config, resolve_config
 from model import Transformer
+from scripts import export_hf
 from tests.train_helpers import read_metrics, run_train, train_in_process
 from training.checkpoint import CheckpointError, InitFrom, load_model
+from training.cli import ConfigError, compose, compose_run_config, exit_status, resolve_config
 
 pytestmark = pytest.mark.serial  # trains
 

@@ -344,7 +344,7 @@ def test_the_weights_of_a_checkpoint_and_of_an_export_are_as_readable_as_any_fil
 def test_generate_takes_a_hugging_face_directory_as_evaluate_does(exported, capsys):
     """generate.py once called an HF directory "damaged"; now it imports it for the run, as evaluate.py does,
     and greedy text from the export is the checkpoint's."""
-    from cli.generate import main as generate_main
+    from scripts.generate import main as generate_main
 
     _, ckpt, out, _ = exported
     texts = {}

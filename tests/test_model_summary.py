@@ -1,4 +1,4 @@
-"""cli/model_summary.py: the LLaMA-7B width and its reasoning, the parameter table, one-line errors."""
+"""scripts/model_summary.py: the LLaMA-7B width and its reasoning, the parameter table, one-line errors."""
 
 import re
 import subprocess
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from cli import exit_status
-from cli import model_summary as summary
+from scripts import model_summary as summary
 from tests import forked
+from training.cli import exit_status
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "model_summary.py"

@@ -8,10 +8,10 @@ import torch
 import torch.nn.functional as F
 from model_helpers import one_thread
 
-from cli.config import compose_train_config
 from model import ModelConfig, Transformer
 from tests.tiny_checkpoint import tiny_tokenizer
 from training.checkpoint import load_model, save_checkpoint
+from training.cli import compose_train_config
 
 
 def compose_model(overrides: list) -> ModelConfig:

@@ -7,8 +7,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from cli.config import ConfigError, compose_train_config
 from tests.train_helpers import read_metrics, run_dirs, run_train
+from training.cli import ConfigError, compose_train_config
 
 pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (conftest.py)
 

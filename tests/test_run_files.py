@@ -10,8 +10,11 @@ import training.checkpoint as F
 from training.checkpoint import RunFiles
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("model", "data", "training", "interop", "analysis", "studies", "cli", "devtools", "scripts")
-CODE = [REPO / "train.py", *(p for pkg in PACKAGES for p in sorted((REPO / pkg).rglob("*.py")))]
+PACKAGES = ("model", "data", "training", "interop", "analysis", "scripts", "lab", "dev")
+CODE = [
+    REPO / "train.py",
+    *(p for pkg in PACKAGES for p in sorted((REPO / pkg).rglob("*.py")) if "tests" not in p.parts),
+]
 OWNER = REPO / "training" / "checkpoint.py"  # the module that names them
 NAMES = (F.CONFIG, F.METRICS, F.JOB_STATUS, F.CLAIM, F.CHECKPOINTS, F.STATE)  # a run directory's files
 # The same name in another format, not a run's file: `datasets.save_to_disk` writes a state.json of its own.

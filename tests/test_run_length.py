@@ -1,10 +1,10 @@
-"""cli/config.py apply_length_rule and what the run makes of it: the run ends at the first reached of
+"""training/cli.py apply_length_rule and what the run makes of it: the run ends at the first reached of
 trainer.max_steps, max_epochs and time_budget; the command line wins over the config files and says what it turned
 off; a typed step count with another length is refused in one line; the header names what decides."""
 
 import pytest
 
-from cli.config import ConfigError, compose_run_config
+from training.cli import ConfigError, compose_run_config
 
 
 def length(*overrides):

@@ -9,10 +9,10 @@ import sys
 import pytest
 import torch
 
-from cli import exit_status, export_hf, import_hf
-from cli import generate as generate_program
 from data.tokenizer import SPECIAL_TOKENS
 from model.generate import generate
+from scripts import export_hf, import_hf
+from scripts import generate as generate_program
 from tests import forked
 from tests.tiny_checkpoint import (
     REPO,
@@ -22,6 +22,7 @@ from tests.tiny_checkpoint import (
     tiny_tokenizer,
     write_checkpoint,
 )
+from training.cli import exit_status
 
 TOKENIZER = tiny_tokenizer()
 GREEDY = ["--temperature", "0", "--max-new-tokens", "12", "--device", "cpu"]

@@ -176,7 +176,7 @@ def test_new_run_never_overwrites_an_existing_run(tmp_path, cache_dir):
 )
 def test_bad_values_fail_at_composition_naming_the_field(override, message):
     """resolve_config (the step before any data is prepared) turns them into one ValueError each."""
-    from cli.config import compose, resolve_config
+    from training.cli import compose, resolve_config
 
     cfg = compose([override])  # as @hydra.main hands it to main(): HydraConfig set, no hydra node
     with pytest.raises(ValueError) as error:
@@ -462,7 +462,8 @@ def test_early_stopping_ends_at_the_patience_and_best_is_an_alias(tmp_path, cach
     """Scripted validation (3.0, 2.5, 2.6, 2.7 bpb every 2 steps) with patience 2: the run stops at step 8,
     saves it, and names the best (step 4); `best` then finds that checkpoint for generate, evaluate, export and
     resume — which refuses to restart a run that stopped early unless the patience is lifted."""
-    from cli import evaluate, exit_status, export_hf, generate
+    from scripts import evaluate, export_hf, generate
+    from training.cli import exit_status
 
     proc = run_faulty(
         tmp_path,
@@ -526,7 +527,8 @@ def test_max_epochs_sets_the_steps_from_the_training_split(tmp_path, cache_dir):
 def test_the_sample_a_run_prints_is_what_generate_py_makes_of_its_checkpoint(tmp_path, cache_dir, capsys):
     """One code path for the eval-time sample and scripts/generate.py: same sampling defaults, same seed,
     same text from the same weights."""
-    from cli import exit_status, generate
+    from scripts import generate
+    from training.cli import exit_status
 
     proc = run_train(
         tmp_path,
@@ -559,7 +561,7 @@ def test_the_sample_a_run_prints_is_what_generate_py_makes_of_its_checkpoint(tmp
 def test_a_run_saved_before_data_sampling_existed_resumes_with_random_windows(tmp_path):
     """Its config.yaml has no data.sampling, and it drew at random: a resume must continue that order whatever
     the default is now, not fall on the dataclass's default and then be refused by its own checkpoint."""
-    from cli.config import saved_training_config
+    from training.cli import saved_training_config
 
     (tmp_path / "config.yaml").write_text(
         "model: {hidden_size: 64}\ndata: {source: shakespeare}\noptim: {lr: 0.001}\ntrainer: {max_steps: 10}\n"
@@ -637,7 +639,7 @@ def test_a_hand_edited_run_config_is_kept_and_said_never_silently_overwritten(tm
 def test_experiment_small_corpus_is_an_alias_of_the_default_and_says_so(tmp_path, cache_dir):
     """Folded into the default (BENCHMARKS.md, "One default for every corpus"): the old name composes the default's
     model and length and says in one line that it is an alias."""
-    from cli.config import compose_train_config
+    from training.cli import compose_train_config
 
     alias, default = (compose_train_config(args)[0] for args in (["experiment=small_corpus"], []))
     assert (alias.model, alias.trainer, alias.optim, alias.data) == (

@@ -7,8 +7,8 @@ import sys
 import time
 from pathlib import Path
 
-from cli.config import compose_train_config
 from tests import forked
+from training.cli import compose_train_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -190,7 +190,7 @@ def train_in_process(run_dir: Path, *overrides: str, cache_dir: Path, resume_ckp
     threads = torch.get_num_threads()
     try:
         resume = Resume.open(resume_ckpt) if resume_ckpt is not None else None
-        if resume is not None:  # the checks train.py makes (cli/config.py's resolve_config, then after prepare)
+        if resume is not None:  # the checks train.py makes (training/cli.py's resolve_config, then after prepare)
             resume.check_fits(cfg.model)
             resume.check_tokenizer(data.tokenizer_path)
         return train(RunSpec(cfg, run_dir, config_yaml, resume), DistInfo(), data)

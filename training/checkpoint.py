@@ -120,7 +120,7 @@ class RunFiles:
         self.config.write_text(text)
 
     def read_job_status(self) -> Optional[dict]:
-        """job_status.yaml (cli/callbacks.py writes it), or None where the job never finished."""
+        """job_status.yaml (lab/launcher.py writes it), or None where the job never finished."""
         try:
             status = yaml.safe_load(self.job_status.read_text())
         except (OSError, yaml.YAMLError):

@@ -1,0 +1,16 @@
+"""The benchmarks' one entry point: `python -m dev.bench NAME [options]`, NAME one of the modules below
+(model, data, generate, checkpoint, train_overhead, budget, newton_schulz); `NAME --help` for its options."""
+
+import importlib
+import sys
+
+from training.cli import run
+
+NAMES = ("model", "data", "generate", "checkpoint", "train_overhead", "budget", "newton_schulz")
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2 or sys.argv[1] not in NAMES:
+        sys.exit(f"usage: python -m dev.bench {{{','.join(NAMES)}}} [options]; NAME --help for each")
+    name = sys.argv.pop(1)
+    sys.argv[0] = f"python -m dev.bench {name}"
+    run(importlib.import_module(f"dev.bench.{name}").main)

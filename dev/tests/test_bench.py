@@ -1,0 +1,220 @@
+"""The benchmarks (dev/bench/) run end to end at tiny sizes and report what they claim (bench_model,
+bench_data, …)."""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dev.bench import model as bench_model
+from tests import forked
+
+pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (conftest.py)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def forked_run(command, check=False, **kwargs) -> subprocess.CompletedProcess:
+    """subprocess.run of `python <script> …` as a real process forked from the preloaded server (tests/forked.py)."""
+    assert command[0] == sys.executable
+    done = forked.run_script(*command[1:])
+    if check:
+        done.check_returncode()
+    return done
+
+
+def test_bench_model_reports_both_models_at_the_same_shape(capsys):
+    pytest.importorskip("transformers")
+    bench_model.main(
+        [
+            "--shape",
+            "tiny",
+            "--vocab",
+            "512",
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+            "--batch",
+            "2",
+            "--threads",
+            "1",
+            "--matmul-shapes",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert "shape tiny: hidden 64, 2 layers, 4 heads (2 kv) of 16" in out and "fp32" in out
+    rows = {
+        m.group(1): float(m.group(2).replace(",", ""))
+        for m in re.finditer(r"^\| (minillama eager|hf_llama eager) \| \d+ \| [\d–]+ \| ([\d,]+) \|", out, re.M)
+    }
+    assert set(rows) == {"minillama eager", "hf_llama eager"} and all(v > 0 for v in rows.values())
+    assert "minillama / HF, eager:" in out and "128 tokens" in out  # the matmul-shape table, 2 × 64 tokens
+
+
+def test_bench_model_times_muon_beside_adamw_with_the_optimizers_train_py_builds(capsys, monkeypatch):
+    built = []
+    real = bench_model.build_optimizers
+    monkeypatch.setattr(bench_model, "build_optimizers", lambda *a: built.append(real(*a)) or built[-1])
+    bench_model.main(
+        [
+            "--shape",
+            "tiny",
+            "--vocab",
+            "512",
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+            "--batch",
+            "2",
+            "--threads",
+            "1",
+            "--optim",
+            "adamw,muon",
+            "--no-hf",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert [[type(o).__name__ for o in opts] for opts in built] == [["AdamW"], ["Muon", "AdamW"]]
+    rows = re.findall(r"^\| (minillama eager \w+) \| \d+ \|", out, re.M)
+    assert rows == ["minillama eager adamw", "minillama eager muon"]
+    ratio = float(re.search(r"step time muon / adamw: (\d+\.\d+)", out).group(1))
+    assert ratio > 0
+
+
+def test_bench_model_times_each_depth_side_by_side_against_the_first(capsys, monkeypatch):
+    """--layers 2,1: our model at both depths, each with both optimizers, every ratio to the first depth
+    (the step cost the speedrun's layers recipes need, measured where drift hits both alike)."""
+    built = []
+    real = bench_model.build_optimizers
+    monkeypatch.setattr(
+        bench_model, "build_optimizers", lambda module, *a: built.append(len(module.model.layers)) or real(module, *a)
+    )
+    bench_model.main(
+        [
+            "--shape",
+            "tiny",
+            "--vocab",
+            "512",
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+            "--batch",
+            "2",
+            "--threads",
+            "1",
+            "--optim",
+            "adamw,muon",
+            "--no-hf",
+            "--layers",
+            "2,1",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert built == [2, 1, 2, 1]  # adamw at depths 2 and 1, then muon at both
+    assert re.findall(r"^\| (minillama L\d eager \w+) \| \d+ \|", out, re.M) == [
+        "minillama L2 eager adamw",
+        "minillama L1 eager adamw",
+        "minillama L2 eager muon",
+        "minillama L1 eager muon",
+    ]
+    tps = {
+        m.group(1): float(m.group(2).replace(",", ""))
+        for m in re.finditer(r"^\| (minillama L\d eager \w+) \| \d+ \| [\d–]+ \| ([\d,]+) \|", out, re.M)
+    }
+    tiny = bench_model.model_config("tiny", 512, None, None)  # each depth's TFLOP/s from its own FLOPs per token
+    assert (
+        bench_model.variant_flops(tiny, "minillama L1 eager muon")
+        == bench_model._meta_model(bench_model.replace(tiny, n_layers=1)).flops_per_token(64)
+        < bench_model.variant_flops(tiny, "minillama eager")
+    )
+    for optim in ("adamw", "muon"):  # the printed ratio is the table's: step time at depth 1 / at depth 2
+        ratio = float(re.search(rf"minillama eager {optim}, step time L1 / L2: (\d+\.\d+)", out).group(1))
+        assert ratio == pytest.approx(tps[f"minillama L2 eager {optim}"] / tps[f"minillama L1 eager {optim}"], rel=0.02)
+    for depth in ("L2", "L1"):
+        assert re.search(rf"minillama {depth} eager, step time muon / adamw: \d+\.\d+", out)
+    assert "2,1 layers" in out
+
+
+def test_bench_model_rejects_bad_depths():
+    out = forked.run_script("-m", "dev.bench", "model", "--layers", "6,0", "--no-hf")
+    assert out.returncode == 1 and out.stderr.startswith("error: --layers 6,0: give distinct depths >= 1")
+
+
+def test_bench_model_rejects_an_unknown_shape():
+    out = forked.run_script("-m", "dev.bench", "model", "--shape", "huge", "--no-hf")
+    assert out.returncode == 1 and out.stderr.startswith("error: --shape huge: no configs/model/huge.yaml")
+
+
+def test_bench_checkpoint_reports_save_and_verify_costs(capsys):
+    from dev.bench import checkpoint as bench_checkpoint
+
+    assert bench_checkpoint.main(["--models", "tiny", "--repeats", "1"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| tiny |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2].endswith(" MB") and float(cells[2].split()[0]) > 0
+    assert all(c.endswith(" s") and float(c.split()[0]) >= 0 for c in cells[3:6])
+
+
+def test_bench_corpus_prepares_a_json_lines_corpus_with_each_encoder(tmp_path, monkeypatch):
+    """The local-corpus benchmark at 0.3 MB: the corpus it builds, both encoders' runs and the memory rows."""
+    from dev.bench import corpus as bench_corpus
+
+    size = bench_corpus.python_corpus(tmp_path / "c.jsonl", 0.3)
+    rows = [json.loads(line) for line in (tmp_path / "c.jsonl").read_text().splitlines()]
+    assert size >= 0.3 and rows and all(set(r) == {"text"} for r in rows)
+    results = bench_corpus.measure_corpus(0.3, repeats=1)
+    assert set(results) == {("tiktoken", "small"), ("tiktoken", "big"), ("tokenizers", "big")}
+    assert results[("tiktoken", "big")]["train_encoder"] == "tiktoken"
+    assert results[("tokenizers", "big")]["train_encoder"] == "tokenizers"
+    assert results[("tiktoken", "big")]["train_tokens"] == results[("tokenizers", "big")]["train_tokens"]
+    assert all(
+        m["import_s"] > 0 and 0 < m["encode_start_mb"] <= m["encode_peak_mb"] <= m["peak_rss_mb"]
+        for m in results.values()
+    )
+    table = "\n".join(bench_corpus.report_corpus(results))
+    assert table.count("| tiktoken |") == 2 and table.count("| tokenizers |") == 1 and " MB |" in table
+    assert " once started." in table  # the rate between the two tiktoken corpora
+
+
+def test_bench_newton_schulz_compares_bf16_with_fp32_at_the_runs_shapes(capsys):
+    from dev.bench import newton_schulz
+
+    newton_schulz.main(["model=tiny", "--repeats", "1", "--threads", "1"])
+    out = capsys.readouterr().out
+    rows = re.findall(
+        r"^\| (\d+) × (\d+) \| (\d+) \| [\d.]+ \| [\d.]+ \| [\d.]+× \| ([\d.]+) \| ([\d.]+)–([\d.]+) "
+        r"\| ([\d.]+)–([\d.]+) \|$",
+        out,
+        re.M,
+    )
+    assert rows and "**all**" in out
+    for rows_, cols, count, diff, lo32, hi32, lo16, hi16 in rows:
+        assert int(count) > 1  # the tiny model's layers: several matrices of each shape
+        assert float(diff) < 0.05  # bf16 rounding, not another answer
+        # bf16 keeps fp32's band (5 steps do not lift a random square matrix's smallest singular values in either)
+        assert abs(float(lo16) - float(lo32)) < 0.05 and abs(float(hi16) - float(hi32)) < 0.05 and float(hi16) < 1.5
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU (dev/gpu_check.sh runs it)")
+def test_peak_is_looked_up_or_measured_and_the_table_is_plausible():
+    import torch
+
+    from dev.bench import measure_matmul_flops
+    from training.log import gpu_peak, peak_flops
+
+    name = torch.cuda.get_device_name(torch.device("cuda", 0))
+    flops, source = peak_flops(torch.device("cuda", 0), "bf16")
+    measured = measure_matmul_flops(torch.device("cuda", 0), torch.bfloat16, n=8192)
+    print(f"{name}: peak_flops -> {flops / 1e12:.0f} TFLOP/s ({source}); measured bf16 {measured / 1e12:.0f}")
+    if gpu_peak(name) is not None:
+        # A measured matmul reaches 60-95 % of a correct data-sheet number; far off means a wrong row.
+        assert 0.4 < measured / flops < 1.05, (name, measured, flops)
+    else:
+        assert source.startswith("one quick bf16 matmul probe on "), source  # a GPU off the table: measured

@@ -1,0 +1,8 @@
+"""The lab: studies that train many runs — the ablation protocol (ablation/) and μP's experiments (mup/) — with their
+statistics, programs (`python -m lab.<program>`), configs and tests. It imports the framework; the framework never
+imports it. Its Hydra configs (lab/configs: the studies' presets and protocols) join train.py's through SEARCH_PATH."""
+
+from pathlib import Path
+
+CONFIGS = Path(__file__).resolve().parent / "configs"
+SEARCH_PATH = f"hydra.searchpath=[file://{CONFIGS}]"  # an override every lab composition and launch carries

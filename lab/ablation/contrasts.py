@@ -1,0 +1,181 @@
+"""The protocol's pre-registered contrasts, judged: each variant against the reference, paired over the
+measuring seeds, at two LR choices — each at its own best LR, and every variant at the reference's best
+(the shared LR) — Holm-adjusted within its family (one tier's contrasts × sizes at one LR choice), with
+a paired TOST against the equivalence margin — and beside each, its p under one Holm correction over the whole
+study, so a family's call the study-wide rule does not keep is worded so; their tables and the depth check."""
+
+import math
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+from statsmodels.stats.multitest import multipletests
+
+from lab import scale
+from lab.ablation.cells import DIVERGED, FINISHED, CellState
+from lab.ablation.protocol import TIERS, Cell, Spec
+from lab.verdicts import Verdict, judge, method_name, table_cells
+
+# Up when how a verdict is reached changes (the tests, the correction, TOST, the families): a pre-registration records
+# the rule it is judged by, and a report under another one is refused.
+ANALYSIS_RULE = 1
+LR_CHOICES = ("own", "shared")
+LR_WORDS = {"own": "each variant at its own best LR", "shared": "every variant at the reference's best LR"}
+States = Dict[Cell, CellState]
+Chosen = Dict[str, Dict[str, Optional[float]]]
+
+
+@dataclass
+class Contrast:
+    size: str
+    variant: str
+    tier: str  # primary | secondary
+    choice: str  # own | shared
+    lr: Optional[float]  # the variant's LR in this contrast; None: it has none (diverged at every LR)
+    reference_lr: Optional[float]
+    variant_bpb: Dict[int, float]  # seed → final val bpb of the finished runs
+    reference_bpb: Dict[int, float]
+    verdict: Verdict
+    diverged: int = 0  # the variant's runs of this contrast that diverged (not in its values)
+    study_p: Optional[float] = None  # its p under one Holm correction over all the study's distinct tests
+    study_tests: int = 0
+
+    @property
+    def seeds(self) -> List[int]:
+        return sorted(set(self.variant_bpb) & set(self.reference_bpb))
+
+    def sentence(self) -> str:
+        """The verdict's sentence, with why a contrast has no test when its variant diverged."""
+        if self.lr is None:
+            return "can't tell: no test — diverged at every LR tried"
+        why = f" ({self.diverged} run(s) diverged at lr {self.lr:g})" if self.diverged else ""
+        if self.study_p is None:
+            return self.verdict.sentence() + why
+        wide = f"study-wide Holm p = {self.study_p:.3g} over its {self.study_tests} distinct tests"
+        if self.verdict.outcome in ("better", "worse") and self.study_p >= self.verdict.alpha:
+            return f"can't tell study-wide ({wide}); {self.verdict.sentence()} within its family only{why}"
+        return f"{self.verdict.sentence()}; {wide}{why}"
+
+
+def seed_values(states: States, size: str, variant: str, lr: Optional[float], seeds) -> Dict[int, float]:
+    """{seed: final val bpb} of the finished cells of one (size, variant, LR) on the measuring seeds."""
+    if lr is None:
+        return {}
+    found = {seed: states.get(Cell(size, variant, lr, seed)) for seed in seeds}
+    return {seed: s.final_bpb for seed, s in found.items() if s is not None and s.state == FINISHED}
+
+
+def judge_protocol(spec: Spec, states: States, chosen: Chosen, alpha: Optional[float] = None) -> List[Contrast]:
+    """Every contrast of every family (LR choice × tier), each family adjusted on its own, at `alpha`
+    (spec.alpha unless a sequential design split it over looks)."""
+    out = []
+    for choice in LR_CHOICES:
+        for tier in TIERS:
+            rows = {}
+            for size in spec.sizes:
+                ref_lr = chosen.get(size, {}).get(spec.reference)
+                reference = seed_values(states, size, spec.reference, ref_lr, spec.seeds)
+                for variant in [v for v in spec.family(tier) if spec.runs_at(v, size)]:
+                    lr = chosen.get(size, {}).get(variant) if choice == "own" else ref_lr
+                    rows[size, variant] = (lr, ref_lr, seed_values(states, size, variant, lr, spec.seeds), reference)
+            if not rows:
+                continue
+            pairs = {
+                key: ([mine[s] for s in sorted(set(mine) & set(ref))], [ref[s] for s in sorted(set(mine) & set(ref))])
+                for key, (_, _, mine, ref) in rows.items()
+            }
+            verdicts = judge(
+                pairs, f"{tier}, {choice} LR", alpha or spec.alpha, spec.equivalence_margin, spec.multitest
+            )
+            out += [
+                Contrast(
+                    size,
+                    variant,
+                    tier,
+                    choice,
+                    lr,
+                    ref_lr,
+                    mine,
+                    ref,
+                    verdicts[size, variant],
+                    _diverged(states, size, variant, lr, spec.seeds),
+                )
+                for (size, variant), (lr, ref_lr, mine, ref) in rows.items()
+            ]
+    return study_wide(out)
+
+
+def study_wide(contrasts: List[Contrast]) -> List[Contrast]:
+    """The study's one error-control figure beside each family's: Holm over every distinct test (a contrast judged in
+    both LR families on the same runs counts once), each contrast given its p there."""
+    tested = [c for c in contrasts if c.verdict.test and math.isfinite(c.verdict.test.p)]
+    tests = {(c.size, c.variant, c.lr, c.reference_lr): c.verdict.test.p for c in tested}
+    if tests:
+        adjusted = dict(zip(tests, multipletests(list(tests.values()), method="holm")[1]))
+        for c in tested:
+            c.study_p, c.study_tests = float(adjusted[c.size, c.variant, c.lr, c.reference_lr]), len(tests)
+    return contrasts
+
+
+def _diverged(states: States, size: str, variant: str, lr: Optional[float], seeds) -> int:
+    found = [states.get(Cell(size, variant, lr, seed)) for seed in seeds] if lr is not None else []
+    return sum(s is not None and s.state == DIVERGED for s in found)
+
+
+def pick(contrasts: List[Contrast], **match) -> List[Contrast]:
+    return [c for c in contrasts if all(getattr(c, k) == v for k, v in match.items())]
+
+
+def markdown(spec: Spec, contrasts: List[Contrast], choice: str) -> str:
+    """One LR choice: a table per family and a verdict sentence per contrast."""
+    lines = [f"### {LR_WORDS[choice][0].upper() + LR_WORDS[choice][1:]}\n"]
+    for tier in TIERS:
+        rows = pick(contrasts, choice=choice, tier=tier)
+        if not rows:
+            continue
+        method = method_name(spec.multitest)
+        header = [
+            "contrast",
+            "size",
+            "LR (variant / ref)",
+            "seeds",
+            "Δ bpb",
+            "95 % CI",
+            "p",
+            f"{method} p",
+            f"TOST ±{spec.equivalence_margin:g} ({method} p)",
+            "verdict",
+        ]
+        lines += [
+            f"**{tier.capitalize()} family** ({len(rows)} tests: {', '.join(spec.family(tier))} at the sizes "
+            f"each runs at, {method} at α = {spec.alpha:g}):",
+            "",
+            "| " + " | ".join(header) + " |",
+            "|" + "---|" * len(header),
+        ]
+        for c in rows:
+            lines.append(
+                "| "
+                + " | ".join(
+                    [f"{c.variant} vs {spec.reference}", c.size, _lrs(c), str(len(c.seeds)), *table_cells(c.verdict)]
+                )
+                + " |"
+            )
+        lines += ["", *[f"- **{c.variant}** at {c.size}: {c.sentence()}" for c in rows], ""]
+    return "\n".join(lines)
+
+
+def _lrs(c: Contrast) -> str:
+    lr = lambda x: "diverged" if x is None else f"{x:g}"
+    return f"{lr(c.lr)} / {lr(c.reference_lr)}"
+
+
+def depth_markdown(spec: Spec, contrasts: List[Contrast], rankings: Dict[str, List[str]]) -> str:
+    """Does it hold across sizes? Each variant's Δ and verdict at every size (own LR), their consistency
+    and the rankings' agreement (analysis/scale.py)."""
+    results = [
+        scale.SizeResult(
+            size, rankings.get(size, []), {c.variant: c.verdict for c in pick(contrasts, choice="own", size=size)}
+        )
+        for size in spec.sizes
+    ]
+    return scale.markdown(results, spec.reference)

@@ -1,0 +1,295 @@
+"""Stage 3 of the protocol: results.md, its figures and its data files, from the cells' run directories —
+the pre-registered verdicts (Holm-adjusted, with TOST, at both LR choices) and the literature, the power,
+the LR sweeps, every size's table, the contrast tables and the depth check."""
+
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from analysis.delta_plots import plot_delta_vs_size, plot_forest
+from analysis.plots import has_activation_rms, plot_activation_rms, plot_lr_sweep, plot_val_curves
+from analysis.runs import Variant
+from analysis.table import markdown as results_table
+from analysis.table import summarize_variants
+from lab import power
+from lab.ablation import contrasts as K
+from lab.ablation import export, literature
+from lab.ablation.cells import FINISHED, CellState, done_bpb
+from lab.ablation.lr_search import edge_note, margin
+from lab.ablation.protocol import TIERS, Cell, Spec, lr_sweep
+from lab.verdicts import method_name
+
+States = Dict[Cell, CellState]
+
+
+def write(
+    spec: Spec,
+    states: States,
+    chosen: Dict[str, Dict[str, Optional[float]]],
+    out: Path,
+    title: str,
+    planning_source: str = "the spec's planning_sd",
+    level: tuple = (None, 1),
+    registered: str = "",
+) -> str:
+    """Write results.md, the figures and the data files into `out`; return the markdown. Works on a partial
+    protocol too (it reports what has finished and says what has not). level: (α, looks) of a sequential
+    design (analysis/looks.py), (None, 1) for the spec's α; registered: the pre-registration's line
+    (lab/ablation/registration.py)."""
+    out.mkdir(parents=True, exist_ok=True)
+    contrasts = K.judge_protocol(spec, states, chosen, level[0])
+    sequential = (
+        f"Sequential design: seeds were added after a look, so every family is judged at α / {level[1]} "
+        f"looks = {level[0]:.3g}.\n"
+        if level[1] > 1
+        else ""
+    )
+    sections = [
+        f"# {title}\n",
+        _setup(spec, states, registered.startswith("Pre-registered"))
+        + sequential
+        + (registered + "\n" if registered else ""),
+        _verdicts(spec, contrasts),
+        _power(spec, contrasts, planning_source),
+        _lr_section(spec, states, chosen, out),
+    ]
+    rankings, forest, params = {}, {}, {}
+    for size in spec.sizes:
+        variants = _own_lr_variants(spec, states, chosen, size)
+        if not variants:
+            sections.append(f"## {size}: no finished stage-2 runs yet\n")
+            continue
+        rows = summarize_variants(variants)
+        rankings[size] = [r.variant.label for r in rows]
+        # x of the depth plot: the reference's parameters (any variant's if the reference never finished)
+        params[size] = next((r.params for r in rows if r.variant.label == spec.reference), rows[0].params)["total"]
+        forest[size] = [
+            (c.variant, c.verdict.test, c.verdict.outcome) for c in K.pick(contrasts, choice="own", size=size)
+        ]
+        sections += [f"## {size}: every variant at its own best LR, seeds {_seeds(spec.seeds)}\n", results_table(rows)]
+        dropped = [v for v, lr in chosen.get(size, {}).items() if lr is None]
+        if dropped:
+            sections.append(f"Not in stage 2 at their own LR (diverged at every LR tried): {', '.join(dropped)}.\n")
+        sections.append(_curves(variants, size, out))
+    sections.append("## Every contrast\n")
+    sections += [K.markdown(spec, contrasts, choice) for choice in K.LR_CHOICES]
+    if any(t for rows in forest.values() for _, t, _ in rows):
+        plot_forest({s: rows for s, rows in forest.items() if rows}, out / "forest.png", spec.reference)
+        sections.append("![paired Δ per variant at its own LR, 95 % CI, coloured by verdict](forest.png)\n")
+    if len(params) > 1:
+        sections += ["## Does it hold across sizes?\n", K.depth_markdown(spec, contrasts, rankings)]
+        deltas = {
+            v: [
+                next((c.verdict.test for c in K.pick(contrasts, choice="own", size=s, variant=v)), None) for s in params
+            ]
+            for v in spec.variants
+            if v != spec.reference
+        }
+        plot_delta_vs_size(list(params.items()), deltas, out / "delta_vs_size.png", spec.reference)
+        sections.append("![Δ vs model size](delta_vs_size.png)\n")
+    files = export.write(out, spec, states, chosen, contrasts, registered)
+    sections.append(
+        "Every number above, per seed: "
+        + ", ".join(f"[{f}]({f})" for f in files)
+        + " (per_seed.csv: every cell; contrasts.csv: every contrast's per-seed differences and tests).\n"
+    )
+    text = "\n".join(sections)
+    (out / "results.md").write_text(text)
+    return text
+
+
+def _seeds(seeds) -> str:
+    return ", ".join(map(str, seeds))
+
+
+def _setup(spec: Spec, states: States, preregistered: bool = True) -> str:
+    counts = {}
+    for s in states.values():
+        counts[s.state] = counts.get(s.state, 0) + 1
+    variants = "; ".join(f"**{name}**: {' '.join(o) or 'the preset'}" for name, o in spec.variants.items())
+    sizes = "; ".join(f"**{name}**: {' '.join(o) or 'the preset'}" for name, o in spec.sizes.items()) + "".join(
+        f"; {v} only at {', '.join(at)}" for v, at in spec.variant_sizes.items()
+    )
+    grid = ", ".join(f"{lr:g}" for lr in spec.lr_grid)
+    return "\n".join(
+        [
+            (f"Preset `experiment={spec.experiment}`" if spec.experiment else "train.py's defaults")
+            + (f" with `{' '.join(spec.train_overrides)}`" if spec.train_overrides else "")
+            + ".",
+            f"Variants ({spec.reference} is the reference): {variants}.",
+            f"Sizes: {sizes}.",
+            f"Stage 1 (LR choice) on seed {spec.stage1_seed}, never a measuring seed: LR grid {grid} (min_lr = "
+            f"{spec.min_lr_ratio:g} × lr); a best LR at the grid's edge adds one point beyond it, up to "
+            f"{spec.lr_extensions} times"
+            + (
+                f"; LRs within {spec.lr_tie_tolerance:g} bpb of the best are a tie, won by the smallest"
+                if spec.lr_tie_tolerance
+                else ""
+            )
+            + f". Stage 2 (measurement) on seeds {_seeds(spec.seeds)}: every variant at its "
+            f"own best LR and at {spec.reference}'s (the shared LR).",
+            ("Pre-registered before training" if preregistered else "Decided in the spec (not pre-registered)")
+            + f": primary contrasts {', '.join(spec.primary) or '(none)'}; secondary "
+            f"{', '.join(spec.secondary) or '(none)'} (each vs {spec.reference}). Each family (one tier's contrasts × "
+            f"sizes, at one LR choice) is adjusted on its own by {method_name(spec.multitest)} (statsmodels' "
+            f"multipletests) at α = {spec.alpha:g}. "
+            f"Verdicts: **better/worse** when the adjusted paired t-test rejects Δ = 0; else **equivalent** when the "
+            f"adjusted paired TOST shows |Δ| < {spec.equivalence_margin:g} bpb; else **can't tell** (absence of "
+            "evidence is not equivalence). Beside each verdict: its p under one Holm correction over all the study's "
+            "distinct tests; a family's better/worse that does not survive it reads \"can't tell study-wide\".",
+            "Cells: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) + ".",
+            _precisions(states),
+            "",
+        ]
+    )
+
+
+def _precisions(states: States) -> str:
+    """What the cells trained in, from their metrics: a protocol resumed on another machine class under
+    trainer.precision=auto may mix bf16 and fp32 cells, and a contrast across them measures the precision too."""
+    counts = {}
+    for s in states.values():
+        if s.run is not None:
+            key = "+".join(s.run.precisions) or "not recorded"
+            counts[key] = counts.get(key, 0) + 1
+    if not counts:
+        return ""
+    listed = ", ".join(f"{key} in {n}" for key, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    mixed = len([k for k in counts if k != "not recorded"]) > 1 or any("+" in k for k in counts)
+    return f"Precision (from the cells' metrics): {listed}." + (
+        " ⚠ The cells did not all train in one precision (a resume on another machine class under "
+        "`trainer.precision=auto`): a contrast across them measures the precision too; rerun the odd ones "
+        "on one machine class, or pin `trainer.precision` in the protocol's overrides."
+        if mixed
+        else ""
+    )
+
+
+def _verdicts(spec: Spec, contrasts: List[K.Contrast]) -> str:
+    lines = ["## Verdicts on the primary contrasts\n"]
+    for choice in K.LR_CHOICES:
+        rows = K.pick(contrasts, choice=choice, tier="primary")
+        if rows:
+            lines += [f"{K.LR_WORDS[choice][0].upper() + K.LR_WORDS[choice][1:]}:", ""]
+            lines += [f"- **{c.variant} vs {spec.reference}** at {c.size}: {c.sentence()}" for c in rows]
+            lines.append("")
+    text = literature.paragraph(spec.variants, spec.primary, contrasts)
+    return "\n".join(lines) + ("\n### Against the literature\n\n" + text if text else "")
+
+
+def _power(spec: Spec, contrasts: List[K.Contrast], source: str) -> str:
+    """The MDE the plan promised (planning sd) and the one the measured spread gives, per family."""
+    lines = [
+        "## Power\n",
+        f"Minimum detectable effect (MDE) of a two-sided paired t-test at {spec.power:.0%} power, "
+        f"{len(spec.seeds)} seeds, at each family's strictest {method_name(spec.multitest)} level α/m:",
+        "",
+    ]
+    for tier in TIERS:
+        members = spec.family(tier)
+        if not members:
+            continue
+        a = spec.family_alpha(tier)
+        diffs = {
+            f"{c.size}/{c.variant}": [c.variant_bpb[s] - c.reference_bpb[s] for s in c.seeds]
+            for c in K.pick(contrasts, tier=tier, choice="own")
+        }
+        observed = power.pooled_sd(diffs)
+        planned = (
+            f"planned {power.mde(spec.planning_sd, len(spec.seeds), a, spec.power):.4f} bpb (sd "
+            f"{spec.planning_sd:.4f}, {source})"
+            if spec.planning_sd
+            else "no planning spread"
+        )
+        measured = (
+            f"at the measured spread {power.mde(observed, len(spec.seeds), a, spec.power):.4f} bpb (pooled sd "
+            f"{observed:.4f} over {power.pooled_dof(diffs)} dof)"
+            if observed
+            else "no measured spread yet"
+        )
+        lines.append(f"- {tier} (m = {len(spec.family_tests(tier))}, α/m = {a:.4f}): {planned}; {measured}")
+    lines += [
+        "",
+        f"A 'can't tell' on an effect smaller than the MDE says the study was too small to see it; "
+        f"the target for the primaries was {spec.target_mde:g} bpb.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _margin_note(results: dict, best: float) -> str:
+    """'; margin …' — how far the chosen LR's bpb is below the runner-up's (one seed: a small margin is a near-tie)."""
+    m = margin(results, best)
+    return "" if m is None else f"; margin {m:+.3f} bpb over the runner-up"
+
+
+def _lr_section(spec: Spec, states: States, chosen, out: Path) -> str:
+    done = done_bpb({c: s for c, s in states.items() if c.seed == spec.stage1_seed})
+    sweeps, lines = {size: {} for size in spec.sizes}, ["## Stage 1: learning-rate sweep\n"]
+    for size in spec.sweep_sizes:
+        lrs = sorted({c.lr for c in done if c.size == size} | set(spec.lr_grid))
+        header = ["variant"] + [f"lr {lr:g}" for lr in lrs] + ["chosen"]
+        lines += [
+            f"**{size}** (final val bpb, seed {spec.stage1_seed}; † = an extension beyond the grid):",
+            "",
+            "| " + " | ".join(header) + " |",
+            "|" + "---|" * len(header),
+        ]
+        for variant in spec.variants_at(size):
+            sweep = lr_sweep(spec, size, variant, done)
+            results = {c.lr: bpb for c, bpb in done.items() if (c.size, c.variant) == (size, variant)}
+            if results:
+                sweeps[size][variant] = results
+            best = chosen.get(size, {}).get(variant)
+            note = (
+                (
+                    f"{best:g} ({edge_note(sweep, spec.lr_extensions)}{_margin_note(results, best)})"
+                    if best is not None
+                    else edge_note(sweep, spec.lr_extensions)
+                )
+                if sweep.settled
+                else "still sweeping"
+            )
+            cells = [_bpb_cell(results, lr, best, lr not in spec.lr_grid) for lr in lrs]
+            lines.append("| " + " | ".join([variant] + cells + [note]) + " |")
+        lines.append("")
+    others = [size for size in spec.sizes if size not in spec.sweep_sizes]
+    if others:
+        lines += [
+            f"Sizes {', '.join(others)} reuse the LRs chosen at **{spec.transfer_from}** (`transfer_from`): every "
+            "cell trains under μP (`model.parametrization=mup`, base width = that size's), whose best LR holds "
+            "across width (docs/mup.md shows how far that held in our transfer experiment).",
+            "",
+        ]
+    if any(sweeps.values()):
+        plot_lr_sweep({s: v for s, v in sweeps.items() if v}, chosen, out / "lr_sweep.png")
+        lines.append("![LR sweep](lr_sweep.png)\n")
+    return "\n".join(lines)
+
+
+def _bpb_cell(results: Dict[float, Optional[float]], lr: float, best: Optional[float], extension: bool) -> str:
+    if lr not in results:
+        return "—"
+    mark = "†" if extension else ""
+    if results[lr] is None:
+        return "diverged" + mark
+    return (f"**{results[lr]:.4f}**" if lr == best else f"{results[lr]:.4f}") + mark
+
+
+def _own_lr_variants(spec: Spec, states: States, chosen, size: str) -> List[Variant]:
+    variants = {}
+    for variant in spec.variants:
+        lr = chosen.get(size, {}).get(variant)
+        for seed in spec.seeds:
+            state = states.get(Cell(size, variant, lr, seed)) if lr is not None else None
+            if state is not None and state.state == FINISHED:
+                variants.setdefault(variant, Variant(variant)).runs.append(state.run)
+    return [variants[v] for v in spec.variants if v in variants]
+
+
+def _curves(variants: List[Variant], size: str, out: Path) -> str:
+    plot_val_curves(variants, out / f"val_curves_{size}.png")
+    lines = [f"![validation curves at {size}](val_curves_{size}.png)"]
+    if has_activation_rms(variants):
+        plot_activation_rms(variants, out / f"activation_rms_{size}.png")
+        lines.append(f"![per-layer residual RMS at {size}](activation_rms_{size}.png)")
+    return "\n".join(lines) + "\n"

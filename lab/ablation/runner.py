@@ -1,0 +1,374 @@
+"""Running the protocol in its directory: each stage one multirun of the cells not yet done (stage 1 again
+for every round of LR extensions), every cell's state recorded in the manifest after it, the cost and the
+power printed before each stage (from a short timing run of each size, or the runs already finished),
+then stage 3, the report."""
+
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import List, Optional
+
+from lab.ablation import cells as C
+from lab.ablation import cost, export, manifest, registration
+from lab.ablation import report as protocol_report
+from lab.ablation.configs import cell_config
+from lab.ablation.lr_search import edge_note
+from lab.ablation.planning import power_table
+from lab.ablation.protocol import ProtocolError, Spec, lr_sweep, stage2_cells
+from lab.launcher import Job, Launcher
+from lab.looks import alpha_for
+from lab.looks import record as looks_record
+
+
+class Protocol:
+    """The protocol directory and its manifest."""
+
+    def __init__(
+        self,
+        directory: Path,
+        spec: Spec,
+        stored: Optional[dict],
+        launcher: List[str],
+        command: str,
+        sequential: bool = False,
+    ):
+        """directory: resolved; stored: its manifest (a resume) or None (a new protocol); launcher: the
+        hydra/launcher overrides; command: the command line, recorded in the manifest; sequential: seeds
+        may be added after a look (analysis/looks.py)."""
+        self.dir, self.spec, self.command, self.sequential = directory, spec, command, sequential
+        self.data = stored or {
+            "id": "ablate_" + time.strftime("%Y-%m-%d_%H-%M-%S"),
+            "created": time.strftime("%Y-%m-%d %H:%M:%S"),
+        }
+        self.launcher = launcher or (stored or {}).get("launcher_overrides", [])
+        self.resumed = stored is not None
+        self.runs_dir = self.dir / "runs"
+        self.writes = True  # False for a dry run: the manifest is kept in memory only
+
+    def save(self, **fields) -> None:
+        self.data.update(fields, spec=self.spec.to_dict(), launcher_overrides=self.launcher, command=self.command)
+        if not self.writes:
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        manifest.save(self.dir, self.data)
+
+    def states(self, cells, root: Path = None) -> dict:
+        return {cell: C.inspect(cell, root or self.runs_dir) for cell in cells}
+
+    def stage1(self) -> dict:
+        """Every stage-1 cell's state: the grid's and the extensions' its results call for."""
+        return C.stage1_states(self.spec, self.states)
+
+    @property
+    def planning_source(self) -> str:
+        return self.spec.planning_sd_source or "the spec's planning_sd"
+
+    def record(self, states: dict, chosen=None) -> None:
+        cells = {**(self.data.get("cells") or {}), **{s.cell.run_name: cell_entry(s) for s in states.values()}}
+        self.save(cells=cells, **({"chosen_lr": chosen} if chosen is not None else {}))
+
+
+def cell_entry(s) -> dict:
+    """What the manifest records of a cell: its state, final bpb and error."""
+    entry = {"state": s.state}
+    if s.final_bpb is not None:
+        entry["val_bpb"] = round(s.final_bpb, 6)
+    if s.error:
+        entry["error"] = s.error
+    return entry
+
+
+def run_cells(proto: Protocol, cells, stage: str, sweep_dir: Path, extra=(), values=None) -> int:
+    """Run the cells not yet done as one multirun; returns its exit status (0 if nothing to do)."""
+    states = proto.states(cells, sweep_dir)
+    todo = [s for s in states.values() if s.state not in C.DONE]
+    if not todo:
+        return 0
+    jobs = []
+    for s in todo:
+        if s.state in (C.FAILED, C.RESTART):
+            print(
+                f"{stage}: {s.cell.run_name} {s.state}{': ' + s.error if s.error else ''}; moved to "
+                f"{C.move_aside(s, proto.dir / 'discarded')}, running it again"
+            )
+        resume = s.path if s.state == C.RESUMABLE else None
+        config = cell_config(
+            s.cell,
+            values[(s.cell.size, s.cell.variant)],
+            proto.spec.min_lr_ratio,
+            proto.data["id"],
+            stage,
+            resume,
+            registration.current(proto.data),
+        )
+        jobs.append(Job(sweep_dir / s.cell.run_name, config, name=s.cell.option))
+    resumed = sum(s.state == C.RESUMABLE for s in todo)
+    print(
+        f"\n==> {stage}: {len(todo)} of {len(cells)} runs to do" + (f" ({resumed} resumed)" if resumed else ""),
+        flush=True,
+    )
+    overrides = [o for o in proto.spec.train_overrides if o.split("=", 1)[0] not in {e.split("=", 1)[0] for e in extra}]
+    preset = [f"experiment={proto.spec.experiment}"] if proto.spec.experiment else []
+    # One multirun a stage: its jobs one after another in one process, or on a cluster (hydra/launcher=…).
+    launcher = Launcher(
+        proto.dir / "configs" / stage, [*preset, *overrides, *extra], one_process=True, cluster=proto.launcher
+    )
+    start = time.time()
+    for _ in launcher.run(jobs, root=sweep_dir):  # each cell's state is read from its directory below
+        pass
+    status = launcher.status
+    wall = time.time() - start
+    print(f"==> {stage}: {len(todo)} runs took {wall / 60:.1f} min ({wall / len(todo):.0f} s per run)", flush=True)
+    walls = dict(proto.data.get("wall_s") or {})
+    walls[stage] = round(walls.get(stage, 0.0) + wall, 1)  # summed over resumes
+    proto.save(wall_s=walls)
+    return status
+
+
+def after_stage(proto: Protocol, cells, stage: str, status: int) -> int:
+    """Record the cells' states; 0 to go on, else the exit status to end with (and why, printed)."""
+    states = proto.states(cells)
+    proto.record(states)
+    for s in states.values():
+        if s.state == C.DIVERGED:
+            print(f"{stage}: {s.cell.run_name} diverged ({s.error.split(';')[0]}); recorded, not run again")
+    if status >= 128:
+        print(f"{stage} stopped by a signal; continue with: python -m lab.ablate --dir {proto.dir}")
+        return status
+    failed = [s for s in states.values() if s.state == C.FAILED]
+    for s in failed:
+        print(f"error: {s.cell.run_name} failed: {s.error}", file=sys.stderr)
+    missing = [s for s in states.values() if s.state not in C.DONE and s.state != C.FAILED]
+    if failed or (missing and status != 0):
+        print(
+            f"error: {stage}: {len(failed) + len(missing)} of {len(cells)} runs did not finish (exit status "
+            f"{status}; see the output above); rerun with --dir {proto.dir} to retry them",
+            file=sys.stderr,
+        )
+        return 1
+    if missing:  # stopped on purpose (trainer.stop_at_step): a later rerun continues them
+        print(
+            f"{stage}: {len(missing)} runs stopped before trainer.max_steps; continue with: "
+            f"python -m lab.ablate --dir {proto.dir}"
+        )
+        return 2
+    return 0
+
+
+def measure(proto: Protocol, budgets: dict, probe_steps: int, values: dict) -> tuple:
+    """({size: seconds per run or None}, source): from this protocol's finished runs if every size
+    has some, else from a short timing run of the reference at each size (made once, kept in probe/)."""
+    spec = proto.spec
+    finished = {
+        size: [s.run for s in proto.stage1().values() if s.cell.size == size and s.state == C.FINISHED]
+        for size in spec.sizes
+    }
+    if all(finished.values()):
+        return {size: cost.run_seconds(budgets[size], runs) for size, runs in finished.items()}, "this protocol's runs"
+    # The smallest LR: throughput does not depend on it, and it is the least likely to diverge.
+    probes = [C.Cell(size, spec.reference, min(spec.lr_grid), spec.stage1_seed) for size in spec.sizes]
+    probe_dir = proto.dir / "probe"
+    states = proto.states(probes, probe_dir)
+    if not all(s.state == C.FINISHED for s in states.values()):
+        if probe_steps <= 0:
+            return stored_estimate(spec, budgets)
+        print(f"timing run: {probe_steps} steps of {spec.reference} at each size, to estimate the cost", flush=True)
+        extra = [
+            f"trainer.max_steps={probe_steps}",
+            f"trainer.eval_interval={probe_steps}",
+            f"trainer.ckpt_interval={probe_steps}",
+            f"trainer.log_interval={max(1, probe_steps // 5)}",
+            "logger.wandb=disabled",
+        ]
+        status = run_cells(proto, probes, "probe", probe_dir, extra, values)
+        states = proto.states(probes, probe_dir)
+        if status != 0 or not all(s.state == C.FINISHED for s in states.values()):
+            raise ProtocolError(
+                f"the timing run failed (exit status {status}; its error is above); fix it, or "
+                "skip it with --probe-steps 0"
+            )
+    steps = {s.run.max_steps for s in states.values()}.pop()
+    return (
+        {s.cell.size: cost.run_seconds(budgets[s.cell.size], [s.run]) for s in states.values()},
+        f"a {steps}-step timing run of each size",
+    )
+
+
+# Overrides that change what a run costs in steps, not what a step costs: a stored throughput still holds.
+SAME_THROUGHPUT = (
+    "trainer.max_steps",
+    "trainer.max_epochs",
+    "trainer.eval_interval",
+    "trainer.ckpt_interval",
+    "trainer.log_interval",
+    "data.cache_dir",
+    "logger.",
+)
+
+
+def stored_estimate(spec, budgets: dict) -> tuple:
+    """({size: seconds per run or None}, source) from the protocol's stored throughput (planning_tokens_per_s),
+    where it covers every size and no override changes what a step costs; else nothing."""
+    stored = spec.planning_tokens_per_s
+    if set(spec.sizes) <= set(stored) and all(
+        o.split("=")[0].startswith(SAME_THROUGHPUT) for o in spec.train_overrides
+    ):
+        return (
+            {size: cost.seconds_at(budgets[size], stored[size]) for size in spec.sizes},
+            f"the protocol's stored throughput, {spec.planning_tokens_per_s_source} (another machine may be 2-4× "
+            "off: --probe-steps 10 times each size here)",
+        )
+    return {size: None for size in spec.sizes}, "nothing yet (no timing run: --probe-steps N times each size first)"
+
+
+def print_cost(proto: Protocol, seconds: dict, source: str, before: str = "stage1") -> None:
+    """Runs still to do per size and stage × seconds per run, then the power of the planned seeds.
+    Stage 2's LRs may not be known yet: then every variant but the reference counts twice per seed
+    (its own LR and the reference's), as if they never coincided."""
+    spec = proto.spec
+    s1 = proto.stage1()
+    chosen = C.chosen_lrs(spec, s1)
+    lines, done, extensions = [], sum(s.state in C.DONE for s in s1.values()), 0
+    for size in spec.sizes:
+        stage2 = 0
+        for variant in spec.variants_at(size):
+            if variant not in chosen[size]:
+                stage2 += len(spec.seeds) * (1 if variant == spec.reference else 2)
+                if size in spec.sweep_sizes:
+                    extensions += spec.lr_extensions - lr_sweep(spec, size, variant, C.done_bpb(s1)).extensions
+            elif spec.reference not in chosen[size]:  # its shared-LR cells wait for the reference's LR
+                stage2 += len(spec.seeds)
+        states = proto.states([c for c in stage2_cells(spec, chosen) if c.size == size])
+        stage2 += sum(s.state not in C.DONE for s in states.values())
+        done += sum(s.state in C.DONE for s in states.values())
+        lines.append(
+            cost.Line(
+                size,
+                proto.data["models"][size][spec.reference]["total"],
+                seconds[size],
+                sum(s.state not in C.DONE for s in s1.values() if s.cell.size == size),
+                stage2,
+            )
+        )
+    print(
+        f"\n{len(spec.sizes)} size(s) × {len(spec.variants)} variants; stage 1: {len(spec.lr_grid)} LRs on seed "
+        f"{spec.stage1_seed} (+ up to {spec.lr_extensions} past an edge); stage 2: seeds "
+        f"{', '.join(map(str, spec.seeds))} at each variant's own best LR and at {spec.reference}'s"
+    )
+    print(cost.table(lines, source, done, stages=2))
+    if extensions:
+        print(f"+ up to {extensions} stage-1 extension runs if best LRs land at the grid's edge (not counted above)")
+    saved = cost.transfer_saving(spec, seconds)
+    if saved:
+        print(saved["text"])
+    print(power_table(spec, spec.planning_sd, proto.planning_source), flush=True)
+    estimates = {
+        **(proto.data.get("cost") or {}),
+        f"before {before}": {
+            "source": source,
+            **cost.summary(lines),
+            "possible_extensions": extensions,
+            **({"transfer_saves": {k: v for k, v in saved.items() if k != "text"}} if saved else {}),
+        },
+    }
+    proto.save(cost=estimates)
+
+
+def run_stage1(proto: Protocol, values: dict) -> int:
+    """The LR sweeps: the grid as one multirun, then a multirun of the points past an edge the results
+    call for, round after round until every sweep is settled (interior, capped or diverged)."""
+    rounds = 0
+    while True:
+        states = proto.stage1()
+        todo = [c for c, s in states.items() if s.state not in C.DONE]
+        if not todo:
+            return 0
+        if rounds:
+            print(
+                "stage1: best LR at the grid's edge: one more point beyond it for "
+                + ", ".join(f"{c.size}/{c.variant} ({c.lr:g})" for c in todo),
+                flush=True,
+            )
+        cells = list(states)
+        status = after_stage(proto, cells, "stage1", run_cells(proto, cells, "stage1", proto.runs_dir, values=values))
+        if status:
+            return status
+        rounds += 1
+
+
+def run_stages(proto: Protocol, budgets: dict, values: dict, probe_steps: int, dry_run: bool) -> int:
+    """The cost and power, stage 1 (the LR sweeps), the chosen LRs, stage 2 (every seed at them), then the
+    report; an exit status (0 done, 1 failed runs, 2 runs stopped early, 128 + N a signal)."""
+    seconds, source = measure(proto, budgets, probe_steps, values)
+    print_cost(proto, seconds, source)
+    if dry_run:
+        return 0
+    status = run_stage1(proto, values)
+    if status:
+        return status
+    s1 = proto.stage1()
+    chosen = C.chosen_lrs(proto.spec, s1)
+    proto.record(s1, chosen)
+    print_chosen(proto.spec, s1, chosen)
+    s2 = stage2_cells(proto.spec, chosen)
+    print_cost(proto, *measure(proto, budgets, 0, values), before="stage2")
+    status = after_stage(proto, s2, "stage2", run_cells(proto, s2, "stage2", proto.runs_dir, values=values))
+    if status:
+        return status
+    return report(proto)
+
+
+def print_chosen(spec: Spec, states: dict, chosen: dict) -> None:
+    done = C.done_bpb(states)
+    for size, per_variant in chosen.items():
+        text = ", ".join(
+            f"{v} "
+            + ("none" if lr is None else f"{lr:g}")
+            + f" ({edge_note(lr_sweep(spec, size, v, done), spec.lr_extensions)})"
+            for v, lr in per_variant.items()
+        )
+        print(f"stage1: best LR at {size}: {text}")
+
+
+def report(proto: Protocol) -> int:
+    spec = proto.spec
+    states = proto.stage1()
+    chosen = C.chosen_lrs(spec, states)
+    states.update(proto.states(stage2_cells(spec, chosen)))
+    out, where = proto.dir / "report", proto.dir / manifest.MANIFEST
+    if all(s.state == C.MISSING for s in states.values()) and proto.data.get("cells"):
+        raise ProtocolError(
+            f"{where}: none of its {len(states)} cells' runs is in {proto.runs_dir} (a copy without its runs?): there "
+            "is nothing to derive the results from; report where the runs are (tests/test_ablation_docs.py recomputes "
+            "the published contrasts from per_seed.csv)"
+        )
+    recorded = proto.data.get("cells") or {}
+    unchanged = all(recorded.get(s.cell.run_name) == cell_entry(s) for s in states.values())
+    registered = registration.check(proto.data, spec, where)  # a spec edited by hand: refused (configs: ablate.py)
+    registration.check_cells(proto.data, states.values(), where)  # or a manifest replaced
+    looks = looks_record(proto.data.get("looks") or [], {"stage2": spec.seeds}, proto.sequential)
+    with tempfile.TemporaryDirectory() as fresh:  # derived anew from the cells' runs, then held against the old
+        text = protocol_report.write(
+            spec,
+            states,
+            chosen,
+            Path(fresh),
+            f"Ablation protocol {proto.data['id']}",
+            proto.planning_source,
+            alpha_for(spec.alpha, looks, "stage2"),
+            registered,
+        )
+        for name in export.FILES if unchanged else ():  # the same runs must give the same files, byte for byte
+            if (out / name).exists() and (out / name).read_bytes() != (Path(fresh) / name).read_bytes():
+                raise ProtocolError(
+                    f"{out / name} differs from what its cells' runs give (edited by hand, or written by other code); "
+                    "restore it (git), or delete it to derive it anew"
+                )
+        shutil.copytree(fresh, out, dirs_exist_ok=True)
+    proto.save(looks=looks)
+    proto.record(states, chosen)
+    print(text)
+    print(f"report: {out}/results.md")
+    return 0

@@ -1,0 +1,227 @@
+"""The μP transfer experiment (lab/mup/transfer.py, transfer_report.py, lab/mup_transfer.py): the default
+plan is the issue's grid and every cell composes; the runner records each run once, continues where it
+stopped, moves a cut-off run aside; the report finds each width's best lr; one tiny real run end to end."""
+
+import dataclasses
+import json
+import math
+
+import pytest
+
+from lab import SEARCH_PATH
+from lab import mup_transfer as program
+from lab.mup.transfer import (
+    DIVERGED,
+    FINISHED,
+    STOPPED,
+    Cell,
+    TransferError,
+    TransferSpec,
+    open_experiment,
+    read_results,
+    run_cells,
+)
+from lab.mup.transfer_report import best_lrs, markdown, mean_losses, schedule_markdown, schedules, write_report
+from training.cli import compose_train_config
+
+SMALL = TransferSpec(widths=(32, 64), lrs=(0.01, 0.02, 0.04), seeds=(0,), optimizers=("adamw",))
+
+
+def test_the_default_plan_is_the_issues_grid_and_every_cell_composes():
+    spec = TransferSpec()
+    assert len(spec.widths) >= 4 and (min(spec.widths), max(spec.widths)) == (64, 512) and len(spec.seeds) >= 2
+    assert len(spec.lrs) >= 5 and all(b == 2 * a for a, b in zip(spec.lrs, spec.lrs[1:]))
+    cells = spec.cells()
+    assert len(cells) == len({c.name for c in cells}) == 2 * 2 * 4 * 5 * 2
+    budgets = set()
+    for cell in {(c.optimizer, c.parametrization, c.width): c for c in cells}.values():
+        cfg, _ = compose_train_config(
+            [SEARCH_PATH, f"experiment={spec.experiment}", *cell.overrides(spec.min_lr_ratio)]
+        )
+        assert (cfg.optim.name, cfg.model.parametrization, cfg.model.hidden_size) == (
+            cell.optimizer,
+            cell.parametrization,
+            cell.width,
+        )
+        assert (cfg.optim.lr, cfg.optim.min_lr, cfg.model.mup_base_width) == (cell.lr, cell.lr * 0.1, 64)
+        budgets.add(cfg.trainer.max_steps * cfg.trainer.micro_batch_size * cfg.trainer.seq_len)
+    assert len(budgets) == 1  # one token budget at every width
+
+
+def fake_training(losses: dict, calls: list):
+    """train_cells for run_cells: each run's outcome as it ends, none started once the caller stops reading."""
+
+    def train_cell(cell, run_dir):
+        calls.append(cell.name)
+        run_dir.mkdir(parents=True)
+        value = losses.get((cell.parametrization, cell.width, cell.lr), 3.0)
+        if value == STOPPED:
+            return {"status": STOPPED}
+        return {"status": DIVERGED if value is None else FINISHED, "val_loss": value, "wall_s": 1.0}
+
+    return lambda pairs: ((cell, train_cell(cell, run_dir)) for cell, run_dir in pairs)
+
+
+def test_one_run_at_a_time_trains_each_seeds_narrow_runs_first_so_every_wide_run_ends_paired(tmp_path):
+    spec = open_experiment(
+        tmp_path,
+        TransferSpec(
+            widths=(64, 512), lrs=(0.01, 0.02), seeds=(0, 1), optimizers=("adamw",), parametrizations=("mup",)
+        ),
+    )
+    calls = []
+    run_cells(spec, tmp_path, fake_training({}, calls), say=lambda *a, **k: None, one_at_a_time=True)
+    assert calls == [
+        Cell("adamw", "mup", width, lr, seed).name for seed in (0, 1) for width in (64, 512) for lr in (0.01, 0.02)
+    ]
+    assert [c.width for c in spec.cells()][:2] == [512, 512]  # parallel jobs: the long runs first
+
+
+def test_the_runner_records_each_run_once_and_continues_where_it_stopped(tmp_path):
+    spec = open_experiment(tmp_path, SMALL)
+    calls = []
+    (tmp_path / "runs" / SMALL.cells()[0].name).mkdir(parents=True)  # a run cut off by a kill
+    stop_at = {("mup", 32, 0.02): STOPPED, ("sp", 64, 0.04): None}
+    assert run_cells(spec, tmp_path, fake_training(stop_at, calls), say=lambda *a, **k: None) == 130
+    assert calls[-1] == Cell("adamw", "mup", 32, 0.02, 0).name  # nothing starts after a stop
+    assert len(list((tmp_path / "discarded").glob("*/*"))) == 1  # moved aside, never deleted
+    results = read_results(tmp_path)
+    assert len(results) == len(calls) - 1 and results[Cell("adamw", "sp", 64, 0.04, 0).name]["val_loss"] is None
+    calls.clear()
+    assert run_cells(spec, tmp_path, fake_training({}, calls), say=lambda *a, **k: None) == 0
+    assert len(read_results(tmp_path)) == len(SMALL.cells()) and len(calls) == len(SMALL.cells()) - len(results)
+    calls.clear()
+    assert run_cells(spec, tmp_path, fake_training({}, calls), say=lambda *a, **k: None) == 0 and calls == []
+
+
+def test_a_directory_keeps_its_plan_and_a_dry_run_writes_nothing(tmp_path):
+    assert open_experiment(tmp_path / "new", SMALL, create=False) == SMALL and not (tmp_path / "new").exists()
+    open_experiment(tmp_path / "exp", SMALL)
+    assert open_experiment(tmp_path / "exp", None) == SMALL
+    with pytest.raises(TransferError, match="was started with another plan"):
+        open_experiment(tmp_path / "exp", TransferSpec())
+    grown = dataclasses.replace(SMALL, lrs=(*SMALL.lrs, 0.08))  # a grid past its edge: the plan may grow
+    assert open_experiment(tmp_path / "exp", grown, create=False) == grown
+    assert open_experiment(tmp_path / "exp", None) == SMALL  # a dry run wrote nothing
+    assert open_experiment(tmp_path / "exp", grown) == grown and open_experiment(tmp_path / "exp", None) == grown
+    for shrunk in (SMALL, dataclasses.replace(grown, overrides=("trainer.max_steps=9",))):
+        with pytest.raises(TransferError, match="keeps every width, lr"):  # dropped points or other settings
+            open_experiment(tmp_path / "exp", shrunk)
+    with pytest.raises(TransferError, match="two or more positive widths"):
+        TransferSpec(widths=(64,))
+
+
+def test_the_report_finds_each_widths_best_lr_and_how_far_it_moved(tmp_path):
+    spec = open_experiment(tmp_path, SMALL)
+    losses = {("mup", w, lr): abs(math.log2(lr / 0.02)) + 3 for w in (32, 64) for lr in SMALL.lrs}  # best 0.02
+    losses.update({("sp", 32, lr): abs(math.log2(lr / 0.04)) + 3 for lr in SMALL.lrs})  # SP: 0.04, then 0.01
+    losses.update({("sp", 64, lr): abs(math.log2(lr / 0.01)) + 3 for lr in SMALL.lrs})
+    losses[("sp", 64, 0.04)] = None  # diverged
+    run_cells(spec, tmp_path, fake_training(losses, []), say=lambda *a, **k: None)
+    table = mean_losses(spec, read_results(tmp_path))
+    assert best_lrs(table) == {("adamw", "mup"): {32: 0.02, 64: 0.02}, ("adamw", "sp"): {32: 0.04, 64: 0.01}}
+    text = markdown(spec, table)
+    assert "AdamW · μP: best lr moved 2^+0 from width 32 to 64\n" in text  # interior: no edge warning
+    assert "2^-2 from width 32 to 64 (at the grid's edge at width 32, 64: the optimum may lie beyond it)" in text
+    assert "AdamW · SP: best lr moved 2^-2 from width 32 to 64" in text and "| 64 | **3.0000** | 4.0000 | × |" in text
+    two_seeds = TransferSpec(
+        widths=(32, 64), lrs=(0.01,), seeds=(0, 1), optimizers=("adamw",), parametrizations=("sp",)
+    )
+    rows = {
+        Cell("adamw", "sp", 32, 0.01, s).name: {"status": status, "val_loss": v}
+        for s, status, v in ((0, FINISHED, 3.0), (1, DIVERGED, None))
+    }
+    rows.update({Cell("adamw", "sp", 64, 0.01, s).name: {"status": FINISHED, "val_loss": 3.0 + s} for s in (0, 1)})
+    assert mean_losses(two_seeds, rows) == {("adamw", "sp"): {32: {0.01: None}, 64: {0.01: 3.5}}}  # one diverged seed
+    written = write_report(spec, tmp_path)
+    assert all(path.stat().st_size > 0 for path in written)
+
+
+@pytest.mark.serial  # trains (tiny): one at a time under make test's two workers
+def test_a_tiny_experiment_runs_end_to_end_and_a_rerun_has_nothing_to_do(tmp_path, tiny_data_cache, capsys):
+    args = [
+        "--dir",
+        str(tmp_path / "exp"),
+        "--widths",
+        "32,64",
+        "--lrs",
+        "0.01",
+        "--seeds",
+        "0",
+        "--optimizers",
+        "adamw",
+        "--parametrizations",
+        "mup",
+        "--jobs",
+        "1",
+        "--set",
+        "trainer.max_steps=3",
+        "--set",
+        "trainer.eval_windows=2",
+        "--set",
+        "data.vocab_size=512",
+        "--set",
+        "model.mup_base_width=32",
+        "--set",
+        f"data.cache_dir={tiny_data_cache}",
+        "--set",
+        "trainer.eval_interval=2",
+        "--set",
+        "trainer.activation_rms=true",
+        "--set",
+        "trainer.weight_change=true",
+    ]
+    assert program.main(args) == 0
+    rows = [json.loads(line) for line in (tmp_path / "exp" / "results.jsonl").read_text().splitlines()]
+    assert [(r["width"], r["status"]) for r in rows] == [(32, FINISHED), (64, FINISHED)]  # --jobs 1: narrow first
+    assert all(math.isfinite(r["val_loss"]) for r in rows)
+    run = tmp_path / "exp" / "runs" / rows[1]["cell"]
+    assert "parametrization mup (m = 2 over base width 32)" in (run.parent / f"{run.name}.log").read_text()
+    assert not (run / "checkpoints").exists() and (tmp_path / "exp" / "transfer.png").exists()
+    evals = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "eval"]
+    assert rows[1]["schedule"] == {
+        "step": [2, 3],
+        "attn_logits": [r["rms_attn_logits"] for r in evals],
+        "weight_change": [r["weight_change"] for r in evals],
+    }  # what results.jsonl keeps
+    assert "## Along the schedule" in (tmp_path / "exp" / "results.md").read_text()
+    assert (tmp_path / "exp" / "schedule.png").stat().st_size > 0
+    assert program.main(["--dir", str(tmp_path / "exp"), "--jobs", "1"]) == 0  # the plan comes from spec.json
+    assert "2 runs done, 0 to do" in capsys.readouterr().out
+    assert program.main(["--dir", str(tmp_path / "exp"), "--dry-run", "--jobs", "1"]) == 0
+    assert "per run from the runs finished here" in capsys.readouterr().out
+
+
+def test_the_schedule_is_shown_at_each_widths_best_lr_averaged_over_layers_then_seeds():
+    """Two seeds at width 32's best lr (0.01) with two layers each: every point is the mean over the layers, then
+    over the seeds; the other lr's schedule is not shown; a width whose runs recorded none is left out."""
+    spec = TransferSpec(
+        widths=(32, 64), lrs=(0.01, 0.02), seeds=(0, 1), optimizers=("adamw",), parametrizations=("mup",)
+    )
+    rows = {}
+    for seed in (0, 1):
+        for lr, loss in ((0.01, 3.0), (0.02, 3.5)):
+            along = {
+                "step": [5, 10],
+                "attn_logits": [[1.0 + seed, 3.0 + seed], [2.0, 2.0 + 2 * seed]],
+                "weight_change": [[0.1, 0.3], [0.01 * (1 + seed), 0.01 * (1 + seed)]],
+            }
+            rows[Cell("adamw", "mup", 32, lr, seed).name] = {
+                "status": FINISHED,
+                "val_loss": loss + seed,
+                "schedule": along if lr == 0.01 else {**along, "step": [1, 2]},
+            }
+            rows[Cell("adamw", "mup", 64, lr, seed).name] = {"status": FINISHED, "val_loss": loss}
+    along = schedules(spec, rows, mean_losses(spec, rows))
+    assert along == {
+        ("adamw", "mup"): {
+            32: {
+                "lr": 0.01,
+                "step": [5, 10],
+                "attn_logits": [2.5, 2.5],
+                "weight_change": [pytest.approx(0.2), pytest.approx(0.015)],
+            }
+        }
+    }
+    text = schedule_markdown(along)
+    assert "| 32 | 0.01 | attention-logit RMS | 2.5 | 2.5 |" in text and "| step 5 | step 10 |" in text

@@ -1,0 +1,122 @@
+"""lab/ablation/registration.py: the pre-registration's SHA-256, recorded before the first cell trains;
+amendments made through ablate.py recorded beside it; a spec or a record edited by hand refused in one line."""
+
+import dataclasses
+
+import pytest
+
+from lab.ablation import registration as R
+from lab.ablation.configs import config_digest
+from lab.ablation.contrasts import ANALYSIS_RULE
+from lab.ablation.protocol import ProtocolError, Spec
+from training.cli import compose_train_config
+
+SPEC = dict(
+    reference="ref",
+    variants={"ref": [], "gelu": ["model.mlp=gelu"]},
+    lr_grid=[1e-3, 1e-2],
+    seeds=[0, 1],
+    primary=["gelu"],
+)
+
+
+def test_a_new_protocol_is_registered_once_with_its_hash_time_and_command():
+    manifest, spec = {}, Spec(**SPEC)
+    record = R.register(manifest, spec, "ablate.py --dir p")
+    assert record["sha256"] == R.fingerprint(R.preregistered(spec)) and len(record["sha256"]) == 64
+    assert record["command"] == "ablate.py --dir p" and record["preregistered"]["alpha"] == 0.05
+    assert R.register(manifest, Spec(**SPEC), "ablate.py --dir p") is None  # the same spec: nothing new
+    assert R.check(manifest, spec, "p") == f"Pre-registered {record['registered']}, SHA-256 {record['sha256']}."
+
+
+def test_what_only_plans_is_not_registered():
+    """planning_sd and the stored throughput only estimate power and cost: changing them changes no verdict."""
+    spec = Spec(**SPEC)
+    planned = dataclasses.replace(spec, planning_sd=0.03, planning_tokens_per_s={"base": 1000.0})
+    assert R.fingerprint(R.preregistered(planned)) == R.fingerprint(R.preregistered(spec))
+
+
+def test_an_amendment_through_ablate_is_recorded_and_named():
+    manifest = {}
+    R.register(manifest, Spec(**SPEC), "first")
+    grown = Spec(**{**SPEC, "variants": {**SPEC["variants"], "relu2": ["model.mlp=relu2"]}})
+    record = R.register(manifest, grown, "second")
+    assert record["amends"] == ["secondary", "variants"]  # relu2 joins the secondary family
+    line = R.check(manifest, grown, "p")
+    assert (
+        line.startswith(f"Pre-registered {manifest['registrations'][0]['registered']}")
+        and f"; amended {record['registered']} (secondary, variants: {record['sha256'][:12]})" in line
+    )
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("alpha", 0.1), ("equivalence_margin", 0.05), ("seeds", [0, 1, 2]), ("primary", []), ("lr_grid", [1e-3])],
+)
+def test_a_spec_edited_by_hand_is_refused_in_one_line(field, value):
+    manifest = {}
+    R.register(manifest, Spec(**SPEC), "first")
+    edited = Spec(**{**SPEC, field: value, **({"secondary": ["gelu"]} if field == "primary" else {})})
+    with pytest.raises(
+        ProtocolError,
+        match=rf"^p: the spec's .*{field}.* no longer match\(es\) its pre-registration "
+        r"[0-9a-f]{12} of .*: it was edited outside ablate.py; restore it, or start",
+    ):
+        R.check(manifest, edited, "p")
+
+
+def test_a_record_edited_by_hand_no_longer_hashes_to_itself():
+    manifest = {}
+    R.register(manifest, Spec(**SPEC), "first")
+    manifest["registrations"][0]["preregistered"]["alpha"] = 0.1  # the record moved along with the spec
+    with pytest.raises(ProtocolError, match=r"no longer hashes to its recorded [0-9a-f]{12}: the manifest was edited"):
+        R.check(manifest, Spec(**{**SPEC, "alpha": 0.1}), "p")
+
+
+def test_a_protocol_without_a_record_is_reported_as_not_pre_registered():
+    assert R.check({}, Spec(**SPEC), "p").startswith("Not pre-registered: no registration was recorded before")
+
+
+def test_a_first_registration_is_refused_once_cells_exist():
+    assert R.too_late({}, cells_exist=False) is None  # a new protocol: registered before its first cell
+    assert R.too_late({}, cells_exist=True).startswith("pre-registration refused: this protocol's cells ran before")
+    manifest = {}
+    R.register(manifest, Spec(**SPEC), "first")
+    assert R.too_late(manifest, cells_exist=True) is None  # registered: a resume may amend it
+
+
+CONFIGS = {"base/ref": "a" * 64, "base/gelu": "b" * 64}
+
+
+def test_every_cells_composed_config_and_the_analysis_rule_are_registered():
+    manifest = {}
+    record = R.register(manifest, Spec(**SPEC), "first", CONFIGS)
+    assert record["preregistered"]["configs"] == CONFIGS and record["preregistered"]["analysis_rule"] == ANALYSIS_RULE
+    assert record["sha256"] != R.fingerprint(R.preregistered(Spec(**SPEC)))  # the configs are in the hash
+    R.check_configs(manifest, {**CONFIGS, "base/relu2": "c" * 64}, "p")  # a new cell: an amendment's to record
+    with pytest.raises(ProtocolError, match=r"^p: the composed config of base/gelu \(its preset or a config group"):
+        R.check_configs(manifest, {**CONFIGS, "base/gelu": "d" * 64}, "p")  # a preset edited since
+    manifest["registrations"][0]["preregistered"]["analysis_rule"] = ANALYSIS_RULE + 1
+    with pytest.raises(ProtocolError, match=rf"judged by analysis rule {ANALYSIS_RULE + 1}, but this code applies"):
+        R.check_configs(manifest, CONFIGS, "p")
+
+
+def test_a_config_digest_is_what_a_run_computes_not_where_it_is_written():
+    base = ["debug=tiny", "data.vocab_size=320"]
+    digest = config_digest(compose_train_config(base)[0])
+    moved = compose_train_config([*base, "outputs_dir=/elsewhere", "data.cache_dir=/x", "run_name=r"])[0]
+    assert config_digest(moved) == digest
+    assert config_digest(compose_train_config([*base, "trainer.eval_windows=4"])[0]) != digest  # a preset's value
+
+
+def test_a_field_registered_later_is_compared_with_its_default():
+    """A record made before lr_tie_tolerance existed holds no such key: the rule then was the lowest bpb alone
+    (tolerance 0), so a spec at 0 still matches it and one that now says 0.01 does not."""
+    manifest = {}
+    R.register(manifest, Spec(**SPEC), "first")
+    record = manifest["registrations"][0]
+    record["preregistered"].pop("lr_tie_tolerance")
+    record["sha256"] = R.fingerprint(record["preregistered"])
+    assert R.check(manifest, Spec(**SPEC), "p").startswith("Pre-registered ")
+    with pytest.raises(ProtocolError, match="the spec's lr_tie_tolerance no longer match"):
+        R.check(manifest, Spec(**SPEC, lr_tie_tolerance=0.01), "p")

@@ -1,0 +1,47 @@
+"""analysis/scale.py: whether a variant's verdict keeps its direction across sizes, and rank agreement."""
+
+import pytest
+
+from analysis.stats import compare
+from lab import scale
+
+
+@pytest.mark.parametrize(
+    "outcomes, text",
+    [
+        (["better", "better"], "**holds**: better at every size"),
+        (["worse", "worse", "worse"], "**holds**: worse at every size"),
+        (["better", "worse"], "**flips**"),
+        (["better", "unclear"], "partly: better where called"),
+        (["unclear", "unclear"], "can't tell at any size"),
+        (["better", None], "partly: better where called"),
+        ([None, None], "not run"),
+        (["equivalent", "equivalent"], "**holds**: equivalent at every size"),
+        (["equivalent", "can't tell"], "partly: equivalent where shown, can't tell elsewhere"),
+        (["worse", "equivalent"], "partly: worse where called"),
+    ],
+)
+def test_consistency_of_verdicts_across_sizes(outcomes, text):
+    assert scale.consistency(outcomes).startswith(text)
+
+
+def test_rank_agreement_is_kendalls_tau():
+    assert scale.rank_agreement(list("abcd"), list("abcd")) == pytest.approx(1.0)
+    assert scale.rank_agreement(list("abcd"), list("dcba")) == pytest.approx(-1.0)
+    assert scale.rank_agreement(list("abcd"), list("bacd")) == pytest.approx(2 / 3)  # one swapped pair of six
+    assert scale.rank_agreement(list("ab"), list("ba")) is None  # two items: τ is only ever ±1
+
+
+def test_markdown_lists_every_size_and_the_rankings():
+    better = compare({0: 1.0, 1: 1.1, 2: 1.2}, {0: 1.1, 1: 1.2, 2: 1.31})
+    unclear = compare({0: 1.0, 1: 1.3, 2: 1.1}, {0: 1.1, 1: 1.1, 2: 1.1})
+    results = [
+        scale.SizeResult("h96", ["gelu", "ref", "ln"], {"gelu": better, "ln": unclear}),
+        scale.SizeResult("h192", ["ref", "gelu", "ln"], {"gelu": better}),
+    ]
+    text = scale.markdown(results, "ref")
+    gelu = next(line for line in text.splitlines() if line.startswith("| gelu"))
+    assert gelu.count("(better)") == 2 and gelu.endswith("**holds**: better at every size |")
+    ln = next(line for line in text.splitlines() if line.startswith("| ln"))
+    assert "(can't tell)" in ln and "| — |" in ln  # not compared at h192
+    assert "- h96: gelu < ref < ln" in text and "- h96 → h192: Kendall's τ = +0.33" in text

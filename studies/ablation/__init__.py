@@ -1,6 +1,0 @@
-"""The ablation protocol: pre-registered contrasts, every variant at its own best learning rate and at the
-reference's on paired seeds, at one or more model sizes (scripts/ablate.py). protocol.py says what it
-trains and how it is judged, lr_search.py how an LR is chosen, configs.py turns cells into train.py
-configs, runner.py runs the stages, cells.py reads where each cell stands, cost.py and planning.py what
-is left and what it can detect, manifest.py the protocol directory's record, report.py the results
-(contrasts.py the verdicts, literature.py the papers, export.py the data files)."""

@@ -1,0 +1,30 @@
+"""Training: the typed config, the command line's edge, the loop and its parts. Importing it first checks
+TORCHINDUCTOR_CACHE_DIR, before anything imports torch._dynamo (the model does), which would create it."""
+
+import os
+from typing import Optional
+
+
+def inductor_cache_problem() -> Optional[str]:
+    """Why TORCHINDUCTOR_CACHE_DIR cannot hold inductor's code, in one line (importing torch._dynamo creates it: a
+    file there, or a folder the user cannot write, was a traceback from inside torch); None when it can or is unset."""
+    folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if not folder:
+        return None
+    try:
+        os.makedirs(folder, exist_ok=True)
+        usable, why = os.access(folder, os.W_OK | os.X_OK), "it is not writable"
+    except OSError as e:
+        usable, why = False, (e.strerror or str(e)).lower()
+    return (
+        None
+        if usable
+        else (
+            f"TORCHINDUCTOR_CACHE_DIR={folder} cannot hold torch.compile's cache ({why}); point it "
+            "at a folder you can write, or unset it"
+        )
+    )
+
+
+if (_problem := inductor_cache_problem()) is not None:  # before any program imports the model
+    raise SystemExit(f"error: {_problem}")

@@ -1,0 +1,463 @@
+"""The command line, for train.py and every program in scripts/: configs/train.yaml plus the overrides → a typed
+TrainConfig (training/config.py) through Hydra — overrides checked, a resume's saved config merged in, init_from's
+model and tokenizer taken, the rule for the run's length settings — Hydra's run-directory check, and how a program
+ends: one `error:` line and exit status 1, or 130/143 for Ctrl-C/SIGTERM. The one library module importing Hydra."""
+
+import dataclasses
+import difflib
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import typing
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
+
+from data.tokenizer import load_tokenizer
+from model import ModelConfig
+from training.checkpoint import CONFIG, InitFrom, Resume
+from training.config import TrainConfig
+
+# ---- how a program ends ----
+
+REPO = Path(__file__).resolve().parents[1]  # configs/, train.py and BENCHMARKS.md live here
+USER_ERRORS = (ValueError, OSError)  # DataError, CheckpointError, ConfigError, … are ValueErrors
+
+
+def one_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM raised as Ctrl-C is: `finally` blocks run (a half-built cache is removed), then one line and 143."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def sigterm_interrupts() -> None:
+    """From here on SIGTERM interrupts like Ctrl-C (the default would kill at once: no line, scratch left)."""
+
+    def handle(signum, frame):
+        raise Interrupted(signum)
+
+    signal.signal(signal.SIGTERM, handle)
+
+
+def exit_status(
+    main: Callable, argv: Optional[Sequence[str]] = None, also: tuple = (), interrupted: Optional[str] = None
+) -> int:
+    """main(argv)'s status: a user's error is one `error: …` line and 1; Ctrl-C is 130 and SIGTERM 143, each with
+    one line (`interrupted`, or the signal's name)."""
+    try:
+        return main(argv) or 0
+    except (*USER_ERRORS, *also) as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt as e:
+        signum = getattr(e, "signum", signal.SIGINT)
+        print(
+            interrupted or f"\n{signal.Signals(signum).name}: interrupted",
+            file=sys.stderr,
+        )
+        return 128 + int(signum)
+
+
+def run(main: Callable, also: tuple = (), interrupted: Optional[str] = None) -> None:
+    """A script's whole body: exit with main's status on the command line's arguments."""
+    sigterm_interrupts()
+    sys.exit(exit_status(main, None, also, interrupted))
+
+
+def read_utf8(path, flag: str) -> str:
+    """A text file's content; one line naming the file when it is not UTF-8 (or cannot be read)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except UnicodeDecodeError as e:
+        raise ValueError(
+            f"{flag} {path} is not UTF-8 text ({e.reason} at byte {e.start}); convert it to UTF-8"
+        ) from None
+    except OSError as e:
+        raise ValueError(f"{flag} {path}: {e.strerror.lower() if e.strerror else e}") from None
+
+
+def description(doc: str) -> str:
+    """A program's --help text: its docstring's first paragraph, on one line."""
+    return " ".join(doc.strip().split("\n\n")[0].split())
+
+
+# ---- Hydra → the typed config ----
+
+CONFIGS = REPO / "configs"
+TOP_LEVEL_KEYS = ("seed", "run_name", "outputs_dir", "verify_checkpoint")
+LENGTH_KEYS = ("max_steps", "max_epochs", "time_budget")
+# What a typed length turns off among the config's: steps and epochs are exact; a budget keeps the config's epochs.
+TURNS_OFF = {
+    "max_steps": ("max_epochs", "time_budget"),
+    "max_epochs": ("max_steps", "time_budget"),
+    "time_budget": ("max_steps",),
+}
+
+
+class ConfigError(ValueError):
+    """A config that does not compose, or whose values do not fit together: one line naming the value."""
+
+
+def _hints(owner) -> dict:
+    return typing.get_type_hints(owner) if dataclasses.is_dataclass(owner) else {}
+
+
+def _unwrap(kind):
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    return args[0] if typing.get_origin(kind) is typing.Union and len(args) == 1 else kind
+
+
+def check_override_keys(argv: Sequence[str]) -> None:
+    """A `key.path=value` whose key is no setting (naming the closest one), or whose value is not of its type, in one
+    line: Hydra's own answers are 6-7 lines. Groups, Hydra's flags and keys, +/~ overrides and sweeps are Hydra's."""
+    for arg in argv:
+        key = arg.split("=", 1)[0]
+        if "=" not in arg or key[0] in "+~-" or key.startswith("hydra."):
+            continue
+        if "." not in key and dataclasses.is_dataclass(_unwrap(_hints(TrainConfig).get(key, TrainConfig))):
+            continue  # a group (model=25m, experiment=…) or a name Hydra resolves
+        owner, path, parts = TrainConfig, [], key.split(".")
+        for depth, part in enumerate(parts):
+            hints = _hints(owner)
+            if not hints:
+                break  # a mapping or a value: nothing to check below it
+            if part not in hints:
+                close = difflib.get_close_matches(part, hints, n=1)
+                hint = f"did you mean {'.'.join([*path, close[0], *parts[depth + 1 :]])}? " if close else ""
+                raise ConfigError(
+                    f"{key} is not a setting ({'.'.join(path) or 'the top level'} has no {part!r}); "
+                    f"{hint}README's configuration table lists every setting"
+                )
+            path.append(part)
+            parent, owner = owner, _unwrap(hints[part])
+        else:
+            try:
+                override = OverridesParser.create().parse_override(arg)
+                if override.is_sweep_override():
+                    continue
+                typed = OmegaConf.structured(parent)
+            except (HydraException, OmegaConfBaseException):
+                continue  # Hydra says what is wrong with its own grammar
+            try:
+                OmegaConf.merge(typed, {parts[-1]: override.value()})
+            except OmegaConfBaseException:
+                wanted = {int: "an integer", float: "a number", bool: "true or false"}.get(
+                    owner, getattr(owner, "__name__", owner)
+                )
+                raise ConfigError(
+                    f"{arg}: {override.key_or_group} takes {wanted}, not {override.get_value_element_as_str()!r}"
+                ) from None
+
+
+def register_configs() -> None:
+    """The typed schema under the YAML: a typo'd key or a wrong type fails at composition."""
+    ConfigStore.instance().store(name="train_schema", node=TrainConfig)
+
+
+@dataclasses.dataclass
+class Resolved:
+    """What train.py runs: the typed config, its YAML, and the checkpoint it resumes or starts from (if any)."""
+
+    cfg: TrainConfig
+    config_yaml: str
+    resume: Optional[Resume] = None
+    init: Optional[InitFrom] = None
+
+
+def resolve_config(dict_cfg: DictConfig) -> Resolved:
+    """The typed config and the checkpoint a run continues (`resume=`: its saved config, command-line keys on top) or
+    starts from (`init_from=`: its model and tokenizer)."""
+    resume, init = None, None
+    overrides = [o.lstrip("+") for o in HydraConfig.get().overrides.task if not o.startswith("resume=")]
+    warn = lambda message: print(message, file=sys.stderr)  # noqa: E731
+    if dict_cfg.resume:
+        if any(o.startswith("init_from=") for o in overrides):
+            raise ConfigError(
+                "resume= continues a run and init_from= starts a new one from a checkpoint's weights; pass one of them"
+            )
+        resume = Resume.open(dict_cfg.resume, dict_cfg.outputs_dir, dict_cfg.get("verify_checkpoint", True), warn)
+        groups = [o for o in overrides if "." not in o.split("=")[0] and o.split("=")[0] not in TOP_LEVEL_KEYS]
+        if groups:  # the checkpoint's config already holds the composed groups
+            warn(f"resume: config groups come from the checkpoint; ignoring {' '.join(groups)}")
+        overrides = [o for o in overrides if o not in groups]
+        saved = saved_training_config(resume.path)
+        _refuse_changes_a_resume_cannot_make(resume.path, saved, overrides)
+        saved.trainer.stop_at_step = None  # an early stop applies to the run that stopped, not the resume
+        dict_cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), saved, OmegaConf.from_dotlist(overrides))
+    elif dict_cfg.get("init_from"):
+        init = _start_from_weights(dict_cfg, overrides)
+    if HydraConfig.get().runtime.choices.get("experiment") == "small_corpus" and os.environ.get("RANK", "0") == "0":
+        print("experiment=small_corpus is an alias of the default now, which stops a small corpus at 4 passes")
+    try:
+        said = apply_length_rule(dict_cfg, dict(override_values([o for o in overrides if o.startswith("trainer.")])))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if said and os.environ.get("RANK", "0") == "0":
+        print(said)
+    cfg, config_yaml = _typed(dict_cfg)
+    if cfg.trainer.seq_len > cfg.model.max_seq_len:
+        raise ConfigError(
+            f"trainer.seq_len={cfg.trainer.seq_len} exceeds model.max_seq_len={cfg.model.max_seq_len}; "
+            "lower the first or raise the second"
+        )
+    for opened in (resume, init):  # model.* overrides may not change the architecture
+        if opened is not None:
+            opened.check_fits(cfg.model)
+    return Resolved(cfg, config_yaml, resume, init)
+
+
+def _start_from_weights(dict_cfg: DictConfig, overrides: List[str]) -> InitFrom:
+    """init_from=: a minillama checkpoint, or a Hugging Face Llama directory imported once into the data cache. The
+    run's model becomes the checkpoint's (model.* overrides may change only what shapes no weight), its data is read
+    with the checkpoint's tokenizer; everything else — data, optimizer, schedule, run directory — is the new run's."""
+    from interop.hf import cached_import, is_hf_directory
+
+    source, verify = str(dict_cfg.init_from), dict_cfg.get("verify_checkpoint", True)
+    path = str(cached_import(source, dict_cfg.data.cache_dir, verify=verify)) if is_hf_directory(source) else source
+    init = InitFrom.open(path, dict_cfg.outputs_dir, verify, source=source, warn=lambda m: print(m, file=sys.stderr))
+    if groups := [o for o in overrides if o.split("=")[0] in ("model", "experiment")]:
+        print(f"init_from: the model comes from {init.path}; {' '.join(groups)} set the rest of the run only")
+    with open_dict(dict_cfg):
+        dict_cfg.model = OmegaConf.merge(
+            OmegaConf.structured(ModelConfig),
+            dataclasses.asdict(init.model),
+            OmegaConf.from_dotlist([o[6:] for o in overrides if o.startswith("model.")]),
+        )
+        if any(o.startswith("data.tokenizer_path=") for o in overrides):
+            init.check_tokenizer(dict_cfg.data.tokenizer_path)
+        else:
+            dict_cfg.data.tokenizer_path = str(init.carry_tokenizer(dict_cfg.data.cache_dir))
+        vocab = load_tokenizer(dict_cfg.data.tokenizer_path).get_vocab_size()
+        typed = dict(override_values([o for o in overrides if o.startswith("data.vocab_size=")]))
+        if typed and typed["data.vocab_size"] != vocab:
+            raise ConfigError(
+                f"init_from={source} keeps its {vocab}-token tokenizer (the weights read its ids), so "
+                f"data.vocab_size={typed['data.vocab_size']} cannot apply; drop it, or train from scratch for another "
+                "vocabulary"
+            )
+        dict_cfg.data.vocab_size = vocab  # what config.yaml records is what the run trains with
+    return init
+
+
+def saved_training_config(ckpt: Path) -> DictConfig:
+    """The training config a checkpoint was saved with, settings a later minillama dropped left out (a CPU kernel's
+    name, a measured peak's file: nothing the run computes changes), or a ConfigError saying why it cannot resume."""
+    try:
+        saved = OmegaConf.load(ckpt / CONFIG)
+    except (OSError, OmegaConfBaseException, ValueError) as e:
+        raise ConfigError(
+            f"{ckpt}/config.yaml is unreadable ({one_line(e)}); the checkpoint cannot be resumed "
+            "(generate.py, evaluate.py and export_hf.py do not need it)"
+        ) from None
+    missing = [k for k in ("model", "data", "optim", "trainer") if not (OmegaConf.is_dict(saved) and k in saved)]
+    if missing:
+        raise ConfigError(
+            f"{ckpt}/config.yaml holds no training config (no {', '.join(missing)}: empty, or an imported "
+            "checkpoint), so it cannot be resumed; generate.py, evaluate.py and export_hf.py do not need it"
+        )
+    with open_dict(saved):
+        for section, schema in _hints(TrainConfig).items():
+            if OmegaConf.is_dict(saved.get(section)) and dataclasses.is_dataclass(schema):
+                for key in set(saved[section]) - {f.name for f in dataclasses.fields(schema)}:
+                    del saved[section][key]
+        if OmegaConf.select(saved, "data.sampling") is None:  # saved before data.sampling: those runs drew at random
+            saved.data.sampling = "random"
+    return saved
+
+
+def _refuse_changes_a_resume_cannot_make(ckpt: Path, saved: DictConfig, overrides: List[str]) -> None:
+    """A resume may change how training goes on (trainer.*, optim.* values, logger.*, data.cache_dir) — never the
+    model, the tokens, their order or the optimizer kind: said before anything runs."""
+    for key, value in override_values(overrides):
+        section, _, field = key.partition(".")
+        if key == "data.sampling" and value != saved.data.sampling:
+            raise ConfigError(
+                f"cannot resume {ckpt} with data.sampling={value}: its run draws batches with "
+                f"data.sampling={saved.data.sampling} and a resume continues that order; drop the override, "
+                f"or start a new run from its weights: init_from={ckpt}"
+            )
+        if section == "data" and field not in ("cache_dir", "sampling"):
+            raise ConfigError(
+                f"cannot resume {ckpt} with {key}={value}: a resume trains on the checkpoint's data and "
+                "tokenizer; it may change trainer.*, optim.* values, logger.* and data.cache_dir — for "
+                f"other data, start a new run from its weights: init_from={ckpt}"
+            )
+        if key == "optim.name" and value != OmegaConf.select(saved, "optim.name"):
+            raise ConfigError(
+                f"cannot resume {ckpt} with optim.name={value}: its optimizer state is "
+                f"{OmegaConf.select(saved, 'optim.name')}'s; resume with optim.name="
+                f"{OmegaConf.select(saved, 'optim.name')}, or start a new run"
+            )
+
+
+def keep_edited_config(run_dir: Path, ckpt: Path) -> Optional[str]:
+    """Before a resume rewrites <run>/config.yaml: where the file differs from the checkpoint's, it is moved aside
+    (never overwritten) and the differing keys are said, with where changes go. None where they agree."""
+    mine, theirs = Path(run_dir) / CONFIG, Path(ckpt) / CONFIG
+    try:
+        here, there = (OmegaConf.to_container(OmegaConf.load(p)) for p in (mine, theirs))
+    except (OSError, OmegaConfBaseException, ValueError):
+        return None  # no file of the user's, or one that is not YAML: nothing to compare
+    flat = (
+        lambda d, pre="": (  # noqa: E731
+            {k: v for key, val in d.items() for k, v in flat(val, f"{pre}{key}.").items()}
+            if isinstance(d, dict)
+            else {pre[:-1]: d}
+        )
+    )
+    a, b = flat(here), flat(there)
+    resets = {"trainer.stop_at_step"}  # a resume clears it itself
+    keys = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k) and k not in resets)
+    if not keys:
+        return None
+    n = 1 + sum(1 for _ in Path(run_dir).glob("config.edited-*.yaml"))
+    kept = mine.rename(Path(run_dir) / f"config.edited-{n}.yaml")
+    said = ", ".join(f"{k} ({a.get(k)!r} there, {b.get(k)!r} in the checkpoint)" for k in keys[:4])
+    more = f" and {len(keys) - 4} more" if len(keys) > 4 else ""
+    return (
+        f"warning: {mine} differs from {ckpt}/config.yaml in {said}{more}: a resume reads the checkpoint's config, "
+        f"so changes go on the command line (python train.py resume={ckpt} {keys[0]}=…); the file is kept as {kept}"
+    )
+
+
+def apply_length_rule(cfg: DictConfig, given: Dict[str, object]) -> Optional[str]:
+    """The rule for the run's length settings (docs/training.md): the run ends at the first reached of those set;
+    what the command line sets turns off the config files' ones that TURNS_OFF names, said in one line (returned);
+    a typed max_steps with another typed length is a ValueError. `given`: the command line's trainer.* values."""
+    typed = {key: given[f"trainer.{key}"] for key in LENGTH_KEYS if f"trainer.{key}" in given}
+    chosen = {key: value for key, value in typed.items() if value is not None}
+    if "max_steps" in chosen and len(chosen) > 1:
+        a, b = (f"trainer.{key}={value:g}" for key, value in list(chosen.items())[:2])
+        raise ValueError(
+            f"{a} and {b} both set the run's length, and a step count is exact; keep one (or type "
+            "trainer.max_epochs and trainer.time_budget together: the run ends at whichever comes first)"
+        )
+    off = {other for key in chosen for other in TURNS_OFF[key]} - set(typed)
+    dropped = [
+        f"trainer.{key}={cfg.trainer[key]:g}" for key in LENGTH_KEYS if key in off and cfg.trainer.get(key) is not None
+    ]
+    if not dropped:
+        return None
+    with open_dict(cfg):
+        for key in off:
+            cfg.trainer[key] = None
+    said = " and ".join(f"trainer.{key}={value:g}" for key, value in chosen.items())
+    return (
+        f"length: {said} from the command line decides it; {' and '.join(dropped)} from the config "
+        f"{'are' if len(dropped) > 1 else 'is'} off"
+    )
+
+
+def _typed(dict_cfg: DictConfig) -> Tuple[TrainConfig, str]:
+    """(TrainConfig, its YAML) of a composed config, resolved; `resume` cleared (merged already)."""
+    try:
+        plain = OmegaConf.to_container(dict_cfg, resolve=True)
+        plain.pop("hydra", None)
+        plain["resume"] = None
+        cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), plain))
+    except OmegaConfBaseException as e:
+        raise ConfigError(str(e).splitlines()[0])
+    return cfg, OmegaConf.to_yaml(plain)
+
+
+def compose(overrides: Sequence[str], keep_hydra: bool = False) -> DictConfig:
+    """configs/train.yaml with overrides through Hydra's compose API, as @hydra.main hands it to train.py (HydraConfig
+    set, so ${hydra:runtime.choices.*} resolves; the hydra node removed unless keep_hydra). ConfigError if it does
+    not compose."""
+    register_configs()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+            cfg = hydra_compose("train", overrides=list(overrides), return_hydra_config=True)
+    except (HydraException, OmegaConfBaseException) as e:
+        raise ConfigError(one_line(e)) from None
+    HydraConfig.instance().set_config(cfg)
+    if not keep_hydra:
+        with open_dict(cfg):
+            del cfg["hydra"]
+    return cfg
+
+
+def compose_train_config(overrides: Sequence[str]) -> Tuple[TrainConfig, str]:
+    """(TrainConfig, its YAML) for `python train.py <overrides>`: composed, the length rule applied, typed."""
+    cfg = compose(overrides)
+    try:
+        apply_length_rule(cfg, dict(override_values([o for o in overrides if o.startswith("trainer.")])))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return _typed(cfg)
+
+
+def compose_run_config(overrides: Sequence[str]) -> TrainConfig:
+    """The TrainConfig train.py would run with these overrides, with every check resolve_config makes."""
+    return resolve_config(compose(overrides)).cfg
+
+
+def override_values(overrides: Sequence[str]) -> List[Tuple[str, object]]:
+    """(dotted key, value) of each override by Hydra's own grammar (model.qk_norm=true → True, 1e-3 → 0.001); one
+    that does not parse, or sweeps several values, is a ConfigError."""
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException as e:
+        raise ConfigError(one_line(e)) from None
+    for o in parsed:
+        if o.is_sweep_override():
+            raise ConfigError(f"{o.input_line!r} sweeps several values; a variant or size sets one")
+    return [(o.key_or_group, o.value()) for o in parsed]
+
+
+# ---- Hydra's callback: the run directory can be written ----
+
+
+class OutputDirCheck(Callback):
+    def on_run_start(self, config, **kwargs) -> None:
+        check_writable(_resolved(config, "hydra.run.dir"), "the run directory")
+
+    def on_multirun_start(self, config, **kwargs) -> None:
+        check_writable(_resolved(config, "hydra.sweep.dir"), "the sweep directory")
+
+
+def _resolved(config, key: str) -> str:
+    """The directory as Hydra will resolve it. The default run_name reads `${hydra:runtime.choices…}`, which
+    resolves only once HydraConfig is set — Hydra sets it just after the run-start callbacks, to this same
+    config, so setting it here first changes nothing but lets the check see the real path."""
+    from hydra.core.hydra_config import HydraConfig
+
+    HydraConfig.instance().set_config(config)
+    return OmegaConf.select(config, key)
+
+
+def check_writable(directory: str, what: str) -> None:
+    """Exit with one line unless a directory can be made where `directory` will be (tried for real, in
+    its nearest existing ancestor: permission bits do not tell what root, ACLs or a read-only mount allow)."""
+    target = Path(directory).absolute()
+    ancestor = next(p for p in (target, *target.parents) if p.exists())
+    try:
+        shutil.rmtree(tempfile.mkdtemp(prefix=".minillama-write-check-", dir=ancestor))
+    except OSError as e:
+        cause = e.strerror.lower() if e.strerror else one_line(e)
+        print(
+            f"error: cannot create {what} {target}: {cause} in {ancestor}; set outputs_dir=… to a writable directory",
+            file=sys.stderr,
+        )
+        sys.exit(1)
