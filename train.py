@@ -16,12 +16,20 @@ from hydra.errors import CompactHydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from data import prepare
+from data import SourceGone, prepare
 from training import distributed as D
-from training.checkpoint import CHECKPOINTS, CONFIG, claim_for_run, clean_partial_checkpoints, discard_if_unused
+from training.checkpoint import (
+    CHECKPOINTS,
+    CONFIG,
+    claim_for_run,
+    clean_partial_checkpoints,
+    data_identity,
+    discard_if_unused,
+)
 from training.cli import (
     ConfigError,
     check_override_keys,
+    check_same_config,
     keep_edited_config,
     register_configs,
     resolve_config,
@@ -39,14 +47,14 @@ def run(dict_cfg: DictConfig, info: D.DistInfo) -> float:
     resolved = resolve_config(dict_cfg)
     cfg, resume = resolved.cfg, resolved.resume
     wandb_mode(cfg.logger.wandb)  # online without a key: one line now, never a login prompt later
+    say = print if info.is_main else (lambda *a, **k: None)
     # Every rank prepares before joining the group, so no collective timeout runs while a corpus is tokenized;
     # prepare() lets one process build at a time, the others then find the cache.
-    quiet = {} if info.is_main else {"log": lambda *a: None}
-    data = prepare(cfg.data, seq_len=cfg.trainer.seq_len, model_vocab_size=cfg.model.vocab_size, **quiet)
-    if resume is not None:
-        resume.check_tokenizer(data.tokenizer_path)  # the same data
+    data, change = prepare_for(cfg, resume, {} if info.is_main else {"log": lambda *a: None}, say)
     D.join(info, cfg.trainer.dist_timeout_s)
-    run_dir, claim = claim_for_run(Path(HydraConfig.get().runtime.output_dir), resume and resume.run_dir, info)
+    check_same_config(resolved.config_yaml, info)
+    hydra_dir = Path(HydraConfig.get().runtime.output_dir)
+    run_dir, claim = claim_for_run(hydra_dir, resume, info, lambda text: say(text, file=sys.stderr))
     try:
         if info.is_main:
             for stray in clean_partial_checkpoints(run_dir / CHECKPOINTS):  # a kill or a double Ctrl-C mid-save
@@ -54,14 +62,12 @@ def run(dict_cfg: DictConfig, info: D.DistInfo) -> float:
             if resume is not None and (edited := keep_edited_config(run_dir, resume.path)):
                 print(edited, file=sys.stderr)
             (run_dir / CONFIG).write_text(resolved.config_yaml)
-        spec = RunSpec(
-            cfg, run_dir, resolved.config_yaml, resume, HydraConfig.get().mode == RunMode.MULTIRUN, resolved.init
-        )
+        multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+        spec = RunSpec(cfg, run_dir, resolved.config_yaml, resume, multirun, resolved.init, change)
         outcome = train(spec, info, data)
     finally:
         if claim is not None:
             claim.release()
-    say = print if info.is_main else (lambda *a, **k: None)
     if outcome.signum is not None:
         if spec.multirun:  # Hydra's launcher would start the next job as soon as this one returns
             say(f"{D.signal_name(outcome.signum)}: sweep stopped; the jobs after this one were not started")
@@ -72,6 +78,21 @@ def run(dict_cfg: DictConfig, info: D.DistInfo) -> float:
     elif outcome.last_eval is not None:
         say(summary(outcome, run_dir, info.device))
     return outcome.last_eval["val_loss"] if outcome.last_eval else float("nan")
+
+
+def prepare_for(cfg, resume, quiet: dict, say):
+    """(the run's data, a data change a resume accepted or None). A resume trains on the tokens its checkpoint did:
+    compared by their digests (another data.path holding the same corpus is the same data); a corpus that moved or
+    went away resumes from the token cache it trained on, while that is intact."""
+    try:
+        data = prepare(cfg.data, seq_len=cfg.trainer.seq_len, model_vocab_size=cfg.model.vocab_size, **quiet)
+    except SourceGone as e:
+        if resume is None or (data := resume.cached_data(cfg.data.cache_dir)) is None:
+            raise
+        say(f"data: {e}; resuming from the token cache the run trained on, {data.dir}", file=sys.stderr)
+    if resume is None:
+        return data, None
+    return data, resume.check_data(data_identity(data.meta, data.dir), cfg.resume_changed_data)
 
 
 register_configs()

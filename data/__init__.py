@@ -3,7 +3,7 @@
 
 from data.cache import PreparedData, prepare
 from data.loader import SAMPLERS, EpochBatches, TrainBatches, eval_windows, windows_per_epoch
-from data.sources import DataConfig, DataError
+from data.sources import DataConfig, DataError, SourceGone
 from data.tokenizer import SPECIAL_TOKENS, load_tokenizer
 
 __all__ = [
@@ -13,6 +13,7 @@ __all__ = [
     "PreparedData",
     "SAMPLERS",
     "SPECIAL_TOKENS",
+    "SourceGone",
     "TrainBatches",
     "eval_windows",
     "load_tokenizer",

@@ -100,6 +100,14 @@ def damage(directory: Path, meta: Dict[str, Any]) -> Optional[str]:
     return None
 
 
+def open_intact(directory: Path) -> Optional[PreparedData]:
+    """The cache in `directory` if it is there and intact, else None: a resume whose corpus moved trains on it."""
+    meta = read_meta(directory)
+    if meta is None or damage(directory, meta) is not None:
+        return None
+    return PreparedData(dir=Path(directory), tokenizer_path=Path(directory) / TOKENIZER_FILE, meta=meta)
+
+
 def open_cache(directory: Path, meta: Dict[str, Any]) -> PreparedData:
     """A cache verified against its meta.json, or one DataError naming it and the fix."""
     problem = damage(directory, meta)
@@ -168,6 +176,10 @@ def prepare(
     if model_vocab_size is not None:  # fail before an expensive build
         _check_vocab(expected_vocab - 1, model_vocab_size, cfg)
     root = Path(cfg.cache_dir).resolve()
+    if root.exists() and not root.is_dir():
+        raise DataError(
+            f"data.cache_dir={cfg.cache_dir} is a file, not a folder; point it at a folder (made if missing)"
+        )
     directory = root / f"{cfg.source}-{cache_key(cache_identity(cfg, tokenizer_identity))}"
     meta = read_meta(directory)
     if meta is None:

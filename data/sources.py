@@ -47,6 +47,11 @@ class DataError(ValueError):
     """Bad data input: entry points print `error: <message>`, so it says what is wrong and what to set instead."""
 
 
+class SourceGone(DataError):
+    """The corpus is not where data.path says (moved, deleted, a hub out of reach): a resume can go on from the
+    token cache its run trained on."""
+
+
 @dataclass
 class DataConfig:
     # shakespeare | hub (data.path: any hub dataset id) | tinystories | fineweb_edu (two hub ids built in) | local
@@ -200,7 +205,7 @@ def load_hub_dataset(
             **(builder_options or {}),
         )
     except ConnectionError:
-        raise DataError(
+        raise SourceGone(
             f"cannot reach the Hugging Face hub for '{path}' and it is not in the local cache; {OFFLINE_CHOICES}"
         ) from None
     except ValueError as error:
@@ -249,7 +254,7 @@ def resolve_local(cfg: DataConfig):
         files = _files_under(root)
         kind = "saved" if (root / "dataset_dict.json").exists() or (root / "state.json").exists() else "folder"
         if not files:
-            raise DataError(f"folder '{root}' holds no files; point data.path at your data files")
+            raise SourceGone(f"folder '{root}' holds no files; point data.path at your data files")
         if kind == "folder" and not any(_builder_of(f) for f in files if f.name not in NOT_DATA):
             found = ", ".join(f.name for f in files[:3]) + (", …" if len(files) > 3 else "")
             raise DataError(
@@ -265,7 +270,7 @@ def resolve_local(cfg: DataConfig):
                 )
             matches = sorted(f for f in glob.glob(os.path.expanduser(pattern), recursive=True) if os.path.isfile(f))
             if not matches:
-                raise DataError(
+                raise SourceGone(
                     f"data.path '{pattern}' matches no files (relative to {os.getcwd()}); check the path or glob"
                 )
             files += [Path(f) for f in matches]
@@ -285,20 +290,26 @@ def resolve_local(cfg: DataConfig):
     return kind, files
 
 
-def _first_non_utf8(files: List[Path]) -> Optional[str]:
-    """Which file is not UTF-8, and where: `datasets` names only the glob and an offset into some file."""
+def _first_bad_file(files: List[Path]) -> Optional[str]:
+    """Which file could not be read, and why — not UTF-8 (where), or a compressed file cut short: `datasets` names only
+    the glob, and an offset into some file."""
+    import fsspec
+
     for file in files:
-        with open(file, "rb") as f:
-            done = 0
-            for line in f:  # whole lines: a newline byte never falls inside a UTF-8 character
-                try:
-                    line.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    return (
-                        f"{file} is not UTF-8 (byte 0x{line[e.start]:02x} at offset {done + e.start:,}); convert it "
-                        "(e.g. iconv -f latin1 -t utf-8) or remove it"
-                    )
-                done += len(line)
+        try:
+            with fsspec.open(str(file), "rb", compression="infer") as f:  # .gz, .bz2, .xz, .zst read as they are stored
+                done = 0
+                for line in f:  # whole lines: a newline byte never falls inside a UTF-8 character
+                    try:
+                        line.decode("utf-8")
+                    except UnicodeDecodeError as e:
+                        return (
+                            f"{file} is not UTF-8 (byte 0x{line[e.start]:02x} at offset {done + e.start:,}); convert "
+                            "it (e.g. iconv -f latin1 -t utf-8) or remove it"
+                        )
+                    done += len(line)
+        except (EOFError, OSError, ValueError) as e:  # a truncated or corrupt archive
+            return f"{file} is truncated or corrupt ({_first_line(e)}); re-create it or remove it"
     return None
 
 
@@ -562,7 +573,7 @@ def _load_local(cfg: DataConfig, hf_cache_dir: Path):
             **({"sample_by": cfg.sample_by} if kind == "text" else {}),
         )
     except datasets.exceptions.DatasetsError as error:
-        culprit = _first_non_utf8(files) if isinstance(error.__cause__, UnicodeDecodeError) else None
+        culprit = _first_bad_file(files)
         raise DataError(
             f"cannot read {kind} files from data.path '{cfg.path}': "
             + (culprit or f"{_first_line(error.__cause__ or error)}; fix or remove the bad file")

@@ -16,11 +16,15 @@ import torch
 from safetensors.torch import load_file
 from tokenizers import Tokenizer
 
-from data.tokenizer import ROLES, SPECIAL_TOKENS_FILE, max_token_id, write_special_tokens
+from data.tokenizer import ROLES, max_token_id, write_special_tokens
 from model import ModelConfig, find_multiple, swiglu_intermediate_size
 from training.checkpoint import (
+    FORMAT_VERSION,
+    MANIFEST,
     MODEL_CONFIG,
+    TOKENIZER,
     RunFiles,
+    RunState,
     list_checkpoints,
     nonfinite_tensors,
     save_checkpoint,
@@ -226,11 +230,12 @@ def import_checkpoint(hf_dir: str, run_dir: str, verify: bool = True) -> Path:
     """Convert `hf_dir` into run_dir/checkpoints/step_0000000 and return it. A directory minillama exported carries a
     manifest.json, checked unless `verify` is off; NaN/inf weights are refused either way."""
     hf = Path(hf_dir)
-    if verify and (hf / "config.json").is_file():
-        verify_files(
-            hf,
-            warn=lambda message: print(message, file=sys.stderr),
-            unverifiable="not exported by minillama: Hugging Face directories carry no checksums",
+    if verify and (hf / MANIFEST).is_file():  # exported by minillama: its files must be what it wrote
+        verify_files(hf)
+    elif verify and (hf / "config.json").is_file():
+        print(
+            f"warning: {hf} has no {MANIFEST} (Hugging Face directories carry no checksums): unverified",
+            file=sys.stderr,
         )
     config = _read_json(hf / "config.json", f"{hf} is not a Hugging Face model directory (no readable config.json)")
     if not (hf / "tokenizer.json").exists():
@@ -259,20 +264,11 @@ def import_checkpoint(hf_dir: str, run_dir: str, verify: bool = True) -> Path:
     if list_checkpoints(root):  # the import (step 0) would hide behind them, or clobber one
         raise FileExistsError(f"{root} already holds checkpoints; import into a new run directory")
     with tempfile.TemporaryDirectory() as staging:  # the roles travel next to tokenizer.json, as in every checkpoint
-        shutil.copyfile(hf / "tokenizer.json", Path(staging) / "tokenizer.json")
         write_special_tokens(staging, roles)
-        ckpt = save_checkpoint(
-            root,
-            0,
-            state,
-            cfg,
-            Path(staging) / "tokenizer.json",
-            keep_last=0,
-            state={"step": 0, "tokens_seen": 0, "elapsed_s": 0.0, "imported_from": str(hf.resolve())},
-            config_yaml=f"# imported from {hf.resolve()} by scripts/import_hf.py; no training config\n",
-        )
-    if not (ckpt / SPECIAL_TOKENS_FILE).exists():
-        write_special_tokens(ckpt, roles)
+        tokenizer_files = {TOKENIZER: (hf / "tokenizer.json").read_bytes()}
+        tokenizer_files |= {p.name: p.read_bytes() for p in Path(staging).iterdir()}
+    config = f"# imported from {hf.resolve()} by scripts/import_hf.py; no training config\n"
+    ckpt = save_checkpoint(root, 0, state, cfg, tokenizer_files, RunState().to_json(), config, keep_last=0)
     return ckpt
 
 
@@ -290,7 +286,7 @@ def cached_import(hf_dir: str, cache_dir: str, verify: bool = True) -> Path:
     """`hf_dir` imported once into <cache_dir>/imported/<key>/ (init_from: a resume or a second run finds it again),
     keyed by its path and its files' names, sizes and times — an edited file imports anew. Its checkpoint."""
     hf = Path(hf_dir).resolve()
-    stamp = [str(hf)] + [
+    stamp = [str(hf), f"checkpoint format {FORMAT_VERSION}"] + [
         f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in sorted(hf.iterdir()) if p.is_file()
     ]
     folder = Path(cache_dir) / "imported" / hashlib.sha256("\n".join(stamp).encode()).hexdigest()[:16]

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Dict, Optional
 
 import torch
+from safetensors.torch import save as save_safetensors
 
 from data.tokenizer import read_special_tokens, token_ids
 from interop.hf import LAYER_NAMES, MINILLAMA_CONFIG_KEY, ConversionError
@@ -18,9 +19,8 @@ from training.checkpoint import (
     TOKENIZER,
     load_model,
     load_model_config,
-    read_manifest,
     resolve_checkpoint,
-    save_weights,
+    write_file,
     write_manifest,
 )
 
@@ -101,7 +101,7 @@ def export_checkpoint(checkpoint: str, out_dir: str, force: bool = False, verify
     `verify` is off. The directory is assembled next to `out_dir` and renamed into place, so a failed
     export never leaves a half-written model behind; it gets a manifest.json of its own (Hugging Face
     ignores it), which import_hf checks — only when the checkpoint's own files were verified against theirs:
-    an export never vouches for weights nobody checked (`verify` off, or a checkpoint from before manifests).
+    an export never vouches for weights nobody checked (`verify` off).
     `force` replaces an existing non-empty `out_dir`.
     """
     ckpt = resolve_checkpoint(checkpoint)
@@ -110,18 +110,17 @@ def export_checkpoint(checkpoint: str, out_dir: str, force: bool = False, verify
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
         raise FileExistsError(f"{out} exists and is not empty; pass --force to replace it")
     model, tokenizer, _ = load_model(str(ckpt), verify=verify)  # checks files, config, weights and tokenizer
-    verified = verify and read_manifest(ckpt) is not None
     tmp = out.with_name(f".{out.name}.export-tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
         write_hf_dir(tmp, model, tokenizer, read_special_tokens(ckpt), ckpt / TOKENIZER)
-        if verified:
+        if verify:
             write_manifest(tmp)
         else:
             print(
-                f"warning: {out} gets no {MANIFEST}: {ckpt} was not verified against one "
-                f"({'--no-verify' if not verify else 'it has none'}), so nothing vouches for these weights",
+                f"warning: {out} gets no {MANIFEST}: {ckpt} was not verified against its own (--no-verify), so "
+                "nothing vouches for these weights",
                 file=sys.stderr,
             )
     except BaseException:
@@ -149,7 +148,8 @@ def write_hf_dir(
     cfg, state = as_standard(model.cfg, model.state_dict())
     ids = token_ids(tokenizer, roles)
     llama_config(cfg, ids).save_pretrained(out)
-    save_weights(to_hf_state_dict(state, cfg), out / "model.safetensors")
+    tensors = {k: v.contiguous() for k, v in to_hf_state_dict(state, cfg).items()}
+    write_file(out / "model.safetensors", save_safetensors(tensors, metadata={"format": "pt"}))
     # The padding ids (no token has them) are suppressed in HF's generate() too, as in ours.
     n_tokens = min(cfg.vocab_size, tokenizer.get_vocab_size())
     padding = list(range(n_tokens, cfg.padded_vocab_size))

@@ -163,8 +163,17 @@ def parse_args(argv) -> tuple:
     bad = [o for o in overrides if o.startswith("-") or "=" not in o]
     if bad:
         raise ValueError(f"unrecognised argument {bad[0]!r}: see --help; overrides look like key=value")
-    if args.world_size < 1:
-        raise ValueError(f"--world-size {args.world_size} must be >= 1")
+    for ok, message in (
+        (args.world_size >= 1, f"--world-size {args.world_size} must be >= 1"),
+        (args.mfu is None or 0 < args.mfu <= 1, f"--mfu {args.mfu} must be a fraction in (0, 1], e.g. 0.4"),
+        (
+            args.device_memory_gb is None or args.device_memory_gb > 0,
+            f"--device-memory-gb {args.device_memory_gb} must be > 0",
+        ),
+        (args.peak_tflops is None or args.peak_tflops > 0, f"--peak-tflops {args.peak_tflops} must be > 0"),
+    ):
+        if not ok:
+            raise ValueError(message)
     if args.mfu_from and not RunFiles(args.mfu_from).metrics.is_file():
         raise ValueError(f"--mfu-from {args.mfu_from}: no metrics.jsonl there; pass a run directory")
     return args, overrides

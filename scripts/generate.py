@@ -108,6 +108,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     # Checked as given (--top-p 2 is an error, not "off"); then 0 / 1 switch them off.
     check_sampling_args(args.max_new_tokens, args.temperature, args.top_k or None, args.top_p, args.num_samples)
+    if args.seed is not None and not 0 <= args.seed < 2**63:  # torch's generators take 64-bit seeds
+        raise ValueError(f"--seed {args.seed} must be an integer from 0 to 2**63 - 1")
     top_k, top_p = args.top_k or None, args.top_p if args.top_p < 1 else None
     device = pick_device(args.device, option="--device")
     prompts = read_prompts(args)

@@ -198,14 +198,14 @@ def _write_then_hang(marker: str) -> None:
     """Let the real writer start the .tmp directory, then stop inside it until killed."""
     import training.checkpoint as checkpoint
 
-    real_write = checkpoint.save_file
+    real_write = checkpoint.write_file
 
-    def write_and_hang(tensors, filename, *args, **kwargs):
-        real_write(tensors, filename, *args, **kwargs)
-        Path(marker).write_text(str(filename))
+    def write_and_hang(path, data):
+        real_write(path, data)
+        Path(marker).write_text(str(path))
         time.sleep(600)
 
-    checkpoint.save_file = write_and_hang
+    checkpoint.write_file = write_and_hang
 
 
 if __name__ == "__main__":

@@ -9,10 +9,11 @@ from model import ModelConfig, Transformer
 from training.checkpoint import (
     clean_partial_checkpoints,
     list_checkpoints,
-    load_training_state,
     move_aside_later_checkpoints,
+    read_state,
     resolve_checkpoint,
     save_checkpoint,
+    tokenizer_files,
 )
 
 CFG = dict(vocab_size=300, hidden_size=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=16)
@@ -31,7 +32,7 @@ def saver(tmp_path):
             step,
             model.state_dict(),
             model.cfg,
-            tokenizer,
+            tokenizer_files(tokenizer),
             {"step": step, **state},
             optimizer_state={"state": {}, "param_groups": []},
             keep_last=0,
@@ -74,7 +75,7 @@ def test_a_resave_killed_between_its_renames_is_recovered(tmp_path, saver, monke
     assert sorted(p.name for p in root.iterdir()) == ["step_0000002.old", "step_0000002.tmp"]
     assert clean_partial_checkpoints(root) == [root / "step_0000002.tmp"]
     (restored,) = list_checkpoints(root)
-    assert load_training_state(restored)[0]["version"] == "first"
+    assert read_state(restored)["version"] == "first"
 
 
 def test_later_checkpoints_move_aside_when_resuming_an_older_one(tmp_path, saver):

@@ -1,6 +1,7 @@
-"""The checkpoint format's versions: a checkpoint of every version ever written still loads, computes what it did
-and resumes into the step its run would have trained; what the writer writes now is the current version's
-layout; a checkpoint of a later version is refused in one line by every loader, verified or not.
+"""The checkpoint format: a checkpoint of the current version loads, computes what it did and resumes into the step its
+run would have trained; what the writer writes now is that version's layout; a checkpoint of an older version (no
+release ever wrote one) or a later one is refused in one line by every loader, verified or not — the older one naming
+the last commit that reads it.
 
 The fixtures are real run directories, made by tests/checkpoint_fixture.py (its docstring says when and how)."""
 
@@ -19,12 +20,12 @@ from tests.train_helpers import read_metrics, run_train
 from training.checkpoint import (
     FORMAT_PREFIX,
     FORMAT_VERSION,
+    LAST_READER,
     MANIFEST,
     CheckpointError,
     InitFrom,
     Resume,
     checkpoint_name,
-    format_version,
     load_model,
     verify,
 )
@@ -35,13 +36,13 @@ VERSIONS = sorted(RECORDS)
 TOLERANCE = 2e-5
 
 
-def test_there_is_a_fixture_for_every_version_up_to_the_current_one():
-    assert VERSIONS == list(range(1, FORMAT_VERSION + 1)), (
+def test_there_is_a_fixture_of_the_current_version_only():
+    assert VERSIONS == [FORMAT_VERSION], (
         f"checkpoint formats with a fixture: {VERSIONS}; FORMAT_VERSION is {FORMAT_VERSION}: make the new format's "
-        "fixture with `.venv/bin/python -m tests.checkpoint_fixture` (never delete an older one)"
+        "fixture with `.venv/bin/python -m tests.checkpoint_fixture`, delete the older one, and name the last commit "
+        "that reads the older one in LAST_READER"
     )
-    for version in VERSIONS:
-        assert format_version(checkpoint_of(fixture_dir(version))) == version
+    assert set(LAST_READER) == set(range(1, FORMAT_VERSION))
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -77,16 +78,7 @@ def test_the_writer_writes_the_current_formats_layout(resumed):
     format (see the message), not a fixture to re-make."""
     written = resumed[FORMAT_VERSION] / "checkpoints" / checkpoint_name(STEP + 1)
     fixture = checkpoint_of(fixture_dir(FORMAT_VERSION))
-    expected = layout(fixture)
-    saved_config = json.loads((fixture / "model_config.json").read_text())
-    for name, default in DROPPED_MODEL_FIELDS.items():  # what an older reader fills in is what the fixture holds
-        if name in saved_config:
-            assert saved_config[name] == default, name
-            del expected["model_config.json"][name]
-    got = layout(written)
-    for name in ADDED_STATE_FIELDS:  # written now, ignored by every older reader (RunState.from_json reads by name)
-        if name not in expected["state.json"]:
-            del got["state.json"][name]
+    expected, got = layout(fixture), layout(written)
     assert got == expected, (
         f"the checkpoint writer no longer writes format {FORMAT_VERSION}'s layout (files, fields, weight names, "
         "optimizer or RNG structure): an older minillama would misread it. Raise FORMAT_VERSION "
@@ -95,18 +87,11 @@ def test_the_writer_writes_the_current_formats_layout(resumed):
     )
 
 
-# model_config.json fields of removed features, which the writer no longer writes: every older reader defaults them
-# (to the value here), so a checkpoint without them reads the same there — no new format.
-DROPPED_MODEL_FIELDS = {"attention_kernel": "auto"}  # the hybrid/matmul CPU kernels, removed
-# state.json fields added since the fixture, each read with a default where absent and ignored by older readers.
-ADDED_STATE_FIELDS = ("machine",)  # torch and the kernels' target: where a resume is bitwise
-
-
 def test_the_layout_sees_a_renamed_field_a_new_weight_and_another_dtype(tmp_path):
     ckpt = shutil.copytree(checkpoint_of(fixture_dir(FORMAT_VERSION)), tmp_path / "ckpt")
     before = layout(ckpt)
     state = json.loads((ckpt / "state.json").read_text())
-    state["tokens"] = state.pop("tokens_seen")
+    state["tokens"] = state.pop("tokens_seen")  # a renamed field
     (ckpt / "state.json").write_text(json.dumps(state))
     assert layout(ckpt) != before
     shutil.copy(checkpoint_of(fixture_dir(FORMAT_VERSION)) / "state.json", ckpt / "state.json")
@@ -136,10 +121,9 @@ def _newer(tmp_path) -> Path:
 def test_a_checkpoint_of_a_later_format_is_refused_by_every_loader(tmp_path, verified):
     run = _newer(tmp_path)
     ckpt = checkpoint_of(run)
-    reads = "format 1" if FORMAT_VERSION == 1 else f"formats 1 to {FORMAT_VERSION}"
     expected = (
         f"checkpoint {ckpt} is in checkpoint format {FORMAT_VERSION + 1}, written by a newer minillama; this "
-        f"one reads {reads}: update minillama (git pull, then make setup) to load it"
+        f"one reads format {FORMAT_VERSION}: update minillama (git pull, then make setup) to load it"
     )
     for load in (
         lambda: load_model(str(run), verify=verified),
@@ -169,14 +153,32 @@ def test_a_resume_of_a_later_format_is_one_error_line_and_trains_nothing(tmp_pat
 
 def test_a_manifest_tag_that_is_not_a_version_is_damage(tmp_path):
     ckpt = shutil.copytree(checkpoint_of(fixture_dir(FORMAT_VERSION)), tmp_path / "ckpt")
-    for tag in (f"{FORMAT_PREFIX}0", f"{FORMAT_PREFIX}x", "other/1", 3):
+    for tag in (f"{FORMAT_PREFIX}x", "other/1", 3):
         fields = json.loads((ckpt / MANIFEST).read_text())
         (ckpt / MANIFEST).write_text(json.dumps({**fields, "format": tag}))
-        assert format_version(ckpt) is None
         with pytest.raises(CheckpointError, match="is unreadable .*the checkpoint is damaged"):
             verify(ckpt)
-    (ckpt / MANIFEST).unlink()
-    assert format_version(ckpt) == 1  # written before manifests: the first format
+
+
+@pytest.mark.parametrize("verified", [True, False])
+def test_an_older_format_is_refused_by_every_loader_naming_the_last_commit_that_reads_it(tmp_path, verified):
+    """Format 1 (state.json's fields as a hand-written mapping; before it, no manifest at all) was only ever written by
+    this project's own runs: it is refused, never half-read, and the line says which commit reads it."""
+    run = shutil.copytree(fixture_dir(FORMAT_VERSION), tmp_path / "older")
+    ckpt = checkpoint_of(run)
+    fields = json.loads((ckpt / MANIFEST).read_text())
+    (ckpt / MANIFEST).write_text(json.dumps({**fields, "format": f"{FORMAT_PREFIX}1"}, indent=2))
+    expected = (
+        f"checkpoint {ckpt} is in checkpoint format 1, which this minillama no longer reads; `git checkout "
+        f"{LAST_READER[1]}` reads it (generate, evaluate or export it there), or train anew"
+    )
+    for load in (lambda: load_model(str(run), verify=verified), lambda: Resume.open(str(run), verify=verified)):
+        with pytest.raises(CheckpointError) as refused:
+            load()
+        assert str(refused.value) == expected
+    (ckpt / MANIFEST).unlink()  # before manifests: no tag at all
+    with pytest.raises(CheckpointError, match=f"predates manifests \\(format 1: `git checkout {LAST_READER[1]}`"):
+        load_model(str(run), verify=verified)
 
 
 # A checkpoint's file names, spelled only by training/checkpoint.py, so that renaming one is one edit there (and a new
@@ -221,7 +223,7 @@ def layout(ckpt: Path) -> dict:
         weights = {k: (str(f.get_slice(k).get_dtype()), tuple(f.get_slice(k).get_shape())) for k in f.keys()}
     return {
         "files": sorted(p.name for p in ckpt.iterdir()),
-        "state.json": _tree(json.loads((ckpt / "state.json").read_text())),
+        "state.json": sorted(json.loads((ckpt / "state.json").read_text())),  # RunState's fields (values: the run's)
         "model_config.json": _tree(json.loads((ckpt / "model_config.json").read_text())),
         "model.safetensors": weights,
         **{name: _tree(torch.load(ckpt / name, weights_only=True)) for name in ("optimizer.pt", "rng.pt")},

@@ -12,6 +12,7 @@ from safetensors.torch import load_file, save_file
 
 from scripts import evaluate, export_hf, generate, import_hf
 from tests.train_helpers import run_dirs, run_train, train_in_process
+from training.checkpoint import tokenizer_files
 from training.cli import exit_status
 
 pytestmark = pytest.mark.serial  # trains (the run every case starts from, and the resumes)
@@ -61,7 +62,7 @@ def delete_manifest(ckpt):
     flip_bytes(ckpt)
 
 
-NO_MANIFEST = "has no manifest.json, but its state.json was written by a minillama that writes one"
+NO_MANIFEST = "has no manifest.json: it was deleted (nothing vouches for the other files)"
 DAMAGE = {
     "flipped_byte": (flip_bytes, "is damaged: model.safetensors does not match its SHA-256 in the manifest"),
     "unlisted": (add_unlisted, "is damaged: special_tokens.json is not in the manifest (added after"),
@@ -108,7 +109,7 @@ def test_generate_evaluate_and_export_refuse_a_damaged_checkpoint(run, tmp_path,
     main, args = LOADERS[loader](ckpt, tmp_path, [])
     line = program_error(capsys, main, args)
     assert line == f"error: checkpoint {ckpt} {message}" + line.split(message, 1)[1], line
-    assert "use another checkpoint" in line and "--no-verify" in line
+    assert "use another checkpoint" in line and ("--no-verify" in line) == (damage != "no_manifest")
     if damage in UNVERIFIED:  # without the manifest, the loader's own checks still refuse it
         main, args = LOADERS[loader](ckpt, tmp_path, ["--no-verify"])
         assert UNVERIFIED[damage] in program_error(capsys, main, args)
@@ -137,7 +138,7 @@ def test_an_intact_export_imports_and_a_foreign_one_is_said_unverifiable(run, tm
     (tmp_path / "hf" / "manifest.json").unlink()  # as a Hugging Face download has none
     capsys.readouterr()
     assert exit_status(import_hf.main, [str(tmp_path / "hf"), str(tmp_path / "b")]) == 0
-    assert "has no manifest.json (not exported by minillama" in capsys.readouterr().err
+    assert "has no manifest.json (Hugging Face directories carry no checksums): unverified" in capsys.readouterr().err
 
 
 RESUME = {  # damage → the line train.py ends with, verified and (when the run's own checks see it) unverified
@@ -169,8 +170,9 @@ def test_resume_refuses_a_damaged_checkpoint_and_trains_nothing(run, tmp_path, t
     assert run_dirs(tmp_path) == [copy]  # no new run directory either
 
 
-def test_keep_last_never_prunes_the_last_intact_checkpoint(tmp_path, tiny_data_cache):
-    """keep_last=1 keeps the newest checkpoint — and also the newest one that verifies, when the newest does not."""
+def test_keep_last_prunes_only_what_is_older_than_the_checkpoint_it_wrote(tmp_path, tiny_data_cache):
+    """keep_last=1 keeps the checkpoint just written and prunes the older ones — never a later one (here a newer one
+    with bit rot stays, and the last checkpoint that verifies is the one just written)."""
     from training.checkpoint import (
         last_good_checkpoint,
         load_model_config,
@@ -195,8 +197,8 @@ def test_keep_last_never_prunes_the_last_intact_checkpoint(tmp_path, tiny_data_c
         4,
         load_file(step_4 / "model.safetensors"),
         load_model_config(step_4),
-        step_4 / "tokenizer.json",
-        {k: v for k, v in read_state(step_4).items() if k not in ("weights_finite", "manifest")},
+        tokenizer_files(step_4 / "tokenizer.json"),
+        read_state(step_4),
         (step_4 / "config.yaml").read_text(),
         safe_torch_load(step_4 / "optimizer.pt"),
         keep_last=1,
@@ -207,8 +209,8 @@ def test_keep_last_never_prunes_the_last_intact_checkpoint(tmp_path, tiny_data_c
 
 
 def test_an_export_vouches_only_for_weights_it_verified(run, tmp_path, capsys):
-    """A verified export gets a manifest; one made with --no-verify, or from a checkpoint older than manifests,
-    gets none and says why — so import_hf then calls it unverifiable instead of trusting a fresh manifest."""
+    """A verified export gets a manifest; one made with --no-verify gets none and says why — so import_hf then calls it
+    unverifiable instead of trusting a fresh manifest."""
     ckpt = run / "checkpoints" / "step_0000004"
     assert exit_status(export_hf.main, [str(ckpt), str(tmp_path / "checked")]) == 0
     assert (tmp_path / "checked" / "manifest.json").is_file()
@@ -216,19 +218,6 @@ def test_an_export_vouches_only_for_weights_it_verified(run, tmp_path, capsys):
     assert exit_status(export_hf.main, [str(ckpt), str(tmp_path / "unchecked"), "--no-verify"]) == 0
     assert not (tmp_path / "unchecked" / "manifest.json").exists()
     assert "gets no manifest.json" in capsys.readouterr().err and (tmp_path / "unchecked" / "config.json").is_file()
-
-
-def test_a_checkpoint_from_before_manifests_still_loads_with_a_warning(run, tmp_path, capsys):
-    """What shows a manifest was written: state.json's "manifest" (or early stopping's fields). Without them the
-    checkpoint predates manifests: it loads, with the warning that it cannot be verified."""
-    _, ckpt = copy_run(run, tmp_path)
-    (ckpt / "manifest.json").unlink()
-    state = json.loads((ckpt / "state.json").read_text())
-    for field in ("manifest", "evals_since_best"):
-        state.pop(field)
-    (ckpt / "state.json").write_text(json.dumps(state))
-    assert exit_status(generate.main, [str(ckpt), "--prompt", "a", "--max-new-tokens", "2", "--device", "cpu"]) == 0
-    assert "has no manifest.json (written by an older minillama)" in capsys.readouterr().err
 
 
 def test_documentation_beside_the_files_is_not_refused(run, tmp_path, capsys):

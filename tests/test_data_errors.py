@@ -235,3 +235,27 @@ def test_a_disk_that_fills_while_preparing_is_one_line_and_keeps_nothing(tmp_pat
         "; nothing was kept (a half-built cache is deleted); free space there, or point data.cache_dir at another disk"
     )
     assert lines[-1] == "LEFT []", lines[-1]
+
+
+def test_a_truncated_compressed_file_is_named_in_a_glob(tmp_path, documents):
+    """One .txt.gz cut short among three (a download that stopped): the line names that file (issue 68: it named the
+    glob only)."""
+    import gzip
+
+    (tmp_path / "in").mkdir()
+    for i in range(3):
+        (tmp_path / "in" / f"{i}.txt.gz").write_bytes(gzip.compress("\n\n".join(documents[i::3]).encode()))
+    bad = tmp_path / "in" / "1.txt.gz"
+    bad.write_bytes(bad.read_bytes()[:200])
+    message = fails(local(tmp_path, str(tmp_path / "in" / "*.txt.gz")), "truncated or corrupt")
+    assert f"{bad} is truncated or corrupt (" in message and message.endswith("re-create it or remove it"), message
+
+
+def test_a_cache_dir_that_is_a_file_is_one_line(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(DataError) as refused:
+        prepare(DataConfig(cache_dir=str(tmp_path / "notes.txt")), **QUIET)
+    assert str(refused.value) == (
+        f"data.cache_dir={tmp_path / 'notes.txt'} is a file, not a folder; point it at a folder (made if missing)"
+    )
+    assert (tmp_path / "notes.txt").read_text() == "mine"

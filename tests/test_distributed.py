@@ -435,7 +435,7 @@ def test_a_killed_rank_leaves_the_survivor_one_line_naming_the_intact_checkpoint
     assert said and D.peer_lost(RuntimeError(said), D.DistInfo(world_size=2)) == said, ours[0]  # gloo's own words
     assert ours[0] == (
         f"error: rank 0 lost contact with the other ranks ({said}): another process "
-        f"of this torchrun job died or was killed; the last checkpoint, {intact}, is intact: resume "
+        f"of this torchrun job stopped (killed, or ended by an error of its own, which its line names); the last checkpoint, {intact}, is intact: resume "
         "from it"
     ), ours[0]
     assert not re.search(
@@ -462,3 +462,29 @@ def test_another_ranks_error_starts_a_line_of_its_own(tmp_path, tiny_data_cache)
     assert proc.returncode == 1 and "\nerror: " in "\n" + proc.stderr, proc.stderr[-2000:]
     line = next(i for i, text in enumerate(proc.stderr.split("\n")) if text.startswith("error: "))
     assert line > 0 and proc.stderr.split("\n")[line - 1] == "", proc.stderr  # a newline first: a line of its own
+
+
+def test_ranks_that_compose_different_configs_stop_before_the_first_step_naming_the_keys(tmp_path, tiny_data_cache):
+    """An override read from a rank's environment (issue 68: before, exit 0 with rank 1 on another schedule over the
+    same averaged gradient, and config.yaml recording rank 0's only): every rank says the same one line, naming the
+    key and both values, and nothing trains."""
+    with pytest.raises(AssertionError) as failed:
+        run_ranks(tmp_path, 2, "optim.warmup_steps=${oc.env:LOCAL_RANK}", cache_dir=tiny_data_cache)
+    line = (
+        "error: rank 1 composed another config than rank 0: optim.warmup_steps (1 there, 0 on rank 0); every rank "
+        "must train the same config — pass the same overrides to each, none read from a rank's environment"
+    )
+    assert str(failed.value).count(line) == 2, str(failed.value)[-3000:]
+    assert not list((tmp_path / "outputs").glob("*/*/metrics.jsonl"))
+
+
+def test_the_config_check_names_the_first_differing_keys_of_the_first_differing_rank(monkeypatch):
+    import training.distributed as D
+    from training.cli import ConfigError, check_same_config
+
+    texts = ["a: 1\nb: {c: 2}\n", "a: 1\nb: {c: 2}\n", "a: 3\nb: {c: 4, d: 5}\n"]
+    monkeypatch.setattr(D, "gather_objects", lambda text, info: texts)
+    with pytest.raises(ConfigError, match=r"^rank 2 composed another config than rank 0: a \(3 there, 1 on rank 0\), "):
+        check_same_config(texts[0], None)
+    monkeypatch.setattr(D, "gather_objects", lambda text, info: texts[:2])
+    check_same_config(texts[0], None)  # the same everywhere: silence

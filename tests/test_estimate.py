@@ -130,6 +130,11 @@ def test_mfu_comes_from_the_newest_run_of_the_same_model(capsys, tmp_path):
         (["trainer.micro_batch_size=0"], "trainer.micro_batch_size=0"),
         (["--mfu-from", "/nonexistent/run"], "--mfu-from /nonexistent/run"),
         ([*TINY, "--gpu", "NVIDIA L40G", "--device", "cuda"], "--gpu 'NVIDIA L40G'"),
+        ([*TINY, "--mfu", "7"], "--mfu 7.0 must be a fraction in (0, 1]"),
+        ([*TINY, "--mfu", "0"], "--mfu 0.0 must be a fraction in (0, 1]"),
+        ([*TINY, "--device-memory-gb", "-1"], "--device-memory-gb -1.0 must be > 0"),
+        ([*TINY, "--peak-tflops", "0"], "--peak-tflops 0.0 must be > 0"),
+        ([*TINY, "--world-size", "0"], "--world-size 0 must be >= 1"),
     ],
 )
 def test_bad_input_is_one_error_line(capsys, argv, expected):

@@ -22,7 +22,7 @@ from tests.tiny_checkpoint import (
     tiny_config,
     tiny_tokenizer,
 )
-from training.checkpoint import save_checkpoint
+from training.checkpoint import save_checkpoint, tokenizer_files
 
 TOKENIZER = tiny_tokenizer()
 EOS = TOKENIZER.token_to_id("<|eos|>")
@@ -64,7 +64,7 @@ def ckpt(tmp_path_factory, model, data):
         10,
         model.state_dict(),
         model.cfg,
-        prepared.tokenizer_path,
+        tokenizer_files(prepared.tokenizer_path),
         state={"step": 10},
         config_yaml=OmegaConf.to_yaml({"data": asdict(cfg)}),
     )
@@ -190,7 +190,7 @@ def test_checkpoint_without_training_config_is_one_error_line(tmp_path, model, d
         1,
         model.state_dict(),
         model.cfg,
-        prepared.tokenizer_path,
+        tokenizer_files(prepared.tokenizer_path),
         state={"step": 1},
         config_yaml="# imported\n",
     )

@@ -62,3 +62,22 @@ def test_padding_rows_of_a_rank_share_score_nothing():
     with torch.no_grad():
         expected = F.cross_entropy(model(share.inputs[:1])[0], share.targets[0]).item()
     assert out["val_loss"] == pytest.approx(expected, rel=1e-6) and math.isfinite(out["val_loss"])
+
+
+def test_evaluation_runs_every_module_in_eval_mode_and_gives_one_number_with_dropout_on():
+    """With dropout 0.5 everywhere it applies, evaluation scores with every module in eval mode (no dropout: the
+    same number twice, the same as the model in eval mode by hand) and hands the model back in training mode; left in
+    train mode, validation would be noise and `best` and early stopping would be decided on it (issue 68)."""
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(vocab_size=50, hidden_size=32, n_layers=2, n_heads=4, max_seq_len=16, dropout=0.5))
+    loss, seen = CausalLMLoss(model).train(), set()
+    hooks = [m.register_forward_pre_hook(lambda m, args: seen.add(m.training)) for m in loss.modules()]
+    windows, meta = torch.randint(0, 50, (4, 17)), {"val_tokens": 100, "val_bytes": 300}
+    first, second = (evaluate(loss, windows, 2, FP32, meta, DistInfo())["val_loss"] for _ in range(2))
+    for hook in hooks:
+        hook.remove()
+    assert seen == {False} and first == second
+    assert all(m.training for m in loss.modules())
+    with torch.no_grad():
+        by_hand = loss.eval()(windows[:, :-1], windows[:, 1:]).item()
+    assert first == pytest.approx(by_hand, rel=1e-6)

@@ -22,7 +22,7 @@ from tests.tiny_checkpoint import (
     tiny_tokenizer,
     write_checkpoint,
 )
-from training.checkpoint import load_model, load_model_config, save_checkpoint
+from training.checkpoint import load_model, load_model_config, save_checkpoint, tokenizer_files
 
 transformers = pytest.importorskip("transformers")
 
@@ -269,7 +269,7 @@ def test_imported_special_tokens_carry_forward_into_a_fine_tunes_checkpoints(tmp
         5,
         model.state_dict(),
         model.cfg,
-        imported / "tokenizer.json",
+        tokenizer_files(imported / "tokenizer.json"),
         state={"step": 5},
     )
     assert read_special_tokens(new) == roles

@@ -332,7 +332,8 @@ def test_epochs_sampling_trains_its_epochs_and_resumes_bitwise(tmp_path, tiny_da
     logged = [r["epochs"] for r in read_metrics(tmp_path / "whole") if r["kind"] == "train"]
     assert logged == pytest.approx([step * 8 / per_epoch for step in range(1, 7)])
     part = train_in_process(tmp_path / "part", *args, "trainer.stop_at_step=3", cache_dir=tiny_data_cache)
-    assert read_state(part.checkpoint)["data_position"] == {"seed": 0, "next_step": 3, "sampling": "epochs"}
+    state = read_state(part.checkpoint)
+    assert (state["seed"], state["step"], state["sampling"]) == (0, 3, "epochs")
     random_args = [
         *(a for a in args if not a.startswith(("data.sampling", "trainer.max_epochs"))),
         "data.sampling=random",
@@ -375,7 +376,7 @@ def test_stop_at_step_stops_there_and_the_checkpoint_says_where_the_data_order_c
     )
     assert (outcome.state.step, outcome.state.max_steps, outcome.checkpoint.name) == (2, 6, "step_0000002")
     state = read_state(outcome.checkpoint)
-    assert (state["data_position"], state["world_size"]) == ({"seed": 7, "next_step": 2, "sampling": "epochs"}, 1)
+    assert (state["seed"], state["step"], state["sampling"], state["world_size"]) == (7, 2, "epochs", 1)
 
 
 @pytest.mark.parametrize("precision, measured", [("bf16", "bfloat16"), ("fp32", "float32")])
@@ -419,8 +420,8 @@ def test_a_time_budget_plans_the_steps_of_a_run_in_process(tmp_path, tiny_data_c
     )
     assert outcome.state.budget_minutes == 0.04 and outcome.state.max_steps > WARMUP_STEPS + PROBE_STEPS
     assert outcome.state.step == outcome.state.max_steps
-    budget = read_state(outcome.checkpoint)["budget"]
-    assert (budget["minutes"], budget["max_steps"], budget["plans"][-1]["max_steps"]) == (
+    budget = read_state(outcome.checkpoint)
+    assert (budget["budget_minutes"], budget["max_steps"], budget["plans"][-1]["max_steps"]) == (
         0.04,
         *[outcome.state.step] * 2,
     )
@@ -590,7 +591,7 @@ def test_a_lost_peer_raises_one_line_naming_the_last_intact_checkpoint(tmp_path,
         )
     assert str(e.value) == (
         "rank 0 lost contact with the other ranks (Connection reset by peer): another process of "
-        f"this torchrun job died or was killed; the last checkpoint, {run}/checkpoints/step_0000002, "
+        f"this torchrun job stopped (killed, or ended by an error of its own, which its line names); the last checkpoint, {run}/checkpoints/step_0000002, "
         "is intact: resume from it"
     )
 

@@ -10,7 +10,7 @@ from model_helpers import one_thread
 
 from model import ModelConfig, Transformer
 from tests.tiny_checkpoint import tiny_tokenizer
-from training.checkpoint import load_model, save_checkpoint
+from training.checkpoint import load_model, save_checkpoint, tokenizer_files
 from training.cli import compose_train_config
 
 
@@ -51,7 +51,9 @@ def test_variant_composes_trains_and_round_trips_a_checkpoint(tmp_path, override
 
     tokenizer_path = tmp_path / "tokenizer.json"
     tiny_tokenizer().save(str(tokenizer_path))
-    ckpt = save_checkpoint(tmp_path / "checkpoints", 15, model.state_dict(), cfg, tokenizer_path, state={"step": 15})
+    ckpt = save_checkpoint(
+        tmp_path / "checkpoints", 15, model.state_dict(), cfg, tokenizer_files(tokenizer_path), state={"step": 15}
+    )
     loaded, _, _ = load_model(str(ckpt))
     assert loaded.cfg == cfg
     with torch.no_grad():

@@ -60,7 +60,7 @@ def test_every_path_of_a_run_directory(tmp_path):
         tmp_path / "checkpoints",
     )
     assert not files.holds_run() and not files.is_complete()
-    files.write_config("model: {n_layers: 2}\ntrainer: {}\n")
+    files.config.write_text("model: {n_layers: 2}\ntrainer: {}\n")
     assert files.read_config() == {"model": {"n_layers": 2}, "trainer": {}} and not files.holds_run()
     files.metrics.write_text("")
     assert files.holds_run() and files.is_complete()

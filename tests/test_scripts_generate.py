@@ -177,6 +177,10 @@ BAD_INPUTS = {  # name → (how to break a copy of the checkpoint, extra args, w
     "top_p_above_one": (lambda c: None, ["--top-p", "2"], "top_p=2.0 must be in (0, 1]"),  # not silently "off"
     "top_p_zero": (lambda c: None, ["--top-p", "0"], "top_p=0.0 must be in (0, 1]"),
     "no_prompt": (lambda c: None, [], "no prompt"),
+    "seed_past_64_bits": (lambda c: None, ["--seed", "99999999999999999999"], "--seed 99999999999999999999 must be"),
+    "negative_seed": (lambda c: None, ["--seed", "-1"], "--seed -1 must be an integer from 0 to 2**63 - 1"),
+    "negative_new_tokens": (lambda c: None, ["--max-new-tokens", "-5"], "max_new_tokens=-5 must be >= 0"),
+    "no_samples": (lambda c: None, ["--num-samples", "0"], "num_samples=0 must be >= 1"),
 }
 
 

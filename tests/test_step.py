@@ -218,7 +218,7 @@ def test_the_stop_message_names_the_last_good_checkpoint_or_says_there_is_none(l
     guard = NonFiniteGuard(torch.device("cpu"))
     guard.update(torch.tensor(False), 3)
     with pytest.raises(NonFiniteLoss) as e:
-        guard.check(4, Path(last_good) if last_good else None)
+        guard.check(4, lambda: Path(last_good) if last_good else None)
     assert str(e.value) == (
         f"non-finite loss or gradient at step 3 (update skipped, weights unchanged); {where} — "
         "lower optim.lr, raise optim.warmup_steps or check the data, or set "
@@ -299,7 +299,7 @@ def test_by_default_a_train_step_stops_at_the_first_nonfinite_step():
     )
     step(0)
     with pytest.raises(NonFiniteLoss, match="non-finite loss or gradient at step 1"):
-        step.guard.check(1, None)
+        step.guard.check(1, lambda: None)
 
 
 def test_with_skipping_allowed_the_guard_stops_at_the_nth_nonfinite_step_in_a_row_only():
@@ -308,10 +308,10 @@ def test_with_skipping_allowed_the_guard_stops_at_the_nth_nonfinite_step_in_a_ro
     guard = NonFiniteGuard(torch.device("cpu"), tolerated=3)
     for step, ok in enumerate([False, True, False, False], start=1):
         guard.update(torch.tensor(ok), step)
-    assert guard.check(4, None) == {"skipped": 3, "streak": 2, "max_streak": 2, "first_bad": 1}
+    assert guard.check(4, pytest.fail) == {"skipped": 3, "streak": 2, "max_streak": 2, "first_bad": 1}
     guard.update(torch.tensor(False), 5)
     with pytest.raises(NonFiniteLoss) as e:
-        guard.check(5, Path("ck/step_0000004"))
+        guard.check(5, lambda: Path("ck/step_0000004"))
     assert str(e.value) == (
         "3 non-finite steps in a row (trainer.skip_nonfinite_steps=3) by step 5; the last good "
         "checkpoint is ck/step_0000004 — lower optim.lr, raise optim.warmup_steps or check the data"

@@ -318,7 +318,7 @@ def test_a_resume_keeps_the_runs_bookkeeping(tmp_path, cache_dir):
     final = json.loads((run / "checkpoints" / "step_0000006" / "state.json").read_text())
     assert (final["best_val_bpb"], final["best_step"], final["skipped_steps"]) == (2.5, 4, 1)
     assert [p.name for p in (run / "checkpoints" / "best").iterdir()] == ["step_0000004"]
-    assert final["elapsed_s"] > at_stop["elapsed_s"]
+    assert final["elapsed_before"] > at_stop["elapsed_before"]
     assert f"best val bits per byte 2.5000 at step 4: {run}/checkpoints/best" in resumed.stdout
     assert "skipped 1 non-finite step(s)" in resumed.stdout  # the summary counts the whole run
 
@@ -338,10 +338,9 @@ def test_a_resume_says_what_it_cannot_change(tmp_path, cache_dir):
         ),
         (
             ["data.vocab_size=600"],
-            f"cannot resume {ckpt} with data.vocab_size=600: a resume trains on the "
-            "checkpoint's data and tokenizer; it may change trainer.*, optim.* values, "
-            "logger.* and data.cache_dir — for other data, start a new run from its "
-            f"weights: init_from={ckpt}",
+            f"cannot resume {ckpt} with data.vocab_size=600: a resume trains on the checkpoint's data and tokenizer; "
+            "it may change trainer.*, optim.* values, logger.*, data.path (the same corpus, moved) and "
+            f"data.cache_dir — for other data, start a new run from its weights: init_from={ckpt}",
         ),
         (
             ["data.sampling=random"],
@@ -454,8 +453,21 @@ def test_a_read_only_outputs_dir_is_one_line_before_anything_starts(tmp_path, ca
     assert proc.returncode == 1 and "Traceback" not in proc.stderr and "Callback" not in proc.stderr
     line = proc.stderr.strip().splitlines()[-1]
     assert line.startswith(f"error: cannot create the run directory {outputs}/") and line.endswith(
-        f": permission denied in {outputs}; set outputs_dir=… to a writable directory"
+        f": permission denied ({outputs}); set outputs_dir=… to a writable directory"
     ), line
+
+
+def test_a_run_directory_set_on_its_own_that_cannot_be_made_names_hydra_run_dir(tmp_path, cache_dir):
+    """hydra.run.dir given explicitly (issue 68: the advice said outputs_dir, which it overrides): a file there, or a
+    read-only folder, is one line naming hydra.run.dir."""
+    (tmp_path / "notes.txt").write_text("mine")
+    for run_dir, cause in ((tmp_path / "notes.txt", "it is a file"), (tmp_path / "notes.txt" / "run", "it is a file")):
+        proc = run_unprivileged(tmp_path, f"hydra.run.dir={run_dir}", f"data.cache_dir={cache_dir}")
+        assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == (
+            f"error: cannot create the run directory {run_dir}: {cause} ({tmp_path / 'notes.txt'}); set "
+            "hydra.run.dir=… to a writable directory"
+        ), proc.stderr[-1500:]
+    assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
 def test_early_stopping_ends_at_the_patience_and_best_is_an_alias(tmp_path, cache_dir, monkeypatch, capsys):
@@ -558,19 +570,6 @@ def test_the_sample_a_run_prints_is_what_generate_py_makes_of_its_checkpoint(tmp
     assert code == 0 and capsys.readouterr().out == sample + "\n"
 
 
-def test_a_run_saved_before_data_sampling_existed_resumes_with_random_windows(tmp_path):
-    """Its config.yaml has no data.sampling, and it drew at random: a resume must continue that order whatever
-    the default is now, not fall on the dataclass's default and then be refused by its own checkpoint."""
-    from training.cli import saved_training_config
-
-    (tmp_path / "config.yaml").write_text(
-        "model: {hidden_size: 64}\ndata: {source: shakespeare}\noptim: {lr: 0.001}\ntrainer: {max_steps: 10}\n"
-    )
-    assert saved_training_config(tmp_path).data.sampling == "random"
-    (tmp_path / "config.yaml").write_text("model: {}\ndata: {sampling: epochs}\noptim: {}\ntrainer: {}\n")
-    assert saved_training_config(tmp_path).data.sampling == "epochs"
-
-
 def test_the_default_length_stops_a_small_corpus_at_its_passes_long_before_its_budget(tmp_path, cache_dir):
     """The default trainer settings (no debug=tiny, no length typed) on a ~9 KB text: 10 minutes or 4 passes,
     whichever comes first — the passes end the run in seconds, and it says so. Fails the day the default goes back
@@ -603,7 +602,7 @@ def test_the_default_length_stops_a_small_corpus_at_its_passes_long_before_its_b
     state = json.loads(max((run / "checkpoints").glob("step_*")).joinpath("state.json").read_text())
     meta = json.loads(next(cache_dir.glob("local-*/meta.json")).read_text())
     passes_end = -(-4 * windows_per_epoch(meta["train_tokens"], 64) // 4)
-    assert state["step"] == passes_end and state["elapsed_s"] < 120
+    assert state["step"] == passes_end and state["elapsed_before"] < 120
     assert (
         "(trainer.time_budget=10 min or 4 passes over every window (trainer.max_epochs=4), whichever comes first:"
     ) in proc.stdout

@@ -570,3 +570,86 @@ def test_zero_query_init_zeroes_only_the_query_projection():
             assert a.abs().sum() > 0 and not b.any(), name
         else:
             assert torch.equal(a, b), name
+
+
+# ---- dropout: each one the model documents, applied in training only, at its rate ------------------------------
+
+RATE = 0.25
+
+
+def dropout_block(n_heads: int = 4):
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=64, hidden_size=64, n_layers=1, n_heads=n_heads, max_seq_len=64, dropout=RATE)
+    model = Transformer(cfg)
+    return model, model.layers[0]
+
+
+def zero_share(t: torch.Tensor) -> float:
+    return (t == 0).float().mean().item()
+
+
+def capture(module, into: dict, key: str, inputs: bool = False):
+    """A hook keeping a module's output (or first input) under `key`."""
+    if inputs:
+        return module.register_forward_pre_hook(lambda m, args: into.__setitem__(key, args[0].detach().clone()))
+    return module.register_forward_hook(lambda m, args, out: into.__setitem__(key, out.detach().clone()))
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_the_attention_sublayers_output_is_dropped_at_the_rate_in_training_only(training):
+    """What the block adds to the residual stream after attention is the attention's output with dropout
+    (resid_dropout): RATE of its entries zeroed, the rest scaled by 1/(1 − RATE) — in eval mode, the output itself."""
+    model, block = dropout_block()
+    model.train(training)
+    seen, x = {}, torch.randint(0, 64, (8, 64))
+    hooks = [capture(block.attn, seen, "attn"), capture(block.attn_norm, seen, "x", inputs=True)]
+    hooks.append(capture(block.mlp_norm, seen, "after", inputs=True))
+    model(x)
+    for h in hooks:
+        h.remove()
+    added, attn = seen["after"] - seen["x"], seen["attn"]
+    if not training:
+        torch.testing.assert_close(added, attn)
+        return
+    kept = added != 0
+    assert abs(zero_share(added) - RATE) < 0.02
+    torch.testing.assert_close(added[kept], attn[kept] / (1 - RATE), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_the_mlps_output_is_dropped_at_the_rate_in_training_only(training):
+    model, block = dropout_block()
+    model.train(training)
+    seen = {}
+    hooks = [capture(block.mlp.down_proj, seen, "down"), capture(block.mlp, seen, "out")]
+    model(torch.randint(0, 64, (8, 64)))
+    for h in hooks:
+        h.remove()
+    if not training:
+        torch.testing.assert_close(seen["out"], seen["down"])
+        return
+    kept = seen["out"] != 0
+    assert abs(zero_share(seen["out"]) - RATE) < 0.02
+    torch.testing.assert_close(seen["out"][kept], seen["down"][kept] / (1 - RATE), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_the_attention_weights_are_dropped_at_the_rate_in_training_only(training):
+    """One token attends to itself alone, its weight 1: with dropout on the weights, each head's output is either 0
+    (dropped, RATE of the time) or its value vector / (1 − RATE); in eval mode always its value vector."""
+    model, block = dropout_block(n_heads=8)
+    model.train(training)
+    seen = {}
+    hooks = [capture(block.attn.v_proj, seen, "v"), capture(block.attn.o_proj, seen, "heads", inputs=True)]
+    with torch.no_grad():
+        model(torch.randint(0, 64, (4096, 1)))  # many one-token sequences: many independent draws
+    for h in hooks:
+        h.remove()
+    heads, v = seen["heads"].view(4096, 8, -1), seen["v"].view(4096, 8, -1)
+    dropped = (heads == 0).all(-1)
+    if not training:
+        assert not dropped.any()
+        torch.testing.assert_close(heads, v)
+        return
+    assert abs(dropped.float().mean().item() - RATE) < 0.03
+    torch.testing.assert_close(heads[~dropped], v[~dropped] / (1 - RATE), rtol=1e-4, atol=1e-5)

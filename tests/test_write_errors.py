@@ -1,9 +1,10 @@
 """A refused write (disk full, ulimit -f, permissions, read-only) ends in one line naming the file, the
-cause and the fix, with the `.tmp` removed, the previous checkpoint intact and nothing pruned.
+cause and the fix, with the `.tmp` removed, the previous checkpoint intact and nothing pruned. Every file of a
+checkpoint is serialized in memory and written by one function (training/checkpoint.py `write_file`), so the cause
+is the write's own errno, never guessed from a library's message.
 
-In-process tests inject the exact exceptions torch and safetensors raise; the real-fault tests run
-tests/write_faults.py in a child process under a real file-size limit, a real full (tmpfs) disk, a
-real read-only mount and a real unwritable folder.
+In-process tests inject the OSError a refused write raises; the real-fault tests run tests/write_faults.py in a child
+process under a real file-size limit, a real full (tmpfs) disk, a real read-only mount and a real unwritable folder.
 """
 
 import errno
@@ -16,15 +17,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors import SafetensorError
 
 import training.checkpoint
 from model import ModelConfig, Transformer
-from training.checkpoint import CheckpointWriteError, read_weights, save_checkpoint, write_error_cause
+from training.checkpoint import CheckpointWriteError, read_weights, save_checkpoint, tokenizer_files, write_error_cause
 
 CHILD = ["-m", "tests.write_faults"]  # run from the project root (run_child), which is then on sys.path
 CFG = ModelConfig(vocab_size=300, hidden_size=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=16)
-TORCH_DISK_FULL = "[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598"
 
 
 # ---- classifying one failed write --------------------------------------------------------------------
@@ -35,11 +34,6 @@ TORCH_DISK_FULL = "[enforce fail at inline_container.cc:672] . unexpected pos 70
             OSError(errno.ENOSPC, "No space left on device"),
             "no space left on device",
             "free space on the disk holding /run/ck (or lower trainer.keep_last)",
-        ),
-        (
-            SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)"),
-            "no space left on device",
-            "free space on the disk holding /run/ck",
         ),
         (
             PermissionError(errno.EACCES, "Permission denied"),
@@ -54,7 +48,7 @@ TORCH_DISK_FULL = "[enforce fail at inline_container.cc:672] . unexpected pos 70
         (OSError(errno.EDQUOT, "Disk quota exceeded"), "disk quota exceeded", "free space within your quota"),
         (FileNotFoundError(errno.ENOENT, "No such file"), "/run/ck disappeared", "is a second run writing into this"),
         (OSError(errno.EIO, "Input/output error"), "I/O error", "the disk may be failing"),
-        (RuntimeError(TORCH_DISK_FULL), f"write failed ({TORCH_DISK_FULL})", "check the disk"),  # plenty of space here
+        (OSError(errno.ENAMETOOLONG, "File name too long"), "file name too long", "fix the disk or write the run"),
     ],
 )
 def test_each_cause_gets_its_own_fix(error, cause, fix):
@@ -63,7 +57,7 @@ def test_each_cause_gets_its_own_fix(error, cause, fix):
 
 
 def test_file_too_large_tells_a_ulimit_from_the_file_system(monkeypatch):
-    error = SafetensorError("Error while serializing: I/O error: File too large (os error 27)")
+    error = OSError(errno.EFBIG, "File too large")
     monkeypatch.setattr(training.checkpoint.resource, "getrlimit", lambda which: (65536, -1))
     assert write_error_cause(error, Path("/r/m")) == (
         "the file-size limit (ulimit -f: 65,536 bytes) was reached "
@@ -72,17 +66,6 @@ def test_file_too_large_tells_a_ulimit_from_the_file_system(monkeypatch):
     )
     monkeypatch.setattr(training.checkpoint.resource, "getrlimit", lambda which: (-1, -1))
     assert write_error_cause(error, Path("/r/m")).startswith("file too large for the file system while writing")
-
-
-def test_torch_message_without_errno_is_read_from_the_disk(monkeypatch, tmp_path):
-    """torch's enforce-fail text keeps no errno: a (nearly) full disk means ENOSPC."""
-
-    class Full:
-        f_bavail = f_bfree = 3
-        f_frsize = 4096
-
-    monkeypatch.setattr(training.checkpoint.os, "statvfs", lambda path: Full)
-    assert write_error_cause(RuntimeError(TORCH_DISK_FULL), tmp_path / "x.pt").startswith("no space left on device")
 
 
 # ---- save_checkpoint under injected faults -------------------------------------------------------------
@@ -100,7 +83,7 @@ def run(tmp_path):
             step,
             model.state_dict(),
             CFG,
-            tmp_path / "tokenizer.json",
+            tokenizer_files(tmp_path / "tokenizer.json"),
             {"step": step},
             "",
             optimizer.state_dict(),
@@ -110,73 +93,60 @@ def run(tmp_path):
     return root, model, save
 
 
-class FullDisk:
-    """A file whose writes fail as a full disk's do."""
+def refusing(name: str, code: int):
+    """write_file, refusing the file `name` as a disk would: part of it written, then the OSError."""
+    real = training.checkpoint.write_file
 
-    def __init__(self, file):
-        self.file = file
+    def write(path, data):
+        if Path(path).name != name:
+            return real(path, data)
+        real(path, data[: len(data) // 2])
+        raise OSError(code, os.strerror(code), str(path))
 
-    def write(self, data):
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-
-def torch_save_on_a_full_disk(obj, f):
-    """What torch.save does on a full disk: the write fails, torch reports `unexpected pos` (no errno)."""
-    f.file = FullDisk(f.file)
-    try:
-        f.write(b"PK\x03\x04")
-    except OSError:
-        pass
-    raise RuntimeError(TORCH_DISK_FULL)
-
-
-def safetensors_too_large(tensors, filename, metadata=None):
-    Path(filename).write_bytes(b"\0" * 100)  # a partial file, as a real failure leaves
-    raise SafetensorError("Error while serializing: I/O error: File too large (os error 27)")
+    return write
 
 
 def mkdir_denied(self, *args, **kwargs):
     raise PermissionError(errno.EACCES, "Permission denied", str(self))
 
 
-def write_text_read_only(self, *args, **kwargs):
-    raise OSError(errno.EROFS, "Read-only file system", str(self))
-
-
 @pytest.mark.parametrize(
-    "target, fake, file, cause",
+    "fake, file, cause",
     [
-        ("torch.save", torch_save_on_a_full_disk, "step_0000002.tmp/optimizer.pt", "no space left on device"),
-        (
-            "training.checkpoint.save_file",
-            safetensors_too_large,
-            "step_0000002.tmp/model.safetensors",
-            "file too large for the file system",
-        ),
-        ("pathlib.Path.mkdir", mkdir_denied, "step_0000002.tmp", "permission denied"),
-        (
-            "pathlib.Path.write_text",
-            write_text_read_only,
-            "step_0000002.tmp/model_config.json",
-            "read-only file system",
-        ),
+        (refusing("optimizer.pt", errno.ENOSPC), "step_0000002.tmp/optimizer.pt", "no space left on device"),
+        (refusing("model.safetensors", errno.EFBIG), "step_0000002.tmp/model.safetensors", "file too large"),
+        (refusing("model_config.json", errno.EROFS), "step_0000002.tmp/model_config.json", "read-only file system"),
     ],
 )
-def test_a_failed_save_is_one_line_and_loses_nothing(run, monkeypatch, target, fake, file, cause):
+def test_a_failed_save_is_one_line_and_loses_nothing(run, monkeypatch, fake, file, cause):
     root, model, save = run
     previous = save(1)
     monkeypatch.setattr(training.checkpoint.resource, "getrlimit", lambda which: (-1, -1))
-    monkeypatch.setattr(target, fake)
+    monkeypatch.setattr(training.checkpoint, "write_file", fake)
     with pytest.raises(CheckpointWriteError) as failed:
         save(2)
     monkeypatch.undo()
     message = str(failed.value)
-    assert message.startswith(f"cannot save checkpoint step_0000002: {cause} while writing {root / file}; ")
+    assert (
+        message.startswith(f"cannot save checkpoint step_0000002: {cause}")
+        and f"while writing {root / file}; " in message
+    )
     assert message.endswith(f"; the last checkpoint, {previous}, is intact") and "\n" not in message
     assert ".tmp" not in message.split("; ", 1)[1]  # the advice names the checkpoints folder, which still exists
     assert sorted(p.name for p in root.iterdir()) == ["step_0000001"]  # no .tmp, and keep_last=1 pruned nothing
     weights = read_weights(Transformer(CFG), previous)
     assert all(torch.equal(weights[k], v) for k, v in model.state_dict().items())
+
+
+def test_a_folder_that_cannot_be_made_is_one_line_naming_it(run, monkeypatch):
+    root, _, save = run
+    save(1)
+    monkeypatch.setattr("pathlib.Path.mkdir", mkdir_denied)
+    with pytest.raises(CheckpointWriteError) as failed:
+        save(2)
+    assert str(failed.value).startswith(
+        f"cannot save checkpoint step_0000002: permission denied while writing {root / 'step_0000002.tmp'}; "
+    )
 
 
 def test_the_first_save_says_there_is_no_earlier_checkpoint(run, monkeypatch):

@@ -8,7 +8,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from model import ModelConfig, Transformer
 from tests.model_helpers import one_thread
-from training.checkpoint import save_checkpoint
+from training.checkpoint import save_checkpoint, tokenizer_files
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -65,5 +65,11 @@ def write_checkpoint(root: Path, model: Transformer, tokenizer: Tokenizer) -> Pa
     tokenizer_path = root / "tokenizer_src.json"
     tokenizer.save(str(tokenizer_path))
     return save_checkpoint(
-        root / "checkpoints", 10, model.state_dict(), model.cfg, tokenizer_path, state={"step": 10}, config_yaml=""
+        root / "checkpoints",
+        10,
+        model.state_dict(),
+        model.cfg,
+        tokenizer_files(tokenizer_path),
+        state={"step": 10},
+        config_yaml="",
     )

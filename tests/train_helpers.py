@@ -177,7 +177,7 @@ def train_in_process(run_dir: Path, *overrides: str, cache_dir: Path, resume_ckp
     import torch
 
     from data import prepare
-    from training.checkpoint import Resume
+    from training.checkpoint import Resume, data_identity
     from training.distributed import DistInfo
     from training.loop import RunSpec, train
 
@@ -192,7 +192,7 @@ def train_in_process(run_dir: Path, *overrides: str, cache_dir: Path, resume_ckp
         resume = Resume.open(resume_ckpt) if resume_ckpt is not None else None
         if resume is not None:  # the checks train.py makes (training/cli.py's resolve_config, then after prepare)
             resume.check_fits(cfg.model)
-            resume.check_tokenizer(data.tokenizer_path)
+            resume.check_data(data_identity(data.meta, data.dir), cfg.resume_changed_data)
         return train(RunSpec(cfg, run_dir, config_yaml, resume), DistInfo(), data)
     finally:
         torch.set_num_threads(threads)

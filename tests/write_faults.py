@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from model import ModelConfig, Transformer
-from training.checkpoint import CheckpointWriteError, list_checkpoints, read_weights, save_checkpoint
+from training.checkpoint import CheckpointWriteError, list_checkpoints, read_weights, save_checkpoint, tokenizer_files
 
 CFG = ModelConfig(vocab_size=300, hidden_size=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=16)
 
@@ -38,7 +38,15 @@ def save(root: Path, step: int, model, optimizer):
     if not tokenizer.exists():
         tokenizer.write_text("{}")
     return save_checkpoint(
-        root, step, model.state_dict(), CFG, tokenizer, {"step": step}, "", optimizer.state_dict(), keep_last=1
+        root,
+        step,
+        model.state_dict(),
+        CFG,
+        tokenizer_files(tokenizer),
+        {"step": step},
+        "",
+        optimizer.state_dict(),
+        keep_last=1,
     )
 
 

@@ -2,8 +2,8 @@
 
 Inside the warmup, where the lr does not yet depend on the run's end, the run times a few steps, one evaluation and
 one checkpoint, and plans max_steps to fit. A 2-core machine's speed moves 2-3× with its neighbours' load (one busy
-start planned 37 steps for 10 minutes), so it plans again at every evaluation and at least every REPLAN_SHARE of the
-budget, each time from the speed since the last plan; the schedule follows each new end without a jump
+start planned 37 steps for 10 minutes), so it plans again at every evaluation, at least every REPLAN_SHARE of the
+budget and at the end it planned, each time from the speed since the last plan; the schedule follows each new end without a jump
 (training/optim.py planned_lr_at), and every plan goes into state.json, so a resume continues the same curve. The
 budget covers the loop from its first step to its final checkpoint: compiling, evaluations and samples included.
 
@@ -141,11 +141,10 @@ class TimeBudget:
             return
         # When to plan depends on steps alone (state.json carries them), so a resume plans where the run would have.
         at_eval = self.last_plan is not None and evaluating and state.step - self.last_plan >= MIN_WINDOW_STEPS
-        if (
-            not (state.step >= self.next_plan or at_eval)
-            or state.step >= state.max_steps
-            or state.step == self.mark.step
-        ):
+        # At the planned end, once more, from the steps since the last plan: an end planned under a load that has
+        # since gone (or come) moves with the latest speed instead of ending the run early (or late).
+        at_end = self.last_plan is not None and state.step >= state.max_steps
+        if not (state.step >= self.next_plan or at_eval or at_end) or state.step == self.mark.step:
             return
         now, spent = self._mark(state.step), state.elapsed_s()
         costs = self._costs(now, spent)

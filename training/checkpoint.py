@@ -1,23 +1,25 @@
 """The checkpoint, all of it: a run directory's files, the resumable state (state.json), saving atomically, the
-manifest that every load verifies, format versions, `latest`/`best`, resume and init_from, and the Checkpointer.
+manifest every load checks, the format version, `latest`/`best`, resume and init_from, the run directory's claim, and
+the Checkpointer.
 
-    <run>/config.yaml, metrics.jsonl, job_status.yaml, .owner (the live run's claim: training/distributed.py)
+    <run>/config.yaml, metrics.jsonl, job_status.yaml, .owner (the live run's claim)
     <run>/checkpoints/step_N/ and checkpoints/best/step_N/, each holding
       model.safetensors  unwrapped weights (no _orig_mod./module. prefixes; a tied head stored once)
       model_config.json  the ModelConfig;  tokenizer.json (special_tokens.json beside it when not ours)
       config.yaml        the resolved training config;  optimizer.pt, rng.pt  (torch.load(weights_only=True))
-      state.json         the RunState; its presence marks the directory complete
-      manifest.json      every other file's size and SHA-256, written last, checked by every loader
+      state.json         the RunState, field for field; its presence marks the directory complete
+      manifest.json      the format and every other file's size and SHA-256, written last, checked by every load
 
-Saves go to step_N.tmp and are renamed: a kill never leaves a half checkpoint that looks whole. Nothing is ever
-unpickled as arbitrary objects. docs/architecture.md's recipe "Change the checkpoint format" says when
-FORMAT_VERSION goes up; tests/fixtures holds a checkpoint of every version, which must keep loading.
+Saves go to step_N.tmp and are renamed: a kill never leaves a half checkpoint that looks whole. Every file is
+serialized in memory and written by one function, so a refused write keeps its errno. Nothing is ever unpickled as
+arbitrary objects. A checkpoint is self-contained: copied or moved anywhere, it loads and resumes.
 """
 
 import dataclasses
 import errno
 import fcntl
 import hashlib
+import io
 import json
 import math
 import os
@@ -26,17 +28,17 @@ import re
 import resource
 import shutil
 import socket
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
 import yaml
-from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+from safetensors.torch import save as save_safetensors
 
 from data.tokenizer import SPECIAL_TOKENS_FILE, file_hash
 from model import ModelConfig, Transformer
@@ -60,13 +62,12 @@ WEIGHTS, MODEL_CONFIG, TOKENIZER, OPTIMIZER, RNG, STATE, MANIFEST = (
     "state.json",
     "manifest.json",
 )
-REQUIRED_FILES = (WEIGHTS, MODEL_CONFIG, TOKENIZER, STATE)
 BEST, TIED_KEY, ABANDONED = "best", "lm_head.weight", "abandoned-"
-# Up with any change an older minillama would misread (a renamed file, weight or state.json field); this code reads
-# every version up to it. No manifest: version 1. tests/test_checkpoint_format.py holds a checkpoint of each.
-FORMAT_VERSION, FORMAT_PREFIX = 1, "minillama-checkpoint/"
+# Up with any change an older minillama would misread (a renamed file, weight or state.json field). Before a release,
+# an older format is not kept beside the new one: it is refused, naming the last commit that reads it.
+FORMAT_VERSION, FORMAT_PREFIX = 2, "minillama-checkpoint/"
+LAST_READER = {1: "739fe5d"}  # format → the last commit of minillama that reads it
 NEVER_READ = (".md", ".txt")  # notes beside the files, which no loader reads
-MANIFEST_ERA_FIELDS = ("manifest", "evals_since_best")  # state.json fields only writers of manifests wrote
 RESUMABLE_CHANGES = ("dropout", "init_std", "max_seq_len")  # model fields a resume may change: they shape no weight
 
 
@@ -79,11 +80,7 @@ class CheckpointWriteError(CheckpointError):
 
 
 class NonFiniteCheckpoint(CheckpointError):
-    """NaN/inf weights or optimizer state: nothing written. `last_good` is where a run can go back to."""
-
-    def __init__(self, message: str, last_good: Optional[Path]):
-        super().__init__(message)
-        self.last_good = last_good
+    """NaN/inf weights or optimizer state: nothing written."""
 
 
 def first_line(error: BaseException) -> str:
@@ -116,9 +113,6 @@ class RunFiles:
     def read_config(self) -> dict:
         return read_config(self.root)
 
-    def write_config(self, text: str) -> None:
-        self.config.write_text(text)
-
     def read_job_status(self) -> Optional[dict]:
         """job_status.yaml (lab/launcher.py writes it), or None where the job never finished."""
         try:
@@ -141,13 +135,13 @@ def read_config(directory: Path) -> dict:
 
 @dataclass
 class RunState:
-    """Where a run stands; state.json carries it into a resume. The loop advances step and tokens_seen itself."""
+    """Where a run stands; state.json holds its fields as they are. The loop advances step and tokens_seen itself."""
 
     step: int = 0  # optimizer steps done
     tokens_seen: int = 0
-    elapsed_before: float = 0.0  # training seconds of the processes this run resumes
+    elapsed_before: float = 0.0  # training seconds before this process (state.json: up to its save)
     skipped_steps: int = 0  # non-finite steps whose update was skipped
-    best_val_bpb: float = math.inf
+    best_val_bpb: Optional[float] = None
     best_step: Optional[int] = None
     seed: int = 0  # with `step`, where the data order continues (data/loader.py)
     sampling: str = "random"  # data.sampling: which order that is; a resume keeps it
@@ -162,7 +156,9 @@ class RunState:
     stopped_early: bool = False
     precision: str = ""  # bf16 | fp32: what this process trains in
     machine: str = ""  # torch and the kernels' target (distributed.compute_identity): where bitwise holds
-    started: float = field(default_factory=clock)  # this process's training clock
+    data: dict = field(default_factory=dict)  # what the run trains on: the token cache and its digests (data_identity)
+    data_changes: list = field(default_factory=list)  # resumes that went on with other data (resume_changed_data)
+    started: float = field(default_factory=clock, metadata={"saved": False})  # this process's training clock
 
     @property
     def end(self) -> int:
@@ -176,16 +172,8 @@ class RunState:
         self, minutes: float, max_steps: int, step_s: float, spent_s: float, next_at: int, limit: str = ""
     ) -> None:
         self.budget_minutes, self.max_steps = minutes, max_steps
-        self.plans.append(
-            {
-                "at_step": self.step,
-                "max_steps": max_steps,
-                "next_at": next_at,
-                "step_s": round(step_s, 6),
-                "spent_s": round(spent_s, 3),
-                **({"limit": limit} if limit else {}),
-            }
-        )
+        plan = {"at_step": self.step, "max_steps": max_steps, "next_at": next_at, "step_s": round(step_s, 6)}
+        self.plans.append({**plan, "spent_s": round(spent_s, 3), **({"limit": limit} if limit else {})})
 
     def elapsed_s(self) -> float:
         """Training seconds over the whole run: earlier processes', then this one's."""
@@ -193,63 +181,19 @@ class RunState:
 
     def improves_best(self, val_bpb: float) -> bool:
         """Record `val_bpb` if it is the lowest so far (a tie is not); whether it was."""
-        if not (math.isfinite(val_bpb) and val_bpb < self.best_val_bpb):
+        if not math.isfinite(val_bpb) or (self.best_val_bpb is not None and val_bpb >= self.best_val_bpb):
             self.evals_since_best += 1
             return False
         self.best_val_bpb, self.best_step, self.evals_since_best = val_bpb, self.step, 0
         return True
 
     def to_json(self) -> dict:
-        """state.json's fields; defaults left out, so older readers read what they know (strict JSON: no inf)."""
-        return {
-            "step": self.step,
-            "tokens_seen": self.tokens_seen,
-            "elapsed_s": self.elapsed_s(),
-            "max_steps": self.max_steps,  # where the schedule was heading: a resume says if that moves
-            "data_position": {
-                "seed": self.seed,
-                "next_step": self.step,
-                **({"sampling": self.sampling} if self.sampling != "random" else {}),
-            },
-            "world_size": self.world_size,
-            "skipped_steps": self.skipped_steps,
-            "best_val_bpb": self.best_val_bpb if math.isfinite(self.best_val_bpb) else None,
-            "best_step": self.best_step,
-            "evals_since_best": self.evals_since_best,
-            **({"precision": self.precision} if self.precision else {}),
-            **({"machine": self.machine} if self.machine else {}),
-            **({"stopped_early": True} if self.stopped_early else {}),
-            **(
-                {"budget": {"minutes": self.budget_minutes, "max_steps": self.max_steps, "plans": self.plans}}
-                if self.budget_decided
-                else {}
-            ),
-        }
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata.get("saved", True)}
+        return {**fields, "elapsed_before": self.elapsed_s()}
 
     @classmethod
     def from_json(cls, fields: dict) -> "RunState":
-        """A resumed run's state; fields added later default (a budget saved before plans were recorded was one
-        plan, made inside the warmup)."""
-        budget, position = fields.get("budget") or {}, fields.get("data_position", {})
-        plans = budget.get("plans") or ([{"at_step": 0, "max_steps": budget["max_steps"]}] if budget else [])
-        return cls(
-            step=fields["step"],
-            tokens_seen=fields["tokens_seen"],
-            elapsed_before=fields["elapsed_s"],
-            skipped_steps=fields.get("skipped_steps", 0),
-            best_val_bpb=fields.get("best_val_bpb") or math.inf,
-            best_step=fields.get("best_step"),
-            evals_since_best=fields.get("evals_since_best", 0),
-            stopped_early=fields.get("stopped_early", False),
-            precision=fields.get("precision", ""),
-            machine=fields.get("machine", ""),
-            seed=position.get("seed", 0),
-            sampling=position.get("sampling", "random"),
-            world_size=fields.get("world_size", 1),
-            max_steps=budget.get("max_steps", 0),
-            budget_minutes=budget.get("minutes"),
-            plans=plans,
-        )
+        return cls(**fields)
 
 
 def read_state(ckpt: Path) -> dict:
@@ -257,9 +201,11 @@ def read_state(ckpt: Path) -> dict:
     return json.loads((Path(ckpt) / STATE).read_text())
 
 
-def write_state(path: Path, fields: dict) -> None:
-    """Only finite weights are ever saved; "manifest" tells a loader a missing manifest was deleted."""
-    Path(path).write_text(json.dumps({**fields, "weights_finite": True, "manifest": True}, indent=2))
+def data_identity(meta: dict, directory: Path) -> dict:
+    """What identifies a run's data: its token cache (the folder's name is its key) and the digests of its token
+    files and tokenizer — equal digests are the same data, wherever the corpus now lies."""
+    digests = {k: meta[k] for k in ("train_sha256", "val_sha256", "tokenizer_hash")}
+    return {"cache": Path(directory).name, "tokens": meta["train_tokens"] + meta["val_tokens"], **digests}
 
 
 # ---- finding checkpoints ----------------------------------------------------------------------------------------
@@ -293,16 +239,13 @@ def run_checkpoints(root: Path) -> list:
 
 
 def last_good_checkpoint(root: Path) -> Optional[Path]:
-    """The newest checkpoint (best/ included) with finite weights whose files match their manifest, or None."""
+    """The newest checkpoint (best/ included) whose files match their manifest, or None. It hashes them: called only
+    where a message that names it is printed, never on a step's path. (Non-finite weights are never saved.)"""
     for ckpt in reversed(run_checkpoints(root)):
         try:
-            flag = read_state(ckpt).get("weights_finite")
-            if flag is None:  # written before the flag existed: look
-                with safe_open(str(ckpt / WEIGHTS), framework="pt") as f:
-                    flag = all(not nonfinite_tensors(f.get_tensor(k)) for k in f.keys())
-            if flag and damage(ckpt) is None:
+            if damage(ckpt) is None:
                 return ckpt
-        except (OSError, ValueError, SafetensorError):  # unreadable: not one to fall back on
+        except CheckpointError:  # another format, or an unreadable manifest: not one to go back to
             continue
     return None
 
@@ -316,8 +259,8 @@ def nonfinite_tensors(tree, prefix: str = "") -> List[str]:
 
 
 def resolve_checkpoint(path: str, outputs_dir: str = "outputs") -> Path:
-    """A checkpoint dir; a run dir (its newest checkpoint, best/ included); `latest` (the newest checkpoint under
-    outputs_dir) or `best` (the newest run's checkpoints/best)."""
+    """A checkpoint dir (wherever it lies, whatever its name); a run dir (its newest checkpoint, best/ included);
+    `latest` (the newest checkpoint under outputs_dir) or `best` (the newest run's checkpoints/best)."""
     if path in ("latest", BEST):
         roots = Path(outputs_dir).glob(f"**/{CHECKPOINTS}" + ("/" + BEST if path == BEST else ""))
         candidates = [c for root in roots for c in run_checkpoints(root)]
@@ -332,96 +275,73 @@ def resolve_checkpoint(path: str, outputs_dir: str = "outputs") -> Path:
         raise CheckpointError(
             f"{path} does not exist; pass a checkpoint directory, a run directory, 'latest' or 'best'"
         )
-    if (p / CHECKPOINTS).is_dir() or ((p / CONFIG).is_file() and not (p / MODEL_CONFIG).exists()):
-        if not run_checkpoints(p / CHECKPOINTS):
-            raise CheckpointError(
-                f"run directory {path} has no complete checkpoint (it stopped before its first "
-                "checkpoint was written): start the run again"
-            )
-        return run_checkpoints(p / CHECKPOINTS)[-1]
-    if run_checkpoints(p):  # a directory of step_* checkpoints
-        return run_checkpoints(p)[-1]
-    missing = [f for f in REQUIRED_FILES if not (p / f).exists()]
-    if missing and not (p / MANIFEST).is_file():  # with a manifest, verification names what is missing
+    if (p / MANIFEST).is_file() or (p / MODEL_CONFIG).is_file():  # a checkpoint itself
+        return p
+    found = run_checkpoints(p / CHECKPOINTS) or run_checkpoints(p)  # a run directory, or a folder of step_N
+    if found:
+        return found[-1]
+    if (p / CHECKPOINTS).is_dir() or (p / CONFIG).is_file():
         raise CheckpointError(
-            f"{path} is not a minillama checkpoint (missing {', '.join(missing)}); "
-            "pass a directory like outputs/<run>/checkpoints/step_0001000"
+            f"run directory {path} has no complete checkpoint (it stopped before its first checkpoint was written): "
+            "start the run again"
         )
-    return p
+    raise CheckpointError(
+        f"{path} is not a minillama checkpoint (no {MANIFEST}); pass a directory like "
+        "outputs/<run>/checkpoints/step_0001000"
+    )
 
 
-def run_dir_of(ckpt: Path) -> Path:
-    """<run> of <run>/checkpoints/step_N or <run>/checkpoints/best/step_N."""
-    return next(p.parent for p in Path(ckpt).parents if p.name == CHECKPOINTS)
+def run_dir_of(ckpt: Path) -> Optional[Path]:
+    """<run> of <run>/checkpoints/step_N or <run>/checkpoints/best/step_N; None for a checkpoint copied elsewhere."""
+    ckpt = Path(ckpt).resolve()
+    for folder in (ckpt.parent, ckpt.parent.parent):
+        if folder.name == CHECKPOINTS and (folder.parent / CONFIG).is_file():
+            return folder.parent
+    return None
 
 
 # ---- the manifest -------------------------------------------------------------------------------------------------
 
 
 def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        while chunk := f.read(1 << 24):  # 16 MiB reads: the hash, not the syscalls, sets the pace (~1 s per GB)
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def write_manifest(ckpt: Path) -> None:
-    files = sorted(p for p in Path(ckpt).iterdir() if p.is_file() and p.name != MANIFEST)
-    entries = {p.name: {"bytes": p.stat().st_size, "sha256": file_sha256(p)} for p in files}
-    (Path(ckpt) / MANIFEST).write_text(
-        json.dumps({"format": f"{FORMAT_PREFIX}{FORMAT_VERSION}", "files": entries}, indent=2) + "\n"
-    )
-
-
-def _version(manifest: dict) -> Optional[int]:
-    tag = manifest.get("format")
-    number = tag[len(FORMAT_PREFIX) :] if isinstance(tag, str) and tag.startswith(FORMAT_PREFIX) else ""
-    return int(number) if number.isdigit() and int(number) >= 1 else None
-
-
-def read_manifest(ckpt: Path) -> Optional[dict]:
-    """{file: {"bytes", "sha256"}}, or None for a checkpoint written before manifests; a later format is refused."""
+def read_manifest(ckpt: Path) -> dict:
+    """{file: {"bytes", "sha256"}}, once the format is this minillama's; an older or newer one, a missing or
+    unreadable manifest, is a CheckpointError saying what reads it."""
     path = Path(ckpt) / MANIFEST
     if not path.exists():
-        return None
+        raise CheckpointError(
+            f"checkpoint {ckpt} has no {MANIFEST}: it was deleted (nothing vouches for the other files), or the "
+            f"checkpoint predates manifests (format 1: `git checkout {LAST_READER[1]}` reads it); use another checkpoint"
+        )
     try:
         manifest = json.loads(path.read_text())
-        if _version(manifest) is None or not isinstance(manifest["files"], dict):
+        tag = manifest["format"]
+        version = int(tag.removeprefix(FORMAT_PREFIX)) if tag.startswith(FORMAT_PREFIX) else None
+        if version is None or not isinstance(manifest["files"], dict):
             raise ValueError("not a minillama manifest")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise CheckpointError(f"{path} is unreadable ({e}); the checkpoint is damaged: use another one") from None
+    if version > FORMAT_VERSION:
         raise CheckpointError(
-            f"{path} is unreadable ({e}); the checkpoint is damaged: use another one, or "
-            "--no-verify / verify_checkpoint=false to load it unchecked"
-        ) from None
-    refuse_newer_format(ckpt, _version(manifest))
+            f"checkpoint {ckpt} is in checkpoint format {version}, written by a newer minillama; this one reads "
+            f"format {FORMAT_VERSION}: update minillama (git pull, then make setup) to load it"
+        )
+    if version < FORMAT_VERSION:
+        raise CheckpointError(
+            f"checkpoint {ckpt} is in checkpoint format {version}, which this minillama no longer reads; "
+            f"`git checkout {LAST_READER[version]}` reads it (generate, evaluate or export it there), or train anew"
+        )
     return manifest["files"]
 
 
-def format_version(ckpt: Path) -> Optional[int]:
-    """The format `ckpt` was written in; 1 without a manifest; None when the manifest is unreadable."""
-    try:
-        return _version(json.loads((Path(ckpt) / MANIFEST).read_text())) if (Path(ckpt) / MANIFEST).exists() else 1
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
-def refuse_newer_format(ckpt: Path, version: Optional[int]) -> None:
-    """A later format's files may mean what this version cannot know: refused before anything reads them."""
-    if version is not None and version > FORMAT_VERSION:
-        reads = "format 1" if FORMAT_VERSION == 1 else f"formats 1 to {FORMAT_VERSION}"
-        raise CheckpointError(
-            f"checkpoint {ckpt} is in checkpoint format {version}, written by a newer minillama; "
-            f"this one reads {reads}: update minillama (git pull, then make setup) to load it"
-        )
-
-
 def damage(ckpt: Path) -> Optional[str]:
-    """The first problem of `ckpt`'s files against its manifest, or None (also without a manifest). A file the
-    manifest does not list counts too (an added special_tokens.json would change generation)."""
+    """The first problem of `ckpt`'s files against its manifest, or None. A file the manifest does not list counts
+    too (an added special_tokens.json would change generation)."""
     files = read_manifest(ckpt)
-    if files is None:
-        return None
     unlisted = sorted(
         p.name
         for p in Path(ckpt).iterdir()
@@ -432,101 +352,39 @@ def damage(ckpt: Path) -> Optional[str]:
         and p.suffix not in NEVER_READ
     )
     if unlisted:
-        return (
-            f"{unlisted[0]} is not in the manifest (added after the checkpoint was written"
-            + (f"; {len(unlisted) - 1} more unlisted" if len(unlisted) > 1 else "")
-            + "), and a loader would read it"
-        )
+        more = f"; {len(unlisted) - 1} more unlisted" if len(unlisted) > 1 else ""
+        return f"{unlisted[0]} is not in the manifest (added after the checkpoint was written{more}), and a loader would read it"
     for name, entry in files.items():
         path = Path(ckpt) / name
         if not path.is_file():
             return f"{name} is missing"
         if path.stat().st_size != entry["bytes"]:
-            return (
-                f"{name} has {path.stat().st_size:,} bytes, the manifest says {entry['bytes']:,} (truncated, "
-                "corrupt or replaced)"
-            )
+            size = path.stat().st_size
+            return f"{name} has {size:,} bytes, the manifest says {entry['bytes']:,} (truncated, corrupt or replaced)"
         if file_sha256(path) != entry["sha256"]:
             return f"{name} does not match its SHA-256 in the manifest (bit rot, or the file was edited)"
     return None
 
 
-def verify(
-    ckpt: Path, warn: Callable[[str], None] = lambda message: None, unverifiable: str = "written by an older minillama"
-) -> None:
-    """CheckpointError naming the damaged file; without a manifest, refused if state.json shows one was written
-    (it was deleted: nothing vouches for the rest), else one warning."""
-    if read_manifest(ckpt) is None:
-        try:
-            fields = read_state(ckpt)
-        except (OSError, ValueError):  # no state.json (a Hugging Face directory): nothing shows a manifest existed
-            fields = {}
-        if isinstance(fields, dict) and any(f in fields for f in MANIFEST_ERA_FIELDS):
-            raise CheckpointError(
-                f"checkpoint {ckpt} has no {MANIFEST}, but its state.json was written by a "
-                "minillama that writes one: it was deleted, so nothing vouches for the other files; "
-                "restore it, use another checkpoint, or --no-verify / verify_checkpoint=false to "
-                "load it unchecked"
-            )
-        warn(f"warning: {ckpt} has no {MANIFEST} ({unverifiable}): its files cannot be verified")
-        return
-    problem = damage(ckpt)
-    if problem is not None:
+def verify(ckpt: Path) -> None:
+    """CheckpointError naming the damaged file: every file against its size and SHA-256 in the manifest."""
+    if (problem := damage(ckpt)) is not None:
         raise CheckpointError(
-            f"checkpoint {ckpt} is damaged: {problem}; use another checkpoint (an earlier step, "
-            "or checkpoints/best), or --no-verify / verify_checkpoint=false to load it anyway"
+            f"checkpoint {ckpt} is damaged: {problem}; use another checkpoint (an earlier step, or checkpoints/best), "
+            "or --no-verify / verify_checkpoint=false to load it anyway"
         )
 
 
 # ---- saving --------------------------------------------------------------------------------------------------------
 
 
-class ErrnoRecordingFile:
-    """torch.save turns a failed write's OSError into a RuntimeError without the errno: this keeps it."""
-
-    def __init__(self, file):
-        self.file, self.error = file, None
-
-    def write(self, data) -> int:
-        try:
-            return self.file.write(data)
-        except OSError as e:
-            self.error = self.error or e
-            raise
-
-    def flush(self) -> None:
-        self.file.flush()
-
-
-TORCH_WRITE_FAILURES = ("unexpected pos", "file write failed", "PytorchStreamWriter failed")
-
-
-def is_write_failure(error: BaseException) -> bool:
-    """Whether `error` is the environment refusing a write, not a bug of ours."""
-    return (
-        isinstance(error, OSError)
-        or bool(re.search(r"os error \d+", str(error)))
-        or any(s in str(error) for s in TORCH_WRITE_FAILURES)
+def write_error_cause(error: OSError, path: Path, folder: Optional[Path] = None) -> str:
+    """`<cause> while writing <path>; <what to do>`, from the errno of a refused write. The advice names `folder`."""
+    code, limit = error.errno, resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    where, elsewhere = (
+        Path(folder) if folder is not None else Path(path).parent,
+        "write the run elsewhere (hydra.run.dir=…)",
     )
-
-
-def write_error_cause(error: BaseException, path: Path, folder: Optional[Path] = None) -> str:
-    """`<cause> while writing <path>; <what to do>`, from the errno where the libraries kept it (torch's and
-    safetensors' messages drop it), else from free space and `ulimit -f`. The advice names `folder`."""
-    code, seen = None, error
-    while seen is not None and code is None:  # the OSError may sit in the chain (`raise … from e`)
-        code = seen.errno if isinstance(seen, OSError) else None
-        seen = seen.__cause__
-    if code is None and (found := re.search(r"os error (\d+)", str(error))):  # safetensors: Rust's io::Error
-        code = int(found.group(1))
-    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
-    if code is None and any(s in str(error) for s in TORCH_WRITE_FAILURES):
-        existing = next((p for p in (Path(path), *Path(path).parents) if p.exists()), None)
-        stats = os.statvfs(existing) if existing is not None else None
-        free = (stats.f_bfree if os.geteuid() == 0 else stats.f_bavail) * stats.f_frsize if stats else 1 << 30
-        code = errno.ENOSPC if free < 1 << 20 else errno.EFBIG if limit != resource.RLIM_INFINITY else None
-    where = Path(folder) if folder is not None else Path(path).parent
-    elsewhere = "write the run elsewhere (hydra.run.dir=…)"
     cause, fix = {
         errno.ENOSPC: (
             "no space left on device",
@@ -547,33 +405,43 @@ def write_error_cause(error: BaseException, path: Path, folder: Optional[Path] =
             "another process removed it: is a second run writing into this run directory?",
         ),
         errno.EIO: ("I/O error", "the disk may be failing: check it (dmesg) and write the run elsewhere"),
-    }.get(
-        code,
-        (os.strerror(code).lower(), f"fix the disk or {elsewhere}")
-        if code is not None
-        else (f"write failed ({first_line(error)})", f"check the disk, or {elsewhere}"),
-    )
+    }.get(code, ((os.strerror(code) if code else first_line(error)).lower(), f"fix the disk or {elsewhere}"))
     return f"{cause} while writing {path}; {fix}"
 
 
-def save_weights(tensors: dict, path: Path) -> None:
-    """safetensors, readable as any file this process writes (safetensors creates 0600: an export meant for sharing
-    was unreadable to others)."""
-    save_file(tensors, str(path), metadata={"format": "pt"})
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, 0o666 & ~umask)
+def write_file(path: Path, data: bytes) -> None:
+    """The one way a checkpoint's file reaches the disk: a refused write is an OSError with its errno (the libraries'
+    own writers turn it into a message without one). Readable as any file this process writes."""
+    with open(path, "wb") as f:
+        f.write(data)
 
 
-def _torch_save(obj, path: Path) -> None:
-    with open(path, "wb") as file:
-        recorder = ErrnoRecordingFile(file)
-        try:
-            torch.save(obj, recorder)
-        except RuntimeError as e:
-            if recorder.error is not None:
-                raise recorder.error from e
-            raise
+def serialize(obj) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def tokenizer_files(tokenizer_path: Path) -> Dict[str, bytes]:
+    """tokenizer.json, and an imported tokenizer's own BOS/EOS/PAD (special_tokens.json) beside it, as bytes."""
+    special = Path(tokenizer_path).parent / SPECIAL_TOKENS_FILE
+    return {
+        TOKENIZER: Path(tokenizer_path).read_bytes(),
+        **({SPECIAL_TOKENS_FILE: special.read_bytes()} if special.is_file() else {}),
+    }
+
+
+def manifest_bytes(entries: Dict[str, dict]) -> bytes:
+    """manifest.json: the format and {file: {"bytes", "sha256"}}."""
+    manifest = {"format": f"{FORMAT_PREFIX}{FORMAT_VERSION}", "files": entries}
+    return (json.dumps(manifest, indent=2) + "\n").encode()
+
+
+def write_manifest(folder: Path) -> None:
+    """A manifest for files already on disk (an exported Hugging Face directory: import_hf.py checks it)."""
+    files = sorted(p for p in Path(folder).iterdir() if p.is_file() and p.name != MANIFEST)
+    entries = {p.name: {"bytes": p.stat().st_size, "sha256": file_sha256(p)} for p in files}
+    write_file(Path(folder) / MANIFEST, manifest_bytes(entries))
 
 
 def save_checkpoint(
@@ -581,57 +449,46 @@ def save_checkpoint(
     step: int,
     model_state: dict,
     model_cfg: ModelConfig,
-    tokenizer_path: Path,
+    tokenizer: Dict[str, bytes],
     state: dict,
     config_yaml: str = "",
     optimizer_state: Optional[dict] = None,
     keep_last: int = 3,
     rng_state: Optional[dict] = None,
 ) -> Path:
-    """Everything into step_N.tmp, manifest.json last, then one rename; then prune to keep_last. `state`: RunState's
-    to_json(); `rng_state`: every rank's generators (default: this process's). NonFiniteCheckpoint (nothing
-    written) for NaN/inf; CheckpointWriteError (the .tmp removed, nothing pruned) when the disk refuses."""
-    root = Path(root)
-    final = root / checkpoint_name(step)
-    tmp = final.with_name(final.name + ".tmp")
+    """Every file serialized here, written into step_N.tmp, manifest.json last, then one rename; then prune to
+    keep_last. `tokenizer`: tokenizer_files(…); `state`: RunState's to_json(); `rng_state`: every rank's generators
+    (default: this process's). NonFiniteCheckpoint (nothing written) for NaN/inf; CheckpointWriteError (the .tmp
+    removed, nothing pruned) when the disk refuses."""
     weights = {k: v.detach().contiguous().cpu() for k, v in model_state.items()}
     if model_cfg.tie_embeddings:
         weights.pop(TIED_KEY, None)  # the embedding's storage; safetensors refuses shared tensors
-    bad = nonfinite_tensors(weights) or (nonfinite_tensors(optimizer_state, "optimizer") if optimizer_state else [])
-    if bad:
-        last = last_good_checkpoint(root)
+    if bad := nonfinite_tensors(weights) or nonfinite_tensors(optimizer_state or {}, "optimizer"):
         what = (
             f"{len(nonfinite_tensors(weights))} of {len(weights)} weight tensors hold"
             if nonfinite_tensors(weights)
             else "the optimizer state holds"
         )
-        raise NonFiniteCheckpoint(
-            f"refusing to save step {step}: {what} NaN or inf (first: {bad[0]}); "
-            + (f"the last good checkpoint is {last}" if last else "there is no earlier good checkpoint"),
-            last,
-        )
-    if not Path(tokenizer_path).is_file():
-        raise CheckpointError(f"cannot save step {step}: the tokenizer {tokenizer_path} is missing")
-    special = Path(tokenizer_path).parent / SPECIAL_TOKENS_FILE
-    writers = [
-        (WEIGHTS, lambda p: save_weights(weights, p)),
-        (MODEL_CONFIG, lambda p: p.write_text(json.dumps(dataclasses.asdict(model_cfg), indent=2))),
-        (TOKENIZER, lambda p: shutil.copyfile(tokenizer_path, p)),
-        # An imported tokenizer's own BOS/EOS/PAD travel with it into every later checkpoint.
-        *([(SPECIAL_TOKENS_FILE, lambda p: shutil.copyfile(special, p))] if special.is_file() else []),
-        (CONFIG, lambda p: p.write_text(config_yaml)),
-        *([(OPTIMIZER, lambda p: _torch_save(optimizer_state, p))] if optimizer_state is not None else []),
-        (RNG, lambda p: _torch_save(rng_state or {"torch": torch.get_rng_state()}, p)),
-        (STATE, lambda p: write_state(p, state)),
-        (MANIFEST, lambda p: write_manifest(p.parent)),
-    ]
-    target = tmp
+        raise NonFiniteCheckpoint(f"refusing to save step {step}: {what} NaN or inf (first: {bad[0]})")
+    files = {
+        WEIGHTS: save_safetensors(weights, metadata={"format": "pt"}),
+        MODEL_CONFIG: json.dumps(dataclasses.asdict(model_cfg), indent=2).encode(),
+        **tokenizer,
+        CONFIG: config_yaml.encode(),
+        **({OPTIMIZER: serialize(optimizer_state)} if optimizer_state is not None else {}),
+        RNG: serialize(rng_state or rng_states_of_this_process()),
+        STATE: json.dumps(state, indent=2).encode(),
+    }
+    entries = {name: {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()} for name, data in files.items()}
+    root, files = Path(root), {**files, MANIFEST: manifest_bytes(entries)}
+    final = root / checkpoint_name(step)
+    tmp = target = final.with_name(final.name + ".tmp")
     try:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        for name, write in writers:
+        for name, data in files.items():
             target = tmp / name
-            write(target)
+            write_file(target, data)
         target = final
         if final.exists():  # a re-save: the old copy goes aside first, so a complete copy exists at every moment
             old = final.with_name(final.name + ".old")
@@ -645,19 +502,15 @@ def save_checkpoint(
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, final)
-    except (OSError, RuntimeError, SafetensorError) as e:
-        cause = write_error_cause(e, target, root) if is_write_failure(e) else None  # before freeing space
+    except OSError as e:
+        cause = write_error_cause(e, target, root)  # before freeing space
         shutil.rmtree(tmp, ignore_errors=True)
-        if cause is None:
-            raise  # not the environment refusing a write: a bug, keep the traceback
         previous = run_checkpoints(root)
         kept = f"the last checkpoint, {previous[-1]}, is intact" if previous else "no earlier checkpoint exists"
         raise CheckpointWriteError(f"cannot save checkpoint {final.name}: {cause}; {kept}") from e
-    if keep_last > 0:  # the newest finite one is never pruned
-        good = last_good_checkpoint(root)
-        for old in list_checkpoints(root)[:-keep_last]:
-            if old != good:
-                shutil.rmtree(old, ignore_errors=True)
+    older = [c for c in list_checkpoints(root) if checkpoint_step(c) < step]  # never the one just written
+    for old in older[: max(len(older) - keep_last + 1, 0)] if keep_last > 0 else []:
+        shutil.rmtree(old, ignore_errors=True)
     return final
 
 
@@ -724,148 +577,68 @@ def load_model_config(ckpt: Path) -> ModelConfig:
         raise CheckpointError(f"{ckpt}/{MODEL_CONFIG} is unreadable or invalid ({e}); the checkpoint is damaged")
 
 
-def _differences(a: ModelConfig, b: ModelConfig) -> dict:
-    """{field: (a's, b's)} for fields describing different networks (n_kv_heads=None equals n_kv_heads=n_heads)."""
-    out = {}
-    for name in (f.name for f in dataclasses.fields(ModelConfig)):
-        left, right, resolved = getattr(a, name), getattr(b, name), f"resolved_{name}"
-        if left != right and not (hasattr(a, resolved) and getattr(a, resolved) == getattr(b, resolved)):
-            out[name] = (left, right)
-    return out
-
-
-def architecture_changes(run_model: ModelConfig, ckpt_model: ModelConfig) -> List[str]:
-    """`model.k=v (the checkpoint has k=w)` for each field of the run's model its weights would not fit."""
-    return [
-        f"model.{k}={v} (the checkpoint has {k}={theirs})"
-        for k, (v, theirs) in _differences(run_model, ckpt_model).items()
-        if k not in RESUMABLE_CHANGES
-    ]
-
-
-def check_checkpoint_consistency(ckpt: Path) -> ModelConfig:
-    """The checkpoint's model config, once model_config.json agrees with the weights' shapes, config.yaml's model
-    section and tokenizer.json: an edited or mixed-up file would otherwise train or generate on with the wrong model."""
+def open_checkpoint(path: str, outputs_dir: str = "outputs", verify_files: bool = True) -> Tuple[Path, ModelConfig]:
+    """(checkpoint, its model config) for a checkpoint, run dir, `latest` or `best`: its format read, its files checked
+    against the manifest (unless off), its tokenizer's ids inside the model's vocabulary — what every loader does
+    before it trusts anything; the weights are checked as they are read (read_weights)."""
     from tokenizers import Tokenizer
 
-    ckpt, cfg, problems = Path(ckpt), load_model_config(ckpt), []
-    with torch.device("meta"):  # shapes only
-        expected = {k: tuple(v.shape) for k, v in Transformer(cfg).state_dict().items()}
-    if cfg.tie_embeddings:
-        expected.pop(TIED_KEY, None)
-    try:
-        with safe_open(str(ckpt / WEIGHTS), framework="pt") as f:
-            found = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
-    except (OSError, SafetensorError) as e:
-        raise CheckpointError(f"{ckpt}/model.safetensors is corrupt or unreadable ({e}); use another checkpoint")
-    missing, unexpected = sorted(set(expected) - set(found)), sorted(set(found) - set(expected))
-    wrong = [k for k in expected if k in found and expected[k] != found[k]]
-    if missing or unexpected:
-        problems.append(
-            f"model.safetensors does not hold the tensors model_config.json describes "
-            f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
-        )
-    elif wrong:
-        problems.append(
-            f"model_config.json (hidden_size={cfg.hidden_size}, n_layers={cfg.n_layers}, vocab_size="
-            f"{cfg.vocab_size}) does not match model.safetensors: {wrong[0]} has shape {found[wrong[0]]}, "
-            f"the config needs {expected[wrong[0]]} ({len(wrong)} tensors differ)"
-        )
-    try:
-        section = (read_config(ckpt) or {}).get("model") if (ckpt / CONFIG).exists() else None
-    except yaml.YAMLError as e:
-        section, problems = None, problems + [f"config.yaml is not valid YAML ({str(e).splitlines()[0]})"]
-    if isinstance(section, dict):  # imported checkpoints carry no training config
-        known = {f.name for f in dataclasses.fields(ModelConfig)}  # a field a later version dropped is no contradiction
-        try:
-            saved = ModelConfig.from_dict({"vocab_multiple": 64, **{k: v for k, v in section.items() if k in known}})
-            problems += [
-                f"config.yaml says model.{k}={v}, model_config.json says {theirs}"
-                for k, (v, theirs) in _differences(saved, cfg).items()
-            ]
-        except (TypeError, ValueError) as e:
-            problems.append(f"config.yaml's model section is invalid ({e})")
+    ckpt = resolve_checkpoint(path, outputs_dir)
+    verify(ckpt) if verify_files else read_manifest(ckpt)  # unverified, a foreign format is still refused
+    cfg = load_model_config(ckpt)
     try:
         vocab = Tokenizer.from_file(str(ckpt / TOKENIZER)).get_vocab(with_added_tokens=True)
     except Exception as e:  # tokenizers raises a bare Exception for unreadable files
-        raise CheckpointError(f"{ckpt}/tokenizer.json is unreadable ({str(e).splitlines()[0]}); use another checkpoint")
+        raise CheckpointError(f"{ckpt}/tokenizer.json is unreadable ({first_line(e)}); use another checkpoint")
     if max(vocab.values(), default=-1) >= cfg.vocab_size:  # more rows than ids is fine; fewer is not
-        problems.append(
-            f"tokenizer.json has token ids up to {max(vocab.values())} but model_config.json says "
-            f"vocab_size={cfg.vocab_size}"
-        )
-    if problems:
         raise CheckpointError(
-            f"checkpoint {ckpt} contradicts itself: {'; '.join(problems)}; the files were edited "
-            "or come from different runs: restore them, or use another checkpoint"
+            f"checkpoint {ckpt} contradicts itself: tokenizer.json has token ids up to {max(vocab.values())} but "
+            f"model_config.json says vocab_size={cfg.vocab_size}; the files come from different runs: restore them, "
+            "or use another checkpoint"
         )
-    return cfg
-
-
-def open_checkpoint(
-    path: str,
-    outputs_dir: str = "outputs",
-    verify_files: bool = True,
-    warn: Callable[[str], None] = lambda message: None,
-) -> Tuple[Path, ModelConfig]:
-    """(checkpoint, its model config) for a checkpoint, run dir, `latest` or `best`: verified against its manifest
-    (unless off: then a later format is still refused by its tag), then checked for self-consistency — what every
-    loader does before it trusts anything."""
-    ckpt = resolve_checkpoint(path, outputs_dir)
-    if verify_files:
-        verify(ckpt, warn=warn)
-    else:
-        refuse_newer_format(ckpt, format_version(ckpt))
-    return ckpt, check_checkpoint_consistency(ckpt)
+    return ckpt, cfg
 
 
 def read_weights(model: Transformer, ckpt: Path) -> dict:
     """model.safetensors as a full state dict for the unwrapped `model`, every key, shape and value checked."""
     try:
         weights = load_file(str(Path(ckpt) / WEIGHTS))
-    except Exception as e:  # safetensors' own error types for truncated or corrupt files
+    except (OSError, SafetensorError, ValueError) as e:
         raise CheckpointError(f"{ckpt}/model.safetensors is corrupt or unreadable ({e}); use another checkpoint")
-    expected = model.state_dict()
-    if model.cfg.tie_embeddings:
-        expected.pop(TIED_KEY)
+    expected = {k: v for k, v in model.state_dict().items() if not (k == TIED_KEY and model.cfg.tie_embeddings)}
     missing, unexpected = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))
-    if missing or unexpected:
-        raise CheckpointError(
-            f"{ckpt}/model.safetensors does not match the model config "
-            f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
+    wrong = [k for k in expected if k in weights and weights[k].shape != expected[k].shape]
+    if missing or unexpected or wrong:
+        cfg = model.cfg
+        found = (
+            f"{wrong[0]} has shape {tuple(weights[wrong[0]].shape)}, not {tuple(expected[wrong[0]].shape)}"
+            if wrong
+            else f"missing {missing[:3]}, unexpected {unexpected[:3]}"
         )
-    for k, v in weights.items():
-        if v.shape != expected[k].shape:
-            raise CheckpointError(
-                f"{ckpt}: weight {k} has shape {tuple(v.shape)}, model config expects {tuple(expected[k].shape)}"
-            )
+        raise CheckpointError(
+            f"checkpoint {ckpt} contradicts itself: model.safetensors does not hold what model_config.json "
+            f"(hidden_size={cfg.hidden_size}, n_layers={cfg.n_layers}, vocab_size={cfg.vocab_size}) describes: "
+            f"{found}; the files were edited or come from different runs: restore them, or use another checkpoint"
+        )
     if bad := nonfinite_tensors(weights):  # never saved so: damaged, or written elsewhere
         raise CheckpointError(
-            f"{ckpt}/model.safetensors holds NaN or inf in {bad[0]} ({len(bad)} of {len(weights)} "
-            "tensors); use another checkpoint (an earlier step, or checkpoints/best)"
+            f"{ckpt}/model.safetensors holds NaN or inf in {bad[0]} ({len(bad)} of {len(weights)} tensors); use "
+            "another checkpoint (an earlier step, or checkpoints/best)"
         )
-    if TIED_KEY not in weights and TIED_KEY in model.state_dict():
+    if model.cfg.tie_embeddings:
         weights[TIED_KEY] = weights["embed_tokens.weight"]
     return weights
 
 
-def load_weights(model: Transformer, ckpt: Path) -> None:
-    model.load_state_dict(read_weights(model, ckpt))
-
-
 def load_model(
-    path: str,
-    device="cpu",
-    dtype: torch.dtype = torch.float32,
-    verify: bool = True,
-    warn: Callable[[str], None] = lambda m: print(m, file=sys.stderr),
+    path: str, device="cpu", dtype: torch.dtype = torch.float32, verify: bool = True, outputs_dir: str = "outputs"
 ):
-    """(Transformer in eval mode, tokenizer, checkpoint) for inference, verified and checked first."""
+    """(Transformer in eval mode, tokenizer, checkpoint) for inference, checked first."""
     from tokenizers import Tokenizer
 
-    ckpt, cfg = open_checkpoint(path, verify_files=verify, warn=warn)
+    ckpt, cfg = open_checkpoint(path, outputs_dir, verify)
     model = Transformer(cfg)
-    load_weights(model, ckpt)
+    model.load_state_dict(read_weights(model, ckpt))
     return model.to(device=device, dtype=dtype).eval(), Tokenizer.from_file(str(ckpt / TOKENIZER)), ckpt
 
 
@@ -877,9 +650,9 @@ def safe_torch_load(path: Path):
     except pickle.UnpicklingError as e:
         found = re.search(r"GLOBAL ([\w.]+)", str(e))
         raise CheckpointError(
-            f"{path} holds Python objects{f' ({found.group(1)})' if found else ''} that minillama "
-            "never writes, so it was refused unread: the file was tampered with or comes from "
-            "elsewhere; do not use this checkpoint, resume from another one"
+            f"{path} holds Python objects{f' ({found.group(1)})' if found else ''} that minillama never writes, so it "
+            "was refused unread: the file was tampered with or comes from elsewhere; do not use this checkpoint, "
+            "resume from another one"
         ) from None
     except FileNotFoundError:
         raise CheckpointError(f"{path} is missing; the checkpoint is incomplete, resume from another one") from None
@@ -887,17 +660,6 @@ def safe_torch_load(path: Path):
         raise CheckpointError(
             f"{path} is truncated or corrupt ({first_line(e).split('. ')[0]}); resume from an older checkpoint"
         ) from None
-
-
-def load_training_state(ckpt: Path) -> Tuple[dict, dict, dict]:
-    """(state.json, optimizer state, rng states), each required: a resume without its optimizer state would restart
-    AdamW's moments and Muon's momentum silently."""
-    try:
-        state = read_state(ckpt)
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"{ckpt}/state.json is unreadable ({first_line(e)}); resume from an older checkpoint")
-    rng = safe_torch_load(Path(ckpt) / RNG)
-    return state, safe_torch_load(Path(ckpt) / OPTIMIZER), rng
 
 
 def restore_rng(rng: dict, rank: int = 0, world_size: int = 1) -> bool:
@@ -914,10 +676,8 @@ def restore_rng(rng: dict, rank: int = 0, world_size: int = 1) -> bool:
 
 
 def rng_states_of_this_process() -> dict:
-    return {
-        "torch": torch.get_rng_state(),
-        **({"cuda": torch.cuda.get_rng_state_all()} if torch.cuda.is_available() else {}),
-    }
+    cuda = {"cuda": torch.cuda.get_rng_state_all()} if torch.cuda.is_available() else {}
+    return {"torch": torch.get_rng_state(), **cuda}
 
 
 # ---- full state dicts: the format at any world size ----------------------------------------------------------------
@@ -993,61 +753,81 @@ def load_full_state(model: torch.nn.Module, optimizers, model_state: dict, optim
         optimizer.load_state_dict({"state": state, "param_groups": groups})
 
 
-def same_json(a: Path, b: Path) -> bool:
-    """Same content, whatever the formatting (a copy is byte-identical; a re-saved file may not be)."""
-    try:
-        first, second = Path(a).read_bytes(), Path(b).read_bytes()
-        return first == second or json.loads(first) == json.loads(second)
-    except (OSError, ValueError):
-        return False
+# ---- resume and init_from: one open, two uses ----------------------------------------------------------------------
 
 
-# ---- resume and init_from -----------------------------------------------------------------------------------------
+def architecture_changes(run_model: ModelConfig, ckpt_model: ModelConfig) -> List[str]:
+    """`model.k=v (the checkpoint has k=w)` for each field of the run's model its weights would not fit
+    (n_kv_heads=None equals n_kv_heads=n_heads: the resolved values are compared where a field has one)."""
+    changed = []
+    for name in (f.name for f in dataclasses.fields(ModelConfig)):
+        mine, theirs, resolved = getattr(run_model, name), getattr(ckpt_model, name), f"resolved_{name}"
+        same = mine == theirs or (
+            hasattr(run_model, resolved) and getattr(run_model, resolved) == getattr(ckpt_model, resolved)
+        )
+        if not same and name not in RESUMABLE_CHANGES:
+            changed.append(f"model.{name}={mine} (the checkpoint has {name}={theirs})")
+    return changed
 
 
 @dataclass(frozen=True)
-class Resume:
-    """A verified, self-consistent checkpoint a run continues from — its step, schedule, optimizer state, RNG, data
-    order and run directory — opened and checked before any data is prepared."""
+class Opened:
+    """A checkpoint opened and checked (open_checkpoint) before any data is prepared: a run continues from it (Resume)
+    or starts from its weights (InitFrom)."""
 
     path: Path
-    fields: dict  # state.json
     model: ModelConfig
 
+    def refuse_changes(self, run_model: ModelConfig, what: str, fix: str) -> None:
+        if changed := architecture_changes(run_model, self.model):
+            raise CheckpointError(f"cannot {what} {self.path} with {', '.join(changed)}: {fix}")
+
+
+@dataclass(frozen=True)
+class Resume(Opened):
+    """A checkpoint a run continues from — its step, schedule, optimizer state, RNG, data and run directory."""
+
+    fields: dict  # state.json
+
     @classmethod
-    def open(
-        cls,
-        path: str,
-        outputs_dir: str = "outputs",
-        verify: bool = True,
-        warn: Callable[[str], None] = lambda message: None,
-    ) -> "Resume":
-        ckpt, model = open_checkpoint(path, outputs_dir, verify, warn)
+    def open(cls, path: str, outputs_dir: str = "outputs", verify: bool = True) -> "Resume":
+        ckpt, model = open_checkpoint(path, outputs_dir, verify)
         try:
-            return cls(ckpt, read_state(ckpt), model)
+            return cls(ckpt, model, read_state(ckpt))
         except (OSError, ValueError) as e:
-            raise CheckpointError(
-                f"{ckpt}/state.json is unreadable ({first_line(e)}); resume from an older checkpoint"
-            ) from None
+            raise CheckpointError(f"{ckpt}/state.json is unreadable ({first_line(e)}); resume from an older checkpoint")
 
     step = property(lambda self: self.fields["step"])
-    precision = property(lambda self: self.fields.get("precision", ""))  # '' before precision was recorded
-    run_dir = property(lambda self: run_dir_of(self.path))
+    precision = property(lambda self: self.fields["precision"])
+    run_dir = property(lambda self: run_dir_of(self.path))  # None for a checkpoint copied out of its run
 
     def check_fits(self, run_model: ModelConfig) -> None:
-        if changed := architecture_changes(run_model, load_model_config(self.path)):
-            raise CheckpointError(
-                f"cannot resume {self.path} with {', '.join(changed)}: a resumed run keeps the "
-                "checkpoint's architecture; drop those model.* overrides"
-            )
+        self.refuse_changes(
+            run_model, "resume", "a resumed run keeps the checkpoint's architecture; drop those model.* overrides"
+        )
 
-    def check_tokenizer(self, data_tokenizer: Path) -> None:
-        if not same_json(Path(data_tokenizer), self.path / TOKENIZER):
-            raise CheckpointError(
-                f"the data's tokenizer {data_tokenizer} differs from {self.path}/tokenizer.json (the "
-                "corpus or data settings changed since that checkpoint); resume with the same data, "
-                f"or keep the checkpoint's tokenizer with data.tokenizer_path={self.path}/tokenizer.json"
-            )
+    def cached_data(self, cache_dir: str):
+        """The token cache the run trained on, if it is still in `cache_dir` and intact (the corpus may have moved)."""
+        from data.cache import open_intact
+
+        return open_intact(Path(cache_dir) / self.fields["data"]["cache"])
+
+    def check_data(self, now: dict, go_on: bool) -> Optional[dict]:
+        """Refuse other data than the run trained on (its digests, data_identity), naming what changed and the two
+        ways on; with `go_on` (resume_changed_data=true) the change is returned, for state.json to record."""
+        before = self.fields["data"]
+        if all(now[k] == before[k] for k in ("train_sha256", "val_sha256", "tokenizer_hash")):
+            return None
+        what = "tokenizer" if now["tokenizer_hash"] != before["tokenizer_hash"] else "tokens"
+        change = {"at_step": self.step, "before": before, "after": now}
+        if go_on:
+            return change
+        raise CheckpointError(
+            f"the data changed since {self.path}: its run trained on {before['tokens']:,} tokens (token cache "
+            f"{before['cache']}), this corpus gives {now['tokens']:,} with other {what} (cache {now['cache']}); "
+            f"restore the data it trained on, or start a new run from its weights: init_from={self.path} "
+            "(resume_changed_data=true goes on with this data, recorded in state.json)"
+        )
 
     def restore(
         self,
@@ -1058,9 +838,11 @@ class Resume:
         max_steps: Optional[int],
         info: D.DistInfo,
         say,
+        run_dir: Path,
     ) -> RunState:
         """Weights, optimizer state, RNG into the built run (`cfg` a TrainConfig); the RunState it continues with.
-        `max_steps`: what this config's max_steps / max_epochs end at (a time budget's plans go on instead)."""
+        `max_steps`: what this config's max_steps / max_epochs end at (a time budget's plans go on instead);
+        `run_dir`: where the run writes (the checkpoint's own run, or a new one for a copied checkpoint)."""
         state, t = RunState.from_json(self.fields), cfg.trainer
         if state.sampling != cfg.data.sampling:  # before loading anything: a default that changed must not switch it
             raise ValueError(
@@ -1081,7 +863,7 @@ class Resume:
         if not restore_rng(rng, info.rank, info.world_size):  # last: nothing after this may draw from it
             say("warning: the checkpoint holds no RNG state for this world size: dropout draws restart from the seed")
         state.precision, now = precision, D.compute_identity(info.device)
-        if state.machine and state.machine != now:
+        if state.machine != now:
             say(
                 f"warning: this run trained on {state.machine} up to step {state.step} and continues on {now}: "
                 "it goes on, but is no longer bitwise what an uninterrupted run computes (other kernels round "
@@ -1093,8 +875,8 @@ class Resume:
         if state.stopped_early and t.early_stopping and state.evals_since_best >= t.early_stopping:
             raise ValueError(
                 f"{self.path} ended its run early at step {state.step} (no lower validation bpb in "
-                f"{state.evals_since_best} evaluations); to train on, resume with "
-                "trainer.early_stopping=null or a larger patience"
+                f"{state.evals_since_best} evaluations); to train on, resume with trainer.early_stopping=null or a "
+                "larger patience"
             )
         state.stop_at, state.stopped_early = t.stop_at_step, False
         if state.step >= state.max_steps:
@@ -1107,28 +889,24 @@ class Resume:
             )
             raise ValueError(
                 f"{self.path} is at step {state.step}, {'already at' if state.step == state.max_steps else 'past'} "
-                f"{what}; pass a larger trainer.max_steps to train further (the schedule then stretches "
-                "to it)"
+                f"{what}; pass a larger trainer.max_steps to train further (the schedule then stretches to it)"
             )
-        before = self.fields.get("max_steps")
-        if before and before != state.max_steps and not state.budget_decided:
+        before = self.fields["max_steps"]
+        if before != state.max_steps and not state.budget_decided:
             old, new = lr_at(state.step, cfg.optim, before), lr_at(state.step, cfg.optim, state.max_steps)
+            stretch = " (cosine's curve stretches to the new end; optim.schedule=wsd keeps its stable phase)"
             change = (
                 f"stays {new:.3g}"
                 if abs(new - old) <= 1e-12 + 1e-6 * old
-                else f"goes from {old:.3g} to {new:.3g} at once"
-                + (
-                    " (cosine's curve stretches to the new end; optim.schedule=wsd keeps its stable phase)"
-                    if cfg.optim.schedule == "cosine"
-                    else ""
-                )
+                else f"goes from {old:.3g} to {new:.3g} at once" + (stretch if cfg.optim.schedule == "cosine" else "")
             )
             say(
                 f"resume: the schedule now ends at step {state.max_steps}, not {before}; the learning rate at step "
                 f"{state.step} {change}"
             )
-        if info.is_main and (moved := move_aside_later_checkpoints(RunFiles(self.run_dir).checkpoints, state.step)):
-            say(f"resume: moved {len(moved)} later checkpoint(s) of the abandoned branch to {moved[0].parent}")
+        if info.is_main and run_dir == self.run_dir:  # a new branch of the same run: its later steps move aside
+            if moved := move_aside_later_checkpoints(RunFiles(run_dir).checkpoints, state.step):
+                say(f"resume: moved {len(moved)} later checkpoint(s) of the abandoned branch to {moved[0].parent}")
         if state.world_size != info.world_size:
             say(
                 f"warning: resuming a {state.world_size}-process run on {info.world_size}: each step's global batch "
@@ -1139,29 +917,20 @@ class Resume:
 
 
 @dataclass(frozen=True)
-class InitFrom:
-    """A verified checkpoint whose weights a NEW run starts from (step 0, its own data, optimizer, schedule and run
-    directory): it takes only what the weights need, the architecture and the tokenizer."""
+class InitFrom(Opened):
+    """A checkpoint whose weights a NEW run starts from (step 0, its own data, optimizer, schedule and run directory):
+    it takes only what the weights need, the architecture and the tokenizer."""
 
-    path: Path
-    model: ModelConfig
     source: str  # what the user named: a path, `latest`, `best`, or a Hugging Face directory
 
     @classmethod
-    def open(
-        cls,
-        path: str,
-        outputs_dir: str = "outputs",
-        verify: bool = True,
-        source: Optional[str] = None,
-        warn: Callable[[str], None] = lambda message: None,
-    ) -> "InitFrom":
+    def open(cls, path: str, outputs_dir: str = "outputs", verify: bool = True, source: Optional[str] = None):
         if not Path(path).exists() and path not in ("latest", BEST):
             raise CheckpointError(
-                f"init_from={path} does not exist; pass a checkpoint directory, a run directory, "
-                "'latest', 'best' or a Hugging Face Llama directory"
+                f"init_from={path} does not exist; pass a checkpoint directory, a run directory, 'latest', 'best' "
+                "or a Hugging Face Llama directory"
             )
-        return cls(*open_checkpoint(path, outputs_dir, verify, warn), source or path)
+        return cls(*open_checkpoint(path, outputs_dir, verify), source or path)
 
     def describe(self) -> str:
         step, where = checkpoint_step(self.path), str(self.path)
@@ -1169,33 +938,32 @@ class InitFrom:
         return f"weights: from {where}" + (f" (its step {step})" if step else "") + "; a new run from step 0"
 
     def check_fits(self, run_model: ModelConfig) -> None:
-        if changed := architecture_changes(run_model, self.model):
-            raise CheckpointError(
-                f"cannot start from {self.path} with {', '.join(changed)}: init_from keeps the "
-                "checkpoint's architecture (its weights fit no other); drop those model.* overrides, "
-                "or train from scratch without init_from (model.* may change "
-                f"{', '.join(RESUMABLE_CHANGES)})"
-            )
+        self.refuse_changes(
+            run_model,
+            "start from",
+            "init_from keeps the checkpoint's architecture (its weights fit no other); drop those model.* overrides, "
+            f"or train from scratch without init_from (model.* may change {', '.join(RESUMABLE_CHANGES)})",
+        )
 
     def check_tokenizer(self, tokenizer_path: str) -> None:
-        if not same_json(Path(tokenizer_path), self.path / TOKENIZER):
+        if file_hash(Path(tokenizer_path)) != file_hash(self.path / TOKENIZER):
             raise CheckpointError(
-                f"data.tokenizer_path={tokenizer_path} is not the tokenizer of {self.path}: the "
-                "weights read token ids of their own tokenizer, which init_from carries over; drop "
-                "data.tokenizer_path (or train from scratch to use another tokenizer)"
+                f"data.tokenizer_path={tokenizer_path} is not the tokenizer of {self.path}: the weights read token ids "
+                "of their own tokenizer, which init_from carries over; drop data.tokenizer_path (or train from "
+                "scratch to use another tokenizer)"
             )
 
     def carry_tokenizer(self, cache_dir: str) -> Path:
         """The checkpoint's tokenizer (and special_tokens.json) copied to <cache_dir>/tokenizers/<hash>/, which
         outlives the checkpoint (keep_last may prune it; a staged import is temporary). Its tokenizer.json."""
-        source, special = self.path / TOKENIZER, self.path / SPECIAL_TOKENS_FILE
-        key = hashlib.sha256((file_hash(source) + (file_hash(special) if special.is_file() else "")).encode())
-        folder = Path(cache_dir) / "tokenizers" / key.hexdigest()[:16]
+        files = [p for p in (self.path / TOKENIZER, self.path / SPECIAL_TOKENS_FILE) if p.is_file()]
+        key = hashlib.sha256("".join(file_hash(p) for p in files).encode()).hexdigest()[:16]
+        folder = Path(cache_dir) / "tokenizers" / key
         if not (folder / TOKENIZER).is_file():
             tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")  # every torchrun rank carries it
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
-            for file in (source, special) if special.is_file() else (source,):
+            for file in files:
                 shutil.copyfile(file, tmp / file.name)
             try:
                 tmp.rename(folder)
@@ -1285,18 +1053,29 @@ def claim_existing(run_dir: Path) -> RunDirClaim:
     return RunDirClaim(Path(run_dir), fd)
 
 
-def claim_for_run(hydra_dir: Path, resumed_run: Optional[Path], info: D.DistInfo) -> Tuple[Path, Optional[RunDirClaim]]:
+def claim_for_run(
+    hydra_dir: Path, resume: Optional[Resume], info: D.DistInfo, say
+) -> Tuple[Path, Optional[RunDirClaim]]:
     """(run directory, claim): rank 0 claims the resumed run's directory, or Hydra's (a sibling if another run owns
-    it); every rank takes rank 0's choice."""
+    it) — also for a resume whose checkpoint lies outside a run directory, or in one it cannot write; every rank takes
+    rank 0's choice."""
     claim = None
     if info.is_main:
-        claim = claim_existing(resumed_run) if resumed_run is not None else claim_new(hydra_dir)
-        if resumed_run is None and claim.run_dir != hydra_dir:
-            print(
-                f"run dir {hydra_dir} belongs to another run (started the same second, or named twice): using "
-                f"{claim.run_dir}",
-                file=sys.stderr,
-            )
+        if resume is not None and resume.run_dir is None:
+            say(f"resume: {resume.path} is not inside a run directory; the run goes on in a new one, {hydra_dir}")
+        elif resume is not None:
+            try:
+                claim = claim_existing(resume.run_dir)
+            except OSError as e:  # a read-only copy of a run: go on beside it, never lose the resume
+                say(
+                    f"resume: cannot write into {resume.run_dir} ({write_error_cause(e, resume.run_dir / CLAIM).split(' while')[0]}); the run goes on in a new directory, {hydra_dir}"
+                )
+        if claim is None:
+            claim = claim_new(hydra_dir)
+            if claim.run_dir != hydra_dir:
+                say(
+                    f"run dir {hydra_dir} belongs to another run (started the same second, or named twice): using {claim.run_dir}"
+                )
     run_dir = D.broadcast_object(claim.run_dir if claim else None, info)
     if run_dir != hydra_dir:
         discard_if_unused(hydra_dir)  # Hydra made a directory this run does not use
@@ -1338,7 +1117,8 @@ def discard_if_unused(path: Path, failed_start: bool = False) -> None:
 
 class Checkpointer:
     """checkpoints/step_N and checkpoints/best/step_N, every rank taking part (FSDP gathers), rank 0 writing and every
-    rank learning the outcome: a failed write on rank 0 stops all ranks, never leaves one in the next collective."""
+    rank learning the outcome: a failed write on rank 0 stops all ranks, never leaves one in the next collective. The
+    tokenizer is read once, at the start: a data cache deleted mid-run costs no checkpoint."""
 
     def __init__(
         self,
@@ -1351,15 +1131,17 @@ class Checkpointer:
         keep_last: int,
         info: D.DistInfo,
         state: RunState,
+        say=lambda text: None,
     ):
-        self.root = RunFiles(run_dir).checkpoints
-        self.raw_model, self.optimizers, self.tokenizer_path, self.model_cfg = (
+        self.root, self.raw_model, self.optimizers, self.model_cfg = (
+            RunFiles(run_dir).checkpoints,
             raw_model,
             optimizers,
-            tokenizer_path,
             model_cfg,
         )
-        self.config_yaml, self.keep_last, self.info, self.state = config_yaml, keep_last, info, state
+        self.config_yaml, self.keep_last, self.info, self.state, self.say = config_yaml, keep_last, info, state, say
+        self.tokenizer_path, self.tokenizer = Path(tokenizer_path), tokenizer_files(tokenizer_path)
+        self.cache_gone = False
         self.saved_step: Optional[int] = None  # the step of the last step_N this process wrote
         self.last_path: Optional[Path] = None
 
@@ -1393,21 +1175,26 @@ class Checkpointer:
             raise NonFiniteCheckpoint(
                 f"the weights at step {state.step} are not finite; no checkpoint written. "
                 + (f"The last good checkpoint is {last}" if last else "There is no earlier checkpoint")
-                + " — lower optim.lr, raise optim.warmup_steps or check the data",
-                last,
+                + " — lower optim.lr, raise optim.warmup_steps or check the data"
             )
         model_state = full_model_state(self.raw_model)  # collectives under FSDP: every rank calls these
         optim_state = full_optimizer_state(self.raw_model, self.optimizers)
         ranks = D.gather_objects(rng_states_of_this_process(), info)  # each rank's dropout draws its own
         path, error = None, None
         if info.is_main:
+            if not self.cache_gone and not self.tokenizer_path.exists():
+                self.cache_gone = True
+                self.say(
+                    f"warning: the data cache {self.tokenizer_path.parent} disappeared mid-run; training reads the "
+                    "tokens it mapped at the start, and checkpoints carry the tokenizer read then"
+                )
             try:
                 path = save_checkpoint(
                     root,
                     state.step,
                     model_state,
                     self.model_cfg,
-                    self.tokenizer_path,
+                    self.tokenizer,
                     state.to_json(),
                     self.config_yaml,
                     optim_state,

@@ -104,7 +104,7 @@ def description(doc: str) -> str:
 # ---- Hydra → the typed config ----
 
 CONFIGS = REPO / "configs"
-TOP_LEVEL_KEYS = ("seed", "run_name", "outputs_dir", "verify_checkpoint")
+TOP_LEVEL_KEYS = ("seed", "run_name", "outputs_dir", "verify_checkpoint", "resume_changed_data")
 LENGTH_KEYS = ("max_steps", "max_epochs", "time_budget")
 # What a typed length turns off among the config's: steps and epochs are exact; a budget keeps the config's epochs.
 TURNS_OFF = {
@@ -195,7 +195,7 @@ def resolve_config(dict_cfg: DictConfig) -> Resolved:
             raise ConfigError(
                 "resume= continues a run and init_from= starts a new one from a checkpoint's weights; pass one of them"
             )
-        resume = Resume.open(dict_cfg.resume, dict_cfg.outputs_dir, dict_cfg.get("verify_checkpoint", True), warn)
+        resume = Resume.open(dict_cfg.resume, dict_cfg.outputs_dir, dict_cfg.get("verify_checkpoint", True))
         groups = [o for o in overrides if "." not in o.split("=")[0] and o.split("=")[0] not in TOP_LEVEL_KEYS]
         if groups:  # the checkpoint's config already holds the composed groups
             warn(f"resume: config groups come from the checkpoint; ignoring {' '.join(groups)}")
@@ -204,6 +204,7 @@ def resolve_config(dict_cfg: DictConfig) -> Resolved:
         _refuse_changes_a_resume_cannot_make(resume.path, saved, overrides)
         saved.trainer.stop_at_step = None  # an early stop applies to the run that stopped, not the resume
         dict_cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), saved, OmegaConf.from_dotlist(overrides))
+        _model_of(dict_cfg, resume, overrides)
     elif dict_cfg.get("init_from"):
         init = _start_from_weights(dict_cfg, overrides)
     if HydraConfig.get().runtime.choices.get("experiment") == "small_corpus" and os.environ.get("RANK", "0") == "0":
@@ -234,15 +235,11 @@ def _start_from_weights(dict_cfg: DictConfig, overrides: List[str]) -> InitFrom:
 
     source, verify = str(dict_cfg.init_from), dict_cfg.get("verify_checkpoint", True)
     path = str(cached_import(source, dict_cfg.data.cache_dir, verify=verify)) if is_hf_directory(source) else source
-    init = InitFrom.open(path, dict_cfg.outputs_dir, verify, source=source, warn=lambda m: print(m, file=sys.stderr))
+    init = InitFrom.open(path, dict_cfg.outputs_dir, verify, source=source)
     if groups := [o for o in overrides if o.split("=")[0] in ("model", "experiment")]:
         print(f"init_from: the model comes from {init.path}; {' '.join(groups)} set the rest of the run only")
+    _model_of(dict_cfg, init, overrides)
     with open_dict(dict_cfg):
-        dict_cfg.model = OmegaConf.merge(
-            OmegaConf.structured(ModelConfig),
-            dataclasses.asdict(init.model),
-            OmegaConf.from_dotlist([o[6:] for o in overrides if o.startswith("model.")]),
-        )
         if any(o.startswith("data.tokenizer_path=") for o in overrides):
             init.check_tokenizer(dict_cfg.data.tokenizer_path)
         else:
@@ -259,9 +256,19 @@ def _start_from_weights(dict_cfg: DictConfig, overrides: List[str]) -> InitFrom:
     return init
 
 
+def _model_of(dict_cfg: DictConfig, opened, overrides: List[str]) -> None:
+    """The run's model is the checkpoint's model_config.json — what its weights fit — with the command line's model.*
+    keys on top (check_fits then refuses those that would not fit)."""
+    with open_dict(dict_cfg):
+        dict_cfg.model = OmegaConf.merge(
+            OmegaConf.structured(ModelConfig),
+            dataclasses.asdict(opened.model),
+            OmegaConf.from_dotlist([o[6:] for o in overrides if o.startswith("model.")]),
+        )
+
+
 def saved_training_config(ckpt: Path) -> DictConfig:
-    """The training config a checkpoint was saved with, settings a later minillama dropped left out (a CPU kernel's
-    name, a measured peak's file: nothing the run computes changes), or a ConfigError saying why it cannot resume."""
+    """The training config a checkpoint was saved with, or a ConfigError saying why it cannot resume."""
     try:
         saved = OmegaConf.load(ckpt / CONFIG)
     except (OSError, OmegaConfBaseException, ValueError) as e:
@@ -275,32 +282,25 @@ def saved_training_config(ckpt: Path) -> DictConfig:
             f"{ckpt}/config.yaml holds no training config (no {', '.join(missing)}: empty, or an imported "
             "checkpoint), so it cannot be resumed; generate.py, evaluate.py and export_hf.py do not need it"
         )
-    with open_dict(saved):
-        for section, schema in _hints(TrainConfig).items():
-            if OmegaConf.is_dict(saved.get(section)) and dataclasses.is_dataclass(schema):
-                for key in set(saved[section]) - {f.name for f in dataclasses.fields(schema)}:
-                    del saved[section][key]
-        if OmegaConf.select(saved, "data.sampling") is None:  # saved before data.sampling: those runs drew at random
-            saved.data.sampling = "random"
     return saved
 
 
 def _refuse_changes_a_resume_cannot_make(ckpt: Path, saved: DictConfig, overrides: List[str]) -> None:
-    """A resume may change how training goes on (trainer.*, optim.* values, logger.*, data.cache_dir) — never the
-    model, the tokens, their order or the optimizer kind: said before anything runs."""
+    """A resume may change how training goes on (trainer.*, optim.* values, logger.*, where its data lies) — never the
+    model, the tokens, their order or the optimizer kind: said before anything runs (the tokens data.path gives are
+    compared with the checkpoint's by their digests once prepared: the same corpus, moved, is the same data)."""
     for key, value in override_values(overrides):
-        section, _, field = key.partition(".")
+        if key.startswith("data.") and key not in ("data.path", "data.cache_dir", "data.sampling"):
+            raise ConfigError(
+                f"cannot resume {ckpt} with {key}={value}: a resume trains on the checkpoint's data and tokenizer; it "
+                "may change trainer.*, optim.* values, logger.*, data.path (the same corpus, moved) and "
+                f"data.cache_dir — for other data, start a new run from its weights: init_from={ckpt}"
+            )
         if key == "data.sampling" and value != saved.data.sampling:
             raise ConfigError(
                 f"cannot resume {ckpt} with data.sampling={value}: its run draws batches with "
                 f"data.sampling={saved.data.sampling} and a resume continues that order; drop the override, "
                 f"or start a new run from its weights: init_from={ckpt}"
-            )
-        if section == "data" and field not in ("cache_dir", "sampling"):
-            raise ConfigError(
-                f"cannot resume {ckpt} with {key}={value}: a resume trains on the checkpoint's data and "
-                "tokenizer; it may change trainer.*, optim.* values, logger.* and data.cache_dir — for "
-                f"other data, start a new run from its weights: init_from={ckpt}"
             )
         if key == "optim.name" and value != OmegaConf.select(saved, "optim.name"):
             raise ConfigError(
@@ -308,6 +308,34 @@ def _refuse_changes_a_resume_cannot_make(ckpt: Path, saved: DictConfig, override
                 f"{OmegaConf.select(saved, 'optim.name')}'s; resume with optim.name="
                 f"{OmegaConf.select(saved, 'optim.name')}, or start a new run"
             )
+
+
+def flat(tree, prefix: str = "") -> dict:
+    """{"trainer.max_steps": 100, …}: a nested config's values by dotted key."""
+    if not isinstance(tree, dict):
+        return {prefix[:-1]: tree}
+    return {k: v for key, value in tree.items() for k, v in flat(value, f"{prefix}{key}.").items()}
+
+
+def differing_keys(a: dict, b: dict) -> List[str]:
+    return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+
+
+def check_same_config(config_yaml: str, info) -> None:
+    """Before the first step, every rank's resolved config is rank 0's — or one line on every rank naming the first
+    keys that differ: an override read from the environment (${oc.env:LOCAL_RANK}), a config file that differs
+    between hosts, would otherwise train ranks on different settings over one averaged gradient."""
+    from training.distributed import gather_objects
+
+    texts = gather_objects(config_yaml, info)
+    if (odd := next((r for r, text in enumerate(texts) if text != texts[0]), None)) is None:
+        return
+    a, b = (flat(OmegaConf.to_container(OmegaConf.create(texts[r]))) for r in (0, odd))
+    said = ", ".join(f"{k} ({b.get(k)!r} there, {a.get(k)!r} on rank 0)" for k in differing_keys(a, b)[:3])
+    raise ConfigError(
+        f"rank {odd} composed another config than rank 0: {said}; every rank must train the same config — pass "
+        "the same overrides to each, none read from a rank's environment"
+    )
 
 
 def keep_edited_config(run_dir: Path, ckpt: Path) -> Optional[str]:
@@ -318,16 +346,8 @@ def keep_edited_config(run_dir: Path, ckpt: Path) -> Optional[str]:
         here, there = (OmegaConf.to_container(OmegaConf.load(p)) for p in (mine, theirs))
     except (OSError, OmegaConfBaseException, ValueError):
         return None  # no file of the user's, or one that is not YAML: nothing to compare
-    flat = (
-        lambda d, pre="": (  # noqa: E731
-            {k: v for key, val in d.items() for k, v in flat(val, f"{pre}{key}.").items()}
-            if isinstance(d, dict)
-            else {pre[:-1]: d}
-        )
-    )
     a, b = flat(here), flat(there)
-    resets = {"trainer.stop_at_step"}  # a resume clears it itself
-    keys = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k) and k not in resets)
+    keys = [k for k in differing_keys(a, b) if k != "trainer.stop_at_step"]  # a resume clears that one itself
     if not keys:
         return None
     n = 1 + sum(1 for _ in Path(run_dir).glob("config.edited-*.yaml"))
@@ -431,10 +451,10 @@ def override_values(overrides: Sequence[str]) -> List[Tuple[str, object]]:
 
 class OutputDirCheck(Callback):
     def on_run_start(self, config, **kwargs) -> None:
-        check_writable(_resolved(config, "hydra.run.dir"), "the run directory")
+        check_writable(_resolved(config, "hydra.run.dir"), "the run directory", "hydra.run.dir", config.outputs_dir)
 
     def on_multirun_start(self, config, **kwargs) -> None:
-        check_writable(_resolved(config, "hydra.sweep.dir"), "the sweep directory")
+        check_writable(_resolved(config, "hydra.sweep.dir"), "the sweep directory", "hydra.sweep.dir", None)
 
 
 def _resolved(config, key: str) -> str:
@@ -447,17 +467,20 @@ def _resolved(config, key: str) -> str:
     return OmegaConf.select(config, key)
 
 
-def check_writable(directory: str, what: str) -> None:
-    """Exit with one line unless a directory can be made where `directory` will be (tried for real, in
-    its nearest existing ancestor: permission bits do not tell what root, ACLs or a read-only mount allow)."""
+def check_writable(directory: str, what: str, key: str, outputs_dir: Optional[str]) -> None:
+    """Exit with one line unless a directory can be made where `directory` will be (tried for real, in its nearest
+    existing ancestor: permission bits do not tell what root, ACLs or a read-only mount allow). The advice names the
+    setting that placed it: outputs_dir, or `key` where that was set on its own."""
     target = Path(directory).absolute()
     ancestor = next(p for p in (target, *target.parents) if p.exists())
+    inside = outputs_dir is not None and target.is_relative_to(Path(outputs_dir).absolute())
     try:
         shutil.rmtree(tempfile.mkdtemp(prefix=".minillama-write-check-", dir=ancestor))
     except OSError as e:
-        cause = e.strerror.lower() if e.strerror else one_line(e)
+        cause = "it is a file" if ancestor.is_file() else e.strerror.lower() if e.strerror else one_line(e)
         print(
-            f"error: cannot create {what} {target}: {cause} in {ancestor}; set outputs_dir=… to a writable directory",
+            f"error: cannot create {what} {target}: {cause} ({ancestor}); set {'outputs_dir' if inside else key}=… "
+            "to a writable directory",
             file=sys.stderr,
         )
         sys.exit(1)

@@ -210,6 +210,7 @@ class TrainConfig:
     resume: Optional[str] = None  # checkpoint dir | run dir | latest | best: continue that run
     init_from: Optional[str] = None  # the same, or a Hugging Face Llama dir: a new run from its weights
     verify_checkpoint: bool = True  # resume: hash every file against manifest.json first (~1 s per GB)
+    resume_changed_data: bool = False  # resume onto other tokens than the run trained on (state.json records it)
     outputs_dir: str = "outputs"
 
     def __post_init__(self):

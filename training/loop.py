@@ -21,7 +21,7 @@ from model import Transformer
 from model.attention import hook_attention_logits
 from training import distributed as D
 from training.budget import TimeBudget, clock
-from training.checkpoint import Checkpointer, InitFrom, Resume, RunState
+from training.checkpoint import Checkpointer, InitFrom, Resume, RunState, data_identity
 from training.config import TrainConfig
 from training.evaluation import IGNORE_INDEX, Windows, evaluate, full_split_windows, score
 from training.log import Logger, header, peak_flops, rewind_metrics, say_for
@@ -439,24 +439,23 @@ class NonFiniteGuard:
         self.first_bad.fill_(-1)
         return dict(zip(("skipped", "streak", "max_streak", "first_bad"), values))
 
-    def check(self, step: int, last_good: Optional[Path]) -> dict:
-        """The record since the last check; NonFiniteLoss when the policy says stop."""
+    def check(self, step: int, last_good: Callable[[], Optional[Path]]) -> dict:
+        """The record since the last check; NonFiniteLoss when the policy says stop (only then is `last_good` asked
+        for the checkpoint to name: it hashes files)."""
         record = self.read()
-        if not record["skipped"] and record["max_streak"] < max(self.tolerated, 1):
+        if record["max_streak"] < self.tolerated or not (self.tolerated or record["skipped"]):
             return record
-        where = f"the last good checkpoint is {last_good}" if last_good else "no checkpoint was written yet"
+        where = f"the last good checkpoint is {good}" if (good := last_good()) else "no checkpoint was written yet"
         advice = "lower optim.lr, raise optim.warmup_steps or check the data"
         if self.tolerated == 0:
             raise NonFiniteLoss(
                 f"non-finite loss or gradient at step {record['first_bad']} (update skipped, weights "
                 f"unchanged); {where} — {advice}, or set trainer.skip_nonfinite_steps=N to skip such steps"
             )
-        if record["max_streak"] >= self.tolerated:
-            raise NonFiniteLoss(
-                f"{record['max_streak']} non-finite steps in a row (trainer.skip_nonfinite_steps="
-                f"{self.tolerated}) by step {step}; {where} — {advice}"
-            )
-        return record
+        raise NonFiniteLoss(
+            f"{record['max_streak']} non-finite steps in a row (trainer.skip_nonfinite_steps="
+            f"{self.tolerated}) by step {step}; {where} — {advice}"
+        )
 
 
 class TrainStep:
@@ -546,6 +545,10 @@ class Validator:
     def __init__(self, cfg: TrainConfig, parts: Parts, data, windows: Windows, info: D.DistInfo, state: RunState):
         self.cfg, self.parts, self.data, self.windows, self.info, self.state = cfg, parts, data, windows, info, state
         self.weights = block_weights(parts.raw_model) if cfg.trainer.weight_change else None
+        if self._samples():  # read once: a data cache deleted mid-run must not end the run at its next sample
+            from data.tokenizer import read_special_tokens
+
+            self.tokenizer, self.eos = data.tokenizer(), read_special_tokens(data.dir)["eos"]
         self.every_for = (None, None)  # (max_steps, its interval): re-derived only when a plan moves the end
 
     def should_validate(self, step: int) -> bool:
@@ -604,7 +607,6 @@ class Validator:
     def sample(self) -> str:
         """A sample from trainer.sample_prompt, generated as scripts/generate.py does, with a seeded generator of its
         own: the training RNG is untouched."""
-        from data.tokenizer import read_special_tokens
         from model.generate import SAMPLING, generate
 
         t, model = self.cfg.trainer, self.parts.raw_model
@@ -612,12 +614,12 @@ class Validator:
         with self.parts.autocast():
             text = generate(
                 model,
-                self.data.tokenizer(),
+                self.tokenizer,
                 [t.sample_prompt],
                 max_new_tokens=t.sample_tokens,
                 **SAMPLING,
                 seed=self.cfg.seed,
-                eos_token=read_special_tokens(self.data.dir)["eos"],
+                eos_token=self.eos,
             )[0]
         model.train()
         return "---- sample ----\n" + t.sample_prompt + text + "\n----------------"
@@ -636,6 +638,7 @@ class RunSpec:
     resume: Optional[Resume] = None
     multirun: bool = False  # one job of a `-m` sweep
     init: Optional[InitFrom] = None
+    data_change: Optional[dict] = None  # a resume on other data (resume_changed_data=true): state.json records it
 
 
 @dataclass
@@ -656,9 +659,12 @@ def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
     max_steps = planned_steps(cfg, data.meta["train_tokens"], tokens_per_step)  # None: the time budget alone
     limit = length_limit(cfg, data.meta["train_tokens"], tokens_per_step)
     if run.resume:
-        state = run.resume.restore(parts.raw_model, parts.optimizers, parts.precision, cfg, max_steps, info, say)
+        state = run.resume.restore(
+            parts.raw_model, parts.optimizers, parts.precision, cfg, max_steps, info, say, run.run_dir
+        )
         if info.is_main:
             rewind_metrics(run.run_dir, state.step)  # the rows after it are logged again
+        state.data_changes += [run.data_change] if run.data_change else []
     else:
         state = RunState(
             seed=cfg.seed,
@@ -669,6 +675,7 @@ def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
             precision=parts.precision,
             machine=D.compute_identity(info.device),
         )
+    state.data = data_identity(data.meta, data.dir)
     if t.time_budget:
         TimeBudget.start_plans(state, t.time_budget, max_steps, limit)
     tokens_before, (batches, windows) = state.tokens_seen, data_views(cfg, data, info)
@@ -710,6 +717,7 @@ def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
         t.keep_last,
         info,
         state,
+        say,
     )
     log = Logger(
         run.run_dir,
@@ -754,7 +762,7 @@ def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
             logging, evaluating = log.should_log(state.step), validator.should_validate(state.step)
             saving = state.step % t.ckpt_interval == 0 or state.step == end  # early stopping may add one below
             if logging or evaluating or saving:  # never evaluate or save past a bad step
-                record = step.guard.check(state.step, checkpointer.last_good())
+                record = step.guard.check(state.step, checkpointer.last_good)
                 state.skipped_steps += record["skipped"]
                 log.note_skipped(record)
             if logging:
@@ -773,7 +781,7 @@ def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
             stop.peer_lost()
             raise D.PeerLost(
                 f"rank {info.rank} lost contact with the other ranks ({gone}): another process of this "
-                f"torchrun job died or was killed; {_last_checkpoint(checkpointer)}"
+                f"torchrun job stopped (killed, or ended by an error of its own, which its line names); {_last_checkpoint(checkpointer)}"
             ) from None
         raise
     finally:

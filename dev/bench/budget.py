@@ -84,10 +84,10 @@ def _print_plans(run_dir: Path) -> None:
     checkpoints = list_checkpoints(RunFiles(run_dir).checkpoints)
     if not checkpoints:
         return
-    budget = read_state(checkpoints[-1]).get("budget") or {}
-    plans = budget.get("plans")
+    state = read_state(checkpoints[-1])
+    plans = state.get("plans") or (state.get("budget") or {}).get("plans")  # --repo: an older checkout's state.json
     if not plans:
-        print(f"one plan: {budget.get('max_steps')} steps (this checkout records no plans)")
+        print(f"one plan: {state.get('max_steps')} steps (this checkout records no plans)")
         return
     print("| plan at step | end planned | step (ms) | spent (s) |\n|---:|---:|---:|---:|")
     for plan in plans:

@@ -16,7 +16,13 @@ from pathlib import Path
 import torch
 
 from model import Transformer
-from training.checkpoint import CHECKPOINTS, damage, read_manifest, save_checkpoint
+from training.checkpoint import (
+    CHECKPOINTS,
+    TOKENIZER,
+    damage,
+    read_manifest,
+    save_checkpoint,
+)
 from training.cli import compose_train_config, description
 
 
@@ -39,20 +45,10 @@ def measure(model_name: str, repeats: int) -> dict:
     }
     saves, verifies = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        tokenizer = Path(tmp) / "tokenizer.json"
-        tokenizer.write_text("{}")
         for i in range(repeats):
             start = time.perf_counter()
-            ckpt = save_checkpoint(
-                Path(tmp) / CHECKPOINTS,
-                i,
-                model.state_dict(),
-                cfg.model,
-                tokenizer,
-                {"step": i},
-                optimizer_state=state,
-                keep_last=1,
-            )
+            tokenizer, ckpts = {TOKENIZER: b"{}"}, Path(tmp) / CHECKPOINTS
+            ckpt = save_checkpoint(ckpts, i, model.state_dict(), cfg.model, tokenizer, {"step": i}, "", state, 1)
             saves.append(time.perf_counter() - start)
             start = time.perf_counter()
             assert damage(ckpt) is None

@@ -173,7 +173,7 @@ def calibrate(c: Campaign, name: str) -> dict:
     state = final_state(probe_dir, c.spec.probe_steps)
     timing = T.timing_from_probe(
         read_metrics(RunFiles(probe_dir).metrics),
-        state["elapsed_s"],
+        state["elapsed_before"],
         c.spec.probe_steps,
         tokens_per_step,
         state.get("best_step"),
@@ -247,7 +247,7 @@ def measure(c: Campaign, name: str, seed: int, cal: dict) -> dict:
         "seed": seed,
         "max_steps": steps,
         "tokens": state["tokens_seen"],
-        "loop_s": state["elapsed_s"],
+        "loop_s": state["elapsed_before"],
         "budget_s": c.spec.budget_s,
         "tokens_per_s": tps,
         "bpb": scored["bits_per_byte"],
@@ -257,7 +257,9 @@ def measure(c: Campaign, name: str, seed: int, cal: dict) -> dict:
         "eval_wall_s": time.time() - start,
         "load_before": load_before,
         "load_after": load_after,
-        "flags": T.run_flags(state["elapsed_s"], c.spec.budget_s, c.spec.tolerance, tps, cal["timing"]["tokens_per_s"]),
+        "flags": T.run_flags(
+            state["elapsed_before"], c.spec.budget_s, c.spec.tolerance, tps, cal["timing"]["tokens_per_s"]
+        ),
     }
     (out / "result.json").write_text(json.dumps(result, indent=2) + "\n")
     print(
