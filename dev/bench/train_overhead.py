@@ -1,11 +1,8 @@
 """Loop overhead: train.py's real loop vs the bare step (loss, backward, clip, optimizer) at the same settings.
 
-    python -m dev.bench train_overhead [--steps 60] [--threads 2] [overrides ...]
-
-Both run in this process with the run's own precision and compile decision (auto: compiled where
-inductor works); the bare step is timed for as many steps before and after the loop as the loop
-runs, so drift cancels. The loop's
-tokens/s comes from its own metrics.jsonl rows, which exclude eval, checkpoint and compile time.
+Both run in this process with the run's own precision and compile decision (auto: compiled where inductor works); the
+bare step is timed for as many steps before and after the loop as the loop runs, so drift cancels. The loop's tokens/s
+comes from its own metrics.jsonl rows, which exclude eval, checkpoint and compile time.
 """
 
 import argparse
@@ -18,6 +15,7 @@ import torch
 from omegaconf import OmegaConf
 
 from data import prepare
+from dev.bench import machine
 from model import Transformer
 from training import distributed as D
 from training.checkpoint import RunFiles
@@ -68,10 +66,8 @@ def bare_step_tps(cfg, steps: int) -> float:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=description(__doc__))
     p.add_argument("--steps", type=int, default=60)
-    p.add_argument("--threads", type=int, default=2)
     p.add_argument("overrides", nargs="*")
     args = p.parse_args(argv)
-    torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         overrides = [
             "logger=none",
@@ -96,8 +92,8 @@ def main(argv=None) -> None:
     bare = (before + after) / 2
     t = cfg.trainer
     print(
-        f"\nsettings: batch {t.micro_batch_size} × seq {t.seq_len}, hidden {cfg.model.hidden_size}, "
-        f"{cfg.model.depth}, precision={t.precision}, compile={t.compile}, {args.threads} threads"
+        f"\n{machine()}; batch {t.micro_batch_size} × seq {t.seq_len}, hidden {cfg.model.hidden_size}, "
+        f"{cfg.model.depth}, precision={t.precision}, compile={t.compile}"
     )
     print("| bare step (before / after) | train.py loop | overhead |\n|---|---|---|")
     print(f"| {before:,.0f} / {after:,.0f} tok/s | {loop:,.0f} tok/s | {100 * (bare / loop - 1):+.1f} % |")
