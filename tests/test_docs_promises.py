@@ -22,7 +22,7 @@ TEST_REF = re.compile(r"(?<![\w/])(?:tests/)?(test_\w+?)(?:\.py)?::(test_\w+)")
 TEST_FILE = re.compile(r"(?<![\w/])tests/(test_\w+)\.py\b")
 
 
-def test_files(module: str) -> list:
+def candidate_files(module: str) -> list:
     return [REPO / folder / f"{module}.py" for folder in ("tests", "lab/tests", "dev/tests")]
 
 
@@ -30,7 +30,7 @@ def test_files(module: str) -> list:
 def functions_in(module: str) -> frozenset:
     """Names of the functions defined at module level in <module>.py of tests/, lab/tests/ or dev/tests/ (empty if
     there is no such file)."""
-    path = next((p for p in test_files(module) if p.is_file()), None)
+    path = next((p for p in candidate_files(module) if p.is_file()), None)
     if path is None:
         return frozenset()
     tree = ast.parse(path.read_text(), filename=str(path))
@@ -78,7 +78,7 @@ def test_every_test_the_doc_names_exists(doc):
     assert len(refs) >= 30, f"{doc.name}: only {len(refs)} test references found: is the pattern still right?"
     assert not missing(refs), f"{doc.name} names tests that do not exist: {missing(refs)}"
     files = {m.group(1) for m in TEST_FILE.finditer(text)}
-    assert not sorted(f for f in files if not any(p.is_file() for p in test_files(f))), (
+    assert not sorted(f for f in files if not any(p.is_file() for p in candidate_files(f))), (
         f"{doc.name} names test files that do not exist"
     )
 
