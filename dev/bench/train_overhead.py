@@ -8,14 +8,13 @@ comes from its own metrics.jsonl rows, which exclude eval, checkpoint and compil
 import argparse
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 from omegaconf import OmegaConf
 
 from data import prepare
-from dev.bench import machine
+from dev.bench import machine, timed
 from model import Transformer
 from training import distributed as D
 from training.checkpoint import RunFiles
@@ -45,9 +44,8 @@ def bare_step_tps(cfg, steps: int) -> float:
     compute = CompiledLoss(loss_module) if resolve_compile(cfg.trainer.compile, cpu)[0] else loss_module
     b, t = cfg.trainer.micro_batch_size, cfg.trainer.seq_len
     x, y = (torch.randint(0, cfg.model.vocab_size, (b, t)) for _ in range(2))
-    times = []
-    for i in range(steps + 3):
-        t0 = time.perf_counter()
+
+    def step():
         with autocast():
             loss = compute(x, y)
         loss.backward()
@@ -55,8 +53,10 @@ def bare_step_tps(cfg, steps: int) -> float:
         for optimizer in optimizers:
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-        if i >= 3:  # the first steps compile and warm up
-            times.append(time.perf_counter() - t0)
+
+    for _ in range(3):  # the first steps compile and warm up
+        step()
+    times = [timed(step) for _ in range(steps)]
     # The same statistic as the loop's: the median over blocks of LOG_INTERVAL steps of each block's
     # tokens/s (a median of single steps would drop the slow ones a 10-step row of metrics.jsonl keeps).
     blocks = [sum(times[i : i + LOG_INTERVAL]) for i in range(0, len(times) - LOG_INTERVAL + 1, LOG_INTERVAL)]

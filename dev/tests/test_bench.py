@@ -186,3 +186,13 @@ def test_bench_generate_times_each_method_and_checks_they_generate_the_same_toke
         "HF generate (exported copy)",
     ]
     assert all(float(r[1]) > 0 and r[3].strip() == "yes" for r in rows) and rows[0][2].strip() == "1.00×"
+
+
+def test_bench_train_overhead_compares_the_loop_with_the_bare_step(capsys, tiny_data_cache):
+    from dev.bench import train_overhead
+
+    train_overhead.main(["--steps", "20", "debug=tiny", f"data.cache_dir={tiny_data_cache}"])
+    row = capsys.readouterr().out.strip().splitlines()[-1]
+    before, after, loop, overhead = (float(v.replace(",", "")) for v in re.findall(r"[-+]?[\d,]+\.?\d*", row))
+    assert min(before, after, loop) > 0
+    assert overhead == pytest.approx(100 * ((before + after) / 2 / loop - 1), abs=0.06)
