@@ -1,12 +1,10 @@
 """The benchmarks behind `python -m dev.bench NAME`, one module each, and what they share: the stopwatch, the
-machine's description and its matmul peak."""
+machine's description and its matmul peak (torch imported inside them: `import dev.bench` stays light)."""
 
 import platform
 import re
 import time
 from pathlib import Path
-
-import torch
 
 
 def timed(fn) -> float:
@@ -18,6 +16,8 @@ def timed(fn) -> float:
 
 def machine() -> str:
     """The CPU's model and bf16 class, threads, torch and the date: the line every benchmark's numbers go with."""
+    import torch
+
     from training.distributed import cpu_bf16
 
     info = Path("/proc/cpuinfo")
@@ -36,6 +36,8 @@ def measure_matmul_flops(device, dtype, n: int = 2048, budget_s: float = 1.0) ->
     """The highest square-matmul throughput this device and thread count reach, once per process and setting: the best
     over sizes 256, 512, … up to n, many short trials each (one 2048³ matmul on a CPU is almost always cut by another
     process's time slice; among dozens of 1-5 ms ones some run untouched). Operands from a private generator."""
+    import torch
+
     key = (str(device), dtype, n, budget_s, torch.get_num_threads())
     if key in _MEASURED:
         return _MEASURED[key]
