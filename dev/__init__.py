@@ -1,3 +1,2 @@
-"""The developers' tools, kept out of the user programs' folder (cli/): the benchmarks behind python -m dev.bench NAME
-(bench/) and the mutation score behind dev/mutation_score.py. They may import everything; nothing but a
-script or a test imports them."""
+"""The developers' tools: the benchmarks behind BENCHMARKS.md (`python -m dev.bench NAME`) and mutation testing
+(dev/mutation.sh, scored by `python -m dev.mutation_score`). They import the framework; it never imports them."""

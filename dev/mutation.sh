@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
-# Mutation testing (mutmut, configured in pyproject.toml) of model/, training/checkpoint/, training/optim/,
-# the training step, loop, evaluation and loss, data/loader.py and analysis/stats.py against their fast tests.
-# Slow (~1 h of CPU for all mutants on 2 cores), so not part of `make test`; results accumulate in
+# Mutation testing (mutmut) of the files pyproject.toml's [tool.mutmut] only_mutate names, against their fast tests.
+# Slow (hours of CPU for all mutants on 2 cores), so not part of `make test`; results accumulate in
 # mutants/, so it can run in chunks and be stopped and resumed at any time.
 #
 #   dev/mutation.sh                       # every mutant not yet tested, then the scores
 #   dev/mutation.sh run 'model.norm.*'    # a chunk: one module's mutants not run yet or surviving unexplained
 #   dev/mutation.sh run NAME              # one mutant (mutmut's name), run again whatever its result
-#   dev/mutation.sh score                 # mutation score per package, from what has run
-#   .venv/bin/mutmut show NAME                # the diff of one mutant; `mutmut results` lists survivors
+#   dev/mutation.sh score                 # mutation score per target, from what has run
+#   .venv/bin/mutmut show NAME            # the diff of one mutant; `mutmut results` lists survivors
 #
 # CHUNK_S (default: none) stops a chunk after that many seconds; what finished is kept.
 set -euo pipefail
@@ -38,7 +37,7 @@ case "$command" in
     [ -n "${CHUNK_S:-}" ] && limit=(timeout --kill-after=10 "$CHUNK_S")
     # timeout exits 124 when it stops a chunk: that is a planned stop, not a failure.
     "${limit[@]}" "$MUTMUT" run --max-children "${MAX_CHILDREN:-2}" "$@" || [ $? -eq 124 ]
-    [ "$command" = all ] && exec "$PY" -m dev.mutation_score
+    if [ "$command" = all ]; then exec "$PY" -m dev.mutation_score; fi
     ;;
   score)
     exec "$PY" -m dev.mutation_score "$@"

@@ -1,7 +1,5 @@
-"""Mutation score per target of dev/mutation.sh, from mutmut's results in mutants/.
-
-    python -m dev.mutation_score [--survivors] [--dir mutants] [--doc docs/testing.md]
-    python -m dev.mutation_score --todo 'training.loop.*'   # what is left to run of those, a name a line
+"""Mutation score per target of dev/mutation.sh (pyproject.toml's [tool.mutmut] only_mutate), from mutmut's
+results in mutants/.
 
 score = killed / (tested − equivalent), where "equivalent" are the surviving mutants docs/testing.md
 lists as behaving exactly like the original (each with its reason), and a timeout counts as killed
@@ -14,30 +12,17 @@ import fnmatch
 import json
 import re
 import sys
+import tomllib
 from collections import defaultdict
 from pathlib import Path
 
 from training.cli import REPO, description, run
 
-TARGETS = (
-    "model",
-    "training/checkpoint",
-    "training/optim",
-    "data/loader.py",
-    "analysis/stats.py",
-    "training/step.py",
-    "training/loop.py",
-    "training/evaluation.py",
-    "training/loss.py",
-)
+TARGETS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mutmut"]["only_mutate"]  # e.g. "model/*"
 REQUIRED = 0.90
 # mutmut's exit codes (mutmut/stats.py): 1 and 3 failed a test; 24/36/-24/152/255 a CPU-time limit.
 KILLED, TIMEOUT, SURVIVED = {1, 3}, {24, 36, -24, 152, 255}, {0}
 EQUIVALENT_SECTION = "## Surviving mutants judged equivalent"
-
-
-def target_of(path: str) -> str:
-    return next(t for t in TARGETS if path == t or path.startswith(t + "/"))
 
 
 def load_results(mutants: Path) -> dict:
@@ -46,9 +31,9 @@ def load_results(mutants: Path) -> dict:
     results = {}
     for meta in sorted(mutants.rglob("*.py.meta")):
         source = meta.relative_to(mutants).as_posix()[: -len(".meta")]
-        if not any(source == t or source.startswith(t + "/") for t in TARGETS):
+        target = next((t for t in TARGETS if fnmatch.fnmatchcase(source, t)), None)
+        if target is None:
             continue
-        target = target_of(source)
         results.update(
             (name, (target, code)) for name, code in json.loads(meta.read_text())["exit_code_by_key"].items()
         )
@@ -81,6 +66,20 @@ def todo(patterns: list, results: dict, equivalent: set) -> list:
     return names + [n for n in left if n not in names]
 
 
+COLUMNS = ("mutants", "killed", "equivalent", "survived", "no tests", "not run")
+
+
+def outcome(name: str, code, equivalent: set) -> str:
+    """A mutant's column: a timeout counts as killed; 33/5 (no test calls the function) is a gap like a survivor."""
+    if code is None:
+        return "not run"
+    if code in KILLED or code in TIMEOUT:
+        return "killed"
+    if code in SURVIVED:
+        return "equivalent" if name in equivalent else "survived"
+    return "no tests"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--survivors", action="store_true", help="list the surviving mutants not judged equivalent")
@@ -104,27 +103,13 @@ def main(argv=None) -> int:
         return 1
     equivalent = equivalent_mutants(args.doc)
     stale = sorted(n for n in equivalent if results.get(n, (None, "missing"))[1] not in SURVIVED)
+    outcomes = {name: outcome(name, code, equivalent) for name, (_, code) in results.items()}
+    survivors = sorted(n for n, o in outcomes.items() if o in ("survived", "no tests"))
     counts = defaultdict(lambda: defaultdict(int))
-    survivors = []
-    for name, (target_name, code) in sorted(results.items()):
-        target = counts[target_name]
-        target["mutants"] += 1
-        if code is None:
-            target["not run"] += 1
-        elif code in KILLED or code in TIMEOUT:
-            target["killed"] += 1
-        elif code in SURVIVED and name in equivalent:
-            target["equivalent"] += 1
-        elif code in SURVIVED:
-            target["survived"] += 1
-            survivors.append(name)
-        else:  # 33/5: no test calls the function at all — a gap like a survivor
-            target["no tests"] += 1
-            survivors.append(name)
-    print(
-        f"{'target':24} {'mutants':>7} {'killed':>7} {'equiv.':>7} {'survived':>8} {'no test':>7} "
-        f"{'not run':>7} {'score':>7}"
-    )
+    for name, (target, _) in results.items():
+        counts[target]["mutants"] += 1
+        counts[target][outcomes[name]] += 1
+    print(f"{'target':24}" + "".join(f" {column:>10}" for column in (*COLUMNS, "score")))
     failing = []
     for target in TARGETS:
         c = counts[target]
@@ -132,10 +117,7 @@ def main(argv=None) -> int:
         score = c["killed"] / judged if judged else float("nan")
         if c["not run"] or not judged or score < REQUIRED:
             failing.append(target)
-        print(
-            f"{target:24} {c['mutants']:7} {c['killed']:7} {c['equivalent']:7} {c['survived']:8} "
-            f"{c['no tests']:7} {c['not run']:7} {score:7.1%}"
-        )
+        print(f"{target:24}" + "".join(f" {c[column]:10}" for column in COLUMNS) + f" {score:10.1%}")
     if args.survivors:
         print("\nsurviving (not judged equivalent):", *survivors, sep="\n  ")
     if stale:

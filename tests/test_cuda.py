@@ -1,4 +1,4 @@
-"""The GPU path, on a CUDA machine (dev/gpu_check.sh runs these): bf16 training, chunked loss, compile,
+"""The GPU path, on a CUDA machine (`python -m pytest -q -m cuda tests/test_cuda.py`): bf16 training, chunked loss, compile,
 the peak table, generation with a KV cache, HF parity, resume within bf16 tolerance, FSDP2 under torchrun.
 Skipped elsewhere. Must run on torch 2.11 without Hydra wheels beyond .whl/ (../shared/gpu/README.md)."""
 
@@ -16,7 +16,7 @@ from training.loop import CausalLMLoss, CompiledLoss, resolve_compile
 pytestmark = [
     pytest.mark.cuda,
     pytest.mark.serial,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: run dev/gpu_check.sh on a GPU machine"),
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: run -m cuda on a GPU machine"),
 ]
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,7 +1,10 @@
-"""The benchmarks behind python -m dev.bench NAME: each times one part side by side in one process and
-prints (or with --write, records in BENCHMARKS.md) a markdown table."""
+"""The benchmarks behind `python -m dev.bench NAME`, one module each, and what they share: the stopwatch, the
+machine's description and its matmul peak (torch imported inside them: `import dev.bench` stays light)."""
 
+import platform
+import re
 import time
+from pathlib import Path
 
 
 def timed(fn) -> float:
@@ -11,18 +14,19 @@ def timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo on Linux; platform's answer elsewhere): every benchmark names its machine."""
-    import platform
-    from pathlib import Path
+def machine() -> str:
+    """The CPU's model and bf16 class, threads, torch and the date: the line every benchmark's numbers go with."""
+    import torch
 
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
+    from training.distributed import cpu_bf16
+
+    info = Path("/proc/cpuinfo")
+    found = re.search(r"^model name\s*:\s*(.+)$", info.read_text(), re.M) if info.exists() else None
+    cpu = found.group(1) if found else platform.processor() or platform.machine()
+    return (
+        f"{time.strftime('%Y-%m-%d')}, {cpu} ({cpu_bf16()[1]}), {torch.get_num_threads()} threads, "
+        f"torch {torch.__version__}"
+    )
 
 
 _MEASURED = {}
@@ -45,10 +49,7 @@ def measure_matmul_flops(device, dtype, n: int = 2048, budget_s: float = 1.0) ->
         sync()
         best, start = float("inf"), time.perf_counter()
         for _ in range(200):
-            t0 = time.perf_counter()
-            a @ b
-            sync()
-            best = min(best, time.perf_counter() - t0)
+            best = min(best, timed(lambda: (a @ b, sync())))
             if time.perf_counter() - start > budget_s / 4:
                 break
         peak = max(peak, 2 * size**3 / best)

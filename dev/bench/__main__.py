@@ -10,7 +10,8 @@ NAMES = ("model", "data", "generate", "checkpoint", "train_overhead", "budget", 
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in NAMES:
-        sys.exit(f"usage: python -m dev.bench {{{','.join(NAMES)}}} [options]; NAME --help for each")
+        given = f"'{sys.argv[1]}' is no benchmark" if len(sys.argv) > 1 else "no benchmark named"
+        sys.exit(f"error: {given}; run python -m dev.bench NAME [options], NAME one of {', '.join(NAMES)}")
     name = sys.argv.pop(1)
     sys.argv[0] = f"python -m dev.bench {name}"
     run(importlib.import_module(f"dev.bench.{name}").main)

@@ -1,11 +1,6 @@
-"""What trust costs: saving a checkpoint, and hashing it against its manifest on load, per model size.
-
-Usage: python -m dev.bench checkpoint [--models cpu,25m,125m] [--repeats 3]
-Each model's real weights and a full AdamW state (two moments per parameter, as after the first step)
-are saved with save_checkpoint — which writes manifest.json (SHA-256 of every file) — into a temporary
-folder; then the files are verified as every loader verifies them. The verify time per GB is the
-number BENCHMARKS.md quotes: how much `--no-verify` / `verify_checkpoint=false` would save.
-"""
+"""What trust costs: saving a checkpoint (real weights and a full AdamW state, as after the first step) with its
+manifest (SHA-256 of every file), and verifying it against the manifest as every loader does, per model size (median
+of 3). The verify time per GB is what `--no-verify` / `verify_checkpoint=false` would save."""
 
 import argparse
 import statistics
@@ -15,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from dev.bench import machine
 from model import Transformer
 from training.checkpoint import (
     CHECKPOINTS,
@@ -26,55 +22,47 @@ from training.checkpoint import (
 from training.cli import compose_train_config, description
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=description(__doc__))
-    p.add_argument("--models", default="cpu,25m,125m", help="model config names (configs/model/)")
-    p.add_argument("--repeats", type=int, default=3, help="timed saves and verifications per model (median)")
-    return p.parse_args(argv)
-
-
-def measure(model_name: str, repeats: int) -> dict:
+def measure(model_name: str) -> dict:
     cfg, _ = compose_train_config([f"model={model_name}", "data.vocab_size=4096"])
     torch.manual_seed(0)
     model = Transformer(cfg.model)
-    optimizer = torch.optim.AdamW(model.parameters())
-    state = optimizer.state_dict()
+    state = torch.optim.AdamW(model.parameters()).state_dict()
     state["state"] = {
         i: {"step": torch.tensor(1.0), "exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)}
         for i, p in enumerate(model.parameters())
     }
     saves, verifies = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        for i in range(repeats):
-            start = time.perf_counter()
-            tokenizer, ckpts = {TOKENIZER: b"{}"}, Path(tmp) / CHECKPOINTS
+        tokenizer, ckpts = {TOKENIZER: b"{}"}, Path(tmp) / CHECKPOINTS
+        for i in range(3):
+            t0 = time.perf_counter()
             ckpt = save_checkpoint(ckpts, i, model.state_dict(), cfg.model, tokenizer, {"step": i}, "", state, 1)
-            saves.append(time.perf_counter() - start)
-            start = time.perf_counter()
-            assert damage(ckpt) is None
-            verifies.append(time.perf_counter() - start)
+            t1 = time.perf_counter()
+            problem = damage(ckpt)
+            saves.append(t1 - t0)
+            verifies.append(time.perf_counter() - t1)
+            assert problem is None, problem
         size = sum(entry["bytes"] for entry in read_manifest(ckpt).values())
-    save_s, verify_s = statistics.median(saves), statistics.median(verifies)
     return {
-        "model": model_name,
         "params": sum(p.numel() for p in model.parameters()),
         "gb": size / 1e9,
-        "save_s": save_s,
-        "verify_s": verify_s,
-        "verify_s_per_gb": verify_s / (size / 1e9),
+        "save_s": statistics.median(saves),
+        "verify_s": statistics.median(verifies),
     }
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    rows = [measure(name, args.repeats) for name in args.models.split(",")]
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=description(__doc__))
+    p.add_argument("--models", default="cpu,25m,125m", help="model config names (configs/model/)")
+    args = p.parse_args(argv)
+    print(f"{machine()}\n")
     print(
         "| model | parameters | checkpoint | save (with manifest) | verify on load | verify per GB | "
         "verify / save |\n|---|---:|---:|---:|---:|---:|---:|"
     )
-    for r in rows:
+    for name in args.models.split(","):
+        r = measure(name)
         print(
-            f"| {r['model']} | {r['params'] / 1e6:.1f}M | {r['gb'] * 1e3:.2f} MB | {r['save_s']:.2f} s | "
-            f"{r['verify_s']:.2f} s | {r['verify_s_per_gb']:.2f} s | {r['verify_s'] / r['save_s']:.0%} |"
+            f"| {name} | {r['params'] / 1e6:.1f}M | {r['gb'] * 1e3:.2f} MB | {r['save_s']:.2f} s | "
+            f"{r['verify_s']:.2f} s | {r['verify_s'] / r['gb']:.2f} s | {r['verify_s'] / r['save_s']:.0%} |"
         )
-    return 0

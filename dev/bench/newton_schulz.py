@@ -1,30 +1,21 @@
 """Muon's Newton–Schulz in bf16 against fp32 at a run's matrix shapes: time, and what bf16 changes in the result.
 
-Usage: python -m dev.bench newton_schulz [OVERRIDE ...] [--repeats 7] [--threads 2]
-The matrices are the run's Muon matrices (the default run's, or the overrides'), filled with Gaussian gradients;
-each shape is orthogonalised with optim.muon_ns_steps steps in fp32 and in bf16 (best of --repeats, every matrix
-of the run once per repeat), and the bf16 result is compared with fp32's: the relative Frobenius difference and
-both results' singular values. The quintic iteration does not converge to exactly 1 — its singular values land
-in a band around it (about 0.7–1.2) — so the question is whether bf16 keeps them in fp32's band.
+The matrices are the run's Muon matrices (the default run's, or the overrides'), filled with Gaussian gradients; each
+shape is orthogonalised with optim.muon_ns_steps steps in fp32 and in bf16 (best of 7, every matrix of the run once per
+repeat), and bf16's result is compared with fp32's: the relative Frobenius difference and both results' singular
+values. The quintic iteration lands them in a band around 1 (about 0.7–1.2): does bf16 keep fp32's band?
 """
 
 import argparse
 
 import torch
 
-from dev.bench import cpu_model, timed
+from dev.bench import machine, timed
 from model import Transformer
 from training.cli import compose_train_config, description
-from training.distributed import cpu_bf16
 from training.optim import build_optimizers, newton_schulz
 
-
-def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=description(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("overrides", nargs="*", help="Hydra overrides of the run (default: the default run)")
-    p.add_argument("--repeats", type=int, default=7)
-    p.add_argument("--threads", type=int, default=2)
-    return p.parse_args(argv)
+REPEATS = 7
 
 
 def muon_shapes(overrides: list) -> tuple:
@@ -35,14 +26,14 @@ def muon_shapes(overrides: list) -> tuple:
     return [tuple(p.shape) for p in group["params"]], group["ns_steps"], group["ns_coefficients"]
 
 
-def compare(shape: tuple, count: int, steps: int, coefficients: tuple, repeats: int, gen: torch.Generator) -> dict:
-    """Time of `count` orthogonalisations of `shape` per dtype (best of repeats), and bf16's difference from fp32."""
+def compare(shape: tuple, count: int, steps: int, coefficients: tuple, gen: torch.Generator) -> dict:
+    """Time of `count` orthogonalisations of `shape` per dtype (best of REPEATS), and bf16's difference from fp32."""
     grads = [torch.randn(shape, generator=gen) for _ in range(count)]
     out, best = {}, {}
     for dtype in (torch.float32, torch.bfloat16):
         run = lambda: [newton_schulz(g, coefficients, steps, 1e-7, dtype) for g in grads]  # noqa: E731
         out[dtype] = run()
-        best[dtype] = min(timed(run) for _ in range(repeats))
+        best[dtype] = min(timed(run) for _ in range(REPEATS))
     diff = max(float((b.float() - f).norm() / f.norm()) for f, b in zip(out[torch.float32], out[torch.bfloat16]))
     sv = {dtype: torch.cat([torch.linalg.svdvals(x.float()) for x in xs]) for dtype, xs in out.items()}
     return {
@@ -55,12 +46,12 @@ def compare(shape: tuple, count: int, steps: int, coefficients: tuple, repeats: 
 
 
 def main(argv=None) -> None:
-    args = parse_args(argv)
-    torch.set_num_threads(args.threads)
+    p = argparse.ArgumentParser(description=description(__doc__))
+    p.add_argument("overrides", nargs="*", help="Hydra overrides of the run (default: the default run)")
+    args = p.parse_args(argv)
     shapes, steps, coefficients = muon_shapes(args.overrides)
     print(
-        f"{cpu_model()}, {cpu_bf16()[1]}, {torch.get_num_threads()} threads, torch {torch.__version__}; "
-        f"{len(shapes)} Muon matrices, {steps} Newton–Schulz steps; overrides: {' '.join(args.overrides) or '(none)'}\n"
+        f"{machine()}; {len(shapes)} Muon matrices, {steps} Newton–Schulz steps; overrides: {' '.join(args.overrides) or '(none)'}\n"
     )
     print(
         "| shape | matrices | fp32 ms | bf16 ms | fp32 / bf16 | bf16 vs fp32 (rel. Frobenius) "
@@ -68,7 +59,7 @@ def main(argv=None) -> None:
     )
     gen, total = torch.Generator().manual_seed(0), {"fp32_ms": 0.0, "bf16_ms": 0.0}
     for shape in dict.fromkeys(shapes):
-        r = compare(shape, shapes.count(shape), steps, coefficients, args.repeats, gen)
+        r = compare(shape, shapes.count(shape), steps, coefficients, gen)
         total = {k: total[k] + r[k] for k in total}
         print(
             f"| {shape[0]} × {shape[1]} | {shapes.count(shape)} | {r['fp32_ms']:.1f} | {r['bf16_ms']:.1f} "

@@ -1,23 +1,20 @@
 """Loop overhead: train.py's real loop vs the bare step (loss, backward, clip, optimizer) at the same settings.
 
-    python -m dev.bench train_overhead [--steps 60] [--threads 2] [overrides ...]
-
-Both run in this process with the run's own precision and compile decision (auto: compiled where
-inductor works); the bare step is timed for as many steps before and after the loop as the loop
-runs, so drift cancels. The loop's
-tokens/s comes from its own metrics.jsonl rows, which exclude eval, checkpoint and compile time.
+Both run in this process with the run's own precision and compile decision (auto: compiled where inductor works); the
+bare step is timed for as many steps before and after the loop as the loop runs, so drift cancels. The loop's tokens/s
+comes from its own metrics.jsonl rows, which exclude eval, checkpoint and compile time.
 """
 
 import argparse
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 from omegaconf import OmegaConf
 
 from data import prepare
+from dev.bench import machine, timed
 from model import Transformer
 from training import distributed as D
 from training.checkpoint import RunFiles
@@ -47,9 +44,8 @@ def bare_step_tps(cfg, steps: int) -> float:
     compute = CompiledLoss(loss_module) if resolve_compile(cfg.trainer.compile, cpu)[0] else loss_module
     b, t = cfg.trainer.micro_batch_size, cfg.trainer.seq_len
     x, y = (torch.randint(0, cfg.model.vocab_size, (b, t)) for _ in range(2))
-    times = []
-    for i in range(steps + 3):
-        t0 = time.perf_counter()
+
+    def step():
         with autocast():
             loss = compute(x, y)
         loss.backward()
@@ -57,8 +53,10 @@ def bare_step_tps(cfg, steps: int) -> float:
         for optimizer in optimizers:
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-        if i >= 3:  # the first steps compile and warm up
-            times.append(time.perf_counter() - t0)
+
+    for _ in range(3):  # the first steps compile and warm up
+        step()
+    times = [timed(step) for _ in range(steps)]
     # The same statistic as the loop's: the median over blocks of LOG_INTERVAL steps of each block's
     # tokens/s (a median of single steps would drop the slow ones a 10-step row of metrics.jsonl keeps).
     blocks = [sum(times[i : i + LOG_INTERVAL]) for i in range(0, len(times) - LOG_INTERVAL + 1, LOG_INTERVAL)]
@@ -68,10 +66,8 @@ def bare_step_tps(cfg, steps: int) -> float:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=description(__doc__))
     p.add_argument("--steps", type=int, default=60)
-    p.add_argument("--threads", type=int, default=2)
     p.add_argument("overrides", nargs="*")
     args = p.parse_args(argv)
-    torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         overrides = [
             "logger=none",
@@ -96,8 +92,8 @@ def main(argv=None) -> None:
     bare = (before + after) / 2
     t = cfg.trainer
     print(
-        f"\nsettings: batch {t.micro_batch_size} × seq {t.seq_len}, hidden {cfg.model.hidden_size}, "
-        f"{cfg.model.depth}, precision={t.precision}, compile={t.compile}, {args.threads} threads"
+        f"\n{machine()}; batch {t.micro_batch_size} × seq {t.seq_len}, hidden {cfg.model.hidden_size}, "
+        f"{cfg.model.depth}, precision={t.precision}, compile={t.compile}"
     )
     print("| bare step (before / after) | train.py loop | overhead |\n|---|---|---|")
     print(f"| {before:,.0f} / {after:,.0f} tok/s | {loop:,.0f} tok/s | {100 * (bare / loop - 1):+.1f} % |")
