@@ -49,6 +49,18 @@ def test_a_run_from_the_start_makes_each_event_once(steps, eval_interval, ckpt_i
     assert event_counts(steps, eval_interval, ckpt_interval, final_save=final_save) == counts
 
 
+@pytest.mark.parametrize("start", [1, 2, 29, 30, 31, 80, 90])
+@pytest.mark.parametrize("final_save", [True, False])
+def test_a_plan_made_mid_run_counts_the_events_still_to_come(start, final_save):
+    """From a plan at `start` (its own step's events still due) to step 90; evaluations every 90 // 3 steps, given as
+    a function of the run's length as TrainerConfig.eval_every is, checkpoints every 40."""
+    steps, ckpt_interval = 90, 40
+    evals = events_between(start - 1, steps, 30) + (steps % 30 != 0)
+    last = steps if final_save else steps - 1
+    saves = events_between(start - 1, last, ckpt_interval) + (final_save and steps % ckpt_interval != 0)
+    assert event_counts(steps, lambda n: n // 3, ckpt_interval, start, final_save) == (evals, saves)
+
+
 def test_seconds_at_a_throughput():
     cost = LoopCost.at_throughput(tokens_per_step=2048, tokens_per_s=1024.0, eval_s=3.0, fixed_s=5.0)
     assert cost.seconds(100, eval_interval=25, ckpt_interval=100) == 5.0 + 100 * 2.0 + 4 * 3.0  # saves cost 0

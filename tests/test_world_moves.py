@@ -176,3 +176,68 @@ def test_no_file_is_hashed_between_saves_however_often_the_run_logs(tmp_path, ti
             tmp_path / f"log{interval}", *LENGTH, f"trainer.log_interval={interval}", cache_dir=tiny_data_cache
         )
     assert hashed == []
+
+
+def test_a_checkpoint_belongs_to_a_run_only_inside_one(tmp_path):
+    """run_dir_of: <run>/checkpoints/step_N and <run>/checkpoints/best/step_N are the run's; a copy elsewhere, even
+    into a folder named checkpoints, belongs to none (a resume then starts a new run directory, never writes there)."""
+    run = tmp_path / "run"
+    (run / "config.yaml").parent.mkdir()
+    (run / "config.yaml").write_text("seed: 0\n")
+    inside = [run / "checkpoints" / "step_0000010", run / "checkpoints" / "best" / "step_0000010"]
+    outside = [tmp_path / "elsewhere" / "mine", tmp_path / "backup" / "checkpoints" / "step_0000010"]
+    for folder in inside + outside:
+        folder.mkdir(parents=True)
+    assert [training.checkpoint.run_dir_of(c) for c in inside] == [run.resolve()] * 2
+    assert [training.checkpoint.run_dir_of(c) for c in outside] == [None, None]
+
+
+def test_a_resume_claims_its_own_run_or_a_new_one_beside_it(tmp_path):
+    """claim_for_run in one process: a fresh run claims Hydra's directory; a resume claims its run's; a checkpoint
+    outside any run, or in a run this user cannot write, goes on in Hydra's new directory and says so."""
+    from types import SimpleNamespace
+
+    from training.distributed import DistInfo
+
+    said, hydra, run = [], tmp_path / "hydra", tmp_path / "run"
+    hydra.mkdir()
+    run.mkdir()
+    claim = lambda resume: training.checkpoint.claim_for_run(hydra, resume, DistInfo(), said.append)
+    fresh, claimed = claim(None)
+    assert fresh == hydra and claimed.run_dir == hydra and (hydra / ".owner").is_file() and not said
+    claimed.release()
+    (hydra / ".owner").unlink()
+    own, claimed = claim(SimpleNamespace(path=run / "checkpoints" / "step_1", run_dir=run))
+    assert own == run and (run / ".owner").is_file() and not said and not hydra.exists()  # Hydra's unused one goes
+    claimed.release()
+    hydra.mkdir()
+    copied, claimed = claim(SimpleNamespace(path=tmp_path / "mine", run_dir=None))
+    assert copied == hydra and said == [
+        f"resume: {tmp_path / 'mine'} is not inside a run directory; the run goes on in a new one, {hydra}"
+    ]
+    claimed.release()
+    (hydra / ".owner").unlink()
+    if os.geteuid() != 0:  # root writes anywhere: the read-only case needs another user
+        run.chmod(0o500)
+        try:
+            beside, claimed = claim(SimpleNamespace(path=run / "checkpoints" / "step_1", run_dir=run))
+            assert beside == hydra and "permission denied" in said[-1] and str(hydra) in said[-1]
+            claimed.release()
+        finally:
+            run.chmod(0o700)
+
+
+def test_a_time_budget_probe_times_a_real_save_and_leaves_nothing(tmp_path, tiny_data_cache):
+    """Checkpointer.time_one writes a whole checkpoint where no loader looks, and removes it: no step_N appears."""
+    from model import ModelConfig, Transformer
+    from training.checkpoint import Checkpointer, RunState, run_checkpoints
+    from training.distributed import DistInfo
+
+    cfg = ModelConfig(vocab_size=512, hidden_size=32, n_layers=1, n_heads=2, max_seq_len=16)
+    model = Transformer(cfg)
+    optimizer = torch.optim.AdamW(model.parameters())
+    tokenizer = next(tiny_data_cache.glob("*/tokenizer.json"))
+    saver = Checkpointer(tmp_path, model, [optimizer], tokenizer, cfg, "seed: 0\n", 3, DistInfo(), RunState())
+    assert saver.time_one() > 0
+    checkpoints = tmp_path / "checkpoints"
+    assert run_checkpoints(checkpoints) == [] and not [p for p in checkpoints.rglob("*") if p.is_file()]

@@ -46,22 +46,10 @@ from training import distributed as D
 from training.budget import clock
 from training.optim import UNPLANNED_END, lr_at
 
-CONFIG, METRICS, JOB_STATUS, CLAIM, CHECKPOINTS = (
-    "config.yaml",
-    "metrics.jsonl",
-    "job_status.yaml",
-    ".owner",
-    "checkpoints",
-)
-WEIGHTS, MODEL_CONFIG, TOKENIZER, OPTIMIZER, RNG, STATE, MANIFEST = (
-    "model.safetensors",
-    "model_config.json",
-    "tokenizer.json",
-    "optimizer.pt",
-    "rng.pt",
-    "state.json",
-    "manifest.json",
-)
+CONFIG, METRICS, JOB_STATUS, CLAIM = "config.yaml", "metrics.jsonl", "job_status.yaml", ".owner"
+CHECKPOINTS = "checkpoints"
+WEIGHTS, MODEL_CONFIG, TOKENIZER = "model.safetensors", "model_config.json", "tokenizer.json"
+OPTIMIZER, RNG, STATE, MANIFEST = "optimizer.pt", "rng.pt", "state.json", "manifest.json"
 BEST, TIED_KEY, ABANDONED = "best", "lm_head.weight", "abandoned-"
 # Up with any change an older minillama would misread (a renamed file, weight or state.json field). Before a release,
 # an older format is not kept beside the new one: it is refused, naming the last commit that reads it.
