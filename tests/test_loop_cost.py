@@ -42,11 +42,15 @@ def test_a_probe_that_used_up_the_budget_ends_the_run_where_it_is():
         (100, 25, 40, True, (4, 3)),  # evals at 25, 50, 75, 100; saves at 40, 80 and the final one at 100
         (100, 25, 40, False, (4, 2)),  # the speedrun's loop clock stops before the final save
         (80, 25, 40, False, (4, 1)),  # a periodic save due at the last step is the final one: not counted
+        (80, 25, 40, True, (4, 2)),  # the final save is the periodic one due at the last step: once
         (1, 25, 40, True, (1, 1)),
+        (5, 1, 1, True, (5, 5)),  # every step: its first step's events too
     ],
 )
 def test_a_run_from_the_start_makes_each_event_once(steps, eval_interval, ckpt_interval, final_save, counts):
     assert event_counts(steps, eval_interval, ckpt_interval, final_save=final_save) == counts
+    if final_save:  # the default: a run ends with its checkpoint
+        assert event_counts(steps, eval_interval, ckpt_interval) == counts
 
 
 @pytest.mark.parametrize("start", [1, 2, 29, 30, 31, 80, 90])
