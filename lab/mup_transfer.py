@@ -5,11 +5,6 @@ the table (results.md) and the figure (transfer.png) in --dir.
 Usage: python -m lab.mup_transfer --dir DIR --dry-run   # the plan and its cost (a few seconds' timing)
        python -m lab.mup_transfer --dir DIR [--jobs 2]  # run; the same command again continues
        python -m lab.mup_transfer --dir DIR --report    # table and figure of what has finished
-       python -m lab.mup_transfer --arms DIR [DIR ...] [--figure PNG]
-                                                            # each arm: is its widest width worse at some lr?
-                                                            # then each arm's gap against the first's
-       python -m lab.mup_transfer --arms CONTROL A B AB --factorial A B AB
-                                                            # and the 2x2: each setting's effect, their interaction
 Grid options (--widths, --lrs, ...) only for a new DIR: a rerun takes the plan DIR was started with.
 """
 
@@ -24,9 +19,6 @@ from typing import Optional
 from analysis.runs import read_run, steady_tokens_per_s
 from lab import SEARCH_PATH
 from lab.launcher import COMPLETED, NOT_RUN, Ended, Launcher
-from lab.mup.arms import arms_markdown, compare_arms, comparisons_markdown, judge_arm
-from lab.mup.factorial import factorial, factorial_markdown
-from lab.mup.plots import plot_arms
 from lab.mup.transfer import (
     DIVERGED,
     FINISHED,
@@ -53,24 +45,6 @@ GRID = ("widths", "lrs", "seeds", "optimizers", "parametrizations")
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=description(__doc__))
     p.add_argument("--dir", type=Path, help="the experiment directory (created, or continued)")
-    p.add_argument(
-        "--arms",
-        type=Path,
-        nargs="+",
-        metavar="DIR",
-        help="instead: for each arm's directory, is its widest width worse than its narrowest at some lr "
-        "(paired over seeds; docs/mup.md); then each arm against the first (the control)",
-    )
-    p.add_argument(
-        "--figure", type=Path, metavar="PNG", help="with --arms: also draw each arm's gap against the lr into PNG"
-    )
-    p.add_argument(
-        "--factorial",
-        nargs=3,
-        metavar=("A", "B", "AB"),
-        help="with --arms: the 2x2 of the arms named A (one setting), B (the other) and AB (both), the "
-        "first --arms directory being neither",
-    )
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated time; train nothing")
     p.add_argument("--report", action="store_true", help="only write results.md and transfer.png")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time, each its own process (default 2: 2 cores)")
@@ -194,35 +168,10 @@ def print_plan(spec: TransferSpec) -> None:
     )
 
 
-def factorial_arms(directories, names) -> list:
-    """The --arms directories named A, B and AB: three different arms, none of them the control (the first)."""
-    by_name = {d.name: d for d in directories[1:]}
-    unknown = [n for n in names if n not in by_name]
-    if unknown or len(set(names)) != 3:
-        raise ValueError(
-            f"--factorial {' '.join(names)}: name three different arms of --arms after the control "
-            f"({', '.join(by_name) or 'none given'})"
-        )
-    return [by_name[n] for n in names]
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.arms:
-        settings = factorial_arms(args.arms, args.factorial) if args.factorial else None  # refused before any work
-        arms = [judge_arm(d) for d in args.arms]
-        print(arms_markdown(arms))
-        if len(args.arms) > 1:  # the first is the control: does each other arm move the gap?
-            print(comparisons_markdown([compare_arms(args.arms[0], d) for d in args.arms[1:]]))
-        if settings:
-            print(factorial_markdown(factorial(args.arms[0], *settings)))
-        if args.figure:
-            plot_arms(arms, args.figure)
-        return 0
-    if args.figure or args.factorial:
-        raise ValueError("--figure and --factorial go with --arms DIR ...: they read the arms' directories")
     if args.dir is None:
-        raise ValueError("--dir DIR is needed (or --arms DIR ...)")
+        raise ValueError("--dir DIR is needed")
     if args.jobs < 1 or args.threads < 1:
         raise ValueError("--jobs and --threads must be >= 1")
     spec = open_experiment(args.dir, spec_from_args(args), create=not (args.dry_run or args.report))

@@ -1,4 +1,4 @@
-"""A study's YAML file (an ablation protocol, the speedrun's recipes) read into the fields of its Spec
+"""A study's YAML file (an ablation protocol) read into the fields of its Spec
 dataclass, with one-line errors that name the file and what is wrong in it."""
 
 from pathlib import Path

@@ -1,7 +1,6 @@
 """The μP figures: activation RMS against width per training step (the coordinate check), final
 validation loss against the learning rate, one curve per width (the transfer experiment, as Figure 1 of
-Tensor Programs V), SP and μP side by side in both; and the width-512 AdamW experiment's arms, each arm's
-wide-minus-narrow gap against the learning rate."""
+Tensor Programs V), SP and μP side by side in both."""
 
 from pathlib import Path
 from typing import Dict, Optional, Sequence
@@ -9,7 +8,6 @@ from typing import Dict, Optional, Sequence
 import matplotlib
 
 from analysis.plots import figure, save
-from lab.mup.arms import Arm
 from lab.mup.coord_check import ATTENTION_LOGITS, LAYERS, CoordResult
 
 NAMES = {"sp": "SP", "mup": "μP", "adamw": "AdamW", "muon": "Muon"}
@@ -112,41 +110,4 @@ def plot_schedules(along: Dict[tuple, Dict[int, dict]], quantities: Dict[str, st
             ax.set_title(f"{NAMES[key[0]]} · {NAMES[key[1]]}: {label}", fontsize=9)
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7)
-    save(fig, path)
-
-
-def plot_arms(arms: Sequence[Arm], path: Path) -> None:
-    """One line per arm: L(wide) − L(narrow) against the lr, its 95 % interval as error bars where two or more
-    seeds pair, a hollow marker where one does; the arms are nudged apart along the lr so their bars do not hide
-    each other. Below the dashed zero the wide width is ahead."""
-    fig, ax = figure(figsize=(7, 4.2))
-    cmap = matplotlib.colormaps["tab10"]
-    for i, arm in enumerate(arms):
-        colour, rows = cmap(i % 10), [r for r in arm.rows if r.wide]
-        nudge = 2 ** (0.05 * (i - (len(arms) - 1) / 2))
-        tested, single = [r for r in rows if r.test is not None], [r for r in rows if r.test is None]
-        if tested:
-            ax.errorbar(
-                [r.lr * nudge for r in tested],
-                [r.test.delta for r in tested],
-                yerr=[[r.test.delta - r.test.low for r in tested], [r.test.high - r.test.delta for r in tested]],
-                marker="o",
-                capsize=3,
-                color=colour,
-                label=f"{arm.name} ({arm.wide_width} − {arm.narrow_width})",
-            )
-        if single:
-            ax.scatter(
-                [r.lr * nudge for r in single],
-                [r.wide[0] - r.narrow[0] for r in single],
-                facecolors="none",
-                edgecolors=colour,
-                label=f"{arm.name}: one seed",
-            )
-    ax.axhline(0, color="black", lw=0.8, ls="--")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("peak learning rate (optim.lr)")
-    ax.set_ylabel("final loss, wide − narrow (nats/token)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
     save(fig, path)
