@@ -15,9 +15,6 @@ from lab.ablation.cells import DIVERGED, FINISHED, CellState
 from lab.ablation.protocol import TIERS, Cell, Spec
 from lab.verdicts import Verdict, judge, method_name, table_cells
 
-# Up when how a verdict is reached changes (the tests, the correction, TOST, the families): a pre-registration records
-# the rule it is judged by, and a report under another one is refused.
-ANALYSIS_RULE = 1
 LR_CHOICES = ("own", "shared")
 LR_WORDS = {"own": "each variant at its own best LR", "shared": "every variant at the reference's best LR"}
 States = Dict[Cell, CellState]
