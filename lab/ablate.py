@@ -33,7 +33,7 @@ from lab.ablation.configs import apply_transfer, cell_values, validate
 from lab.ablation.planning import spread_from
 from lab.ablation.protocol import ProtocolError, Spec, load_spec_file, merge_overrides, parse_sizes, split_overrides
 from lab.ablation.runner import Protocol, report, run_stages
-from lab.looks import check_added_seeds
+from lab.stats import check_added_seeds
 from training.cli import REPO, compose_train_config, description, override_values, run
 
 DEFAULT_PROTOCOL = CONFIGS / "protocol" / "default.yaml"

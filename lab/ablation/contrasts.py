@@ -13,7 +13,7 @@ from statsmodels.stats.multitest import multipletests
 from lab import scale
 from lab.ablation.cells import DIVERGED, FINISHED, CellState
 from lab.ablation.protocol import TIERS, Cell, Spec
-from lab.verdicts import Verdict, judge, method_name, table_cells
+from lab.stats import Verdict, judge, method_name, table_cells
 
 LR_CHOICES = ("own", "shared")
 LR_WORDS = {"own": "each variant at its own best LR", "shared": "every variant at the reference's best LR"}

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Sequence
 
 from lab.ablation.contrasts import LR_CHOICES, LR_WORDS, Contrast
-from lab.verdicts import BETTER, CANT_TELL, EQUIVALENT, WORSE
+from lab.stats import BETTER, CANT_TELL, EQUIVALENT, WORSE
 
 
 @dataclass(frozen=True)

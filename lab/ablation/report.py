@@ -10,13 +10,13 @@ from analysis.plots import has_activation_rms, plot_activation_rms, plot_lr_swee
 from analysis.runs import Variant
 from analysis.table import markdown as results_table
 from analysis.table import summarize_variants
-from lab import power
+from lab import stats as power
 from lab.ablation import contrasts as K
 from lab.ablation import export, literature
 from lab.ablation.cells import FINISHED, CellState, done_bpb
 from lab.ablation.lr_search import edge_note, margin
 from lab.ablation.protocol import TIERS, Cell, Spec, lr_sweep
-from lab.verdicts import method_name
+from lab.stats import method_name
 
 States = Dict[Cell, CellState]
 

@@ -18,8 +18,8 @@ from lab.ablation.lr_search import edge_note
 from lab.ablation.planning import power_table
 from lab.ablation.protocol import ProtocolError, Spec, lr_sweep, stage2_cells
 from lab.launcher import Job, Launcher
-from lab.looks import alpha_for
-from lab.looks import record as looks_record
+from lab.stats import alpha_for
+from lab.stats import record as looks_record
 
 
 class Protocol:

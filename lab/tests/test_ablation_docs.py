@@ -13,7 +13,7 @@ from statsmodels.stats.multitest import multipletests
 
 from lab.ablation.export import manifest_rows
 from lab.ablation.planning import manifest_values, paired_differences
-from lab.verdicts import judge
+from lab.stats import judge
 from tests.train_helpers import REPO
 
 DOCS = REPO / "docs" / "ablation" / "protocol"
@@ -300,7 +300,7 @@ def test_the_readme_words_each_ablation_call_as_its_study_wide_rule_allows():
     assert "**QK-norm is better**" not in text
     gelu_shared = [p for (size, variant, lr, ref), p in adjusted.items() if variant == "gelu" and lr == ref]
     assert len(gelu_shared) == 2 and max(gelu_shared) <= 0.008 and "study-wide p ≤ 0.008)" in text
-    from lab.power import mde, pooled_sd
+    from lab.stats import mde, pooled_sd
 
     for choice, words in (("own", "0.15 bpb at their own LRs"), ("shared", "0.030 bpb at the shared one")):
         rows = [r for r in contrast_rows() if r["lr_choice"] == choice and r["family"] == "primary"]
