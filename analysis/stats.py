@@ -95,19 +95,6 @@ def _without_spread(delta: float, n: int, scale: float) -> TTest:
     return TTest(delta, delta, delta, 0.0, n, zero_spread=True)
 
 
-def pooled_paired_t(a: Sequence[float], b: Sequence[float], sd: float, dof: int) -> TTest:
-    """A paired t-test of a − b whose spread is a pooled sd of per-seed differences (several contrasts'
-    differences, each about its own mean) with `dof` degrees of freedom, instead of these pairs' own:
-    with 2 seeds a pair's own test has 1 degree of freedom, the pooled one sum(n_i − 1)."""
-    diffs = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
-    mean, n = float(diffs.mean()), len(diffs)
-    if sd <= ZERO_SPREAD * _scale(a, b):  # every contrast moved every seed alike: no spread to test
-        return _without_spread(mean, n, _scale(a, b))
-    se = sd / math.sqrt(n)
-    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, dof)) * se
-    return TTest(mean, mean - half, mean + half, float(2 * stats.t.sf(abs(mean) / se, dof)), n)
-
-
 def welch_t(a: Sequence[float], b: Sequence[float]) -> Optional[TTest]:
     """Welch's unpaired t-test of mean(a) − mean(b) (unequal variances); None without 2 values each."""
     if len(a) < 2 or len(b) < 2:

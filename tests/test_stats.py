@@ -6,7 +6,6 @@ import statistics
 
 import numpy as np
 import pytest
-from scipy import stats
 
 from analysis.stats import (
     ZERO_SPREAD,
@@ -15,7 +14,6 @@ from analysis.stats import (
     format_p,
     p_text,
     paired_t,
-    pooled_paired_t,
     summarize,
     welch_t,
 )
@@ -190,14 +188,3 @@ def test_float_noise_is_no_spread_and_is_reported_as_such():
     real = paired_t([1.0 + 5 * ZERO_SPREAD, 2.0 + 10 * ZERO_SPREAD, 3.0], [1.0, 2.0, 3.0])  # above it: a real test
     assert not real.zero_spread and f"{real.half_width:.6f}" != "0.000000"
     assert welch_t([0.7 - 0.6, 1.7 - 1.6], [0.0, 0.0]).zero_spread
-
-
-def test_pooled_paired_t_uses_the_pooled_spread_and_its_degrees_of_freedom():
-    a, b = [2.00, 2.10], [2.05, 2.16]  # 2 seeds: on its own a test with 1 dof
-    t = pooled_paired_t(a, b, sd=0.01, dof=8)
-    se = 0.01 / np.sqrt(2)
-    assert t.delta == pytest.approx(-0.055) and t.n == 2
-    assert t.p == pytest.approx(2 * stats.t.sf(0.055 / se, 8))
-    assert t.half_width == pytest.approx(stats.t.ppf(0.975, 8) * se)
-    assert paired_t(a, b).p > t.p  # its own 1-dof test sees less
-    assert pooled_paired_t(a, b, sd=0.0, dof=8).zero_spread
