@@ -11,7 +11,6 @@ import yaml
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-from lab.ablation.export import manifest_rows
 from lab.ablation.planning import manifest_values, paired_differences
 from lab.stats import judge
 from tests.train_helpers import REPO
@@ -21,6 +20,22 @@ DOCS = REPO / "docs" / "ablation" / "protocol"
 
 def manifest() -> dict:
     return yaml.safe_load((DOCS / "protocol.yaml").read_text())
+
+
+def manifest_rows(manifest: dict) -> list:
+    """Every finished cell of a protocol manifest (protocol.yaml keeps each cell's final bpb), as per_seed.csv
+    rows: what a report whose run directories are gone can still be checked against."""
+    spec, chosen = manifest["spec"], manifest.get("chosen_lr") or {}
+    rows = [
+        {"size": size, "variant": variant, "lr": lr, "seed": seed, "val_bpb": bpb, "state": "finished"}
+        for (size, variant, lr), seeds in manifest_values(manifest).items()
+        for seed, bpb in seeds.items()
+    ]
+    for row in rows:
+        reused = row["seed"] in spec["seeds"] and chosen.get(row["size"], {}).get(row["variant"]) == row["lr"]
+        # format-1 manifests reused the LR sweep's run at the chosen LR as a measuring seed
+        row["stage"] = ("stage1+2" if reused else "stage1") if row["seed"] == spec.get("stage1_seed") else "stage2"
+    return sorted(rows, key=lambda r: (r["size"], r["variant"], r["lr"], r["seed"]))
 
 
 def test_the_per_seed_csv_is_the_manifests_cells():
