@@ -8,8 +8,7 @@ import statistics
 
 import yaml
 
-from lab.mup.transfer import TransferSpec, read_results
-from lab.mup.transfer_report import best_lrs, drift, markdown, mean_losses, report_text
+from lab.mup_transfer import TransferSpec, best_lrs, drift, markdown, mean_losses, read_results, report_text
 from tests.train_helpers import REPO
 
 STORED = REPO / "docs" / "mup" / "transfer"
