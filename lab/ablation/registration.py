@@ -22,12 +22,12 @@ from training.cli import REPO
 # The code that turns the cells' results into verdicts: a registration records its digest, and other code is refused.
 ANALYSIS_CODE = (
     "analysis/stats.py",
-    "lab/verdicts.py",
+    "lab/stats.py",
     "lab/scale.py",
-    "lab/looks.py",
     "lab/ablation/contrasts.py",
     "lab/ablation/lr_search.py",
 )
+
 
 # The fields decided before any cell trains. planning_sd and the stored throughput only plan; they are not here.
 PREREGISTERED = (

@@ -106,6 +106,7 @@ def test_every_cells_composed_config_the_analysis_code_and_the_commit_are_regist
 
 
 def test_the_analysis_digest_covers_each_analysis_file(monkeypatch, tmp_path):
+    assert all((R.REPO / name).is_file() for name in R.ANALYSIS_CODE)  # none renamed or gone
     for name in R.ANALYSIS_CODE:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("x = 1\n")
