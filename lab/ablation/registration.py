@@ -23,7 +23,6 @@ from training.cli import REPO
 ANALYSIS_CODE = (
     "analysis/stats.py",
     "lab/stats.py",
-    "lab/scale.py",
     "lab/ablation/contrasts.py",
     "lab/ablation/lr_search.py",
 )
