@@ -1,14 +1,16 @@
-"""Curves per variant: validation loss over training and against wall-clock time, per-layer residual-stream RMS,
-and final val bpb against the learning rate (the protocol's stage-1 sweep)."""
+"""Curves per variant: validation loss over training and against wall-clock time, per-layer residual-stream RMS;
+and the paired-Δ forest plot against the reference."""
 
+import math
 from pathlib import Path
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
 from analysis.runs import Variant
+from analysis.stats import CI, TTest
 
 
 def colours(variants: Sequence[Variant]) -> Dict[str, tuple]:
@@ -126,37 +128,6 @@ def plot_activation_rms(variants: Sequence[Variant], path: Path) -> None:
     save(fig, path)
 
 
-def plot_lr_sweep(
-    sweeps: Dict[str, Dict[str, Dict[float, Optional[float]]]], chosen: Dict[str, Dict[str, float]], path: Path
-) -> None:
-    """One panel per size: final val bpb against LR (log) per variant; a diverged LR (None) is an ×
-    on the panel's top edge, the chosen LR a ring."""
-    fig, axes = figure(1, len(sweeps), figsize=(6 * len(sweeps), 4.5), squeeze=False)
-    labels = sorted({v for per_size in sweeps.values() for v in per_size})
-    cmap = matplotlib.colormaps["tab10"]
-    palette = {label: cmap(i % 10) for i, label in enumerate(labels)}
-    for ax, (size, per_variant) in zip(axes[0], sweeps.items()):
-        finite = [b for results in per_variant.values() for b in results.values() if b is not None]
-        top = max(finite) + 0.05 * (max(finite) - min(finite) + 1e-3) if finite else 1.0
-        for variant, results in per_variant.items():
-            lrs = sorted(results)
-            ok = [(lr, results[lr]) for lr in lrs if results[lr] is not None]
-            if ok:
-                ax.plot(*zip(*ok), marker="o", color=palette[variant], label=variant)
-            bad = [lr for lr in lrs if results[lr] is None]
-            ax.scatter(bad, [top] * len(bad), marker="x", s=60, color=palette[variant], clip_on=False)
-            best = chosen.get(size, {}).get(variant)
-            if best is not None and results.get(best) is not None:
-                ax.scatter([best], [results[best]], s=160, facecolors="none", edgecolors=palette[variant], lw=2)
-        ax.set_xscale("log")
-        ax.set_xlabel("peak learning rate (optim.lr)")
-        ax.set_ylabel("final val bpb (stage 1, one seed)")
-        ax.set_title(f"{size}: LR sweep (ring = chosen, × = diverged)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    save(fig, path)
-
-
 def legend_below(fig: Figure, ax) -> None:
     """The variants' legend under the panels, in up to three columns: inside a panel, beyond three variants it
     covers the curves it names."""
@@ -182,3 +153,48 @@ def figure(rows: int = 1, cols: int = 1, **kwargs) -> tuple:
 def save(fig: Figure, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110, bbox_inches="tight")  # tight: a legend below the panels is kept
+
+
+MARKERS = "osD^vP*X"
+
+
+ForestRow = Tuple[str, Optional[TTest], str]  # (variant, its paired test vs the reference, its verdict's outcome)
+COLOURS = {"better": "tab:green", "worse": "tab:red", "equivalent": "tab:blue"}  # anything else: grey
+
+
+def plot_forest(
+    groups: Dict[str, Sequence[ForestRow]], path: Path, reference: str = "reference", unit: str = "bpb"
+) -> None:
+    """One row per variant: its paired Δ vs the reference with the 95 % CI, one marker per group
+    (model size), coloured by its verdict; a dashed line at 0 (no difference). Left of it = the variant
+    is better."""
+    labels = list(dict.fromkeys(label for rows in groups.values() for label, _, _ in rows))
+    fig, ax = figure(figsize=(8, 1.2 + 0.55 * len(labels) * max(1, len(groups)) ** 0.5))
+    shifts = _offsets(len(groups))
+    for (name, rows), offset, marker in zip(groups.items(), shifts, MARKERS):
+        ys, xs, errors, colours = [], [], [[], []], []
+        for label, t, outcome in rows:
+            if t is None:
+                continue
+            ys.append(labels.index(label) + offset)
+            xs.append(t.delta)
+            lo, hi = (0.0, 0.0) if math.isnan(t.low) else (t.delta - t.low, t.high - t.delta)
+            errors[0].append(lo)
+            errors[1].append(hi)
+            colours.append(COLOURS.get(outcome, "tab:grey"))
+        ax.errorbar(xs, ys, xerr=errors, fmt="none", ecolor="0.35", capsize=3, lw=1.2)
+        ax.scatter(xs, ys, c=colours, marker=marker, zorder=3, label=name or None)
+    ax.axvline(0, color="k", ls="--", lw=1)
+    ax.set_yticks(range(len(labels)), labels)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"Δ final val {unit} vs {reference}  (← variant better · worse →), {CI}")
+    ax.set_title("paired difference per variant (green: better, red: worse, blue: equivalent, grey: can't tell)")
+    ax.grid(axis="x", alpha=0.3)
+    if len(groups) > 1:
+        ax.legend(title="size", loc="best")
+    save(fig, path)
+
+
+def _offsets(n: int) -> List[float]:
+    """Vertical offsets that keep n markers of one row apart (0 for a single group)."""
+    return [0.0] if n <= 1 else [(i - (n - 1) / 2) * 0.5 / n for i in range(n)]

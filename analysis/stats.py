@@ -1,5 +1,6 @@
 """Seed statistics: mean ± sample std over repeats, and paired (per-seed) and unpaired (Welch)
-t-tests of one variant against another, with 95 % intervals and a plain-language verdict."""
+t-tests of one variant against another, with 95 % intervals and the one paired verdict (paired_verdict) that
+compare_runs prints and the lab's families use."""
 
 import math
 import statistics
@@ -94,19 +95,6 @@ def _without_spread(delta: float, n: int, scale: float) -> TTest:
     return TTest(delta, delta, delta, 0.0, n, zero_spread=True)
 
 
-def pooled_paired_t(a: Sequence[float], b: Sequence[float], sd: float, dof: int) -> TTest:
-    """A paired t-test of a − b whose spread is a pooled sd of per-seed differences (several contrasts'
-    differences, each about its own mean) with `dof` degrees of freedom, instead of these pairs' own:
-    with 2 seeds a pair's own test has 1 degree of freedom, the pooled one sum(n_i − 1)."""
-    diffs = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
-    mean, n = float(diffs.mean()), len(diffs)
-    if sd <= ZERO_SPREAD * _scale(a, b):  # every contrast moved every seed alike: no spread to test
-        return _without_spread(mean, n, _scale(a, b))
-    se = sd / math.sqrt(n)
-    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, dof)) * se
-    return TTest(mean, mean - half, mean + half, float(2 * stats.t.sf(abs(mean) / se, dof)), n)
-
-
 def welch_t(a: Sequence[float], b: Sequence[float]) -> Optional[TTest]:
     """Welch's unpaired t-test of mean(a) − mean(b) (unequal variances); None without 2 values each."""
     if len(a) < 2 or len(b) < 2:
@@ -151,31 +139,63 @@ class Comparison:
         return "unclear"
 
     def verdict(self, unit: str = "bpb") -> str:
-        """One plain sentence, e.g. 'better by 0.031 ± 0.012 bpb (95 % CI), p = 0.004, 5 paired seeds'."""
-        t, outcome = self.test, self.outcome
+        """One plain sentence, e.g. 'better: Δ = -0.031 ± 0.012 bpb (95 % CI), p = 0.004, 5 paired seeds'."""
+        t = self.test
         if t is None:
             if not self.common_seeds:
-                return "no verdict: no seed in common and too few seeds for an unpaired test"
-            return f"no verdict: 1 paired seed (seed {self.common_seeds[0]}); a test needs at least 2"
+                return paired_verdict(
+                    None, "no verdict", basis="no seed in common and too few seeds for an unpaired test"
+                )
+            return paired_verdict(
+                None, "no verdict", basis=f"1 paired seed (seed {self.common_seeds[0]}); a test needs at least 2"
+            )
         paired = t is self.paired
         basis = f"{t.n} paired seeds" if paired else f"unpaired (Welch), {len(self.common_seeds)} seed(s) in common"
         if self.unmatched_seeds and paired:
             basis += f"; seeds {', '.join(map(str, self.unmatched_seeds))} have no partner and are left out"
-        digits = decimals(t.half_width)
-        if outcome == "same":
-            return f"identical in all {t.n} paired seeds"
-        if t.zero_spread:
-            return (
-                f"{outcome} by {abs(t.delta):.6g} {unit}, the same in every seed (spread below "
-                f"{ZERO_SPREAD:g}: no interval, no test), {basis}"
-            )
-        interval = f"{abs(t.delta):.{digits}f} ± {t.half_width:.{digits}f} {unit} ({CI})"
-        if outcome == "unclear":
-            return (
-                f"can't tell yet: Δ = {t.delta:+.{digits}f} ± {t.half_width:.{digits}f} {unit} "
-                f"({CI} includes 0), {p_text(t.p)}, {basis}"
-            )
-        return f"{outcome} by {interval}, {p_text(t.p)}, {basis}"
+        return paired_verdict(t, CANT_TELL if self.outcome == "unclear" else self.outcome, unit, basis)
+
+
+BETTER, WORSE, EQUIVALENT, CANT_TELL = "better", "worse", "equivalent", "can't tell"
+
+
+def paired_verdict(
+    t: Optional[TTest],
+    outcome: str,
+    unit: str = "bpb",
+    basis: str = "",
+    p: Optional[float] = None,
+    p_name: str = "p",
+    scope: str = "",
+    tost=None,
+    tost_p: float = math.nan,
+    alpha: float = 1 - CONFIDENCE,
+) -> str:
+    """The one sentence a paired comparison ends in, compare_runs' and the lab's families' alike: the outcome, Δ with
+    its 95 % CI, the p it rests on (family-adjusted, named and scoped, in a family), the seeds, and the TOST against
+    ±margin where one was asked for (lab/stats.py's Tost). Without a test, `basis` says why."""
+    if t is None:
+        return f"{outcome}: {basis}"
+    basis = basis or f"{t.n} paired seeds"
+    if t.zero_spread and t.delta == 0 and tost is None:
+        return f"identical in all {t.n} paired seeds"
+    # Without spread there is no t-test: its p is said only as a family's adjusted one.
+    tested = "no test" if t.zero_spread and not scope else p_text(t.p if p is None else p, p_name)
+    tested += f" ({scope})" if scope else ""
+    margin = f"±{tost.margin:g} {unit}" if tost else ""
+    equivalence = f"TOST {margin}: {p_text(tost_p, p_name)}" if tost else "no TOST"
+    if t.zero_spread:
+        size = f"Δ = {t.delta:+.6g} {unit} in every seed (spread below {ZERO_SPREAD:g}: no interval)"
+    else:
+        d = decimals(t.half_width)
+        size = f"Δ = {t.delta:+.{d}f} ± {t.half_width:.{d}f} {unit} ({CI})"
+    if outcome == EQUIVALENT:
+        interval = f"{(1 - 2 * alpha) * 100:.0f} % CI [{tost.low:+.4f}, {tost.high:+.4f}]"
+        return f"equivalent within {margin}: {equivalence}, {interval}; {size}, difference {tested}, {basis}"
+    if outcome in (BETTER, WORSE):
+        within = f"; also inside {margin} ({equivalence})" if tost and tost_p < alpha else ""
+        return f"{outcome}: {size}, {tested}{within}, {basis}"
+    return f"{CANT_TELL}: {size}, {tested}" + (f"; {equivalence}" if scope else "") + f", {basis}"
 
 
 def compare(variant: Dict[int, float], reference: Dict[int, float]) -> Comparison:

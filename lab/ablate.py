@@ -33,7 +33,7 @@ from lab.ablation.configs import apply_transfer, cell_values, validate
 from lab.ablation.planning import spread_from
 from lab.ablation.protocol import ProtocolError, Spec, load_spec_file, merge_overrides, parse_sizes, split_overrides
 from lab.ablation.runner import Protocol, report, run_stages
-from lab.looks import check_added_seeds
+from lab.stats import check_added_seeds
 from training.cli import REPO, compose_train_config, description, override_values, run
 
 DEFAULT_PROTOCOL = CONFIGS / "protocol" / "default.yaml"
@@ -202,13 +202,13 @@ def main(argv=None) -> int:
     # A dry run writes nothing, not even its plan (a directory left behind would be a protocol begun); one
     # told to time (--probe-steps N) writes its timing runs, and the manifest that names them.
     proto.writes = not (args.dry_run and probe_steps == 0 and not args.report_only)
-    late = registration.too_late(proto.data, bool(proto.data.get("cells")) or proto.runs_dir.is_dir())
-    registered = (
-        registration.register(proto.data, proto.spec, proto.command, configs)
-        if proto.writes and not args.report_only and not late
-        else None
-    )  # before the first cell trains
-    proto.save(models=models)
+    registered, refused = None, None
+    if proto.writes and not args.report_only:
+        cells_exist = bool(proto.data.get("cells")) or proto.runs_dir.is_dir()
+        try:  # before the first cell trains
+            registered = registration.register(proto.data, proto.spec, proto.command, configs, cells_exist)
+        except registration.TooLate as too_late:
+            refused = too_late
     print(
         ("resuming " if proto.resumed else "protocol directory: ")
         + str(proto.dir)
@@ -224,13 +224,14 @@ def main(argv=None) -> int:
             + f": SHA-256 {registered['sha256']} at {registered['registered']} "
             "(publish it before the results exist)"
         )
-    elif late and not args.report_only:
-        print(late)
+    elif refused:
+        print(refused)
     elif not proto.writes:
         sha = registration.fingerprint(registration.preregistered(proto.spec, configs))
         print(f"pre-registration: SHA-256 {sha} (recorded when the protocol starts)")
+    proto.data["models"] = models
     if args.report_only:
-        return report(proto)
+        return report(proto)  # it writes only once every check has passed
     return run_stages(proto, budgets, values, probe_steps, args.dry_run)
 
 

@@ -3,7 +3,7 @@ written as a generated Hydra option `+job=<name>`) run as Hydra multiruns of tra
 (Hydra's launcher: in this machine's one process, or a cluster's with hydra/launcher=…), or one fresh
 process per job, `workers` at a time — with the CPU lock, a cold compile cache on request, Ctrl-C passed on
 exactly once, and each job's outcome read back from its run directory (job_status.yaml, written by
-lab.launcher.JobStatusFile at the end of every job). The ablation, the speedrun and μP all launch here."""
+lab.launcher.JobStatusFile at the end of every job). The ablation and μP launch here."""
 
 import contextlib
 import fcntl

@@ -5,47 +5,452 @@ the table (results.md) and the figure (transfer.png) in --dir.
 Usage: python -m lab.mup_transfer --dir DIR --dry-run   # the plan and its cost (a few seconds' timing)
        python -m lab.mup_transfer --dir DIR [--jobs 2]  # run; the same command again continues
        python -m lab.mup_transfer --dir DIR --report    # table and figure of what has finished
-       python -m lab.mup_transfer --arms DIR [DIR ...] [--figure PNG]
-                                                            # each arm: is its widest width worse at some lr?
-                                                            # then each arm's gap against the first's
-       python -m lab.mup_transfer --arms CONTROL A B AB --factorial A B AB
-                                                            # and the 2x2: each setting's effect, their interaction
 Grid options (--widths, --lrs, ...) only for a new DIR: a rerun takes the plan DIR was started with.
+
+The plan, its results.jsonl (a rerun does only what is missing) and its cost; the report (results.md: each width's
+best lr and how far it moves, transfer.png; schedule.png where the runs recorded the attention logits' RMS and
+each block's weight change); the figures.
 """
 
 import argparse
+import dataclasses
 import functools
+import json
 import math
+import os
 import shutil
+import statistics
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Dict, List, Optional, Sequence
 
+import matplotlib
+
+from analysis.plots import figure, save
 from analysis.runs import read_run, steady_tokens_per_s
 from lab import SEARCH_PATH
-from lab.launcher import COMPLETED, NOT_RUN, Ended, Launcher
-from lab.mup.arms import arms_markdown, compare_arms, comparisons_markdown, judge_arm
-from lab.mup.factorial import factorial, factorial_markdown
-from lab.mup.plots import plot_arms
-from lab.mup.transfer import (
-    DIVERGED,
-    FINISHED,
-    STOPPED,
-    Cell,
-    TransferError,
-    TransferSpec,
-    cost_table,
-    open_experiment,
-    read_results,
-    run_cells,
-    schedule,
-    seconds_per_run,
-)
-from lab.mup.transfer_report import write_report
+from lab.launcher import COMPLETED, NOT_RUN, Ended, Job, Launcher, move_aside
 from training.budget import LoopCost
 from training.checkpoint import RunFiles
 from training.cli import compose_train_config, description, run
+from training.log import read_metrics
 from training.loop import NonFiniteLoss
+
+NAMES = {"sp": "SP", "mup": "μP", "adamw": "AdamW", "muon": "Muon"}
+SPEC_FILE, RESULTS_FILE = "spec.json", "results.jsonl"
+FINISHED, DIVERGED, STOPPED = "finished", "diverged", "stopped"
+
+
+class TransferError(ValueError):
+    """A plan or directory that cannot run: one line naming the value or file."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    optimizer: str
+    parametrization: str
+    width: int
+    lr: float
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.optimizer}_{self.parametrization}_w{self.width}_lr{self.lr:.6g}_s{self.seed}"
+
+    def job(self, run_dir: Path, min_lr_ratio: float) -> Job:
+        """The run as a launcher job: what overrides() says, as config values."""
+        return Job(
+            run_dir,
+            {
+                "model": {"parametrization": self.parametrization, "hidden_size": self.width},
+                "optim": {"lr": self.lr, "min_lr": self.lr * min_lr_ratio},
+                "seed": self.seed,
+            },
+            {"optim": self.optimizer},
+        )
+
+    def overrides(self, min_lr_ratio: float) -> List[str]:
+        """What this run sets on top of the experiment preset (train.py's syntax)."""
+        return [
+            f"optim={self.optimizer}",
+            f"model.parametrization={self.parametrization}",
+            f"model.hidden_size={self.width}",
+            f"optim.lr={self.lr!r}",
+            f"optim.min_lr={self.lr * min_lr_ratio!r}",
+            f"seed={self.seed}",
+        ]
+
+
+@dataclass(frozen=True)
+class TransferSpec:
+    widths: tuple = (64, 128, 256, 512)
+    lrs: tuple = tuple(2.0**k for k in range(-9, -4))  # 0.00195 … 0.03125, ×2 apart
+    seeds: tuple = (0, 1)
+    optimizers: tuple = ("adamw", "muon")
+    parametrizations: tuple = ("sp", "mup")
+    min_lr_ratio: float = 0.1  # the cosine decays to lr × this, whatever the lr
+    experiment: str = "mup_transfer"  # configs/experiment/<name>.yaml: the preset every run starts from
+    overrides: tuple = ()  # more train.py overrides for every run (e.g. trainer.max_steps=...)
+
+    def __post_init__(self):
+        if len(self.widths) < 2 or min(self.widths) <= 0 or not self.lrs or min(self.lrs) <= 0 or not self.seeds:
+            raise TransferError("the plan needs two or more positive widths, positive lrs and at least one seed")
+        unknown = set(self.optimizers) - {"adamw", "muon"} | set(self.parametrizations) - {"sp", "mup"}
+        if unknown:
+            raise TransferError(f"unknown optimizer or parametrization {sorted(unknown)}; use adamw/muon, sp/mup")
+
+    def cells(self, narrow_first: bool = False) -> List[Cell]:
+        """Seed by seed, so the first seed's whole picture comes first; within a seed the widest first, so
+        parallel jobs do not end on one long run — or, `narrow_first` (one run at a time), the cheap narrow runs
+        first, so each wide run pairs with its narrow partner the moment it ends, and a session that stops
+        mid-seed leaves no wide run unpaired."""
+        return [
+            Cell(o, p, w, lr, s)
+            for s in self.seeds
+            for w in sorted(self.widths, reverse=not narrow_first)
+            for o in self.optimizers
+            for p in self.parametrizations
+            for lr in self.lrs
+        ]
+
+    def extends(self, other: "TransferSpec") -> bool:
+        """The same runs' settings, with at least every grid point of `other`: its results stay valid."""
+        same = all(getattr(self, k) == getattr(other, k) for k in ("min_lr_ratio", "experiment", "overrides"))
+        return same and all(
+            set(getattr(other, k)) <= set(getattr(self, k))
+            for k in ("widths", "lrs", "seeds", "optimizers", "parametrizations")
+        )
+
+    def to_dict(self) -> dict:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, fields: dict) -> "TransferSpec":
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+
+
+def open_experiment(directory: Path, spec: Optional[TransferSpec], create: bool = True) -> TransferSpec:
+    """The directory's plan: the one it was started with (spec.json), which `spec`, if given, must equal;
+    a new directory records `spec` (or the default plan) unless not `create` (a dry run writes nothing)."""
+    path = directory / SPEC_FILE
+    if path.exists():
+        try:
+            stored = TransferSpec.from_dict(json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError) as e:
+            raise TransferError(f"{path} is unreadable ({e}); restore it or start a new --dir") from None
+        if spec is None or spec == stored:
+            return stored
+        if not spec.extends(stored):
+            raise TransferError(
+                f"{directory} was started with another plan ({path}); rerun it without grid options, "
+                "or with a grid that keeps every width, lr, seed, optimizer and parametrization "
+                "of it (it may add some), or start a new --dir"
+            )
+        if create:  # a grown grid: the runs already done are kept, the new points are added
+            path.write_text(json.dumps(spec.to_dict(), indent=1) + "\n")
+        return spec
+    spec = spec or TransferSpec()
+    if create:
+        directory.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(spec.to_dict(), indent=1) + "\n")
+    return spec
+
+
+def read_results(directory: Path) -> Dict[str, dict]:
+    """{cell name: its row} of results.jsonl (a line cut off by a kill is dropped with a warning)."""
+    path = directory / RESULTS_FILE
+    return {row["cell"]: row for row in read_metrics(path)} if path.exists() else {}
+
+
+def record(directory: Path, cell: Cell, outcome: dict) -> None:
+    row = {"cell": cell.name, **dataclasses.asdict(cell), **outcome, "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+    with open(directory / RESULTS_FILE, "a") as f:
+        f.write(json.dumps(row) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+# What a run's evaluations measured along its schedule (trainer.activation_rms, trainer.weight_change), kept in
+# results.jsonl: the run directories stay on the machine that trained them; results.jsonl is what is published.
+SCHEDULE_KEYS = {"rms_attn_logits": "attn_logits", "weight_change": "weight_change"}
+
+
+def schedule(evals: List[dict]) -> Optional[dict]:
+    """{"step": [...], "attn_logits": [[one per layer] per eval], "weight_change": [...]} from a run's eval rows,
+    for the keys every row has; None when they have neither."""
+    found = {
+        name: [row[key] for row in evals]
+        for key, name in SCHEDULE_KEYS.items()
+        if evals and all(key in row for row in evals)
+    }
+    return {"step": [row["step"] for row in evals], **found} if found else None
+
+
+def run_cells(
+    spec: TransferSpec, directory: Path, train_cells: Callable, say=print, one_at_a_time: bool = False
+) -> int:
+    """Train every cell results.jsonl lacks; `train_cells([(cell, run_dir), …])` yields (cell, {"status":
+    finished | diverged | stopped, "val_loss", "wall_s"}) as each run ends, and starts no run after the
+    caller stops reading. A run directory left by a cut-off run is moved aside first (never deleted).
+    `one_at_a_time`: the runs go one by one, so each seed's narrow runs go first (TransferSpec.cells).
+    Returns 0 when all are done, 130 when a run was stopped (rerun to go on)."""
+    done = read_results(directory)
+    todo = [c for c in spec.cells(narrow_first=one_at_a_time) if c.name not in done]
+    say(f"{len(done)} runs done, {len(todo)} to do")
+    for cell in todo:
+        if (directory / "runs" / cell.name).exists():
+            move_aside(directory / "runs" / cell.name, directory / "discarded", cell.name)
+    stopped = False
+    for n, (cell, outcome) in enumerate(train_cells([(c, directory / "runs" / c.name) for c in todo]), 1):
+        if outcome["status"] == STOPPED:  # a signal: the other jobs got it too; no new run starts
+            stopped = True
+            break
+        record(directory, cell, outcome)
+        loss = "diverged" if outcome["val_loss"] is None else f"val loss {outcome['val_loss']:.4f}"
+        say(f"[{n}/{len(todo)}] {cell.name}: {loss} ({outcome['wall_s']:.0f} s)", flush=True)
+    if stopped:
+        say("stopped; the finished runs are recorded: continue with the same command")
+    return 130 if stopped else 0
+
+
+def seconds_per_run(directory: Path) -> Dict[tuple, float]:
+    """{(optimizer, width): median wall seconds} of the runs already finished here."""
+    walls: Dict[tuple, list] = {}
+    for row in read_results(directory).values():
+        walls.setdefault((row["optimizer"], row["width"]), []).append(row["wall_s"])
+    return {key: statistics.median(values) for key, values in walls.items()}
+
+
+def cost_table(spec: TransferSpec, todo: Sequence[Cell], seconds: Dict[tuple, float], jobs: int) -> str:
+    """Runs to do and their time, per optimizer and width; the total divided over `jobs` processes."""
+    lines = [f"{'optimizer':<10}{'width':>6}{'per run':>10}{'runs':>6}{'time':>11}"]
+    total = 0.0
+    for optimizer in spec.optimizers:
+        for width in spec.widths:
+            n = sum(c.optimizer == optimizer and c.width == width for c in todo)
+            per_run = seconds.get((optimizer, width))
+            total += (per_run or 0.0) * n
+            time_text = "?" if per_run is None else f"{per_run * n / 60:.1f} min"
+            lines.append(
+                f"{optimizer:<10}{width:>6}{'?' if per_run is None else f'{per_run:.0f} s':>10}{n:>6}{time_text:>11}"
+            )
+    lines.append(f"total: {total / 60:.0f} min of runs, about {total / 60 / jobs:.0f} min with --jobs {jobs}")
+    return "\n".join(lines)
+
+
+Losses = Dict[tuple, Dict[int, Dict[float, Optional[float]]]]  # [(optimizer, parametrization)][width][lr]
+Schedules = Dict[tuple, Dict[int, dict]]  # [(optimizer, parametrization)][width] = {"lr", "step", quantity: [...]}
+QUANTITIES = {"attn_logits": "attention-logit RMS", "weight_change": "weight change since the last eval"}
+
+
+def mean_losses(spec: TransferSpec, results: Dict[str, dict]) -> Losses:
+    """Mean final val loss over the seeds recorded so far; None when any seed diverged; a point with no
+    seed recorded yet is left out."""
+    losses: Losses = {}
+    for optimizer in spec.optimizers:
+        for parametrization in spec.parametrizations:
+            for width in spec.widths:
+                for lr in spec.lrs:
+                    names = [Cell(optimizer, parametrization, width, lr, s).name for s in spec.seeds]
+                    rows = [results[name] for name in names if name in results]
+                    if rows:
+                        value = (
+                            None
+                            if any(r["status"] == DIVERGED for r in rows)
+                            else statistics.fmean(r["val_loss"] for r in rows)
+                        )
+                        losses.setdefault((optimizer, parametrization), {}).setdefault(width, {})[lr] = value
+    return losses
+
+
+def best_lrs(losses: Losses) -> Dict[tuple, Dict[int, float]]:
+    """Each width's lr with the lowest mean loss (widths where every lr diverged are left out)."""
+    best = {}
+    for key, per_width in losses.items():
+        for width, per_lr in per_width.items():
+            finite = {lr: v for lr, v in per_lr.items() if v is not None}
+            if finite:
+                best.setdefault(key, {})[width] = min(finite, key=finite.get)
+    return best
+
+
+def drift(best: Dict[int, float]) -> float:
+    """log2(best lr at the widest width / at the narrowest): 0 = transfers; -3 = moved 8× down."""
+    return math.log2(best[max(best)] / best[min(best)])
+
+
+def markdown(spec: TransferSpec, losses: Losses) -> str:
+    best = best_lrs(losses)
+    out = [
+        f"# μP learning-rate transfer: final validation loss (nats/token), mean over seeds {list(spec.seeds)}",
+        "",
+        "Bold: each width's best lr. ×: diverged (any seed). Blank: not run yet.",
+        "",
+    ]
+    for key in sorted(losses, key=lambda k: (k[0], k[1] != "sp")):  # SP, then μP, per optimizer
+        optimizer, parametrization = key
+        moved = (
+            f"best lr moved 2^{drift(best[key]):+.0f} from width {min(best[key])} to {max(best[key])}"
+            if len(best.get(key, {})) > 1
+            else "best lr: too few widths finished"
+        )
+        edges = [w for w, lr in sorted(best.get(key, {}).items()) if lr in (min(spec.lrs), max(spec.lrs))]
+        if edges:  # the optimum may lie past the grid: the move shown is then a bound, not a measurement
+            moved += f" (at the grid's edge at width {', '.join(map(str, edges))}: the optimum may lie beyond it)"
+        out += [
+            f"## {NAMES[optimizer]} · {NAMES[parametrization]}: {moved}",
+            "",
+            "| width | " + " | ".join(f"lr {lr:.3g}" for lr in spec.lrs) + " | best lr |",
+            "|---:|" + "---:|" * (len(spec.lrs) + 1),
+        ]
+        for width, per_lr in sorted(losses[key].items()):
+            cells = [_cell(per_lr, lr, best[key].get(width)) for lr in spec.lrs]
+            best_lr = best[key].get(width)
+            out.append(f"| {width} | " + " | ".join(cells) + f" | {'' if best_lr is None else f'{best_lr:.3g}'} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def schedules(spec: TransferSpec, results: Dict[str, dict], losses: Losses) -> Schedules:
+    """At each width's best lr, each evaluation's attention-logit RMS and weight change, averaged over the layers
+    and then over the seeds that recorded them (results rows with a "schedule"); widths without any left out."""
+    out: Schedules = {}
+    for key, per_width in best_lrs(losses).items():
+        for width, lr in per_width.items():
+            rows = [results.get(Cell(*key, width, lr, s).name, {}).get("schedule") for s in spec.seeds]
+            rows = [r for r in rows if r]
+            if not rows or any(r["step"] != rows[0]["step"] for r in rows):
+                continue
+            along = {"lr": lr, "step": rows[0]["step"]}
+            for quantity in QUANTITIES:
+                if all(quantity in r for r in rows):
+                    along[quantity] = [
+                        statistics.fmean(statistics.fmean(r[quantity][i]) for r in rows)
+                        for i in range(len(along["step"]))
+                    ]
+            out.setdefault(key, {})[width] = along
+    return out
+
+
+def schedule_markdown(along: Schedules) -> str:
+    out = [
+        "## Along the schedule, at each width's best lr",
+        "",
+        "Each evaluation's value, averaged over the layers and the seeds: the attention logits' RMS (q·kᵀ × "
+        "scale on the first validation sequence) and each block's relative weight change since the previous "
+        "evaluation (|W − W_prev| / |W_prev|; the first: since initialisation).",
+        "",
+    ]
+    for key, per_width in sorted(along.items()):
+        steps = next(iter(per_width.values()))["step"]
+        out += [
+            f"### {NAMES[key[0]]} · {NAMES[key[1]]}",
+            "",
+            "| width | lr | quantity | " + " | ".join(f"step {s}" for s in steps) + " |",
+            "|---:|---:|---|" + "---:|" * len(steps),
+        ]
+        for width, row in sorted(per_width.items()):
+            for quantity, label in QUANTITIES.items():
+                if quantity in row:
+                    out.append(
+                        f"| {width} | {row['lr']:.3g} | {label} | "
+                        + " | ".join(f"{v:.4g}" for v in row[quantity])
+                        + " |"
+                    )
+        out.append("")
+    return "\n".join(out)
+
+
+def _cell(per_lr: Dict[float, Optional[float]], lr: float, best: Optional[float]) -> str:
+    if per_lr.get(lr) is None:
+        return "×" if lr in per_lr else ""  # diverged, or not run yet
+    return f"**{per_lr[lr]:.4f}**" if lr == best else f"{per_lr[lr]:.4f}"
+
+
+def report_text(spec: TransferSpec, results: Dict[str, dict]) -> str:
+    """results.md: the loss tables, then the schedule's table where the runs recorded one."""
+    losses = mean_losses(spec, results)
+    along = schedules(spec, results, losses)
+    return markdown(spec, losses) + ("\n" + schedule_markdown(along) if along else "")
+
+
+def write_report(spec: TransferSpec, directory: Path) -> tuple:
+    """results.md and transfer.png (and schedule.png) in the experiment directory, from whatever has finished."""
+    results = read_results(directory)
+    losses = mean_losses(spec, results)
+    if not losses:
+        raise ValueError(f"{directory} has no finished runs to report yet")
+    table, figure = directory / "results.md", directory / "transfer.png"
+    table.write_text(report_text(spec, results))
+    plot_transfer(losses, figure)
+    along = schedules(spec, results, losses)
+    if along:
+        plot_schedules(along, QUANTITIES, directory / "schedule.png")
+    return table, figure
+
+
+def plot_transfer(losses: Dict[tuple, Dict[int, Dict[float, Optional[float]]]], path: Path) -> None:
+    """losses[(optimizer, parametrization)][width][lr] = final val loss (mean over seeds; None = diverged).
+    One row per optimizer, SP left and μP right; a diverged point is an × on the panel's top edge, each
+    width's best lr a ring. Under μP the rings line up; under SP they drift as the model widens."""
+    optimizers = sorted({o for o, _ in losses})
+    fig, axes = figure(len(optimizers), 2, figsize=(11, 4.2 * len(optimizers)), squeeze=False, sharey="row")
+    for row, optimizer in enumerate(optimizers):
+        for col, parametrization in enumerate(("sp", "mup")):
+            _lr_curves(axes[row][col], losses.get((optimizer, parametrization), {}))
+            axes[row][col].set_title(f"{NAMES[optimizer]} · {NAMES[parametrization]}")
+    save(fig, path)
+
+
+def _lr_curves(ax, per_width: Dict[int, Dict[float, Optional[float]]]) -> None:
+    finite = [v for per_lr in per_width.values() for v in per_lr.values() if v is not None]
+    top = max(finite) if finite else 1.0
+    cmap = matplotlib.colormaps["plasma"]
+    for i, (width, per_lr) in enumerate(sorted(per_width.items())):
+        colour = cmap(i / max(len(per_width), 2))
+        ok = sorted((lr, v) for lr, v in per_lr.items() if v is not None)
+        if ok:
+            ax.plot(*zip(*ok), marker="o", color=colour, label=f"width {width}")
+            best = min(ok, key=lambda point: point[1])
+            ax.scatter(*best, s=150, facecolors="none", edgecolors=colour, lw=2)
+        bad = [lr for lr, v in per_lr.items() if v is None]
+        ax.scatter(bad, [top] * len(bad), marker="x", s=60, color=colour, clip_on=False)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("peak learning rate (optim.lr)")
+    ax.set_ylabel("final validation loss (nats/token)")
+    ax.grid(alpha=0.3)
+    if per_width:  # a panel of a parametrization the plan left out stays empty
+        ax.legend(fontsize=8)
+
+
+def plot_schedules(along: Dict[tuple, Dict[int, dict]], quantities: Dict[str, str], path: Path) -> None:
+    """along[(optimizer, parametrization)][width] = {"step": [...], quantity: [...]}: one row per optimizer and
+    parametrization, one panel per quantity against the step, one line per width (log scale: under μP the
+    widths' lines should lie on each other)."""
+    keys = sorted(along)
+    fig, axes = figure(len(keys), len(quantities), figsize=(5.5 * len(quantities), 3.8 * len(keys)), squeeze=False)
+    cmap = matplotlib.colormaps["plasma"]
+    for row, key in enumerate(keys):
+        for col, (quantity, label) in enumerate(quantities.items()):
+            ax = axes[row][col]
+            for i, (width, series) in enumerate(sorted(along[key].items())):
+                if quantity in series:
+                    ax.plot(
+                        series["step"],
+                        series[quantity],
+                        marker="o",
+                        color=cmap(i / max(len(along[key]), 2)),
+                        label=f"width {width} (lr {series['lr']:.3g})",
+                    )
+            ax.set_yscale("log")
+            ax.set_xlabel("step")
+            ax.set_title(f"{NAMES[key[0]]} · {NAMES[key[1]]}: {label}", fontsize=9)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+    save(fig, path)
+
 
 GRID = ("widths", "lrs", "seeds", "optimizers", "parametrizations")
 
@@ -53,24 +458,6 @@ GRID = ("widths", "lrs", "seeds", "optimizers", "parametrizations")
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=description(__doc__))
     p.add_argument("--dir", type=Path, help="the experiment directory (created, or continued)")
-    p.add_argument(
-        "--arms",
-        type=Path,
-        nargs="+",
-        metavar="DIR",
-        help="instead: for each arm's directory, is its widest width worse than its narrowest at some lr "
-        "(paired over seeds; docs/mup.md); then each arm against the first (the control)",
-    )
-    p.add_argument(
-        "--figure", type=Path, metavar="PNG", help="with --arms: also draw each arm's gap against the lr into PNG"
-    )
-    p.add_argument(
-        "--factorial",
-        nargs=3,
-        metavar=("A", "B", "AB"),
-        help="with --arms: the 2x2 of the arms named A (one setting), B (the other) and AB (both), the "
-        "first --arms directory being neither",
-    )
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated time; train nothing")
     p.add_argument("--report", action="store_true", help="only write results.md and transfer.png")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time, each its own process (default 2: 2 cores)")
@@ -194,35 +581,10 @@ def print_plan(spec: TransferSpec) -> None:
     )
 
 
-def factorial_arms(directories, names) -> list:
-    """The --arms directories named A, B and AB: three different arms, none of them the control (the first)."""
-    by_name = {d.name: d for d in directories[1:]}
-    unknown = [n for n in names if n not in by_name]
-    if unknown or len(set(names)) != 3:
-        raise ValueError(
-            f"--factorial {' '.join(names)}: name three different arms of --arms after the control "
-            f"({', '.join(by_name) or 'none given'})"
-        )
-    return [by_name[n] for n in names]
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.arms:
-        settings = factorial_arms(args.arms, args.factorial) if args.factorial else None  # refused before any work
-        arms = [judge_arm(d) for d in args.arms]
-        print(arms_markdown(arms))
-        if len(args.arms) > 1:  # the first is the control: does each other arm move the gap?
-            print(comparisons_markdown([compare_arms(args.arms[0], d) for d in args.arms[1:]]))
-        if settings:
-            print(factorial_markdown(factorial(args.arms[0], *settings)))
-        if args.figure:
-            plot_arms(arms, args.figure)
-        return 0
-    if args.figure or args.factorial:
-        raise ValueError("--figure and --factorial go with --arms DIR ...: they read the arms' directories")
     if args.dir is None:
-        raise ValueError("--dir DIR is needed (or --arms DIR ...)")
+        raise ValueError("--dir DIR is needed")
     if args.jobs < 1 or args.threads < 1:
         raise ValueError("--jobs and --threads must be >= 1")
     spec = open_experiment(args.dir, spec_from_args(args), create=not (args.dry_run or args.report))

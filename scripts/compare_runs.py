@@ -17,8 +17,7 @@ from pathlib import Path
 import _bootstrap  # noqa: F401  (the repository root on sys.path; TORCHINDUCTOR_CACHE_DIR checked)
 
 from analysis import reference as ref
-from analysis.delta_plots import plot_forest
-from analysis.plots import has_activation_rms, plot_activation_rms, plot_time_to_quality, plot_val_curves
+from analysis.plots import has_activation_rms, plot_activation_rms, plot_forest, plot_time_to_quality, plot_val_curves
 from analysis.runs import RunsError, group_variants, read_complete_runs
 from analysis.table import markdown, summarize_variants
 from training.cli import description, run

@@ -86,7 +86,7 @@ def test_verdict_compares_the_best_with_the_runner_up_not_the_last(tmp_path, cap
     _, rows, text, _ = compare(tmp_path, capsys)
     assert list(rows)[1] == "rmsnorm + geglu"
     assert "**Within seed noise:** rmsnorm + swiglu leads rmsnorm + geglu on the mean" in text
-    assert "can't tell yet" in text.split("Within seed noise")[1].splitlines()[0]
+    assert "rmsnorm + swiglu: can't tell: Δ = +0.0" in text.split("Within seed noise")[1].splitlines()[0]
 
 
 def test_verdict_calls_a_real_lead_with_the_paired_test(tmp_path, capsys):
@@ -99,8 +99,8 @@ def test_verdict_calls_a_real_lead_with_the_paired_test(tmp_path, capsys):
     assert expected.p < 0.05
     assert (
         "rmsnorm + swiglu is ahead of the runner-up rmsnorm + gelu (a post-hoc, unadjusted comparison of the "
-        "table's two best, not a verdict): rmsnorm + gelu is worse by "
-        f"{expected.delta:.3f} ± {expected.half_width:.3f} bpb (95 % CI)"
+        "table's two best, not a verdict): rmsnorm + gelu is worse: Δ = "
+        f"{expected.delta:+.3f} ± {expected.half_width:.3f} bpb (95 % CI)"
     ) in text
 
 
@@ -122,7 +122,7 @@ def test_paired_delta_against_the_default_reference(tmp_path, capsys):
     t = paired_t([1.10, 1.21, 1.29], [1.20, 1.30, 1.40])
     assert gelu.split(" | ")[1:5] == ["3", f"{t.delta:+.4f}", f"[{t.low:+.4f}, {t.high:+.4f}]", f"{t.p:.2g}"]
     assert gelu.endswith("| **better** |")
-    assert "- **layernorm + swiglu**: can't tell yet" in paired
+    assert "- **layernorm + swiglu**: can't tell: Δ = " in paired
     assert "vs rmsnorm + swiglu" not in gelu  # one reference: named once, in the note
     assert "Δ = variant − rmsnorm + swiglu" in paired
 
@@ -154,7 +154,7 @@ def test_reference_can_be_chosen_and_a_wrong_one_is_an_error(tmp_path, capsys):
     write_variant(tmp_path, [1.2, 1.3], mlp="swiglu")
     write_variant(tmp_path, [1.1, 1.2], mlp="gelu")
     _, _, text, _ = compare(tmp_path, capsys, "--reference", "model.mlp=gelu")
-    assert "- **rmsnorm + swiglu**: worse by" in text
+    assert "- **rmsnorm + swiglu**: worse: Δ = +" in text
     status, _, _, err = compare(tmp_path, capsys, "--reference", "model.mlp=relu2")
     assert status == 1 and err.startswith("error: --reference model.mlp=relu2 matches none of the variants")
     status, _, _, err = compare(tmp_path, capsys, "--reference", "gelu")

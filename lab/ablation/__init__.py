@@ -3,4 +3,4 @@ reference's on paired seeds, at one or more model sizes (lab/ablate.py). protoco
 trains and how it is judged, lr_search.py how an LR is chosen, configs.py turns cells into train.py
 configs, runner.py runs the stages, cells.py reads where each cell stands, cost.py and planning.py what
 is left and what it can detect, manifest.py the protocol directory's record, report.py the results
-(contrasts.py the verdicts, literature.py the papers, export.py the data files)."""
+(contrasts.py the verdicts and the scale check, export.py the data files; the report compares them with the papers)."""

@@ -1,13 +1,14 @@
 """Where each protocol cell stands, read from its run directory: finished, diverged, failed,
 resumable from a checkpoint, to be restarted, or not started."""
 
+import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from analysis.runs import Run, RunsError, read_run
-from lab.ablation.protocol import Cell, Spec, lr_sweep, stage1_cells
+from lab.ablation.protocol import Cell, ProtocolError, Spec, lr_sweep, stage1_cells
 from lab.launcher import move_aside as move_run_aside
 from training.checkpoint import RunFiles
 
@@ -53,6 +54,32 @@ def inspect(cell: Cell, runs_dir: Path) -> CellState:
     if _has_checkpoint(path):
         return CellState(cell, path, RESUMABLE, run)
     return CellState(cell, path, RESTART if path.exists() else MISSING, run)
+
+
+def file_digests(path: Path) -> Dict[str, str]:
+    """{file: SHA-256, 16 hex} of every file in a run directory but its checkpoints: what its results derive from."""
+    checkpoints = RunFiles(path).checkpoints
+    return {
+        str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+        for p in sorted(path.rglob("*"))
+        if p.is_file() and checkpoints not in p.parents
+    }
+
+
+def check_files(recorded: Dict[str, dict], runs_dir: Path, where) -> None:
+    """A ProtocolError naming the first file of a done cell's run directory that changed since the manifest recorded
+    it (a result edited by hand would otherwise be derived from); a cell whose directory is gone runs again."""
+    for name, entry in recorded.items():
+        path = runs_dir / name
+        if not (entry.get("files") and path.is_dir()):
+            continue
+        now = file_digests(path)
+        for file, digest in entry["files"].items():
+            if now.get(file) != digest:
+                raise ProtocolError(
+                    f"{path / file} {'changed' if file in now else 'is gone'} since {where} recorded its cell as "
+                    f"{entry['state']}; restore it (git, a backup), or delete {path} to run the cell again"
+                )
 
 
 def is_divergence(status: dict) -> bool:

@@ -2,22 +2,21 @@
 measuring seeds, at two LR choices — each at its own best LR, and every variant at the reference's best
 (the shared LR) — Holm-adjusted within its family (one tier's contrasts × sizes at one LR choice), with
 a paired TOST against the equivalence margin — and beside each, its p under one Holm correction over the whole
-study, so a family's call the study-wide rule does not keep is worded so; their tables and the depth check."""
+study, so a family's call the study-wide rule does not keep is worded so; their tables and the depth check.
+The scale check (does each verdict keep its direction across sizes; Kendall's τ between the sizes' rankings) too."""
 
 import math
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
+from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-from lab import scale
+from analysis.stats import Comparison, decimals
 from lab.ablation.cells import DIVERGED, FINISHED, CellState
 from lab.ablation.protocol import TIERS, Cell, Spec
-from lab.verdicts import Verdict, judge, method_name, table_cells
+from lab.stats import Verdict, judge, method_name, table_cells
 
-# Up when how a verdict is reached changes (the tests, the correction, TOST, the families): a pre-registration records
-# the rule it is judged by, and a report under another one is refused.
-ANALYSIS_RULE = 1
 LR_CHOICES = ("own", "shared")
 LR_WORDS = {"own": "each variant at its own best LR", "shared": "every variant at the reference's best LR"}
 States = Dict[Cell, CellState]
@@ -171,11 +170,94 @@ def _lrs(c: Contrast) -> str:
 
 def depth_markdown(spec: Spec, contrasts: List[Contrast], rankings: Dict[str, List[str]]) -> str:
     """Does it hold across sizes? Each variant's Δ and verdict at every size (own LR), their consistency
-    and the rankings' agreement (analysis/scale.py)."""
+    and the rankings' agreement (scale_markdown below)."""
     results = [
-        scale.SizeResult(
+        SizeResult(
             size, rankings.get(size, []), {c.variant: c.verdict for c in pick(contrasts, choice="own", size=size)}
         )
         for size in spec.sizes
     ]
-    return scale.markdown(results, spec.reference)
+    return scale_markdown(results, spec.reference)
+
+
+# --- does it hold at scale? ---
+
+WORDS = {
+    "better": "better",
+    "worse": "worse",
+    "unclear": "can't tell",
+    "same": "identical",
+    "none": "no verdict",
+    "equivalent": "equivalent",
+    "can't tell": "can't tell",
+}
+
+
+@dataclass
+class SizeResult:
+    name: str
+    ranking: List[str]  # variant names, best first (mean final val bpb)
+    comparisons: Dict[str, Comparison]  # variant → vs the reference at this size (or a verdicts.Verdict)
+
+
+def consistency(outcomes: Sequence[Optional[str]]) -> str:
+    """How one variant's verdicts (better/worse/unclear/…, None = not run) line up across sizes."""
+    called = {o for o in outcomes if o in ("better", "worse")}
+    if len(called) == 2:
+        return "**flips**: better at one size, worse at another"
+    if not called:
+        if outcomes and all(o == "equivalent" for o in outcomes):
+            return "**holds**: equivalent at every size"
+        if any(o == "equivalent" for o in outcomes):
+            return "partly: equivalent where shown, can't tell elsewhere"
+        return "can't tell at any size" if any(o for o in outcomes) else "not run"
+    direction = called.pop()
+    if all(o == direction for o in outcomes):
+        return f"**holds**: {direction} at every size"
+    return f"partly: {direction} where called, not significant elsewhere"
+
+
+def rank_agreement(a: Sequence[str], b: Sequence[str]) -> Optional[float]:
+    """Kendall's τ between two rankings over the variants both hold (1 = same order, −1 = reversed)."""
+    common = [v for v in a if v in b]
+    if len(common) < 3:  # τ over two items is only ±1: say nothing
+        return None
+    return float(stats.kendalltau([a.index(v) for v in common], [b.index(v) for v in common]).statistic)
+
+
+def scale_markdown(results: Sequence[SizeResult], reference: str, unit: str = "bpb") -> str:
+    """The scale check: Δ vs the reference per variant and size, its consistency, the rankings."""
+    variants = list(dict.fromkeys(v for r in results for v in r.comparisons))
+    header = ["variant"] + [f"Δ {unit} at {r.name}" for r in results] + ["across sizes"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for v in variants:
+        cells, outcomes = [], []
+        for r in results:
+            c = r.comparisons.get(v)
+            t = c.test if c else None
+            outcomes.append(c.outcome if c else None)
+            if t is None:
+                cells.append("—")
+                continue
+            digits = decimals(t.half_width)
+            spread = (
+                "" if math.isnan(t.half_width) else " (no spread)" if t.zero_spread else f" ± {t.half_width:.{digits}f}"
+            )
+            cells.append(f"{t.delta:+.{digits}f}{spread} ({WORDS[c.outcome]})")
+        lines.append("| " + " | ".join([v] + cells + [consistency(outcomes)]) + " |")
+    lines += [
+        "",
+        f"Δ = variant − {reference} (paired, 95 % CI half-width). Ranking by mean final val {unit}, best first:",
+        "",
+    ]
+    lines += [f"- {r.name}: " + " < ".join(r.ranking) for r in results]
+    for first, second in zip(results, results[1:]):
+        tau = rank_agreement(first.ranking, second.ranking)
+        same = first.ranking == second.ranking
+        agreement = (
+            "the same order"
+            if same
+            else (f"Kendall's τ = {tau:+.2f}" if tau is not None else "different order (too few variants for τ)")
+        )
+        lines.append(f"- {first.name} → {second.name}: {agreement}")
+    return "\n".join(lines) + "\n"

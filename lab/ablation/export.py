@@ -10,7 +10,6 @@ from typing import Dict, List, Optional
 
 from lab.ablation.cells import CellState
 from lab.ablation.contrasts import Contrast
-from lab.ablation.planning import manifest_values
 from lab.ablation.protocol import Cell, Spec
 
 CELL_FIELDS = ["stage", "size", "variant", "lr", "seed", "state", "val_loss", "val_bpb", "tokens", "precision"]
@@ -87,22 +86,6 @@ def contrast_rows(spec: Spec, contrasts: List[Contrast]) -> List[dict]:
             }
         )
     return rows
-
-
-def manifest_rows(manifest: dict) -> List[dict]:
-    """Every finished cell of a protocol manifest (protocol.yaml keeps each cell's final bpb), as per_seed.csv
-    rows: what a report whose run directories are gone can still be checked against."""
-    spec, chosen = manifest["spec"], manifest.get("chosen_lr") or {}
-    rows = [
-        {"size": size, "variant": variant, "lr": lr, "seed": seed, "val_bpb": bpb, "state": "finished"}
-        for (size, variant, lr), seeds in manifest_values(manifest).items()
-        for seed, bpb in seeds.items()
-    ]
-    for row in rows:
-        reused = row["seed"] in spec["seeds"] and chosen.get(row["size"], {}).get(row["variant"]) == row["lr"]
-        # format-1 manifests reused the LR sweep's run at the chosen LR as a measuring seed
-        row["stage"] = ("stage1+2" if reused else "stage1") if row["seed"] == spec.get("stage1_seed") else "stage2"
-    return sorted(rows, key=lambda r: (r["size"], r["variant"], r["lr"], r["seed"]))
 
 
 FILES = ("per_seed.csv", "contrasts.csv", "results.json")

@@ -8,7 +8,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
-from lab import power
+from lab import stats as power
 from lab.ablation.protocol import TIERS, ProtocolError, Spec
 
 RUN_NAME = re.compile(r"^(?P<size>[^/]+)/(?P<variant>[^/]+)/lr(?P<lr>[^_/]+)_seed(?P<seed>\d+)$")

@@ -6,11 +6,13 @@ then every variant on the measuring seeds at its own best LR and at the referenc
 import math
 import re
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
 
-from lab import power
+import yaml
+
+from lab import stats as power
 from lab.ablation.lr_search import Sweep, at_grid_edge, choose_lr, sweep
-from lab.spec_file import read_spec_fields
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")  # directory- and Hydra-safe: it names cells' directories
 MULTITEST = ("holm", "bonferroni", "holm-sidak", "hommel")  # family-wise methods of statsmodels' multipletests
@@ -305,8 +307,16 @@ def _require(ok, message: str) -> None:
 
 
 def load_spec_file(path) -> Spec:
-    """A protocol file (lab/configs/protocol/*.yaml): the Spec's fields as YAML."""
-    raw = read_spec_fields(path, Spec, ProtocolError, "protocol file")
+    """A protocol file (lab/configs/protocol/*.yaml): the Spec's fields as YAML; one line naming what is wrong."""
+    known = ", ".join(Spec.__dataclass_fields__)
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise ProtocolError(f"cannot read protocol file {path} ({type(e).__name__}: {str(e).splitlines()[0]})")
+    if not isinstance(raw, dict):
+        raise ProtocolError(f"protocol file {path} is not a mapping of its fields ({known})")
+    if unknown := sorted(set(raw) - set(Spec.__dataclass_fields__)):
+        raise ProtocolError(f"protocol file {path}: unknown field(s) {', '.join(unknown)}; the fields are {known}")
     try:
         return Spec(**raw)
     except TypeError as e:

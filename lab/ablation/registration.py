@@ -1,8 +1,9 @@
 """The pre-registration, made tamper-evident: before the first cell trains, the manifest records the SHA-256 of
 the spec's pre-registered part — what is compared (reference, variants, sizes, families), how it is judged
 (α, the correction, the equivalence margin, power, the target MDE), the measuring seeds and the LR rule — with
-the SHA-256 of every cell's composed config (the preset's and every config group's content) and the version of the
-analysis rule, the time and the command. Once any cell exists, a protocol with no record stays unregistered. A resume that changes any of it through ablate.py (a variant or an LR added, as
+the SHA-256 of every cell's composed config (the preset's and every config group's content) and of the analysis code,
+the git commit ("dirty" when the tree has changes), the time and the command. Once any cell exists, register() refuses
+a first record: the protocol stays unregistered. A resume that changes any of it through ablate.py (a variant or an LR added, as
 check_continuable allows) records an amendment beside it; a spec edited any other way matches no record,
 and a resume or a report then refuses in one line. The hash is printed so it can be published before the
 results exist (a commit, a post): that, not this file, is what a reader outside the machine can check."""
@@ -10,12 +11,22 @@ results exist (a commit, a post): that, not this file, is what a reader outside 
 import dataclasses
 import hashlib
 import json
+import subprocess
 import time
 from typing import Dict, Iterable, List, Optional
 
 from lab.ablation.configs import REGISTRATION_TAG
-from lab.ablation.contrasts import ANALYSIS_RULE
 from lab.ablation.protocol import ProtocolError, Spec
+from training.cli import REPO
+
+# The code that turns the cells' results into verdicts: a registration records its digest, and other code is refused.
+ANALYSIS_CODE = (
+    "analysis/stats.py",
+    "lab/stats.py",
+    "lab/ablation/contrasts.py",
+    "lab/ablation/lr_search.py",
+)
+
 
 # The fields decided before any cell trains. planning_sd and the stored throughput only plan; they are not here.
 PREREGISTERED = (
@@ -48,23 +59,36 @@ NOT_REGISTERED = (
 )
 
 
+class TooLate(ProtocolError):
+    """A first registration asked for once cells exist: it would fix a hypothesis after its results."""
+
+
+def analysis_digest() -> str:
+    """SHA-256 of the analysis code (ANALYSIS_CODE), each file named: what a verdict is reached by."""
+    digest = hashlib.sha256()
+    for name in ANALYSIS_CODE:
+        digest.update(name.encode() + b"\0" + (REPO / name).read_bytes())
+    return digest.hexdigest()
+
+
+def git_commit() -> str:
+    """The commit the code runs at, '<hash> dirty' when tracked files differ from it; 'unknown' outside git."""
+    try:
+        head, changes = (
+            subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, check=True).stdout.strip()
+            for args in (["rev-parse", "HEAD"], ["status", "--porcelain", "--untracked-files=no"])
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+    return f"{head} dirty" if changes else head
+
+
 def preregistered(spec: Spec, configs: Optional[Dict[str, str]] = None) -> dict:
     """The spec's pre-registered part, as plain data; with `configs` ({"size/variant": config_digest}), those and the
-    analysis rule too."""
+    analysis code's digest too."""
     data = spec.to_dict()
     part = {key: data[key] for key in PREREGISTERED}
-    return part if configs is None else {**part, "configs": dict(configs), "analysis_rule": ANALYSIS_RULE}
-
-
-def too_late(manifest: dict, cells_exist: bool) -> Optional[str]:
-    """The one line refusing a first registration once cells exist (it would fix a hypothesis after its results),
-    or None."""
-    if manifest.get("registrations") or not cells_exist:
-        return None
-    return (
-        "pre-registration refused: this protocol's cells ran before any registration, and one recorded now would "
-        "follow its results; it stays not pre-registered, and its report says so"
-    )
+    return part if configs is None else {**part, "configs": dict(configs), "analysis": analysis_digest()}
 
 
 def fingerprint(part: dict) -> str:
@@ -72,9 +96,17 @@ def fingerprint(part: dict) -> str:
     return hashlib.sha256(json.dumps(part, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def register(manifest: dict, spec: Spec, command: str, configs: Optional[Dict[str, str]] = None) -> Optional[dict]:
+def register(
+    manifest: dict, spec: Spec, command: str, configs: Optional[Dict[str, str]] = None, cells_exist: bool = False
+) -> Optional[dict]:
     """Record the spec's pre-registration in `manifest` (before its first cell trains), or an amendment when a
-    resume changed it; the new record, or None when the spec is the one last registered."""
+    resume changed it; the new record, or None when the spec is the one last registered. TooLate when no record
+    exists and cells do."""
+    if cells_exist and not manifest.get("registrations"):
+        raise TooLate(
+            "pre-registration refused: this protocol's cells ran before any registration, and one recorded now "
+            "would follow its results; it stays not pre-registered, and its report says so"
+        )
     part = preregistered(spec, configs)
     records: List[dict] = manifest.setdefault("registrations", [])
     sha = fingerprint(part)
@@ -84,6 +116,7 @@ def register(manifest: dict, spec: Spec, command: str, configs: Optional[Dict[st
         "sha256": sha,
         "registered": time.strftime("%Y-%m-%d %H:%M:%S %z"),
         "command": command,
+        "commit": git_commit(),
         "preregistered": part,
     }
     if records:
@@ -143,11 +176,11 @@ def check_configs(manifest: dict, configs: Dict[str, str], where: str) -> None:
             f"matches its pre-registration {sha} of {records[-1]['registered']}; restore the configs (git), or "
             "start a new --dir"
         )
-    if last.get("analysis_rule", ANALYSIS_RULE) != ANALYSIS_RULE:
+    if "configs" in last and last.get("analysis", "none recorded") != analysis_digest():
         raise ProtocolError(
-            f"{where}: registered to be judged by analysis rule {last['analysis_rule']}, but this code applies rule "
-            f"{ANALYSIS_RULE} (lab/ablation/contrasts.py ANALYSIS_RULE); report it with the code of its "
-            "registration (git)"
+            f"{where}: registered to be judged by analysis code {last.get('analysis', 'none recorded')[:12]}, but this "
+            f"code's is {analysis_digest()[:12]} ({', '.join(ANALYSIS_CODE)}); report it with the code of its "
+            f"registration: git checkout {records[-1].get('commit', '<its commit>').split()[0]}"
         )
 
 

@@ -18,8 +18,8 @@ from lab.ablation.lr_search import edge_note
 from lab.ablation.planning import power_table
 from lab.ablation.protocol import ProtocolError, Spec, lr_sweep, stage2_cells
 from lab.launcher import Job, Launcher
-from lab.looks import alpha_for
-from lab.looks import record as looks_record
+from lab.stats import alpha_for
+from lab.stats import record as looks_record
 
 
 class Protocol:
@@ -77,6 +77,8 @@ def cell_entry(s) -> dict:
         entry["val_bpb"] = round(s.final_bpb, 6)
     if s.error:
         entry["error"] = s.error
+    if s.state in C.DONE:  # never written again: an edit is refused (check_files)
+        entry["files"] = C.file_digests(s.path)
     return entry
 
 
@@ -301,6 +303,8 @@ def run_stage1(proto: Protocol, values: dict) -> int:
 def run_stages(proto: Protocol, budgets: dict, values: dict, probe_steps: int, dry_run: bool) -> int:
     """The cost and power, stage 1 (the LR sweeps), the chosen LRs, stage 2 (every seed at them), then the
     report; an exit status (0 done, 1 failed runs, 2 runs stopped early, 128 + N a signal)."""
+    C.check_files(proto.data.get("cells") or {}, proto.runs_dir, proto.dir / manifest.MANIFEST)
+    proto.save()  # the registration, before the first cell trains
     seconds, source = measure(proto, budgets, probe_steps, values)
     print_cost(proto, seconds, source)
     if dry_run:
@@ -345,6 +349,7 @@ def report(proto: Protocol) -> int:
             "the published contrasts from per_seed.csv)"
         )
     recorded = proto.data.get("cells") or {}
+    C.check_files(recorded, proto.runs_dir, where)
     unchanged = all(recorded.get(s.cell.run_name) == cell_entry(s) for s in states.values())
     registered = registration.check(proto.data, spec, where)  # a spec edited by hand: refused (configs: ablate.py)
     registration.check_cells(proto.data, states.values(), where)  # or a manifest replaced

@@ -306,7 +306,7 @@ def test_a_config_that_composes_otherwise_than_at_registration_is_refused(finish
     stored = yaml.safe_load((protocol / MANIFEST).read_text())
     (record,) = stored["registrations"]
     cell = sorted(record["preregistered"]["configs"])[0]
-    assert record["preregistered"]["analysis_rule"] == 1 and len(record["preregistered"]["configs"][cell]) == 64
+    assert len(record["preregistered"]["analysis"]) == 64 and len(record["preregistered"]["configs"][cell]) == 64
     record["preregistered"]["configs"][cell] = "0" * 64
     record["sha256"] = fingerprint(record["preregistered"])  # a record consistent with itself
     (protocol / MANIFEST).write_text(yaml.safe_dump(stored, sort_keys=False))
@@ -337,6 +337,42 @@ def test_the_report_rederives_its_files_from_the_runs_and_refuses_an_edited_one(
     assert status == 1 and err.count("\n") == 1 and "a copy without its runs?" in err, err
 
 
+def files(root) -> dict:
+    return {p: p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_an_edited_file_in_a_cells_run_directory_is_refused_naming_it_and_a_refusal_writes_nothing(
+    finished, tmp_path, capsys
+):
+    """The manifest holds every done cell's files' digests: a result edited by hand is refused in one line naming
+    the file, by a report and a resume alike, instead of being derived from; --report-only that refuses (here, or
+    an edited report file) leaves every file as it was."""
+    protocol = tmp_path / "p"
+    shutil.copytree(finished[0], protocol)
+    assert exit_status(main, ["--dir", str(protocol), "--report-only"]) == 0  # as recorded: accepted
+    capsys.readouterr()
+    report = protocol / "report" / "per_seed.csv"
+    report.write_text(report.read_text().replace("0.", "0.0", 1))
+    before = files(protocol)
+    assert exit_status(main, ["--dir", str(protocol), "--report-only"]) == 1
+    assert "per_seed.csv differs from what its cells' runs give" in capsys.readouterr().err
+    assert files(protocol) == before  # protocol.yaml's command and time untouched
+    shutil.copy(finished[0] / "report" / "per_seed.csv", report)
+    cells = yaml.safe_load((protocol / MANIFEST).read_text())["cells"]
+    name = next(n for n, e in cells.items() if e["state"] == "finished")
+    assert set(cells[name]["files"]) >= {"metrics.jsonl", "config.yaml", "job_status.yaml"}
+    metrics = protocol / "runs" / name / "metrics.jsonl"
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    rows[-1]["val_bpb"] = rows[-1]["val_bpb"] - 0.5 if "val_bpb" in rows[-1] else 0.1  # a better result, by hand
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    before = files(protocol)
+    for args in (["--report-only"], ["--probe-steps", "0"]):
+        status = exit_status(main, ["--dir", str(protocol), *args])
+        err = capsys.readouterr().err
+        assert status == 1 and err.count("\n") == 1 and f"{metrics} changed since" in err, err
+        assert files(protocol) == before
+
+
 def test_a_protocol_whose_cells_ran_before_any_registration_is_never_registered_and_says_so(finished, tmp_path, capsys):
     """Registering once cells exist would fix the hypothesis after its results: refused in one line; the report
     then says "Not pre-registered", in its header and in results.json."""
@@ -344,6 +380,8 @@ def test_a_protocol_whose_cells_ran_before_any_registration_is_never_registered_
     shutil.copytree(finished[0], protocol)
     stored = yaml.safe_load((protocol / MANIFEST).read_text())
     stored.pop("registrations")  # a protocol from before registration, its runs naming none
+    for entry in stored["cells"].values():
+        entry.pop("files")  # nor their files' digests
     (protocol / MANIFEST).write_text(yaml.safe_dump(stored, sort_keys=False))
     for path in protocol.glob("runs/*/*/*/config.yaml"):
         config = yaml.safe_load(path.read_text())
@@ -410,6 +448,10 @@ def test_resume_reruns_nothing_finished(finished, tmp_path, capsys, forking):
     (failed / STATUS_FILE).write_text(
         yaml.safe_dump({"status": "FAILED", "error": "disk full", "error_types": ["JobFailed", "WriteError"]})
     )
+    stored = yaml.safe_load((protocol / MANIFEST).read_text())
+    for run in (cut, failed):  # interrupted before the manifest recorded them done (an edit after that is refused)
+        stored["cells"].pop(run.relative_to(protocol / "runs").as_posix())
+    (protocol / MANIFEST).write_text(yaml.safe_dump(stored, sort_keys=False))
     redone = tuple(str(p) + os.sep for p in (deleted, cut, failed))
     untouched = {
         p: (p.stat().st_mtime_ns, p.read_bytes())

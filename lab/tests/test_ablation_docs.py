@@ -11,9 +11,8 @@ import yaml
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-from lab.ablation.export import manifest_rows
 from lab.ablation.planning import manifest_values, paired_differences
-from lab.verdicts import judge
+from lab.stats import judge
 from tests.train_helpers import REPO
 
 DOCS = REPO / "docs" / "ablation" / "protocol"
@@ -21,6 +20,22 @@ DOCS = REPO / "docs" / "ablation" / "protocol"
 
 def manifest() -> dict:
     return yaml.safe_load((DOCS / "protocol.yaml").read_text())
+
+
+def manifest_rows(manifest: dict) -> list:
+    """Every finished cell of a protocol manifest (protocol.yaml keeps each cell's final bpb), as per_seed.csv
+    rows: what a report whose run directories are gone can still be checked against."""
+    spec, chosen = manifest["spec"], manifest.get("chosen_lr") or {}
+    rows = [
+        {"size": size, "variant": variant, "lr": lr, "seed": seed, "val_bpb": bpb, "state": "finished"}
+        for (size, variant, lr), seeds in manifest_values(manifest).items()
+        for seed, bpb in seeds.items()
+    ]
+    for row in rows:
+        reused = row["seed"] in spec["seeds"] and chosen.get(row["size"], {}).get(row["variant"]) == row["lr"]
+        # format-1 manifests reused the LR sweep's run at the chosen LR as a measuring seed
+        row["stage"] = ("stage1+2" if reused else "stage1") if row["seed"] == spec.get("stage1_seed") else "stage2"
+    return sorted(rows, key=lambda r: (r["size"], r["variant"], r["lr"], r["seed"]))
 
 
 def test_the_per_seed_csv_is_the_manifests_cells():
@@ -300,7 +315,7 @@ def test_the_readme_words_each_ablation_call_as_its_study_wide_rule_allows():
     assert "**QK-norm is better**" not in text
     gelu_shared = [p for (size, variant, lr, ref), p in adjusted.items() if variant == "gelu" and lr == ref]
     assert len(gelu_shared) == 2 and max(gelu_shared) <= 0.008 and "study-wide p ≤ 0.008)" in text
-    from lab.power import mde, pooled_sd
+    from lab.stats import mde, pooled_sd
 
     for choice, words in (("own", "0.15 bpb at their own LRs"), ("shared", "0.030 bpb at the shared one")):
         rows = [r for r in contrast_rows() if r["lr_choice"] == choice and r["family"] == "primary"]

@@ -186,7 +186,7 @@ def test_the_literature_paragraph_is_filled_in_from_the_verdicts(finished):
 
 
 def test_power_is_stated_from_the_plan_and_from_the_measured_spread(finished):
-    from lab import power
+    from lab import stats as power
 
     _, _, text, _ = finished
     lines = section(text, "## Power", "## Stage 1")

@@ -1,4 +1,4 @@
-"""The coordinate check (lab/mup/coord_check.py) on widths 32–256, 10 steps at lr 1e-2: under μP every
+"""The coordinate check (lab/coord_check.py) on widths 32–256, 10 steps at lr 1e-2: under μP every
 layer's activation RMS is flat in width, under SP the logits grow with it — for AdamW and for Muon.
 
 Thresholds from measurement (seeds 0–3, docs/mup.md): under μP the fitted slopes of log RMS against log
@@ -12,8 +12,7 @@ import pytest
 import torch
 
 from lab import coord_check as program
-from lab.mup.coord_check import ATTENTION_LOGITS, LAYERS, CoordSetup, coord_check, fitted_slope
-from lab.mup.plots import plot_coord_check
+from lab.coord_check import ATTENTION_LOGITS, LAYERS, CoordSetup, coord_check, fitted_slope, plot_coord_check
 
 FLAT, GROWS = 0.3, 0.4
 

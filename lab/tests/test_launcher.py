@@ -19,7 +19,7 @@ import yaml
 
 from lab import CONFIGS, SEARCH_PATH
 from lab.launcher import COMPLETED, FAILED, NOT_RUN, TRAIN_PY, Job, Launcher, cpu_lock, write_option
-from lab.mup.transfer import Cell
+from lab.mup_transfer import Cell
 from training.cli import compose_train_config
 
 

@@ -3,7 +3,7 @@ look is judged at α / looks."""
 
 import pytest
 
-from lab.looks import LookError, alpha_for, check_added_seeds, record
+from lab.stats import LookError, alpha_for, check_added_seeds, record
 
 
 def test_seeds_beyond_a_look_are_refused_without_a_sequential_design():

@@ -1,18 +1,14 @@
 """docs/mup.md's transfer experiment traces to its per-run file: the tables are what the report code makes of
 docs/mup/transfer/results.jsonl, and the verdicts the text states (where each best lr sits, how far it
-moved, the seed noise) follow from it; so do the width-512 AdamW experiment's published arms (docs/mup/arms/)."""
+moved, the seed noise) follow from it; the arms' results.md are the same report of their runs."""
 
 import csv
 import json
-import re
 import statistics
 
 import yaml
 
-from lab.mup.arms import arms_markdown, compare_arms, comparisons_markdown, judge_arm
-from lab.mup.factorial import factorial, factorial_markdown
-from lab.mup.transfer import TransferSpec, read_results
-from lab.mup.transfer_report import best_lrs, drift, markdown, mean_losses, report_text
+from lab.mup_transfer import TransferSpec, best_lrs, drift, markdown, mean_losses, read_results, report_text
 from tests.train_helpers import REPO
 
 STORED = REPO / "docs" / "mup" / "transfer"
@@ -73,63 +69,6 @@ def test_each_published_arm_is_its_report_and_the_docs_say_how_far_it_got():
         assert (arm / "results.md").read_text() == report_text(spec, results)
         assert results and all("schedule" in row for row in results.values())
         assert f"`{arm.name}`: {len(results)} of {len(spec.cells())} runs" in text
-
-
-def shown_effects(printed: str) -> str:
-    """What docs/mup.md quotes of the arms' printed report: each arm's and each comparison's verdict (its heading),
-    then one row per lr where a call is made (an arm's, a comparison's, or an effect of the 2×2)."""
-    heads, rows, name, effects = [], [], "", []
-    for line in printed.splitlines():
-        if line.startswith("#### "):
-            name = line[5:].split(":")[0]
-            heads += [] if name.startswith("2×2") else [f"- {line[5:]}"]
-        elif line.startswith("| lr |"):
-            effects = [c.strip() for c in line.strip("|").split("|")][2:]
-        elif re.match(r"\| \d", line):
-            cells = [c.strip() for c in line.strip("|").split("|")]
-            if len(cells) == 7 and cells[6] != "can't tell":
-                rows.append(f"| {name} | {cells[0]} | {cells[4]} | {cells[5]} | {cells[6]} |")
-            for effect, cell in zip(effects, cells[2:]) if ", p " in cells[2] else ():
-                delta, p, call = re.fullmatch(r"(.+), p ([\d.]+): (.+)", cell).groups()
-                rows += [] if call == "can't tell" else [f"| 2×2, {effect} | {cells[0]} | {delta} | {p} | {call} |"]
-    header = ["| arm or comparison | lr | Δ (nats) [95 % CI] | p (Holm) | call |", "|---|---:|---|---:|---|"]
-    return "\n".join([*heads, "", *header, *rows])
-
-
-def test_the_arms_answers_in_the_docs_are_what_the_rule_makes_of_the_runs():
-    """Each arm's answer, then each arm against the control (the first), then the 2×2 of the attention scale and
-    the hidden lr: what `--arms ... --factorial sp_scale hidden_lr sp_scale_hidden_lr` prints, in that order;
-    docs/mup.md quotes every verdict and every lr where a call is made, and nothing else as a call."""
-    arms, text = published_arms(), (REPO / "docs" / "mup.md").read_text()
-    control = ARMS / "control"
-    printed = (
-        arms_markdown([judge_arm(arm) for arm in [control, *(a for a in arms if a != control)]])
-        + "\n"
-        + comparisons_markdown([compare_arms(control, arm) for arm in arms if arm != control])
-        + "\n"
-        + factorial_markdown(
-            factorial(control, *(ARMS / name for name in ("sp_scale", "hidden_lr", "sp_scale_hidden_lr")))
-        )
-    )
-    quoted = shown_effects(printed)
-    assert quoted in text and quoted.count("| widens the gap |") == 7 and quoted.count("| worse |") == 2
-    assert "![" in text and "(mup/arms/arms.png)" in text and (ARMS / "arms.png").stat().st_size > 0  # --figure's
-
-
-def test_the_quoted_effects_drop_only_the_lrs_without_a_call():
-    printed = (
-        "#### `a`: worse at lr 0.1\n\n| lr | seeds | x | y | Δ | p | call |\n|---:|\n"
-        "| 0.1 | 3 | 1 | 2 | +1 [+0.5, +1.5] | 0.01 | worse |\n| 0.2 | 3 | 1 | 1 | 0 [-1, +1] | 0.9 | can't tell |\n"
-        "#### 2×2: `a` × `b`\n| lr | seeds | interaction | main effect of `a` |\n"
-        "| 0.1 | 3 | +1 [0, +2], p 0.5: can't tell | +2 [+1, +3], p 0.01: widens the gap |\n"
-    )
-    assert shown_effects(printed).splitlines()[1:] == [
-        "",
-        "| arm or comparison | lr | Δ (nats) [95 % CI] | p (Holm) | call |",
-        "|---|---:|---|---:|---|",
-        "| `a` | 0.1 | +1 [+0.5, +1.5] | 0.01 | worse |",
-        "| 2×2, main effect of `a` | 0.1 | +2 [+1, +3] | 0.01 | widens the gap |",
-    ]
 
 
 def test_the_transfer_and_arms_claims_say_no_more_than_their_runs():

@@ -1,4 +1,4 @@
-"""The μP transfer experiment (lab/mup/transfer.py, transfer_report.py, lab/mup_transfer.py): the default
+"""The μP transfer experiment (lab/mup_transfer.py): the default
 plan is the issue's grid and every cell composes; the runner records each run once, continues where it
 stopped, moves a cut-off run aside; the report finds each width's best lr; one tiny real run end to end."""
 
@@ -10,18 +10,23 @@ import pytest
 
 from lab import SEARCH_PATH
 from lab import mup_transfer as program
-from lab.mup.transfer import (
+from lab.mup_transfer import (
     DIVERGED,
     FINISHED,
     STOPPED,
     Cell,
     TransferError,
     TransferSpec,
+    best_lrs,
+    markdown,
+    mean_losses,
     open_experiment,
     read_results,
     run_cells,
+    schedule_markdown,
+    schedules,
+    write_report,
 )
-from lab.mup.transfer_report import best_lrs, markdown, mean_losses, schedule_markdown, schedules, write_report
 from training.cli import compose_train_config
 
 SMALL = TransferSpec(widths=(32, 64), lrs=(0.01, 0.02, 0.04), seeds=(0,), optimizers=("adamw",))

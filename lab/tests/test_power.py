@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from lab import power
+from lab import stats as power
 
 
 def power_by_hand(effect: float, sd: float, n: int, alpha: float) -> float:

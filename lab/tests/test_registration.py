@@ -2,12 +2,13 @@
 amendments made through ablate.py recorded beside it; a spec or a record edited by hand refused in one line."""
 
 import dataclasses
+import re
+import subprocess
 
 import pytest
 
 from lab.ablation import registration as R
 from lab.ablation.configs import config_digest
-from lab.ablation.contrasts import ANALYSIS_RULE
 from lab.ablation.protocol import ProtocolError, Spec
 from training.cli import compose_train_config
 
@@ -77,28 +78,61 @@ def test_a_protocol_without_a_record_is_reported_as_not_pre_registered():
     assert R.check({}, Spec(**SPEC), "p").startswith("Not pre-registered: no registration was recorded before")
 
 
-def test_a_first_registration_is_refused_once_cells_exist():
-    assert R.too_late({}, cells_exist=False) is None  # a new protocol: registered before its first cell
-    assert R.too_late({}, cells_exist=True).startswith("pre-registration refused: this protocol's cells ran before")
+def test_register_itself_refuses_a_first_registration_once_cells_exist():
     manifest = {}
-    R.register(manifest, Spec(**SPEC), "first")
-    assert R.too_late(manifest, cells_exist=True) is None  # registered: a resume may amend it
+    with pytest.raises(R.TooLate, match="^pre-registration refused: this protocol's cells ran before any registration"):
+        R.register(manifest, Spec(**SPEC), "late", cells_exist=True)
+    assert manifest == {}  # nothing recorded
+    assert R.register(manifest, Spec(**SPEC), "first", cells_exist=False)  # a new protocol: before its first cell
+    amended = R.register(manifest, Spec(**{**SPEC, "lr_grid": [1e-3, 1e-2, 1e-1]}), "more", cells_exist=True)
+    assert amended["amends"] == ["lr_grid"]  # registered: a resume may amend it
 
 
 CONFIGS = {"base/ref": "a" * 64, "base/gelu": "b" * 64}
 
 
-def test_every_cells_composed_config_and_the_analysis_rule_are_registered():
+def test_every_cells_composed_config_the_analysis_code_and_the_commit_are_registered():
     manifest = {}
     record = R.register(manifest, Spec(**SPEC), "first", CONFIGS)
-    assert record["preregistered"]["configs"] == CONFIGS and record["preregistered"]["analysis_rule"] == ANALYSIS_RULE
+    assert record["preregistered"]["configs"] == CONFIGS and record["preregistered"]["analysis"] == R.analysis_digest()
+    assert re.fullmatch(r"[0-9a-f]{40}( dirty)?", record["commit"]), record["commit"]
     assert record["sha256"] != R.fingerprint(R.preregistered(Spec(**SPEC)))  # the configs are in the hash
     R.check_configs(manifest, {**CONFIGS, "base/relu2": "c" * 64}, "p")  # a new cell: an amendment's to record
     with pytest.raises(ProtocolError, match=r"^p: the composed config of base/gelu \(its preset or a config group"):
         R.check_configs(manifest, {**CONFIGS, "base/gelu": "d" * 64}, "p")  # a preset edited since
-    manifest["registrations"][0]["preregistered"]["analysis_rule"] = ANALYSIS_RULE + 1
-    with pytest.raises(ProtocolError, match=rf"judged by analysis rule {ANALYSIS_RULE + 1}, but this code applies"):
+    manifest["registrations"][0]["preregistered"]["analysis"] = "0" * 64  # judged by other code than this
+    with pytest.raises(ProtocolError, match=r"judged by analysis code 000000000000, but this code's is [0-9a-f]{12}"):
         R.check_configs(manifest, CONFIGS, "p")
+
+
+def test_the_analysis_digest_covers_each_analysis_file(monkeypatch, tmp_path):
+    assert all((R.REPO / name).is_file() for name in R.ANALYSIS_CODE)  # none renamed or gone
+    for name in R.ANALYSIS_CODE:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x = 1\n")
+    monkeypatch.setattr(R, "REPO", tmp_path)
+    before = R.analysis_digest()
+    (tmp_path / R.ANALYSIS_CODE[-1]).write_text("x = 2\n")
+    assert R.analysis_digest() != before
+
+
+def test_the_commit_says_dirty_when_a_tracked_file_differs(monkeypatch, tmp_path):
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "a.py").write_text("1\n")
+    git("add", "a.py")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a")
+    monkeypatch.setattr(R, "REPO", tmp_path)
+    clean = R.git_commit()
+    assert re.fullmatch(r"[0-9a-f]{40}", clean)
+    (tmp_path / "untracked.txt").write_text("a run's output\n")
+    assert R.git_commit() == clean  # only tracked files make the tree dirty
+    (tmp_path / "a.py").write_text("2\n")
+    assert R.git_commit() == f"{clean} dirty"
+    monkeypatch.setattr(R, "REPO", tmp_path / "nowhere")
+    assert R.git_commit().startswith("unknown")
 
 
 def test_a_config_digest_is_what_a_run_computes_not_where_it_is_written():

@@ -1,9 +1,9 @@
-"""analysis/scale.py: whether a variant's verdict keeps its direction across sizes, and rank agreement."""
+"""lab/ablation/contrasts.py, the scale check: whether a variant's verdict keeps its direction across sizes, and rank agreement."""
 
 import pytest
 
 from analysis.stats import compare
-from lab import scale
+from lab.ablation import contrasts as scale
 
 
 @pytest.mark.parametrize(
@@ -39,7 +39,7 @@ def test_markdown_lists_every_size_and_the_rankings():
         scale.SizeResult("h96", ["gelu", "ref", "ln"], {"gelu": better, "ln": unclear}),
         scale.SizeResult("h192", ["ref", "gelu", "ln"], {"gelu": better}),
     ]
-    text = scale.markdown(results, "ref")
+    text = scale.scale_markdown(results, "ref")
     gelu = next(line for line in text.splitlines() if line.startswith("| gelu"))
     assert gelu.count("(better)") == 2 and gelu.endswith("**holds**: better at every size |")
     ln = next(line for line in text.splitlines() if line.startswith("| ln"))
