@@ -34,6 +34,14 @@ def test_a_plan_made_at_an_evaluation_step_counts_that_evaluation_still_to_come(
 
 def test_a_probe_that_used_up_the_budget_ends_the_run_where_it_is():
     assert LoopCost(1.0, 1.0, 1.0, fixed_s=30.0).most_steps_within(10.0, 100, 100, start=13) == 13
+    assert LoopCost(1.0, 1.0, 1.0, fixed_s=30.0).most_steps_within(10.0, 100, 100) == 0  # from the start: none
+
+
+def test_the_seconds_from_a_plan_count_only_the_events_after_it():
+    # From step 150 to 250, steps of 1 s: evaluations (10 s) at 200 and 250, checkpoints (5 s) at 200 and the final one.
+    cost = LoopCost(step_s=1.0, eval_s=10.0, save_s=5.0, fixed_s=0.0)
+    assert cost.seconds(250, 100, 100, start=150) == 100 + 2 * 10 + 2 * 5
+    assert cost.seconds(250, 100, 100, start=150, final_save=False) == 100 + 2 * 10 + 1 * 5
 
 
 @pytest.mark.parametrize(
