@@ -51,9 +51,8 @@ def pick_device(name: str, local_rank: int = 0, option: str = "trainer.device") 
 
 
 def cpu_bf16(cap: Optional[str] = None) -> Tuple[bool, str]:
-    """(whether this CPU runs bf16 matmuls in hardware, what it reports). AMX and AVX512-BF16 do, ~2-4× fp32; an
-    AVX2-only CPU has oneDNN emulate bf16, 40-100× slower. ONEDNN_MAX_CPU_ISA caps what oneDNN may use (the suite
-    emulates the lower classes with it), so a cap below AVX512_CORE_BF16 counts as emulated."""
+    """(whether this CPU runs bf16 matmuls in hardware, what it reports): AMX and AVX512-BF16 do; AVX2 emulates them,
+    19–21× slower (BENCHMARKS.md). A ONEDNN_MAX_CPU_ISA cap below AVX512_CORE_BF16 counts as emulated."""
     x86 = platform.machine().lower() in ("x86_64", "amd64") and torch.cpu._is_avx2_supported()
     hardware = (
         "AMX-bf16"

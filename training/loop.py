@@ -32,7 +32,7 @@ from training.optim import apply_schedule, build_optimizers
 
 def resolve_precision(requested: str, device: torch.device) -> Tuple[str, str]:
     """(bf16 | fp32, why). auto: bf16 on CUDA with bf16 and on CPUs with bf16 in hardware (AMX, AVX512-BF16), from
-    what the device reports; fp32 elsewhere (an AVX2-only CPU emulates bf16 40-100× slower)."""
+    what the device reports; fp32 elsewhere (an AVX2-only CPU emulates bf16: 19–21× slower, BENCHMARKS.md)."""
     if requested not in ("auto", "bf16", "fp32"):
         raise ValueError(f"trainer.precision={requested!r} is unknown; choose auto, bf16 or fp32")
     if requested != "auto":

@@ -115,9 +115,8 @@ def build_optimizers(
 
 
 class Muon(torch.optim.Muon):
-    """torch.optim.Muon with Newton–Schulz in a chosen dtype: torch's always runs it in bf16, which an AVX2-only CPU
-    emulates ~100× slower (the default's Muon step took ~12 s instead of ~0.4 s). Defaults, groups, state — and so
-    the checkpoint format — are torch's; with ns_dtype=bfloat16 the step is bitwise torch's (tests/test_muon.py)."""
+    """torch.optim.Muon with Newton–Schulz in a chosen dtype (torch's bf16 is 19–21× slower emulated on AVX2,
+    BENCHMARKS.md). State and checkpoint format are torch's; with ns_dtype=bfloat16 the step is bitwise torch's."""
 
     def __init__(self, params, ns_dtype: torch.dtype = torch.bfloat16, **kwargs):
         super().__init__(params, **kwargs)
