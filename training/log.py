@@ -48,9 +48,8 @@ def gpu_peak(device_name: str) -> Optional[tuple]:
 
 
 def peak_flops(device: torch.device, precision: str, override_tflops: Optional[float] = None) -> tuple:
-    """(FLOP/s, how it was obtained): trainer.peak_tflops, a GPU's data sheet in the run's precision (TF32 for fp32
-    only where it is on), or one quick probe of this device in the run's dtype — never a GPU's number for a CPU.
-    The benchmarks measure the peak properly (dev/bench); a busy 2-core machine moves it 2-3×."""
+    """(FLOP/s, how it was obtained): trainer.peak_tflops, a GPU's data sheet in the run's precision (TF32 only where
+    it is on), or one quick probe of this device in the run's dtype (dev/bench measures it properly)."""
     if override_tflops:
         return override_tflops * 1e12, "trainer.peak_tflops"
     name = (
