@@ -112,6 +112,7 @@ class SplitWindows:
 
 
 def split_windows(tokens: np.ndarray, eos_id: int, context: int, stride: Optional[int] = None) -> SplitWindows:
+    """The windows that score every token of `tokens` once (scripts/evaluate.py)."""
     return SplitWindows(scoring_stream(tokens, eos_id), window_plan(len(tokens), context, stride))
 
 
@@ -163,24 +164,6 @@ def score(
         if on_batch is not None:
             on_batch(int((batch.targets != IGNORE_INDEX).sum()))  # counted on the host copy: no sync
     return nats, tokens
-
-
-def score_tokens(
-    loss_module,
-    tokens: np.ndarray,
-    eos_id: int,
-    context: int,
-    stride: Optional[int],
-    batch_size: int,
-    device: torch.device,
-    autocast: Callable,
-    on_batch: Callable[[int], None] = lambda n: None,
-) -> tuple:
-    """(Σ nats, tokens scored) of every token of `tokens`, as Python numbers."""
-    nats, scored = score(
-        loss_module, split_windows(tokens, eos_id, context, stride), batch_size, device, autocast, on_batch
-    )
-    return nats.item(), int(scored.item())
 
 
 @torch.no_grad()
