@@ -24,9 +24,7 @@ class OptimConfig:
     muon_lr: Optional[float] = None  # null: optim.lr (Muon's update RMS is matched to AdamW's)
     muon_momentum: float = 0.95  # Nesterov momentum of Muon
     muon_ns_steps: int = 5  # Newton-Schulz iterations that orthogonalise each update
-    muon_ns_dtype: str = (
-        "auto"  # auto (bf16 where bf16 matmuls are fast: CUDA, AMX, AVX512-BF16; else fp32) | bf16 | fp32
-    )
+    muon_ns_dtype: str = "auto"  # auto (bf16 where its matmuls run in hardware, else fp32) | bf16 | fp32
     # μP's AdamW lr for the blocks' matrices is lr × m^-exponent: 1 is μP's 1/m (Table 3); another value is an arm of
     # docs/mup.md's width-512 experiment. Unused under sp and by Muon (its own 1/sqrt(m), optim.py).
     mup_hidden_lr_exponent: float = 1.0
