@@ -215,8 +215,6 @@ def all_reduce_mean(value: torch.Tensor, info: DistInfo) -> torch.Tensor:
 
 
 def resolve_parallel(parallel: str, world_size: int) -> str:
-    if parallel not in ("auto", "none", "ddp", "fsdp"):
-        raise ValueError(f"trainer.parallel={parallel!r} is unknown; choose auto, none, ddp or fsdp")
     if parallel == "none" and world_size > 1:
         raise ValueError(
             f"trainer.parallel=none with {world_size} processes would train {world_size} independent "

@@ -33,9 +33,7 @@ from training.optim import apply_schedule, build_optimizers
 def resolve_precision(requested: str, device: torch.device) -> Tuple[str, str]:
     """(bf16 | fp32, why). auto: bf16 on CUDA with bf16 and on CPUs with bf16 in hardware (AMX, AVX512-BF16), from
     what the device reports; fp32 elsewhere (an AVX2-only CPU emulates bf16: 19–21× slower, BENCHMARKS.md)."""
-    if requested not in ("auto", "bf16", "fp32"):
-        raise ValueError(f"trainer.precision={requested!r} is unknown; choose auto, bf16 or fp32")
-    if requested != "auto":
+    if requested != "auto":  # TrainerConfig refused anything but auto, bf16 and fp32
         return requested, "trainer.precision"
     fast, why = D.bf16_fast(device)
     return ("bf16" if fast else "fp32"), why + ("" if fast or device.type != "cpu" else ": bf16 is emulated")
@@ -75,8 +73,6 @@ def autocast_context(precision: str, device: torch.device) -> Callable:
     range: no loss scaling), or nothing."""
     if precision == "fp32":
         return contextlib.nullcontext
-    if precision != "bf16":
-        raise ValueError(f"trainer.precision={precision!r} is unknown; choose auto, bf16 or fp32")
     if device.type == "mps":
         raise ValueError("trainer.precision=bf16 autocast is not supported on mps here; use trainer.precision=fp32")
     return lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16)
@@ -110,9 +106,7 @@ def resolve_compile(requested: Union[str, bool], device: torch.device) -> Tuple[
     """(compile?, why). auto: CUDA with Triton, and a CPU whose inductor toolchain compiles and runs one tiny function
     right (the only honest check: a compiler can exist without OpenMP or torch's headers); else eager."""
     cache_for_this_cpu()
-    choice = str(requested).lower()
-    if choice not in ("auto", "true", "false"):
-        raise ValueError(f"trainer.compile={requested!r} is unknown; choose auto, true or false")
+    choice = str(requested).lower()  # TrainerConfig refused anything but auto, true and false
     if choice != "auto":
         return choice == "true", f"trainer.compile={choice}"
     if not torch._dynamo.is_dynamo_supported():
