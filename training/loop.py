@@ -206,12 +206,6 @@ class CausalLMLoss(nn.Module):
     ):
         super().__init__()
         chunk_above = CHUNK_ABOVE if chunk_above == "auto" else chunk_above
-        if chunk_above is not None and (not isinstance(chunk_above, int) or chunk_above < 0):
-            raise ValueError(
-                f"chunk_above={chunk_above!r} must be 'auto', an integer >= 0 (0 = always chunk) or None (never)"
-            )
-        if chunk_elements <= 0:
-            raise ValueError(f"chunk_elements={chunk_elements} must be > 0")
         self.model, self.chunk_above, self.chunk_elements = model, chunk_above, chunk_elements
 
     def chunk_tokens(self, n_tokens: int, vocab_size: int) -> Optional[int]:
