@@ -67,7 +67,7 @@ class TrainerConfig:
     precision: str = "auto"  # auto (bf16 where its matmuls are fast, else fp32) | bf16 (autocast) | fp32
     tf32: bool = True  # CUDA: fp32 matmuls on TF32 tensor cores (fp32 range, 10-bit mantissa); false = exact fp32
     compile: str = "auto"  # auto (CUDA, or CPU with a working inductor toolchain) | true | false
-    # The cross-entropy in chunks that never hold a micro-batch's full fp32 logits (training/loss.py): auto (above
+    # The cross-entropy in chunks that never hold a micro-batch's full fp32 logits (loop.py CausalLMLoss): auto (above
     # 2^26 logits, e.g. 16 x 1024 tokens at a 4k vocab) | true | false. A memory setting: at the CPU default it is slower.
     chunked_loss: str = "auto"
     # The run's length: it ends at the first of max_steps, max_epochs and time_budget reached (those set; one at
