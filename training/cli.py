@@ -10,7 +10,7 @@ import sys
 import tempfile
 import typing
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
@@ -206,10 +206,7 @@ def resolve_config(dict_cfg: DictConfig) -> Resolved:
         init = _start_from_weights(dict_cfg, overrides)
     if HydraConfig.get().runtime.choices.get("experiment") == "small_corpus" and os.environ.get("RANK", "0") == "0":
         print("experiment=small_corpus is an alias of the default now, which stops a small corpus at 4 passes")
-    try:
-        said = apply_length_rule(dict_cfg, dict(override_values([o for o in overrides if o.startswith("trainer.")])))
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+    said = apply_length_rule(dict_cfg, overrides)
     if said and os.environ.get("RANK", "0") == "0":
         print(said)
     cfg, config_yaml = _typed(dict_cfg)
@@ -352,14 +349,15 @@ def keep_edited_config(run_dir: Path, ckpt: Path) -> Optional[str]:
     )
 
 
-def apply_length_rule(cfg: DictConfig, given: Dict[str, object]) -> Optional[str]:
-    """The rule for the run's length settings (docs/training.md): a length the command line (`given`) sets turns off
-    the config's ones TURNS_OFF names, said in one line (returned); typed max_steps with another is a ValueError."""
+def apply_length_rule(cfg: DictConfig, overrides: Sequence[str]) -> Optional[str]:
+    """The rule for the run's length settings (docs/training.md): a length the command line sets turns off the
+    config's ones TURNS_OFF names, said in one line (returned); typed max_steps with another is a ConfigError."""
+    given = dict(override_values([o for o in overrides if o.startswith("trainer.")]))
     typed = {key: given[f"trainer.{key}"] for key in LENGTH_KEYS if f"trainer.{key}" in given}
     chosen = {key: value for key, value in typed.items() if value is not None}
     if "max_steps" in chosen and len(chosen) > 1:
         a, b = (f"trainer.{key}={value:g}" for key, value in list(chosen.items())[:2])
-        raise ValueError(
+        raise ConfigError(
             f"{a} and {b} both set the run's length, and a step count is exact; keep one (or type "
             "trainer.max_epochs and trainer.time_budget together: the run ends at whichever comes first)"
         )
@@ -411,10 +409,7 @@ def compose(overrides: Sequence[str], keep_hydra: bool = False) -> DictConfig:
 def compose_train_config(overrides: Sequence[str]) -> Tuple[TrainConfig, str]:
     """(TrainConfig, its YAML) for `python train.py <overrides>`: composed, the length rule applied, typed."""
     cfg = compose(overrides)
-    try:
-        apply_length_rule(cfg, dict(override_values([o for o in overrides if o.startswith("trainer.")])))
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+    apply_length_rule(cfg, overrides)
     return _typed(cfg)
 
 
