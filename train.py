@@ -112,9 +112,7 @@ def main(dict_cfg: DictConfig) -> float:
             file=sys.stderr,
         )
         sys.exit(D.exit_status(e.signum))
-    except (
-        KeyboardInterrupt
-    ) as e:  # Ctrl-C or SIGTERM before the loop installed its handler (data preparation, compile)
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM before the loop's handler (data preparation, compile)
         signum = getattr(e, "signum", signal.SIGINT)
         print(f"\n{D.signal_name(signum)}: interrupted before training started; nothing was saved", file=sys.stderr)
         sys.exit(D.exit_status(signum))

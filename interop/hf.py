@@ -79,11 +79,8 @@ def model_config_from_hf(config: dict, n_tokens: Optional[int] = None) -> ModelC
                 "factor); minillama implements only the default RoPE"
             )
     try:
-        hidden, intermediate, rows = (
-            int(config["hidden_size"]),
-            int(config["intermediate_size"]),
-            int(config["vocab_size"]),
-        )
+        hidden, intermediate = int(config["hidden_size"]), int(config["intermediate_size"])
+        rows = int(config["vocab_size"])
         n_tokens = rows if n_tokens is None else n_tokens
         if n_tokens > rows:
             raise ConversionError(
@@ -129,22 +126,12 @@ def model_config_from_hf(config: dict, n_tokens: Optional[int] = None) -> ModelC
         saved = ModelConfig.from_dict(config[MINILLAMA_CONFIG_KEY])
     except (KeyError, TypeError, ValueError, AttributeError):
         return derived
-    network = lambda c: (
-        c.padded_vocab_size,
-        c.hidden_size,
-        c.n_layers,
-        c.n_heads,
-        c.resolved_n_kv_heads,  # noqa: E731
-        c.resolved_intermediate_size,
-        c.max_seq_len,
-        c.norm,
-        c.mlp,
-        c.qk_norm,
-        c.norm_eps,
-        c.rope_theta,
-        c.tie_embeddings,
-    )
-    return saved if network(saved) == network(derived) and saved.vocab_size >= derived.vocab_size else derived
+    network = (  # what the weights' shapes and numerics depend on
+        "padded_vocab_size hidden_size n_layers n_heads resolved_n_kv_heads resolved_intermediate_size max_seq_len "
+        "norm mlp qk_norm norm_eps rope_theta tie_embeddings"
+    ).split()
+    same = all(getattr(saved, key) == getattr(derived, key) for key in network)
+    return saved if same and saved.vocab_size >= derived.vocab_size else derived
 
 
 def from_hf_state_dict(hf: Dict[str, torch.Tensor], cfg: ModelConfig) -> Dict[str, torch.Tensor]:

@@ -95,15 +95,9 @@ def as_standard(cfg: ModelConfig, state: Dict[str, torch.Tensor]):
 
 
 def export_checkpoint(checkpoint: str, out_dir: str, force: bool = False, verify: bool = True) -> Path:
-    """Write `out_dir` so that AutoModelForCausalLM / AutoTokenizer.from_pretrained(out_dir) load it.
-
-    `checkpoint` is a checkpoint dir, a run dir or `latest`, verified against its manifest unless
-    `verify` is off. The directory is assembled next to `out_dir` and renamed into place, so a failed
-    export never leaves a half-written model behind; it gets a manifest.json of its own (Hugging Face
-    ignores it), which import_hf checks — only when the checkpoint's own files were verified against theirs:
-    an export never vouches for weights nobody checked (`verify` off).
-    `force` replaces an existing non-empty `out_dir`.
-    """
+    """Write `out_dir` for AutoModelForCausalLM / AutoTokenizer.from_pretrained, assembled aside and renamed into
+    place; with a manifest.json of its own only when the checkpoint was verified (never vouching for unchecked
+    weights). `force` replaces an existing non-empty `out_dir`."""
     ckpt = resolve_checkpoint(checkpoint)
     check_llama_compatible(load_model_config(ckpt))  # before reading any weights
     out = Path(out_dir)
@@ -135,12 +129,8 @@ def export_checkpoint(checkpoint: str, out_dir: str, force: bool = False, verify
 def write_hf_dir(
     out: Path, model: Transformer, tokenizer, roles: Dict[str, Optional[str]], tokenizer_file: Path
 ) -> None:
-    """config.json, model.safetensors, generation_config.json, tokenizer.json + tokenizer_config.json.
-
-    With a padded vocabulary, config.json's vocab_size and the embedding are the padded row count
-    and the tokenizer has fewer tokens, as in GPT-2-style HF checkpoints. A mup model is written as its
-    sp equivalent (model/parametrization.py `as_standard`), so it imports back as that sp model.
-    """
+    """config.json, model.safetensors, generation_config.json, tokenizer.json + tokenizer_config.json; a padded
+    vocabulary's rows counted in vocab_size (as GPT-2-style checkpoints), a mup model as its sp equivalent."""
     from transformers import GenerationConfig, PreTrainedTokenizerFast  # interop-only dependency
 
     # LlamaForCausalLM has no μP knobs: a mup model goes out as the sp model with the same logits, its

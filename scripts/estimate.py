@@ -79,17 +79,14 @@ def simulate_step_memory(
     vocab_size: int,
     accum: int = 1,
     autocast: Callable = contextlib.nullcontext,
+    fake: bool = True,
 ) -> StepMemory:
-    """Peak memory of one training step of `build()`'s (loss_module, optimizers), without allocating it.
-
-    Everything runs on fake tensors (shapes and dtypes only) under torch's MemTracker, which records
-    live storages op by op, so what is counted is exactly what this code saves for backward and
-    allocates, autocast casts included. Not modelled: the allocator's fragmentation and cache, the
-    CUDA context, collectives' buffers. Takes seconds (~5 s for 125m at 32 × 1024 on one AMD EPYC core).
-    """
+    """Peak memory of one training step (not the first) of `build()`'s (loss_module, optimizers): torch's MemTracker
+    records live storages op by op, autocast casts included; on fake tensors (shapes only, nothing allocated), or for
+    real after a real first step (fake=False: --measure). Not modelled: the allocator's cache, the CUDA context."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    with FakeTensorMode():
+    with FakeTensorMode() if fake else contextlib.nullcontext():
         loss_module, optimizers = build()
         inputs, targets = (torch.randint(0, vocab_size, batch_shape) for _ in range(2))
 
@@ -103,18 +100,23 @@ def simulate_step_memory(
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
 
-        # Every step but the first finds the optimizer state in place, and with grad accumulation every
-        # micro-step but the first adds to existing gradients: create both without running the model.
-        for p in loss_module.parameters():
-            p.grad = torch.zeros_like(p)
-        for optimizer in optimizers:
-            optimizer.step()
-            if accum == 1:
-                optimizer.zero_grad(set_to_none=True)
+        micro_steps = 1 if fake else accum
+        if fake:  # the optimizer state and, with accumulation, the gradients a later micro-step finds: no model run
+            for p in loss_module.parameters():
+                p.grad = torch.zeros_like(p)
+            for optimizer in optimizers:
+                optimizer.step()
+                if accum == 1:
+                    optimizer.zero_grad(set_to_none=True)
+        else:  # a real first step creates the optimizer state
+            for _ in range(accum):
+                micro_step()
+            update()
         tracker = _peak_tracker()
         tracker.track_external(loss_module, *optimizers)
         with tracker:
-            micro_step()
+            for _ in range(micro_steps):
+                micro_step()
             update()
         snap = next(iter(tracker.get_tracker_snapshot("peak").values()))
     kinds = {kind.name: n for kind, n in snap.items() if kind != "Total"}  # the kinds are str enums
@@ -190,7 +192,7 @@ def loss_builder(cfg, chunk_above="auto"):
     return build
 
 
-def simulate(cfg, precision: str, chunk_above="auto") -> StepMemory:
+def simulate(cfg, precision: str, chunk_above="auto", fake: bool = True) -> StepMemory:
     t = cfg.trainer
     return simulate_step_memory(
         loss_builder(cfg, chunk_above),
@@ -198,6 +200,7 @@ def simulate(cfg, precision: str, chunk_above="auto") -> StepMemory:
         cfg.model.vocab_size,
         t.grad_accum_steps,
         autocast_context(precision, torch.device("cpu")),
+        fake,
     )
 
 
@@ -402,38 +405,13 @@ def print_time(args, cfg, peak: tuple, flops, tokens: int, world: int) -> None:
         print(f"  MFU: {mfu_source}")
 
 
-def measured_peak(cfg) -> int:
-    """The peak bytes of live tensors above the built model during one real fp32 step on this CPU:
-    gradients, optimizer state, activations and temporaries, counted by torch's MemTracker (every
-    tensor storage while it lives). Allocator- and machine-independent, unlike RSS, which on some
-    CPUs also holds oneDNN scratch buffers and glibc's cache of freed blocks."""
-    from torch.distributed._tools.mem_tracker import MemTracker
-
-    t = cfg.trainer
-    torch.manual_seed(0)
-    loss_module, optimizers = loss_builder(cfg)()
-    x, y = (torch.randint(0, cfg.model.vocab_size, (t.micro_batch_size, t.seq_len)) for _ in range(2))
-
-    def step():
-        for _ in range(t.grad_accum_steps):
-            (loss_module(x, y) / t.grad_accum_steps).backward()
-        for optimizer in optimizers:
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-
-    step()  # the first step creates the optimizer state; the measured one is every later step
-    tracker = MemTracker()
-    tracker.track_external(loss_module, *optimizers)
-    with tracker:
-        step()
-    peak = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]
-    return peak["Total"] - sum(v for k, v in peak.items() if getattr(k, "value", None) in ("Parameter", "Buffer"))
-
-
 def compare_with_measurement(cfg) -> None:
+    """The simulated step's peak above the model against the same step run for real on this CPU: live tensors, which
+    unlike RSS hold no oneDNN scratch or glibc cache of freed blocks."""
     mem = simulate(cfg, "fp32")
-    estimated = mem.peak - mem.weights - mem.buffers
-    measured = measured_peak(cfg)
+    torch.manual_seed(0)
+    real = simulate(cfg, "fp32", fake=False)
+    estimated, measured = (m.peak - m.weights - m.buffers for m in (mem, real))
     print(
         f"\nmeasured on this CPU (fp32, one step after the first, live tensors by torch's MemTracker): "
         f"{fmt(measured)} above the model; the estimate {fmt(estimated)} ({100 * (estimated / measured - 1):+.0f} %)"

@@ -33,7 +33,7 @@ from training.checkpoint import CONFIG as CKPT_CONFIG
 from training.checkpoint import TOKENIZER, load_model
 from training.cli import CONFIGS, description, read_utf8, run
 from training.distributed import pick_device
-from training.evaluation import Score, score_tokens
+from training.evaluation import Score, score, split_windows
 from training.loop import CausalLMLoss, autocast_context, resolve_precision
 
 
@@ -228,24 +228,22 @@ def main(argv=None) -> int:
         tokens, n_bytes, eos_id, source = tokens_to_score(args, ckpt, tokenizer, eos_id)
         print(f"checkpoint: {label} ({device}, {precision})", file=sys.stderr)
         with tqdm(total=len(tokens), unit="tok", unit_scale=True, desc="scoring", file=sys.stderr) as bar:
-            nats, scored = score_tokens(
+            nats, scored = score(
                 CausalLMLoss(model).eval(),
-                tokens,
-                eos_id,
-                context,
-                stride,
+                split_windows(tokens, eos_id, context, stride),
                 args.batch_size,
                 device,
                 autocast_context(precision, device),
                 on_batch=bar.update,
             )
-    score = Score(nats, scored, n_bytes)
+    scored = int(scored.item())
+    result = Score(nats.item(), scored, n_bytes)
     windows = "non-overlapping" if stride == context else f"stride {stride}"
     print(
         f"scored: {source}\n{scored:,} tokens, {n_bytes:,} bytes ({n_bytes / scored:.3f} bytes/token), "
         f"windows of {context} tokens, {windows}\n"
-        f"loss {score.loss:.4f} nats/token | perplexity {score.perplexity:.3f} | "
-        f"bits per byte {score.bits_per_byte:.4f}"
+        f"loss {result.loss:.4f} nats/token | perplexity {result.perplexity:.3f} | "
+        f"bits per byte {result.bits_per_byte:.4f}"
     )
     if args.json:
         Path(args.json).write_text(
@@ -255,9 +253,9 @@ def main(argv=None) -> int:
                     "source": source,
                     "tokens": scored,
                     "bytes": n_bytes,
-                    "loss": score.loss,
-                    "perplexity": score.perplexity,
-                    "bits_per_byte": score.bits_per_byte,
+                    "loss": result.loss,
+                    "perplexity": result.perplexity,
+                    "bits_per_byte": result.bits_per_byte,
                     "context": context,
                     "stride": stride,
                     "precision": precision,

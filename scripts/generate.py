@@ -86,8 +86,8 @@ def read_prompts(args: argparse.Namespace) -> list:
 
 
 def check_prompt_lengths(model, tokenizer, prompts: list, max_new_tokens: int) -> None:
-    """Refuse a prompt the context cannot hold before anything is printed; say so when generation will
-    slide the context (model/generate.py `_Context`), rather than do it silently."""
+    """Refuse a prompt the context cannot hold before anything is printed; say so when generation will slide the
+    context (model/generate.py generate_ids), rather than do it silently."""
     lengths, context = [len(tokenizer.encode(p).ids) for p in prompts], model.cfg.max_seq_len
     longest = max(lengths)
     if longest >= context:

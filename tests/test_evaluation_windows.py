@@ -14,8 +14,9 @@ from training.evaluation import (
     Windows,
     full_split_windows,
     gather,
-    score_tokens,
+    score,
     scoring_stream,
+    split_windows,
     window_plan,
 )
 from training.loop import CausalLMLoss
@@ -86,18 +87,11 @@ def hand_nats(model, tokens, context, stride):
 def test_score_equals_a_float64_hand_computation(stride):
     model = random_transformer(tiny_model_config(max_seq_len=8))
     tokens = np.random.default_rng(0).integers(0, model.cfg.vocab_size, size=29)  # 4 windows, a ragged tail
-    nats, scored = score_tokens(
-        CausalLMLoss(model),
-        tokens,
-        EOS,
-        context=8,
-        stride=stride,
-        batch_size=3,
-        device=torch.device("cpu"),
-        autocast=contextlib.nullcontext,
+    nats, scored = score(
+        CausalLMLoss(model), split_windows(tokens, EOS, 8, stride), 3, torch.device("cpu"), contextlib.nullcontext
     )
-    assert scored == 29
-    assert nats == pytest.approx(hand_nats(model, tokens, 8, stride or 8), rel=1e-5)
+    assert scored.item() == 29
+    assert nats.item() == pytest.approx(hand_nats(model, tokens, 8, stride or 8), rel=1e-5)
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3])
@@ -156,19 +150,16 @@ def test_full_split_windows_keeps_the_stride_checks_the_rank_and_pads_with_a_rea
     assert torch.equal(shares[1].inputs[2], shares[1].inputs[0])  # the first row, not the second
 
 
-def test_score_tokens_reports_every_batch():
+def test_score_reports_every_batch():
     model = random_transformer(tiny_model_config(vocab_size=64))
     tokens = np.arange(2, 60, dtype=np.uint16)
     counts = []
-    nats, scored = score_tokens(
+    nats, scored = score(
         CausalLMLoss(model),
-        tokens,
-        EOS,
-        16,
-        None,
+        split_windows(tokens, EOS, 16),
         2,
         torch.device("cpu"),
         contextlib.nullcontext,
         on_batch=counts.append,
     )
-    assert scored == len(tokens) and sum(counts) == len(tokens) and len(counts) == 2 and nats > 0
+    assert scored.item() == len(tokens) and sum(counts) == len(tokens) and len(counts) == 2 and nats.item() > 0

@@ -1,15 +1,5 @@
-"""trainer.time_budget: a run's length set by the clock — the one clock — re-planned as the machine's speed changes.
-
-Inside the warmup, where the lr does not yet depend on the run's end, the run times a few steps, one evaluation and
-one checkpoint, and plans max_steps to fit. A 2-core machine's speed moves 2-3× with its neighbours' load (one busy
-start planned 37 steps for 10 minutes), so it plans again at every evaluation, at least every REPLAN_SHARE of the
-budget and at the end it planned, each time from the speed since the last plan; the schedule follows each new end without a jump
-(training/optim.py planned_lr_at), and every plan goes into state.json, so a resume continues the same curve. The
-budget covers the loop from its first step to its final checkpoint: compiling, evaluations and samples included.
-
-It is an upper bound: with trainer.max_epochs (the default's passes) or max_steps set, no plan goes past their end
-(`cap`), the run's first plan, at step 0. A corpus used up before the time stops there, its schedule decayed.
-"""
+"""trainer.time_budget: max_steps planned from the measured speed (steps, evaluations, checkpoints, compiling) and
+re-planned as a shared machine's speed moves; never past max_steps / max_epochs (`cap`). docs/training.md."""
 
 import math
 import time
@@ -36,8 +26,7 @@ def clock() -> float:
 def event_counts(
     steps: int, eval_interval, ckpt_interval: int, start: int = 0, final_save: bool = True
 ) -> Tuple[int, int]:
-    """(evaluations, checkpoints) from `start` to `steps`: those due at `start` included when start > 0 (a plan comes
-    before its step's events), the last step's evaluation, and its final checkpoint if `final_save`.
+    """(evaluations, checkpoints) from `start` to `steps`, those due at `start` and the final ones included;
     `eval_interval`: steps, or a function of the run's length (TrainerConfig.eval_every)."""
     every = eval_interval(steps) if callable(eval_interval) else eval_interval
     since = max(start, 1) - 1
@@ -89,9 +78,8 @@ class Mark:
 
 
 class TimeBudget:
-    """Plans state.max_steps after a probe (WARMUP_STEPS + PROBE_STEPS steps after the start or a resume), then again
-    at every evaluation and whenever the window it planned for has passed. `log` is the run's Logger (its clock's
-    paused seconds, its lines); time_eval and time_save measure one evaluation and one checkpoint."""
+    """Plans state.max_steps after a probe of WARMUP_STEPS + PROBE_STEPS steps, then at every evaluation, at least
+    every REPLAN_SHARE of the budget and at its planned end; every plan goes into state.json (a resume follows it)."""
 
     def __init__(
         self,
@@ -106,13 +94,8 @@ class TimeBudget:
         limit: str = "",
     ):
         self.state, self.trainer, self.info, self.tokens_per_step, self.log = state, trainer, info, tokens_per_step, log
-        self.minutes, self.time_eval, self.time_save, self.cap, self.limit = (
-            trainer.time_budget,
-            time_eval,
-            time_save,
-            cap,
-            limit,
-        )
+        self.minutes, self.cap, self.limit = trainer.time_budget, cap, limit
+        self.time_eval, self.time_save = time_eval, time_save
         self.first_step, self.mark = state.step, None
         self.eval_s: Optional[float] = None
         self.save_s: Optional[float] = None
@@ -125,8 +108,7 @@ class TimeBudget:
 
     @staticmethod
     def start_plans(state, minutes: float, cap: Optional[int] = None, limit: str = "") -> None:
-        """A new run's end before the clock plans it: the cap (its first plan, named by `limit`), else UNPLANNED_END.
-        A resume's plans go on as they are."""
+        """A new run's end before the clock plans it: the cap (named by `limit`), else UNPLANNED_END."""
         if not state.plans:
             state.max_steps = UNPLANNED_END
             if cap is not None:
@@ -172,8 +154,7 @@ class TimeBudget:
             )
 
     def _costs(self, now: Mark, spent_s: float) -> LoopCost:
-        """The step's seconds since the last mark (evaluations, checkpoints and compiling taken out); an evaluation's
-        and a checkpoint's from those the window saw, else measured once (the probe); and what is spent."""
+        """Seconds per step since the last mark (pauses and compiling out), per evaluation and checkpoint, spent."""
         last, steps = self.mark, max(now.step - self.mark.step, 1)
         paused = sum(now.paused[k][0] - last.paused.get(k, (0.0, 0))[0] for k in now.paused)
         step_s = max(now.wall - last.wall - paused - (now.compile_s - last.compile_s), 1e-6) / steps

@@ -1,7 +1,5 @@
-"""The command line, for train.py and every program in scripts/: configs/train.yaml plus the overrides → a typed
-TrainConfig (training/config.py) through Hydra — overrides checked, a resume's saved config merged in, init_from's
-model and tokenizer taken, the rule for the run's length settings — Hydra's run-directory check, and how a program
-ends: one `error:` line and exit status 1, or 130/143 for Ctrl-C/SIGTERM. The one library module importing Hydra."""
+"""The command line of train.py and scripts/: configs + overrides → a checked TrainConfig through Hydra (a resume's
+or init_from's checkpoint merged in), and how a program ends: one `error:` line and 1, or 130/143 on a signal."""
 
 import dataclasses
 import difflib
@@ -12,7 +10,7 @@ import sys
 import tempfile
 import typing
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
@@ -61,8 +59,7 @@ def sigterm_interrupts() -> None:
 def exit_status(
     main: Callable, argv: Optional[Sequence[str]] = None, also: tuple = (), interrupted: Optional[str] = None
 ) -> int:
-    """main(argv)'s status: a user's error is one `error: …` line and 1; Ctrl-C is 130 and SIGTERM 143, each with
-    one line (`interrupted`, or the signal's name)."""
+    """main(argv)'s status: a user's error is one `error: …` line and 1; Ctrl-C 130, SIGTERM 143, with one line."""
     try:
         return main(argv) or 0
     except (*USER_ERRORS, *also) as e:
@@ -128,8 +125,8 @@ def _unwrap(kind):
 
 
 def check_override_keys(argv: Sequence[str]) -> None:
-    """A `key.path=value` whose key is no setting (naming the closest one), or whose value is not of its type, in one
-    line: Hydra's own answers are 6-7 lines. Groups, Hydra's flags and keys, +/~ overrides and sweeps are Hydra's."""
+    """A `key.path=value` whose key is no setting (naming the closest), or whose value is not of its type, in one line
+    (Hydra's answers are 6-7); groups, Hydra's own keys, +/~ overrides and sweeps are left to Hydra."""
     for arg in argv:
         key = arg.split("=", 1)[0]
         if "=" not in arg or key[0] in "+~-" or key.startswith("hydra."):
@@ -209,10 +206,7 @@ def resolve_config(dict_cfg: DictConfig) -> Resolved:
         init = _start_from_weights(dict_cfg, overrides)
     if HydraConfig.get().runtime.choices.get("experiment") == "small_corpus" and os.environ.get("RANK", "0") == "0":
         print("experiment=small_corpus is an alias of the default now, which stops a small corpus at 4 passes")
-    try:
-        said = apply_length_rule(dict_cfg, dict(override_values([o for o in overrides if o.startswith("trainer.")])))
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+    said = apply_length_rule(dict_cfg, overrides)
     if said and os.environ.get("RANK", "0") == "0":
         print(said)
     cfg, config_yaml = _typed(dict_cfg)
@@ -228,9 +222,8 @@ def resolve_config(dict_cfg: DictConfig) -> Resolved:
 
 
 def _start_from_weights(dict_cfg: DictConfig, overrides: List[str]) -> InitFrom:
-    """init_from=: a minillama checkpoint, or a Hugging Face Llama directory imported once into the data cache. The
-    run's model becomes the checkpoint's (model.* overrides may change only what shapes no weight), its data is read
-    with the checkpoint's tokenizer; everything else — data, optimizer, schedule, run directory — is the new run's."""
+    """init_from=: a minillama checkpoint, or a Hugging Face Llama directory imported once into the data cache; the run
+    takes its model and tokenizer, everything else is the new run's."""
     from interop.hf import cached_import, is_hf_directory
 
     source, verify = str(dict_cfg.init_from), dict_cfg.get("verify_checkpoint", True)
@@ -257,8 +250,7 @@ def _start_from_weights(dict_cfg: DictConfig, overrides: List[str]) -> InitFrom:
 
 
 def _model_of(dict_cfg: DictConfig, opened, overrides: List[str]) -> None:
-    """The run's model is the checkpoint's model_config.json — what its weights fit — with the command line's model.*
-    keys on top (check_fits then refuses those that would not fit)."""
+    """The run's model is the checkpoint's, the command line's model.* keys on top (check_fits refuses misfits)."""
     with open_dict(dict_cfg):
         dict_cfg.model = OmegaConf.merge(
             OmegaConf.structured(ModelConfig),
@@ -286,9 +278,8 @@ def saved_training_config(ckpt: Path) -> DictConfig:
 
 
 def _refuse_changes_a_resume_cannot_make(ckpt: Path, saved: DictConfig, overrides: List[str]) -> None:
-    """A resume may change how training goes on (trainer.*, optim.* values, logger.*, where its data lies) — never the
-    model, the tokens, their order or the optimizer kind: said before anything runs (the tokens data.path gives are
-    compared with the checkpoint's by their digests once prepared: the same corpus, moved, is the same data)."""
+    """A resume may change how training goes on (trainer.*, optim.* values, logger.*, where its data lies), never the
+    model, the tokens, their order or the optimizer kind: said before anything runs."""
     for key, value in override_values(overrides):
         if key.startswith("data.") and key not in ("data.path", "data.cache_dir", "data.sampling"):
             raise ConfigError(
@@ -322,9 +313,8 @@ def differing_keys(a: dict, b: dict) -> List[str]:
 
 
 def check_same_config(config_yaml: str, info) -> None:
-    """Before the first step, every rank's resolved config is rank 0's — or one line on every rank naming the first
-    keys that differ: an override read from the environment (${oc.env:LOCAL_RANK}), a config file that differs
-    between hosts, would otherwise train ranks on different settings over one averaged gradient."""
+    """Before the first step, every rank's resolved config is rank 0's, or one line naming the first keys that differ
+    (an override read from a rank's environment, a config file that differs between hosts)."""
     from training.distributed import gather_objects
 
     texts = gather_objects(config_yaml, info)
@@ -339,8 +329,7 @@ def check_same_config(config_yaml: str, info) -> None:
 
 
 def keep_edited_config(run_dir: Path, ckpt: Path) -> Optional[str]:
-    """Before a resume rewrites <run>/config.yaml: where the file differs from the checkpoint's, it is moved aside
-    (never overwritten) and the differing keys are said, with where changes go. None where they agree."""
+    """Before a resume rewrites <run>/config.yaml: an edited one is moved aside, the warning naming the keys returned."""
     mine, theirs = Path(run_dir) / CONFIG, Path(ckpt) / CONFIG
     try:
         here, there = (OmegaConf.to_container(OmegaConf.load(p)) for p in (mine, theirs))
@@ -360,15 +349,15 @@ def keep_edited_config(run_dir: Path, ckpt: Path) -> Optional[str]:
     )
 
 
-def apply_length_rule(cfg: DictConfig, given: Dict[str, object]) -> Optional[str]:
-    """The rule for the run's length settings (docs/training.md): the run ends at the first reached of those set;
-    what the command line sets turns off the config files' ones that TURNS_OFF names, said in one line (returned);
-    a typed max_steps with another typed length is a ValueError. `given`: the command line's trainer.* values."""
+def apply_length_rule(cfg: DictConfig, overrides: Sequence[str]) -> Optional[str]:
+    """The rule for the run's length settings (docs/training.md): a length the command line sets turns off the
+    config's ones TURNS_OFF names, said in one line (returned); typed max_steps with another is a ConfigError."""
+    given = dict(override_values([o for o in overrides if o.startswith("trainer.")]))
     typed = {key: given[f"trainer.{key}"] for key in LENGTH_KEYS if f"trainer.{key}" in given}
     chosen = {key: value for key, value in typed.items() if value is not None}
     if "max_steps" in chosen and len(chosen) > 1:
         a, b = (f"trainer.{key}={value:g}" for key, value in list(chosen.items())[:2])
-        raise ValueError(
+        raise ConfigError(
             f"{a} and {b} both set the run's length, and a step count is exact; keep one (or type "
             "trainer.max_epochs and trainer.time_budget together: the run ends at whichever comes first)"
         )
@@ -401,9 +390,8 @@ def _typed(dict_cfg: DictConfig) -> Tuple[TrainConfig, str]:
 
 
 def compose(overrides: Sequence[str], keep_hydra: bool = False) -> DictConfig:
-    """configs/train.yaml with overrides through Hydra's compose API, as @hydra.main hands it to train.py (HydraConfig
-    set, so ${hydra:runtime.choices.*} resolves; the hydra node removed unless keep_hydra). ConfigError if it does
-    not compose."""
+    """configs/train.yaml with overrides, as @hydra.main hands it to train.py (HydraConfig set; the hydra node removed
+    unless keep_hydra); a ConfigError if it does not compose."""
     register_configs()
     GlobalHydra.instance().clear()
     try:
@@ -421,10 +409,7 @@ def compose(overrides: Sequence[str], keep_hydra: bool = False) -> DictConfig:
 def compose_train_config(overrides: Sequence[str]) -> Tuple[TrainConfig, str]:
     """(TrainConfig, its YAML) for `python train.py <overrides>`: composed, the length rule applied, typed."""
     cfg = compose(overrides)
-    try:
-        apply_length_rule(cfg, dict(override_values([o for o in overrides if o.startswith("trainer.")])))
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+    apply_length_rule(cfg, overrides)
     return _typed(cfg)
 
 
@@ -434,8 +419,7 @@ def compose_run_config(overrides: Sequence[str]) -> TrainConfig:
 
 
 def override_values(overrides: Sequence[str]) -> List[Tuple[str, object]]:
-    """(dotted key, value) of each override by Hydra's own grammar (model.qk_norm=true → True, 1e-3 → 0.001); one
-    that does not parse, or sweeps several values, is a ConfigError."""
+    """(dotted key, value) of each override by Hydra's grammar; one that does not parse or sweeps is a ConfigError."""
     try:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
     except HydraException as e:
@@ -458,19 +442,15 @@ class OutputDirCheck(Callback):
 
 
 def _resolved(config, key: str) -> str:
-    """The directory as Hydra will resolve it. The default run_name reads `${hydra:runtime.choices…}`, which
-    resolves only once HydraConfig is set — Hydra sets it just after the run-start callbacks, to this same
-    config, so setting it here first changes nothing but lets the check see the real path."""
-    from hydra.core.hydra_config import HydraConfig
-
+    """The directory as Hydra will resolve it: HydraConfig set first (Hydra sets it to this config just after the
+    run-start callbacks), so the default run_name's ${hydra:runtime.choices…} resolves."""
     HydraConfig.instance().set_config(config)
     return OmegaConf.select(config, key)
 
 
 def check_writable(directory: str, what: str, key: str, outputs_dir: Optional[str]) -> None:
-    """Exit with one line unless a directory can be made where `directory` will be (tried for real, in its nearest
-    existing ancestor: permission bits do not tell what root, ACLs or a read-only mount allow). The advice names the
-    setting that placed it: outputs_dir, or `key` where that was set on its own."""
+    """Exit with one line unless a directory can be made where `directory` will be: tried for real in its nearest
+    existing ancestor (permission bits do not tell what root, ACLs or a read-only mount allow)."""
     target = Path(directory).absolute()
     ancestor = next(p for p in (target, *target.parents) if p.exists())
     inside = outputs_dir is not None and target.is_relative_to(Path(outputs_dir).absolute())

@@ -24,9 +24,7 @@ class OptimConfig:
     muon_lr: Optional[float] = None  # null: optim.lr (Muon's update RMS is matched to AdamW's)
     muon_momentum: float = 0.95  # Nesterov momentum of Muon
     muon_ns_steps: int = 5  # Newton-Schulz iterations that orthogonalise each update
-    muon_ns_dtype: str = (
-        "auto"  # auto (bf16 where bf16 matmuls are fast: CUDA, AMX, AVX512-BF16; else fp32) | bf16 | fp32
-    )
+    muon_ns_dtype: str = "auto"  # auto (bf16 where its matmuls run in hardware, else fp32) | bf16 | fp32
     # μP's AdamW lr for the blocks' matrices is lr × m^-exponent: 1 is μP's 1/m (Table 3); another value is an arm of
     # docs/mup.md's width-512 experiment. Unused under sp and by Muon (its own 1/sqrt(m), optim.py).
     mup_hidden_lr_exponent: float = 1.0
@@ -69,7 +67,7 @@ class TrainerConfig:
     precision: str = "auto"  # auto (bf16 where its matmuls are fast, else fp32) | bf16 (autocast) | fp32
     tf32: bool = True  # CUDA: fp32 matmuls on TF32 tensor cores (fp32 range, 10-bit mantissa); false = exact fp32
     compile: str = "auto"  # auto (CUDA, or CPU with a working inductor toolchain) | true | false
-    # The cross-entropy in chunks that never hold a micro-batch's full fp32 logits (training/loss.py): auto (above
+    # The cross-entropy in chunks that never hold a micro-batch's full fp32 logits (loop.py CausalLMLoss): auto (above
     # 2^26 logits, e.g. 16 x 1024 tokens at a 4k vocab) | true | false. A memory setting: at the CPU default it is slower.
     chunked_loss: str = "auto"
     # The run's length: it ends at the first of max_steps, max_epochs and time_budget reached (those set; one at

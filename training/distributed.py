@@ -28,8 +28,7 @@ class DistInfo:
 
 
 def pick_device(name: str, local_rank: int = 0, option: str = "trainer.device") -> torch.device:
-    """auto prefers CUDA (this local rank's GPU), then MPS, then the CPU; a device this machine lacks is a ValueError
-    naming `option` and the fix."""
+    """auto prefers CUDA (this local rank's GPU), then MPS, then the CPU; a device this machine lacks is a ValueError."""
     mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
     if name == "auto":
         return torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("mps" if mps else "cpu")
@@ -51,9 +50,8 @@ def pick_device(name: str, local_rank: int = 0, option: str = "trainer.device") 
 
 
 def cpu_bf16(cap: Optional[str] = None) -> Tuple[bool, str]:
-    """(whether this CPU runs bf16 matmuls in hardware, what it reports). AMX and AVX512-BF16 do, ~2-4× fp32; an
-    AVX2-only CPU has oneDNN emulate bf16, 40-100× slower. ONEDNN_MAX_CPU_ISA caps what oneDNN may use (the suite
-    emulates the lower classes with it), so a cap below AVX512_CORE_BF16 counts as emulated."""
+    """(whether this CPU runs bf16 matmuls in hardware, what it reports): AMX and AVX512-BF16 do; AVX2 emulates them,
+    19–21× slower (BENCHMARKS.md). A ONEDNN_MAX_CPU_ISA cap below AVX512_CORE_BF16 counts as emulated."""
     x86 = platform.machine().lower() in ("x86_64", "amd64") and torch.cpu._is_avx2_supported()
     hardware = (
         "AMX-bf16"
@@ -85,8 +83,7 @@ def bf16_fast(device: torch.device) -> Tuple[bool, str]:
 
 
 def compute_identity(device: torch.device) -> str:
-    """What decides a step's rounding: torch's version and the kernels' target (the CUDA device, or the CPU's ATen
-    capability and a oneDNN cap). A resume on another is not bitwise an uninterrupted run (state.json keeps it)."""
+    """What decides a step's rounding: torch's version and the kernels' target (state.json keeps it)."""
     if device.type == "cuda":
         return f"torch {torch.__version__}, cuda {torch.cuda.get_device_name(device)}"
     cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
@@ -128,18 +125,15 @@ def memory_room(own: int = 0) -> Tuple[Optional[int], str]:
 
 
 def least_memory(model: torch.nn.Module, tokens: int, ranks: int = 1) -> int:
-    """A lower bound on what training `model` takes beyond its weights, over this host's `ranks` processes: a gradient
-    and an optimizer moment a weight (8 bytes, once: FSDP shards them), and what each block of each rank saves for
-    backward of `tokens` a micro-batch — its two norms' inputs, q, the attention's output, two MLP-wide tensors — at
-    2 bytes (bf16). scripts/estimate.py simulates the whole peak."""
+    """A lower bound on what training takes beyond the weights, over this host's `ranks`: a gradient and a moment per
+    weight (8 bytes), and each block's saved inputs (2 norms', q, attention out, 2 MLP-wide) at 2 bytes a value."""
     cfg = model.cfg
     saved = 2 * tokens * cfg.n_layers * (4 * cfg.hidden_size + 2 * cfg.resolved_intermediate_size)
     return 8 * sum(p.numel() for p in model.parameters()) + ranks * saved
 
 
 def check_cpu_memory(model: torch.nn.Module, tokens: int) -> None:
-    """Refuse, before it starts, a run that cannot fit what this host's processes may use: the kernel's kill for
-    memory leaves no line."""
+    """Refuse a run that cannot fit this host's memory before it starts: the kernel's kill leaves no line."""
     room, where = memory_room()
     ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # torchrun's processes on this host share its memory
     if room is not None and (need := least_memory(model, tokens, ranks)) > room:
@@ -151,8 +145,7 @@ def check_cpu_memory(model: torch.nn.Module, tokens: int) -> None:
 
 
 def process_info(device_name: str) -> DistInfo:
-    """This process's rank, world size and device from torchrun's environment — no collective yet, so slow work
-    (data preparation) runs before the group's timeout starts."""
+    """This process's rank, world size and device from torchrun's environment; no collective yet (see join)."""
     rank, local_rank, world = (
         int(os.environ.get(k, d)) for k, d in (("RANK", 0), ("LOCAL_RANK", 0), ("WORLD_SIZE", 1))
     )
@@ -188,8 +181,7 @@ def peer_lost(error: BaseException, info: DistInfo) -> Optional[str]:
 
 
 def agree_max(values: list, info: DistInfo) -> list:
-    """Element-wise max of small host integers over all ranks: what every rank must do together (stop, save) is
-    decided together, on the CPU (gloo), never waiting on queued GPU work."""
+    """Element-wise max of small host integers over all ranks, on gloo: never waits on queued GPU work."""
     if info.world_size == 1:
         return list(values)
     flags = torch.tensor(values, dtype=torch.int64)
@@ -223,8 +215,6 @@ def all_reduce_mean(value: torch.Tensor, info: DistInfo) -> torch.Tensor:
 
 
 def resolve_parallel(parallel: str, world_size: int) -> str:
-    if parallel not in ("auto", "none", "ddp", "fsdp"):
-        raise ValueError(f"trainer.parallel={parallel!r} is unknown; choose auto, none, ddp or fsdp")
     if parallel == "none" and world_size > 1:
         raise ValueError(
             f"trainer.parallel=none with {world_size} processes would train {world_size} independent "
@@ -285,8 +275,7 @@ class StopFlag:
         self._previous = {}
 
     def peer_lost(self) -> None:
-        """Another rank died and torchrun will SIGTERM this one: a SIGTERM between restore() and the `error:` line
-        killed it silently, so from here it is ignored (the process ends with status 1 anyway)."""
+        """Another rank died and torchrun will SIGTERM this one: ignored from here, so the `error:` line gets out."""
         self.restore()
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
 

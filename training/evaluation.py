@@ -1,14 +1,6 @@
-"""Evaluation, the one way minillama scores text: windows of tokens, the loss over them, and bits per byte — for
-training's validation, scripts/evaluate.py and the studies.
-
-A split is documents, each followed by EOS; the stream scored is one EOS of context, then those tokens, so every
-token is predicted — the first one too, as any document after the previous EOS — and the counts are meta.json's:
-tokens = val_tokens, bytes = val_bytes (UTF-8; EOS has none). bits/byte = Σ nats / ln 2 / bytes.
-
-Windows of context T and stride S (S = T by default): window k reads positions kS .. kS+T-1 and predicts only what no
-window predicted before — all T in the first, the last S in every other. At S = T they tile the stream; at S < T every
-prediction after the first window sees at least T-S+1 tokens, at T/S times the compute (Hugging Face's recipe).
-"""
+"""Evaluation, the one way minillama scores text (validation, scripts/evaluate.py, the studies): one EOS of context,
+then every token predicted once, by windows of context T and stride S (S < T: Hugging Face's sliding recipe); bits
+per byte = Σ nats / ln 2 / the split's UTF-8 bytes (meta.json's val_bytes)."""
 
 import math
 from dataclasses import dataclass
@@ -89,8 +81,8 @@ def scoring_stream(tokens: np.ndarray, eos_id: int) -> np.ndarray:
 def full_split_windows(
     tokens: np.ndarray, context: int, eos_id: int, stride: Optional[int] = None, rank: int = 0, world_size: int = 1
 ) -> Windows:
-    """This rank's share of the windows that score every token once (trainer.eval_windows=all): windows r, r + world,
-    …, padded to one length with rows that score nothing, since every rank runs the same forward passes (FSDP)."""
+    """This rank's share (r, r + world, …) of the windows that score every token once, padded to one length with rows
+    that score nothing: every rank runs the same forward passes (FSDP)."""
     if not 0 <= rank < world_size:
         raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
     plan = window_plan(len(tokens), context, stride)
@@ -106,8 +98,7 @@ def full_split_windows(
 
 @dataclass
 class SplitWindows:
-    """Every token of a stream in the windows of a plan, gathered batch by batch: a large split is never tiled into
-    memory at once (scripts/evaluate.py on a big corpus)."""
+    """A stream's windows, gathered batch by batch: a large split is never tiled into memory at once."""
 
     stream: np.ndarray
     plan: WindowPlan
@@ -121,13 +112,13 @@ class SplitWindows:
 
 
 def split_windows(tokens: np.ndarray, eos_id: int, context: int, stride: Optional[int] = None) -> SplitWindows:
+    """The windows that score every token of `tokens` once (scripts/evaluate.py)."""
     return SplitWindows(scoring_stream(tokens, eos_id), window_plan(len(tokens), context, stride))
 
 
 @dataclass
 class Score:
-    """What a scoring pass adds up. On a sample of a split, `bytes` is its share of the split's (tokens × the split's
-    bytes per token), so bits per byte is one formula for both."""
+    """What a scoring pass adds up; on a sample of a split, `bytes` is its share (tokens × the split's bytes/token)."""
 
     nats: float  # Σ -log p(token | its context)
     tokens: int
@@ -155,9 +146,8 @@ def score(
     autocast: Callable,
     on_batch: Optional[Callable[[int], None]] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(Σ nats, tokens scored) as float64 tensors on the device (no host sync per batch), `loss_module(inputs,
-    targets)` being the mean over scored targets. A short batch is padded with rows that score nothing: a compiled
-    loss keeps its one graph (a recompile costs ~30 s on a CPU). `on_batch(n)` gets each batch's scored count."""
+    """(Σ nats, tokens scored) as float64 tensors on the device (no host sync per batch). A short batch is padded with
+    rows that score nothing: a compiled loss keeps its one graph (a recompile costs ~30 s on a CPU)."""
     nats = torch.zeros((), device=device, dtype=torch.float64)
     tokens = torch.zeros((), device=device, dtype=torch.float64)
     for batch in windows.batches(batch_size):
@@ -176,29 +166,10 @@ def score(
     return nats, tokens
 
 
-def score_tokens(
-    loss_module,
-    tokens: np.ndarray,
-    eos_id: int,
-    context: int,
-    stride: Optional[int],
-    batch_size: int,
-    device: torch.device,
-    autocast: Callable,
-    on_batch: Callable[[int], None] = lambda n: None,
-) -> tuple:
-    """(Σ nats, tokens scored) of every token of `tokens`, as Python numbers."""
-    nats, scored = score(
-        loss_module, split_windows(tokens, eos_id, context, stride), batch_size, device, autocast, on_batch
-    )
-    return nats.item(), int(scored.item())
-
-
 @torch.no_grad()
 def evaluate(compute_loss, windows, batch_size: int, autocast: Callable, meta: dict, info: D.DistInfo) -> dict:
-    """Validation loss, perplexity and bits per byte over every rank's windows, through the training loss module
-    (compiled, wrapped): evaluation runs the graph training runs. `windows`: this rank's Windows, or (N, T + 1)
-    tiles; `meta`: the split's token and byte counts."""
+    """Validation loss, perplexity and bits per byte over every rank's windows (Windows, or (N, T + 1) tiles), through
+    the training loss module: evaluation runs the graph training runs."""
     windows = Windows.from_tiles(windows) if isinstance(windows, torch.Tensor) else windows
     compute_loss.eval()
     nats, tokens = score(compute_loss, windows, batch_size, info.device, autocast)

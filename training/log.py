@@ -48,9 +48,8 @@ def gpu_peak(device_name: str) -> Optional[tuple]:
 
 
 def peak_flops(device: torch.device, precision: str, override_tflops: Optional[float] = None) -> tuple:
-    """(FLOP/s, how it was obtained): trainer.peak_tflops, a GPU's data sheet in the run's precision (TF32 for fp32
-    only where it is on), or one quick probe of this device in the run's dtype — never a GPU's number for a CPU.
-    The benchmarks measure the peak properly (dev/bench); a busy 2-core machine moves it 2-3×."""
+    """(FLOP/s, how it was obtained): trainer.peak_tflops, a GPU's data sheet in the run's precision (TF32 only where
+    it is on), or one quick probe of this device in the run's dtype (dev/bench measures it properly)."""
     if override_tflops:
         return override_tflops * 1e12, "trainer.peak_tflops"
     name = (
@@ -269,18 +268,11 @@ class Logger:
         epoch_tokens: int,
         train_tokens: int,
     ):
-        self.info, self.state, self.interval, self.epoch_warning = (
-            info,
-            state,
-            cfg.trainer.log_interval,
-            cfg.trainer.epoch_warning,
-        )
+        self.info, self.state = info, state
+        self.interval, self.epoch_warning = cfg.trainer.log_interval, cfg.trainer.epoch_warning
         self.tokens_per_step, self.flops_per_token, self.peak = tokens_per_step, flops_per_token, peak
-        self.epoch_tokens, self.train_tokens, self.true_epochs = (
-            epoch_tokens,
-            train_tokens,
-            cfg.data.sampling == "epochs",
-        )
+        self.epoch_tokens, self.train_tokens = epoch_tokens, train_tokens
+        self.true_epochs = cfg.data.sampling == "epochs"
         self.clock = Throughput(compute_loss)
         self.pending, self.skipped, self.first_skipped = [], 0, -1  # losses on the device until a log reads them
         self.epoch_warned, self.compile_reported, self.file, self.failed, self.wandb = False, 0.0, None, False, None
@@ -329,11 +321,8 @@ class Logger:
         self.pending = []  # note: the line above is a CPU-GPU sync point, once per log
         loss = sum(losses) / len(losses) if losses else math.nan
         steps, seconds = self.clock.lap()
-        tps, epochs, compile_s = (
-            steps * self.tokens_per_step / seconds,
-            state.tokens_seen / (self.epoch_tokens or 1),
-            self.clock.compile_s(),
-        )
+        tps, epochs = steps * self.tokens_per_step / seconds, state.tokens_seen / (self.epoch_tokens or 1)
+        compile_s = self.clock.compile_s()
         self.log(
             {
                 "kind": "train",
@@ -426,10 +415,8 @@ def header(
     counts, m, t = raw_model.param_counts(), cfg.model, cfg.trainer
     limits = [plan["limit"] for plan in state.plans if plan.get("limit")]
     timed = [plan for plan in state.plans if not plan.get("limit")]
-    budget, again = (
-        f"trainer.time_budget={t.time_budget:g} min" if t.time_budget else "",
-        state.step + WARMUP_STEPS + PROBE_STEPS,
-    )
+    budget = f"trainer.time_budget={t.time_budget:g} min" if t.time_budget else ""
+    again = state.step + WARMUP_STEPS + PROBE_STEPS
     if budget and limits:
         when = (
             f"planned {len(timed)} time{'s' * (len(timed) > 1)} so far, again from step {again}"

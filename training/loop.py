@@ -32,10 +32,8 @@ from training.optim import apply_schedule, build_optimizers
 
 def resolve_precision(requested: str, device: torch.device) -> Tuple[str, str]:
     """(bf16 | fp32, why). auto: bf16 on CUDA with bf16 and on CPUs with bf16 in hardware (AMX, AVX512-BF16), from
-    what the device reports; fp32 elsewhere (an AVX2-only CPU emulates bf16 40-100× slower)."""
-    if requested not in ("auto", "bf16", "fp32"):
-        raise ValueError(f"trainer.precision={requested!r} is unknown; choose auto, bf16 or fp32")
-    if requested != "auto":
+    what the device reports; fp32 elsewhere (an AVX2-only CPU emulates bf16: 19–21× slower, BENCHMARKS.md)."""
+    if requested != "auto":  # TrainerConfig refused anything but auto, bf16 and fp32
         return requested, "trainer.precision"
     fast, why = D.bf16_fast(device)
     return ("bf16" if fast else "fp32"), why + ("" if fast or device.type != "cpu" else ": bf16 is emulated")
@@ -75,8 +73,6 @@ def autocast_context(precision: str, device: torch.device) -> Callable:
     range: no loss scaling), or nothing."""
     if precision == "fp32":
         return contextlib.nullcontext
-    if precision != "bf16":
-        raise ValueError(f"trainer.precision={precision!r} is unknown; choose auto, bf16 or fp32")
     if device.type == "mps":
         raise ValueError("trainer.precision=bf16 autocast is not supported on mps here; use trainer.precision=fp32")
     return lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16)
@@ -95,9 +91,8 @@ def enable_tf32(device: torch.device, enabled: bool = True) -> bool:
 
 
 def cache_for_this_cpu() -> Path:
-    """Inductor's on-disk cache, one folder per ATen CPU capability: torch 2.13's graph cache key leaves it out, and a
-    run under ATEN_CPU_CAPABILITY=avx2 (the AVX2 emulation) then corrupted the heap of a plain run that reused its
-    graphs, or made its first step non-finite. Idempotent; called before anything compiles."""
+    """Inductor's cache, one folder per ATen CPU capability: torch 2.13's cache key leaves it out, and graphs reused
+    across capabilities corrupted the heap or made a first step non-finite. Idempotent; before anything compiles."""
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
     current = Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or default_cache_dir()).absolute()
@@ -111,9 +106,7 @@ def resolve_compile(requested: Union[str, bool], device: torch.device) -> Tuple[
     """(compile?, why). auto: CUDA with Triton, and a CPU whose inductor toolchain compiles and runs one tiny function
     right (the only honest check: a compiler can exist without OpenMP or torch's headers); else eager."""
     cache_for_this_cpu()
-    choice = str(requested).lower()
-    if choice not in ("auto", "true", "false"):
-        raise ValueError(f"trainer.compile={requested!r} is unknown; choose auto, true or false")
+    choice = str(requested).lower()  # TrainerConfig refused anything but auto, true and false
     if choice != "auto":
         return choice == "true", f"trainer.compile={choice}"
     if not torch._dynamo.is_dynamo_supported():
@@ -158,9 +151,8 @@ def _one_line(error: Exception) -> str:
 
 
 class CompiledLoss:
-    """torch.compile(loss_module), falling back to eager with one warning when compiling fails (it happens at the first
-    call of each mode, training and evaluation); counts the seconds those calls took. Other attributes (train(),
-    eval(), no_sync(), parameters()) reach the wrapped module."""
+    """torch.compile(loss_module), falling back to eager with one warning when compiling fails (at the first call of
+    each mode); counts the seconds those calls took. Other attributes reach the wrapped module."""
 
     def __init__(self, module: nn.Module, warn: Callable[[str], None] = lambda m: print(m, file=sys.stderr), **kwargs):
         self.module, self.warn, self.failed, self.compile_seconds, self._modes = module, warn, None, 0.0, set()
@@ -206,22 +198,14 @@ CHUNK_ELEMENTS = 2**24  # fp32 logits per chunk (64 MB): big enough for well-sha
 
 
 class CausalLMLoss(nn.Module):
-    """forward(input_ids, targets) → fp32 mean cross-entropy over targets != -100. Model, head and loss as one
-    module, so the loss fuses with the head under torch.compile, and FSDP2's root owns embedding and head.
-    chunk_above: "auto" (2^26), an int (0 = always) or None (never): past it the cross-entropy goes in chunks
-    that never hold the full fp32 logits (32 × 1024 × 32k would be 4 GB a copy). At the CPU default it is slower."""
+    """forward(input_ids, targets) → fp32 mean cross-entropy over targets != -100; model, head and loss in one module
+    (fused under compile). Above chunk_above logits ("auto": 2^26, 0: always, None: never) it goes in chunks."""
 
     def __init__(
         self, model: nn.Module, chunk_above: Union[str, int, None] = "auto", chunk_elements: int = CHUNK_ELEMENTS
     ):
         super().__init__()
         chunk_above = CHUNK_ABOVE if chunk_above == "auto" else chunk_above
-        if chunk_above is not None and (not isinstance(chunk_above, int) or chunk_above < 0):
-            raise ValueError(
-                f"chunk_above={chunk_above!r} must be 'auto', an integer >= 0 (0 = always chunk) or None (never)"
-            )
-        if chunk_elements <= 0:
-            raise ValueError(f"chunk_elements={chunk_elements} must be > 0")
         self.model, self.chunk_above, self.chunk_elements = model, chunk_above, chunk_elements
 
     def chunk_tokens(self, n_tokens: int, vocab_size: int) -> Optional[int]:
@@ -242,9 +226,8 @@ class CausalLMLoss(nn.Module):
 def chunked_cross_entropy(
     hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk_tokens: int
 ) -> torch.Tensor:
-    """mean over targets != -100 of cross_entropy(hidden @ weight.T, targets), chunk_tokens rows at a time: hidden
-    (N, D), weight (V, D). Matmuls in the autocast dtype, softmax in fp32; with gradients on, each chunk's gradient
-    (softmax − one-hot) is computed right away, so neither pass holds N × V logits."""
+    """Mean cross_entropy(hidden (N, D) @ weight (V, D).T, targets), chunk_tokens rows at a time, each chunk's gradient
+    computed right away: neither pass holds N × V logits. Matmuls in the autocast dtype, softmax in fp32."""
     device_type = hidden.device.type
     dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else weight.dtype
     needs_grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
@@ -415,13 +398,8 @@ class NonFiniteGuard:
 
     def __init__(self, device: torch.device, tolerated: int = 0):
         zero = lambda v=0: torch.tensor(v, device=device, dtype=torch.int64)  # noqa: E731
-        self.tolerated, self.skipped, self.streak, self.max_streak, self.first_bad = (
-            tolerated,
-            zero(),
-            zero(),
-            zero(),
-            zero(-1),
-        )
+        self.tolerated = tolerated
+        self.skipped, self.streak, self.max_streak, self.first_bad = zero(), zero(), zero(), zero(-1)
 
     def update(self, finite: torch.Tensor, step: int) -> None:
         """Count optimizer step `step` (1-based) as skipped unless `finite`, on the device."""
@@ -513,9 +491,8 @@ def _rms(t: torch.Tensor) -> float:
 def activation_rms(
     model: nn.Module, input_ids: torch.Tensor, forward: Optional[Callable] = None
 ) -> Dict[str, List[float]]:
-    """Per layer, on one batch: the RMS of the residual stream after each block, of the norms' outputs, and of the
-    attention logits of the first sequence (what RMSNorm and μP's attention scale keep stable). `forward` runs what
-    wraps `model` (FSDP2's root must run, to gather embedding and head); by default model(input_ids)."""
+    """Per layer, on one batch: the RMS of the residual stream, of the norms' outputs and of the first sequence's
+    attention logits. `forward` runs what wraps `model` (FSDP2's root gathers embedding and head)."""
     stats: Dict[str, List[float]] = {"residual": [], "attn_in": [], "mlp_in": [], "attn_logits": []}
     hooks = []
     for block in model.layers:
@@ -538,9 +515,8 @@ def block_weights(model: nn.Module) -> List[torch.Tensor]:
 
 
 class Validator:
-    """Every trainer.eval_interval steps (sized to the run's current end by default) and at the end: the validation
-    loss, perplexity and bits per byte, per-layer activation RMS (hooks on one batch only: steps pay nothing), each
-    block's relative weight change if asked, and a sample — its row logged, its result returned to the loop."""
+    """Every trainer.eval_interval steps and at the end: validation loss, perplexity and bits per byte, activation RMS
+    (hooks on one batch only), each block's weight change if asked, and a sample."""
 
     def __init__(self, cfg: TrainConfig, parts: Parts, data, windows: Windows, info: D.DistInfo, state: RunState):
         self.cfg, self.parts, self.data, self.windows, self.info, self.state = cfg, parts, data, windows, info, state
@@ -558,8 +534,7 @@ class Validator:
         return step % self.every_for[1] == 0 or step == min(state.max_steps, state.stop_at or state.max_steps)
 
     def time_one(self) -> float:
-        """Seconds one validation takes (a time budget's probe): two batches timed after one that compiles, scaled to
-        all of them, plus the activation-RMS batch and the sample."""
+        """Seconds one validation takes (a time budget's probe): two batches timed after one that compiles, scaled up."""
         t, parts = self.cfg.trainer, self.parts
         self.parts.compute_loss.eval()
         timed = []
@@ -605,8 +580,7 @@ class Validator:
         return rms
 
     def sample(self) -> str:
-        """A sample from trainer.sample_prompt, generated as scripts/generate.py does, with a seeded generator of its
-        own: the training RNG is untouched."""
+        """A sample from trainer.sample_prompt as scripts/generate.py makes it, seeded apart from the training RNG."""
         from model.generate import SAMPLING, generate
 
         t, model = self.cfg.trainer, self.parts.raw_model
@@ -809,9 +783,8 @@ def _last_checkpoint(checkpointer: Checkpointer) -> str:
 
 
 def keep_best_or_stop(ev: dict, state: RunState, trainer, checkpointer: Checkpointer, log: Logger) -> bool:
-    """The policy on a validation: a new lowest bpb becomes checkpoints/best (trainer.keep_best), and
-    trainer.early_stopping evaluations in a row without one end the run at this step; whether they did (the
-    step is then saved as the run's last)."""
+    """A new lowest bpb becomes checkpoints/best (trainer.keep_best); trainer.early_stopping evaluations in a row
+    without one end the run here. Whether they did (the step is then saved as the run's last)."""
     if state.improves_best(ev["val_bpb"]) and trainer.keep_best:  # the best is tracked either way
         checkpointer.save_best()
     if trainer.early_stopping and state.evals_since_best >= trainer.early_stopping:

@@ -17,9 +17,8 @@ UNPLANNED_END = 10**9
 
 
 def hidden_matrices(model: torch.nn.Module) -> list:
-    """The 2-D weights inside the blocks (attention and MLP projections), found by type through any wrapper: what
-    Muon is for. Not the embedding (a lookup) nor the head (to a vocabulary; a tied head is the embedding). SwiGLU's
-    fused gate_up_proj is orthogonalised as one matrix: torch's Muon takes whole 2-D parameters."""
+    """The blocks' 2-D weights (attention and MLP projections), found by type through any wrapper: what Muon is for
+    (not the embedding nor the head). SwiGLU's fused gate_up_proj is orthogonalised as one matrix."""
     seen = {}
     for block in (m for m in model.modules() if isinstance(m, Block)):
         for module in block.modules():
@@ -40,9 +39,8 @@ def param_groups(
     exclude: frozenset = frozenset(),
     hidden_lr_scale: Optional[float] = None,
 ) -> list:
-    """Decay only Linear weights: shrinking a norm gain or a rarely seen embedding row is not regularisation. `exclude`:
-    the ids another optimizer owns. With `hidden_lr_scale` (μP) the blocks' matrices get a group of their own. Empty
-    groups are left out: torch.distributed.checkpoint refuses them when it saves several optimizers."""
+    """Decay only Linear weights (a norm gain or a rare embedding row is not to shrink); `exclude`: another optimizer's
+    ids; μP's `hidden_lr_scale` gives the blocks' matrices a group. No empty group: DCP refuses them."""
     hidden_ids = {id(p) for p in hidden_matrices(model)} if hidden_lr_scale is not None else set()
     decay, hidden, no_decay, seen = [], [], [], set(exclude)
     for module in model.modules():
@@ -74,9 +72,8 @@ def build_adamw(groups: list, cfg: OptimConfig, device_type: str) -> torch.optim
 
 
 def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, device_type: str) -> torch.optim.AdamW:
-    """AdamW over every parameter. Under μP the blocks' matrices at lr × m^-exponent: Adam's update is ~lr per
-    entry whatever the width and aligned with what it next multiplies, so ΔW·x grows ∝ n (Table 3: 1/fan_in);
-    optim.mup_hidden_lr_exponent other than 1 is an arm of docs/mup.md's experiment."""
+    """AdamW over every parameter; under μP the blocks' matrices at lr × m^-exponent (Adam's update is ~lr per entry
+    and aligned with its input, so ΔW·x grows ∝ n: Table 3's 1/fan_in)."""
     m = _mup_multiplier(model)
     scale = m**-cfg.mup_hidden_lr_exponent if m is not None else None
     return build_adamw(param_groups(model, cfg.weight_decay, hidden_lr_scale=scale), cfg, device_type)
@@ -85,9 +82,8 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, device_type: str) 
 def build_optimizers(
     model: torch.nn.Module, cfg: OptimConfig, device_type: str, bf16_fast: Optional[bool] = None
 ) -> list:
-    """[AdamW], or [Muon, AdamW] for optim.name=muon. Where bf16 matmuls run in hardware (GPUs; AMX and AVX512-BF16
-    CPUs: `bf16_fast`, by default what the device reports) optim.muon_ns_dtype=auto orthogonalises in bf16 as torch
-    does; elsewhere in fp32."""
+    """[AdamW], or [Muon, AdamW] for optim.name=muon; muon_ns_dtype=auto orthogonalises in bf16 where bf16 matmuls run
+    in hardware (`bf16_fast`, by default what the device reports), else in fp32."""
     if cfg.name == "adamw":
         return [build_optimizer(model, cfg, device_type)]
     matrices = hidden_matrices(model)
@@ -115,9 +111,8 @@ def build_optimizers(
 
 
 class Muon(torch.optim.Muon):
-    """torch.optim.Muon with Newton–Schulz in a chosen dtype: torch's always runs it in bf16, which an AVX2-only CPU
-    emulates ~100× slower (the default's Muon step took ~12 s instead of ~0.4 s). Defaults, groups, state — and so
-    the checkpoint format — are torch's; with ns_dtype=bfloat16 the step is bitwise torch's (tests/test_muon.py)."""
+    """torch.optim.Muon with Newton–Schulz in a chosen dtype (torch's bf16 is 19–21× slower emulated on AVX2,
+    BENCHMARKS.md). State and checkpoint format are torch's; with ns_dtype=bfloat16 the step is bitwise torch's."""
 
     def __init__(self, params, ns_dtype: torch.dtype = torch.bfloat16, **kwargs):
         super().__init__(params, **kwargs)
@@ -143,8 +138,7 @@ class Muon(torch.optim.Muon):
 
 
 def newton_schulz(grad: torch.Tensor, coefficients: tuple, steps: int, eps: float, dtype: torch.dtype) -> torch.Tensor:
-    """≈ U Vᵀ of grad = U S Vᵀ: torch's quintic iteration, same coefficients and order of operations. Works on FSDP2's
-    sharded DTensors too: each matmul redistributes as needed (tests/test_muon.py runs it under torchrun)."""
+    """≈ U Vᵀ of grad = U S Vᵀ: torch's quintic iteration, same coefficients and order; FSDP2's DTensors too."""
     a, b, c = coefficients
     x = grad.to(dtype)
     tall = grad.size(-2) > grad.size(-1)
@@ -163,9 +157,8 @@ def muon_peak_lr(cfg: OptimConfig) -> float:
 
 
 def apply_schedule(optimizers: list, step: int, cfg: OptimConfig, max_steps: int, plans: Sequence[dict] = ()) -> float:
-    """Set every group's lr for `step`; return AdamW's, to log. `plans`: a time budget's (RunState.plans), whose ends
-    the schedule follows (planned_lr_at), else it runs to max_steps. Muon follows the same curve × muon_lr / lr, and
-    each group × its lr_scale (μP; absent from optimizer states saved before it existed)."""
+    """Set every group's lr for `step` (× muon_lr / lr for Muon, × its lr_scale); return AdamW's, to log. A time
+    budget's `plans` move the end (planned_lr_at), else the schedule runs to max_steps."""
     ends = [(0, UNPLANNED_END)] + [(plan["at_step"], plan["max_steps"]) for plan in plans]
     lr = planned_lr_at(step, cfg, ends) if plans else lr_at(step, cfg, max_steps)
     for optimizer in optimizers:
@@ -198,11 +191,8 @@ def wsd_decay_start(cfg: OptimConfig, max_steps: int) -> int:
 
 def planned_lr_at(step: int, cfg: OptimConfig, ends: Sequence[tuple]) -> float:
     """The lr at `step` of a run whose end was planned again and again: ends = [(step planned at, end), …] in order.
-
-    A new end must not make the lr jump, as cosine stretched to it would. So after a plan the schedule runs on a
-    stretched clock: what remained of it is laid over the steps that now remain, from where it stood — the same lr,
-    then a new pace. Where nothing yet depended on the end (inside the warmup; WSD's stable phase under both ends)
-    the new end is simply taken: the curve is then exactly that of a run told that end outright."""
+    After a plan, what remained of the schedule is laid over the steps that now remain, from where it stood (no jump);
+    where nothing yet depended on the end (warmup, WSD's stable phase) the new end is simply taken."""
     anchor, at_virtual, pace, end = 0, 0.0, 1.0, ends[0][1]  # virtual step = at_virtual + (step - anchor) · pace
     for planned_at, new_end in ends[1:]:
         if planned_at > step:
