@@ -50,6 +50,7 @@ def test_the_seconds_from_a_plan_count_only_the_events_after_it():
         (100, 25, 40, True, (4, 3)),  # evals at 25, 50, 75, 100; saves at 40, 80 and the final one at 100
         (100, 25, 40, False, (4, 2)),  # the speedrun's loop clock stops before the final save
         (80, 25, 40, False, (4, 1)),  # a periodic save due at the last step is the final one: not counted
+        (81, 25, 40, False, (4, 2)),  # without the final save, the one due at step 80 still counts
         (80, 25, 40, True, (4, 2)),  # the final save is the periodic one due at the last step: once
         (1, 25, 40, True, (1, 1)),
         (5, 1, 1, True, (5, 5)),  # every step: its first step's events too
