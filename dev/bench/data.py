@@ -49,10 +49,11 @@ def prepare_command(checkout: Path, corpus: Path, cache: Path, extra=(), memory_
     code, wall seconds, its own memory's peak (RssAnon, sampled every 0.1 s: RSS also counts the corpus's mapped Arrow
     pages, which are page cache), the cgroup's peak, and what meta.json says."""
     command = [sys.executable, "scripts/prepare_data.py", "data=local", f"data.path={corpus}", "data.vocab_size=8192"]
-    group = Path("/sys/fs/cgroup") / f"minillama-bench-{os.getpid()}"
+    v1 = Path("/sys/fs/cgroup/memory").is_dir()  # cgroup v1's memory hierarchy, else v2's unified one
+    group = Path("/sys/fs/cgroup/memory" if v1 else "/sys/fs/cgroup") / f"minillama-bench-{os.getpid()}"
     if memory_limit:
         group.mkdir()
-        (group / "memory.max").write_text(str(memory_limit))
+        (group / ("memory.limit_in_bytes" if v1 else "memory.max")).write_text(str(memory_limit))
     enter = (lambda: (group / "cgroup.procs").write_text(str(os.getpid()))) if memory_limit else None
     try:
         start, anon = time.perf_counter(), 0
@@ -65,12 +66,12 @@ def prepare_command(checkout: Path, corpus: Path, cache: Path, extra=(), memory_
                 anon = max(anon, int(re.search(r"RssAnon:\s+(\d+)", status).group(1)))
             time.sleep(0.1)
         wall = time.perf_counter() - start
-        peak = int((group / "memory.peak").read_text()) / 2**20 if memory_limit else 0
+        peak = int((group / ("memory.max_usage_in_bytes" if v1 else "memory.peak")).read_text()) if memory_limit else 0
     finally:
         if memory_limit:
             group.rmdir()
     meta = next((json.loads(m.read_text()) for m in Path(cache).glob("local-*/meta.json")), {})
-    return {"rc": child.returncode, "wall": wall, "anon_mb": anon / 1024, "cgroup_mb": peak, **meta}
+    return {"rc": child.returncode, "wall": wall, "anon_mb": anon / 1024, "cgroup_mb": peak / 2**20, **meta}
 
 
 def megabytes(meta: dict) -> float:
@@ -138,8 +139,7 @@ def main(argv=None) -> None:
     parser.add_argument("--big-gb", type=float, default=0, help="instead: a corpus this big under half its memory")
     parser.add_argument("--corpus-dir", type=Path, default=Path("/tmp/minillama-bench-corpus"), help="kept for reruns")
     args = parser.parse_args(argv)
-    size = args.big_gb * 1e3 or args.corpus_mb
-    corpus = args.corpus_dir / f"{size:g}mb" / "part000.jsonl"
+    corpus = args.corpus_dir / f"{(size := args.big_gb * 1e3 or args.corpus_mb):g}mb" / "part000.jsonl"
     corpus = corpus if corpus.exists() else python_corpus(corpus.parent, size)
     with tempfile.TemporaryDirectory(dir=args.corpus_dir) as tmp:
         if args.samples:
