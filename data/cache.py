@@ -398,12 +398,13 @@ def _make_cache(cfg: DataConfig, directory: Path, log) -> Dict[str, Any]:
 # ---- encoding --------------------------------------------------------------------------------------------------------
 
 
-def usable_cores(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
+def usable_cores(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
     """The cores this process may run on: its affinity, capped by its cgroup's CPU quota (a container's --cpus)."""
-    cores = len(os.sched_getaffinity(0))
-    with contextlib.suppress(OSError, ValueError):
-        quota, period = cpu_max.read_text().split()
-        cores = min(cores, math.ceil(int(quota) / int(period))) if quota != "max" else cores
+    cores, v2 = len(os.sched_getaffinity(0)), cgroup / "cpu.max"
+    with contextlib.suppress(OSError, ValueError):  # no quota: "max" (cgroup v2) or -1 (v1)
+        v1 = [(cgroup / f"cpu/cpu.cfs_{key}_us").read_text() for key in ("quota", "period")] if not v2.exists() else []
+        quota, period = v1 or v2.read_text().split()
+        cores = min(cores, math.ceil(int(quota) / int(period))) if int(quota) > 0 else cores
     return max(1, cores)
 
 
@@ -527,8 +528,7 @@ def write_split(
                 "tokenizers (slower)"
             )
             fast = None
-    encoder = "tokenizers" if fast is None else "tiktoken"
-    stats = dict(tokens=0, bytes=0, documents=0, dropped=0, max_id=-1, encoder=encoder)
+    stats = dict(tokens=0, bytes=0, documents=0, dropped=0, max_id=-1, encoder="tiktoken" if fast else "tokenizers")
     sha = hashlib.sha256()
     eos = np.array([eos_id], dtype=np.uint32)
 

@@ -48,15 +48,17 @@ def test_the_cache_is_the_same_with_one_core_or_several(tmp_path, monkeypatch):
 
 
 def test_usable_cores_follows_the_cgroup_quota(tmp_path):
-    cpu_max = tmp_path / "cpu.max"
     affinity = len(os.sched_getaffinity(0))
-    cpu_max.write_text("max 100000\n")
-    assert cache.usable_cores(cpu_max) == affinity
-    cpu_max.write_text("50000 100000\n")  # half a core still encodes
-    assert cache.usable_cores(cpu_max) == 1
-    cpu_max.write_text(f"{(affinity + 8) * 100000} 100000\n")  # a quota above the affinity: the affinity
-    assert cache.usable_cores(cpu_max) == affinity
-    assert cache.usable_cores(tmp_path / "absent") == affinity  # no cgroup v2 file: the affinity
+    assert cache.usable_cores(tmp_path) == affinity  # no cgroup files: the affinity
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    for quota, cores in (("-1", affinity), (f"{(affinity + 8) * 100000}", affinity), ("50000", 1)):  # cgroup v1
+        (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text(f"{quota}\n")
+        assert cache.usable_cores(tmp_path) == cores, quota
+    (tmp_path / "cpu.max").write_text("max 100000\n")  # v2's file where it is, whatever v1's say: no quota
+    assert cache.usable_cores(tmp_path) == affinity
+    (tmp_path / "cpu.max").write_text("150000 100000\n")  # 1.5 cores' time: two threads
+    assert cache.usable_cores(tmp_path) == min(2, affinity)
 
 
 def test_the_cache_is_byte_for_byte_the_one_f8049f5_built(tmp_path):
