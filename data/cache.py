@@ -12,6 +12,7 @@ import fcntl
 import functools
 import hashlib
 import json
+import math
 import os
 import shutil
 import sys
@@ -319,7 +320,9 @@ def _make_cache(cfg: DataConfig, directory: Path, log) -> Dict[str, Any]:
                 )
                 sample = sample.select(hashed_choice(len(sample), cfg.seed + 1, share)[0]) if share < 1 else sample
             batches = (b[column] for b in sample.select_columns([column]).iter(batch_size=BATCH_SIZE))
-            tokenizer = train_tokenizer(batched_texts(batches, cfg.tokenizer_train_bytes), cfg.vocab_size)
+            with progress_bar("data: training the tokenizer") as progress:
+                texts = batched_texts(batches, cfg.tokenizer_train_bytes, progress)
+                tokenizer = train_tokenizer(texts, cfg.vocab_size)
             tokenizer.save(str(work / TOKENIZER_FILE))
             if tokenizer.get_vocab_size() < cfg.vocab_size:
                 log(
@@ -392,7 +395,22 @@ def _make_cache(cfg: DataConfig, directory: Path, log) -> Dict[str, Any]:
     return meta
 
 
-# ---- encoding --------------------------------------------------------------------------------------------------
+# ---- encoding --------------------------------------------------------------------------------------------------------
+
+
+def usable_cores(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
+    """The cores this process may run on: its affinity, capped by its cgroup's CPU quota (a container's --cpus)."""
+    cores, v2 = len(os.sched_getaffinity(0)), cgroup / "cpu.max"
+    with contextlib.suppress(OSError, ValueError):  # no quota: "max" (cgroup v2) or -1 (v1)
+        v1 = [(cgroup / f"cpu/cpu.cfs_{key}_us").read_text() for key in ("quota", "period")] if not v2.exists() else []
+        quota, period = v1 or v2.read_text().split()
+        cores = min(cores, math.ceil(int(quota) / int(period))) if int(quota) > 0 else cores
+    return max(1, cores)
+
+
+def progress_bar(what: str) -> tqdm:
+    """What preparation is doing, MB done and MB/s on stderr, shown once a phase has taken more than 2 s."""
+    return tqdm(desc=what, unit="B", unit_scale=True, unit_divisor=1000, delay=2, file=sys.stderr)
 
 
 def fast_encoder(path: Path):
@@ -510,14 +528,7 @@ def write_split(
                 "tokenizers (slower)"
             )
             fast = None
-    stats = {
-        "tokens": 0,
-        "bytes": 0,
-        "documents": 0,
-        "dropped": 0,
-        "max_id": -1,
-        "encoder": "tokenizers" if fast is None else "tiktoken",
-    }
+    stats = dict(tokens=0, bytes=0, documents=0, dropped=0, max_id=-1, encoder="tiktoken" if fast else "tokenizers")
     sha = hashlib.sha256()
     eos = np.array([eos_id], dtype=np.uint32)
 
@@ -537,13 +548,13 @@ def write_split(
             documents=stats["documents"] + kept,
             dropped=stats["dropped"] + dropped,
         )
-        progress.update(len(flat))
+        progress.update(int(sizes[:kept].sum()))
         return budget is not None and stats["tokens"] >= budget  # for a stream this stops the download too
 
     with (
-        ThreadPoolExecutor(max_workers=max(1, len(os.sched_getaffinity(0)))) as pool,
+        ThreadPoolExecutor(max_workers=usable_cores()) as pool,
         open(out, "wb") as file,
-        tqdm(total=budget, unit="tok", unit_scale=True, desc=f"Writing {name}") as progress,
+        progress_bar(f"data: encoding {name}") as progress,
     ):
         in_flight = deque()
         for texts, sizes, dropped in _windows(dataset, column):

@@ -1,12 +1,14 @@
 """Batches from a memory-mapped token file: training windows — drawn at random, or every window once per
 epoch (data.sampling, SAMPLERS) — and fixed evaluation windows."""
 
-from typing import Dict, Tuple
+from typing import TYPE_CHECKING, Dict, Tuple
 
 import numpy as np
-import torch
 
 from data.sources import DataError
+
+if TYPE_CHECKING:  # torch is imported where a batch is made: preparing data never loads it
+    import torch
 
 # Mixed into each epoch's seed so its order is a stream of its own, never one of the random sampler's
 # [seed, step, micro_step] draws ("EPOC" in ASCII).
@@ -61,8 +63,10 @@ class _TrainWindows:
         self.grad_accum_steps = grad_accum_steps
         self._window = np.arange(seq_len + 1)
 
-    def get(self, step: int, micro_step: int = 0) -> Tuple[torch.Tensor, torch.Tensor]:
+    def get(self, step: int, micro_step: int = 0) -> Tuple["torch.Tensor", "torch.Tensor"]:
         """(input_ids, targets), each (micro_batch_size, seq_len) int64; targets are inputs shifted by one."""
+        import torch
+
         starts = self._starts(step, micro_step)
         # One fancy-index gathers every window from the memmap in a single pass.
         windows = torch.from_numpy(np.asarray(self.tokens[starts[:, None] + self._window], dtype=np.int64))  # (B, T+1)
@@ -145,7 +149,7 @@ SAMPLERS = {"random": TrainBatches, "epochs": EpochBatches}
 
 def eval_windows(
     tokens: np.ndarray, seq_len: int, num_windows: int, rank: int = 0, world_size: int = 1
-) -> torch.Tensor:
+) -> "torch.Tensor":
     """This rank's share of a fixed set of validation windows, (n, seq_len + 1) int64.
 
     The set is `num_windows` windows spread evenly over the split, chosen among the
@@ -170,4 +174,6 @@ def eval_windows(
         )
     tiles = np.arange(count) * fitting // count  # evenly spaced, distinct, increasing
     starts = tiles[rank::world_size] * seq_len
+    import torch
+
     return torch.from_numpy(np.asarray(tokens[starts[:, None] + np.arange(seq_len + 1)], dtype=np.int64))

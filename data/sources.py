@@ -69,7 +69,7 @@ class DataConfig:
     val_token_budget: Optional[int] = None
     vocab_size: int = 4096  # train a byte-level BPE of this size, or use tokenizer_path's
     tokenizer_path: Optional[str] = None
-    tokenizer_train_bytes: Optional[int] = 100_000_000  # merges stop changing long before a multi-GB corpus ends
+    tokenizer_train_bytes: Optional[int] = 10_000_000  # past 10 MB a tripling buys < 1 % compression: BENCHMARKS.md
     cache_dir: str = "data_cache"
     seed: int = 1234
     # How training windows are drawn: random (with replacement: one epoch's worth leaves ~37 % undrawn) or epochs (every

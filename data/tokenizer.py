@@ -113,12 +113,16 @@ def file_hash(path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 
-def batched_texts(batches: Iterable[List[Optional[str]]], max_bytes: Optional[int]) -> Iterator[List[str]]:
-    """Non-empty texts, stopping once about max_bytes UTF-8 bytes have gone by."""
+def batched_texts(
+    batches: Iterable[List[Optional[str]]], max_bytes: Optional[int], progress=None
+) -> Iterator[List[str]]:
+    """Non-empty texts, stopping once about max_bytes UTF-8 bytes have gone by (counted on `progress`, a tqdm bar)."""
     seen = 0
     for batch in batches:
         texts = [t for t in batch if t and not t.isspace()]
         yield texts
-        seen += sum(len(t.encode("utf-8")) for t in texts)
+        seen += (size := sum(len(t.encode("utf-8")) for t in texts))
+        if progress is not None:
+            progress.update(size)
         if max_bytes is not None and seen >= max_bytes:
             return

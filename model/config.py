@@ -4,9 +4,6 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from model.mlp import MLPS, swiglu_intermediate_size
-from model.norm import NORMS
-
 PARAMETRIZATIONS = ("sp", "mup")  # docs/mup.md derives each μP rule used below
 
 
@@ -52,6 +49,9 @@ class ModelConfig:
         return cls(**{"vocab_multiple": 1, **{k: v for k, v in fields.items() if k != "attention_kernel"}})
 
     def __post_init__(self):
+        from model.mlp import MLPS  # the variants' classes, hence torch: only once a model config is built
+        from model.norm import NORMS
+
         def check(ok: bool, message: str) -> None:
             if not ok:
                 raise ValueError(message)
@@ -121,6 +121,8 @@ class ModelConfig:
 
     def derived_intermediate_size(self) -> int:
         """The MLP width when intermediate_size is not set: gated MLPs 8/3·d rounded up, the others 4·d (same params)."""
+        from model.mlp import MLPS, swiglu_intermediate_size
+
         if MLPS[self.mlp].gated:
             return swiglu_intermediate_size(self.hidden_size, self.multiple_of, self.ffn_dim_multiplier)
         return 4 * self.hidden_size
@@ -154,4 +156,9 @@ class ModelConfig:
         return f"mup (m = {self.width_multiplier:g} over base width {self.mup_base_width})"
 
 
-GATED_MLPS = tuple(name for name, cls in MLPS.items() if cls.gated)  # the 8/3·d rule's kinds
+def __getattr__(name: str):
+    if name == "GATED_MLPS":  # the 8/3·d rule's kinds, read from the MLP classes (torch) on first use
+        from model.mlp import MLPS
+
+        return tuple(kind for kind, cls in MLPS.items() if cls.gated)
+    raise AttributeError(f"module 'model.config' has no attribute {name!r}")

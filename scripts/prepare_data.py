@@ -10,18 +10,27 @@ import sys
 import time
 
 import _bootstrap  # noqa: F401  (the repository root on sys.path; TORCHINDUCTOR_CACHE_DIR checked)
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from data import prepare
-from training.cli import compose_train_config, run
+from data import DataConfig, prepare
+from training.cli import ConfigError, compose, one_line, run
 
 
 def load_config(overrides):
-    """(DataConfig with an absolute cache_dir, trainer.seq_len, model.vocab_size) from the composed config."""
-    cfg, _ = compose_train_config(overrides)
-    data = cfg.data
+    """(DataConfig with an absolute cache_dir, trainer.seq_len, model.vocab_size) from the composed config. Only the
+    data node is typed: a model config's checks need its classes, hence torch, which preparing data never loads."""
+    cfg = compose(overrides)
+    try:
+        data = OmegaConf.to_object(
+            OmegaConf.merge(OmegaConf.structured(DataConfig), OmegaConf.to_container(cfg.data, resolve=True))
+        )
+        seq_len, vocab_size = cfg.trainer.seq_len, cfg.model.vocab_size
+    except OmegaConfBaseException as e:
+        raise ConfigError(one_line(e)) from None
     # Relative paths mean "from where the command runs", exactly as in train.py.
     data.cache_dir = os.path.abspath(data.cache_dir)
-    return data, cfg.trainer.seq_len, cfg.model.vocab_size
+    return data, seq_len, vocab_size
 
 
 def report(data, seconds: float) -> str:

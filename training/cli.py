@@ -24,9 +24,11 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from data.tokenizer import load_tokenizer
-from model import ModelConfig
-from training.checkpoint import CONFIG, InitFrom, Resume
+from model.config import ModelConfig
 from training.config import TrainConfig
+
+if typing.TYPE_CHECKING:  # the checkpoint (torch) is imported where one is opened: preparing data never loads it
+    from training.checkpoint import InitFrom, Resume
 
 # ---- how a program ends ----
 
@@ -177,8 +179,8 @@ class Resolved:
 
     cfg: TrainConfig
     config_yaml: str
-    resume: Optional[Resume] = None
-    init: Optional[InitFrom] = None
+    resume: Optional["Resume"] = None
+    init: Optional["InitFrom"] = None
 
 
 def resolve_config(dict_cfg: DictConfig) -> Resolved:
@@ -192,6 +194,8 @@ def resolve_config(dict_cfg: DictConfig) -> Resolved:
             raise ConfigError(
                 "resume= continues a run and init_from= starts a new one from a checkpoint's weights; pass one of them"
             )
+        from training.checkpoint import Resume
+
         resume = Resume.open(dict_cfg.resume, dict_cfg.outputs_dir, dict_cfg.get("verify_checkpoint", True))
         groups = [o for o in overrides if "." not in o.split("=")[0] and o.split("=")[0] not in TOP_LEVEL_KEYS]
         if groups:  # the checkpoint's config already holds the composed groups
@@ -221,10 +225,11 @@ def resolve_config(dict_cfg: DictConfig) -> Resolved:
     return Resolved(cfg, config_yaml, resume, init)
 
 
-def _start_from_weights(dict_cfg: DictConfig, overrides: List[str]) -> InitFrom:
+def _start_from_weights(dict_cfg: DictConfig, overrides: List[str]) -> "InitFrom":
     """init_from=: a minillama checkpoint, or a Hugging Face Llama directory imported once into the data cache; the run
     takes its model and tokenizer, everything else is the new run's."""
     from interop.hf import cached_import, is_hf_directory
+    from training.checkpoint import InitFrom
 
     source, verify = str(dict_cfg.init_from), dict_cfg.get("verify_checkpoint", True)
     path = str(cached_import(source, dict_cfg.data.cache_dir, verify=verify)) if is_hf_directory(source) else source
@@ -261,6 +266,8 @@ def _model_of(dict_cfg: DictConfig, opened, overrides: List[str]) -> None:
 
 def saved_training_config(ckpt: Path) -> DictConfig:
     """The training config a checkpoint was saved with, or a ConfigError saying why it cannot resume."""
+    from training.checkpoint import CONFIG
+
     try:
         saved = OmegaConf.load(ckpt / CONFIG)
     except (OSError, OmegaConfBaseException, ValueError) as e:
@@ -330,6 +337,8 @@ def check_same_config(config_yaml: str, info) -> None:
 
 def keep_edited_config(run_dir: Path, ckpt: Path) -> Optional[str]:
     """Before a resume rewrites <run>/config.yaml: an edited one is moved aside, the warning naming the keys returned."""
+    from training.checkpoint import CONFIG
+
     mine, theirs = Path(run_dir) / CONFIG, Path(ckpt) / CONFIG
     try:
         here, there = (OmegaConf.to_container(OmegaConf.load(p)) for p in (mine, theirs))

@@ -1,208 +1,153 @@
-"""Benchmark the data pipeline: cold Shakespeare preparation (tokenizer training included), its
-phases, a cache hit, and batch loading next to a training step of the default CPU model; then a
---corpus-mb MB local corpus of JSON lines with each encoder (dev/bench/corpus.py).
+"""The data benchmark: the whole `scripts/prepare_data.py` command on a corpus of Python source as JSON lines — side by
+side with another checkout (--against), the tokenizer's sample against the compression it buys (--samples), and a
+corpus larger than memory under a memory cgroup of half its size (--big-gb; needs root).
 
-Usage: python -m dev.bench data [--repeats 3] [--no-model] [--corpus-mb 30] [--write]
-  --write replaces the "## Data pipeline" section of BENCHMARKS.md with the results.
+Usage: python -m dev.bench data [--corpus-mb 30] [--against DIR] [--samples 3,10,30] [--big-gb 2] [--corpus-dir D]
 """
 
 import argparse
-import functools
+import contextlib
+import json
 import os
-import statistics
+import re
 import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from data import DataConfig, TrainBatches, eval_windows, prepare
-from data.cache import fast_encoder, fast_ids
-from data.sources import load_plays
-from data.tokenizer import train_tokenizer
-from dev.bench.benchmarks_doc import write_section
-from dev.bench.corpus import big_corpus, limited_prepare, measure_corpus, report_corpus
+from data.cache import usable_cores
 from training.cli import REPO, description
 
-HEADING = "## Data pipeline (dev/bench/data.py)"
-# Run from the repository root: `python -c` puts the working directory first on sys.path.
-COLD_RUN = "from data import DataConfig, prepare\nprepare(DataConfig(cache_dir={cache!r}), log=lambda message: None)\n"
+HEADING, BIG_HEADING = (
+    "## Data pipeline (dev/bench/data.py)",
+    "## A corpus larger than memory (dev/bench/data.py --big-gb)",
+)
 
 
-def cold_prepare_seconds() -> float:
-    """Wall time of a fresh `python` that imports `data` and prepares Shakespeare into an empty cache."""
-    with tempfile.TemporaryDirectory() as cache:
-        start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", COLD_RUN.format(cache=cache)], cwd=REPO, check=True, capture_output=True)
-        return time.perf_counter() - start
+def python_corpus(folder: Path, megabytes: float) -> Path:
+    """`megabytes` of Python source as JSON lines, one module a line: the installed packages' modules in path order (the
+    same corpus wherever the requirements are), passed over again (each pass marked apart) until the size is reached."""
+    folder.mkdir(parents=True, exist_ok=True)
+    size = 0
+    with open(folder / "part000.jsonl", "w") as out:
+        for rerun in range(1000):
+            for source in sorted((Path(sys.prefix) / "lib").rglob("*.py")):
+                try:
+                    text = (f"# pass {rerun}\n" if rerun else "") + source.read_text(encoding="utf-8")
+                except (UnicodeDecodeError, OSError):
+                    continue
+                out.write(json.dumps({"text": text}) + "\n")
+                size += len(text.encode("utf-8"))
+                if size >= megabytes * 1e6:
+                    return folder / "part000.jsonl"
+    raise ValueError(f"the installed packages hold less than {megabytes} MB of Python source 1000 times over")
 
 
-def timed(function, repeats: int) -> float:
-    """Median seconds of `repeats` calls."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def model_step_seconds(batch, repeats: int = 3) -> tuple:
-    """(seconds, precision) of forward + backward of the default CPU model (configs/model/cpu.yaml
-    sizes) on one micro batch, in the precision `trainer.precision=auto` picks on this machine."""
-    import torch
-
-    from model import ModelConfig, Transformer
-    from training.loop import CausalLMLoss, autocast_context, resolve_precision
-
-    model = Transformer(
-        ModelConfig(vocab_size=4096, hidden_size=256, n_layers=6, n_heads=4, multiple_of=32, max_seq_len=256)
-    )
-    loss_fn, inputs, targets = CausalLMLoss(model), *batch
-    precision, _ = resolve_precision("auto", torch.device("cpu"))
-    autocast = autocast_context(precision, torch.device("cpu"))
-
-    def step():
-        with autocast():
-            loss = loss_fn(inputs, targets)
-        loss.backward()
-
-    step()  # warm-up
-    return timed(step, repeats), precision
-
-
-def measure(repeats: int, with_model: bool) -> dict:
-    from training.distributed import cpu_bf16
-
-    results = {"cores": os.cpu_count(), "load": os.getloadavg()[0], "cpu": cpu_bf16()[1]}
-    results["cold"] = statistics.median(cold_prepare_seconds() for _ in range(repeats))
-    results["clean"] = timed(load_plays, repeats)
-    texts = [play["text"] for play in load_plays()]
-    results["megabytes"] = sum(len(t.encode("utf-8")) for t in texts) / 1e6
-    results["train_tokenizer"] = timed(lambda: train_tokenizer([texts], 4096), repeats)
-    tokenizer = train_tokenizer([texts], 4096)
-    results["encode"] = timed(lambda: tokenizer.encode_batch(texts), repeats)
-    with tempfile.TemporaryDirectory() as tmp:
-        tokenizer.save(f"{tmp}/tokenizer.json")
-        fast, _ = fast_encoder(f"{tmp}/tokenizer.json")
-    with ThreadPoolExecutor(max_workers=len(os.sched_getaffinity(0))) as pool:  # as the writer calls it
-        results["encode_fast"] = timed(lambda: list(pool.map(functools.partial(fast_ids, fast), texts)), repeats)
-    with tempfile.TemporaryDirectory() as cache:
-        prepared = prepare(DataConfig(cache_dir=cache), log=lambda message: None)
-        results["cache_hit"] = timed(lambda: prepare(DataConfig(cache_dir=cache), log=lambda message: None), 20)
-        results["tokens"] = prepared.meta["train_tokens"] + prepared.meta["val_tokens"]
-        batches = TrainBatches(prepared.train_tokens(), seq_len=256, micro_batch_size=16, seed=0)
-        steps = iter(range(10**9))
-        results["get_16x256"] = timed(lambda: batches.get(next(steps)), 1000)
-        big = TrainBatches(prepared.train_tokens(), seq_len=1024, micro_batch_size=32, seed=0)
-        results["get_32x1024"] = timed(lambda: big.get(next(steps)), 200)
-        results["eval_64x256"] = timed(lambda: eval_windows(prepared.val_tokens(), 256, 64), 20)
-        if with_model:
-            results["model_step"], results["precision"] = model_step_seconds(batches.get(0))
-    return results
-
-
-def report(r: dict) -> str:
-    mb = r["megabytes"]
-    lines = [
-        f"`python -m dev.bench data --repeats 3 --write` on {r['cores']} CPU cores, class {r['cpu']}, "
-        f"{time.strftime('%Y-%m-%d')} "
-        f"(1-minute load average {r['load']:.1f} when it ran); medians.",
-        "",
-        "| what | time | throughput |",
-        "|---|---|---|",
-        f"| cold prepare, full Shakespeare ({mb:.2f} MB, {r['tokens']:,} tokens), fresh process "
-        f"| {r['cold']:.2f} s | {mb / r['cold']:.2f} MB/s end to end |",
-        f"| - markdown -> plain text, 38 plays | {r['clean'] * 1e3:.0f} ms | {mb / r['clean']:.1f} MB/s |",
-        f"| - BPE training, vocab 4096 | {r['train_tokenizer']:.2f} s | {mb / r['train_tokenizer']:.1f} MB/s |",
-        f"| - `encode_batch` of all plays (`tokenizers`) | {r['encode']:.2f} s | {mb / r['encode']:.1f} MB/s |",
-        f"| - the same with tiktoken (data/cache.py, the same ids) | {r['encode_fast']:.2f} s | "
-        f"{mb / r['encode_fast']:.1f} MB/s |",
-        f"| cache hit (`prepare` again) | {r['cache_hit'] * 1e3:.1f} ms | |",
-        f"| `TrainBatches.get`, 16 x 256 from the memmap | {r['get_16x256'] * 1e6:.0f} µs | |",
-        f"| `TrainBatches.get`, 32 x 1024 | {r['get_32x1024'] * 1e6:.0f} µs | |",
-        f"| `eval_windows`, 64 x 256 | {r['eval_64x256'] * 1e3:.2f} ms | once per run |",
-    ]
-    if "model_step" in r:
-        share = r["get_16x256"] / r["model_step"] * 100
-        lines.append(
-            f"| forward + backward, default CPU model, 16 x 256 ({r['precision']}) "
-            f"| {r['model_step'] * 1e3:.0f} ms | batch loading = {share:.3f}% of it |"
+def prepare_command(checkout: Path, corpus: Path, cache: Path, extra=(), memory_limit: int = 0) -> dict:
+    """The whole command in `checkout`, a fresh process (in a memory cgroup of `memory_limit` bytes if given): its exit
+    code, wall seconds, its own memory's peak (RssAnon, sampled every 0.1 s: RSS also counts the corpus's mapped Arrow
+    pages, which are page cache), the cgroup's peak, and what meta.json says."""
+    command = [sys.executable, "scripts/prepare_data.py", "data=local", f"data.path={corpus}", "data.vocab_size=8192"]
+    v1 = Path("/sys/fs/cgroup/memory").is_dir()  # cgroup v1's memory hierarchy, else v2's unified one
+    group = Path("/sys/fs/cgroup/memory" if v1 else "/sys/fs/cgroup") / f"minillama-bench-{os.getpid()}"
+    if memory_limit:
+        group.mkdir()
+        (group / ("memory.limit_in_bytes" if v1 else "memory.max")).write_text(str(memory_limit))
+    enter = (lambda: (group / "cgroup.procs").write_text(str(os.getpid()))) if memory_limit else None
+    try:
+        start, anon = time.perf_counter(), 0
+        child = subprocess.Popen(
+            [*command, f"data.cache_dir={cache}", *extra], cwd=checkout, stdout=subprocess.DEVNULL, preexec_fn=enter
         )
-    lines += [
-        "",
-        "The rest of a cold prepare is interpreter start-up and imports (`datasets` alone ~1 s), "
-        "the tokenizer's training and the token files. Both encoders use every core: tiktoken one document per "
-        "task in a thread pool (it releases the GIL while it encodes), `tokenizers` with rayon.",
-        "",
-    ]
-    return "\n".join(lines)
+        while child.poll() is None:
+            with contextlib.suppress(OSError, AttributeError):
+                status = Path(f"/proc/{child.pid}/status").read_text()
+                anon = max(anon, int(re.search(r"RssAnon:\s+(\d+)", status).group(1)))
+            time.sleep(0.1)
+        wall = time.perf_counter() - start
+        peak = int((group / ("memory.max_usage_in_bytes" if v1 else "memory.peak")).read_text()) if memory_limit else 0
+    finally:
+        if memory_limit:
+            group.rmdir()
+    meta = next((json.loads(m.read_text()) for m in Path(cache).glob("local-*/meta.json")), {})
+    return {"rc": child.returncode, "wall": wall, "anon_mb": anon / 1024, "cgroup_mb": peak / 2**20, **meta}
 
 
-BIG_HEADING = "## A corpus larger than memory (dev/bench/data.py --big-gb)"
+def megabytes(meta: dict) -> float:
+    return (meta["train_bytes"] + meta["val_bytes"]) / 1e6
 
 
-def report_big(gigabytes: float, folder: Path) -> str:
-    """The whole `scripts/prepare_data.py` command on a corpus of `gigabytes` GB under a memory limit of half that,
-    as one JSON-lines file and as 16: a markdown table."""
-    from training.distributed import cpu_bf16
+def bytes_per_token(meta: dict) -> float:
+    return megabytes(meta) * 1e6 / (meta["train_tokens"] + meta["val_tokens"])
 
-    limit = int(gigabytes / 2 * 2**30)
-    lines = [
-        f"`python -m dev.bench data --big-gb {gigabytes:g}` on {os.cpu_count()} CPU cores ({cpu_bf16()[1]}), "
-        f"{time.strftime('%Y-%m-%d')}: "
-        f"{gigabytes:g} GB of Python source as JSON lines (dev/bench/corpus.py), vocab 8192, the whole command "
-        f"`scripts/prepare_data.py` in a memory cgroup of {limit / 2**30:g} GiB, one run each.",
-        "",
-        "| files | exit | wall | MB/s, whole command | its own memory's peak (RssAnon) | peak RSS | the cgroup's peak |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for files in (1, 16):
-        corpus = folder / f"{gigabytes:g}gb-{files}"
-        size = big_corpus(corpus, gigabytes, files) if not corpus.exists() else gigabytes
-        with tempfile.TemporaryDirectory(dir=folder) as cache:
-            path = corpus / "part000.jsonl" if files == 1 else corpus / "*.jsonl"
-            r = limited_prepare(str(path), limit, Path(cache) / "cache")
-        lines.append(
-            f"| {files} | {r['rc']} | {r['wall_s']:.0f} s | {size * 1e3 / r['wall_s']:.1f} | {r['peak_anon_mb']:.0f} MiB "
-            f"| {r['peak_rss_mb']:.0f} MiB | {r['cgroup_peak_mb']:.0f} MiB |"
+
+def side_by_side(corpus: Path, checkouts: list, tmp: Path) -> list:
+    """Each checkout's command twice, alternating, into an empty cache; then once more into the full one (a hit)."""
+    runs = {c: [] for c in checkouts}
+    for attempt, c in [(a, c) for a in range(2) for c in checkouts]:
+        runs[c].append(prepare_command(c, corpus, tmp / f"cache-{attempt}-{checkouts.index(c)}"))
+    lines = ["| checkout | cold runs | faster | MB/s | tokenizer training | encoding | own memory's peak | cache hit |"]
+    lines.append("|---|" + "---:|" * 7)
+    for c in checkouts:
+        best, hit = (
+            min(runs[c], key=lambda r: r["wall"]),
+            prepare_command(c, corpus, tmp / f"cache-1-{checkouts.index(c)}"),
         )
-    lines += [
-        "",
-        "RSS counts the pages of the corpus's Arrow copy the process maps, which are page cache the kernel drops under "
-        "the limit; its own memory (RssAnon) is what stays flat. Sampled every 0.2 s.",
-        "",
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=c, capture_output=True, text=True).stdout
+        lines.append(
+            f"| `{head.strip()}` | {' / '.join(format(r['wall'], '.1f') for r in runs[c])} s | **{best['wall']:.1f} s** "
+            f"| {megabytes(best) / best['wall']:.1f} | {best['tokenizer_seconds']:.1f} s | {best['encode_seconds']:.1f} s "
+            f"({megabytes(best) / best['encode_seconds']:.1f} MB/s) | {best['anon_mb']:.0f} MiB | {hit['wall']:.1f} s |"
+        )
+    return lines
+
+
+def samples(corpus: Path, sizes: list, tmp: Path) -> list:
+    """The held-out validation split's bytes/token with tokenizers trained on samples of `sizes` MB of the training
+    split (data.tokenizer_train_bytes); the training split's encoding stops at once (data.token_budget)."""
+    lines = ["| tokenizer's sample | validation bytes/token | vs the largest | its training |", "|" + "---:|" * 4]
+    extra = [[f"data.tokenizer_train_bytes={int(mb * 1e6)}", "data.token_budget=1"] for mb in sizes]
+    runs = [prepare_command(REPO, corpus, tmp / f"sample-{mb}", e) for mb, e in zip(sizes, extra)]
+    for mb, r in zip(sizes, runs):
+        ratio, best = r["val_bytes"] / r["val_tokens"], runs[-1]["val_bytes"] / runs[-1]["val_tokens"]
+        lines.append(
+            f"| {mb:g} MB | {ratio:.3f} | {(ratio / best - 1) * 100:+.1f} % | {r['tokenizer_seconds']:.1f} s |"
+        )
+    return lines
+
+
+def big(corpus: Path, gigabytes: float, tmp: Path) -> list:
+    """The command on `gigabytes` of JSON lines in a memory cgroup of half that."""
+    r = prepare_command(REPO, corpus, tmp / "cache", memory_limit=int(gigabytes / 2 * 2**30))
+    rate = f"{megabytes(r) / r['wall']:.1f}" if r["rc"] == 0 else "-"
+    return [
+        "| exit | wall | MB/s | cores | tokenizer training | encoding | own memory's peak | cgroup's peak |",
+        "|" + "---:|" * 8,
+        f"| {r['rc']} | {r['wall']:.0f} s | {rate} | {usable_cores()} | {r.get('tokenizer_seconds', 0):.0f} s | "
+        f"{r.get('encode_seconds', 0):.0f} s | {r['anon_mb']:.0f} MiB | {r['cgroup_mb']:.0f} MiB |",
     ]
-    return "\n".join(lines)
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=description(__doc__))
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--no-model", action="store_true", help="skip the model step (batch loading alone)")
+    parser.add_argument("--corpus-mb", type=float, default=30.0)
+    parser.add_argument("--against", type=Path, help="another checkout (a worktree) to run the command in as well")
     parser.add_argument(
-        "--corpus-mb", type=float, default=30.0, help="the local JSON-lines corpus's size in MB (0: skip it)"
+        "--samples", default="", help="instead: tokenizer samples in MB, e.g. 3,10,30 (the last: the reference)"
     )
-    parser.add_argument("--write", action="store_true", help="write the results into BENCHMARKS.md")
-    parser.add_argument(
-        "--big-gb",
-        type=float,
-        default=0,
-        help="instead: prepare a corpus this big (GB) in a memory cgroup of half its size, as one file and as 16 "
-        "(needs root; the corpus goes to --big-dir)",
-    )
-    parser.add_argument("--big-dir", default="/tmp/minillama-big-corpus")
+    parser.add_argument("--big-gb", type=float, default=0, help="instead: a corpus this big under half its memory")
+    parser.add_argument("--corpus-dir", type=Path, default=Path("/tmp/minillama-bench-corpus"), help="kept for reruns")
     args = parser.parse_args(argv)
-    if args.big_gb:
-        body = report_big(args.big_gb, Path(args.big_dir))
-        print(f"{BIG_HEADING}\n\n{body}")
-        if args.write:
-            write_section(REPO / "BENCHMARKS.md", BIG_HEADING, body)
-        return
-    body = report(measure(args.repeats, not args.no_model))
-    if args.corpus_mb > 0:
-        body += "\n".join(report_corpus(measure_corpus(args.corpus_mb, args.repeats)))
-    print(f"{HEADING}\n\n{body}")
-    if args.write:
-        write_section(REPO / "BENCHMARKS.md", HEADING, body)
+    corpus = args.corpus_dir / f"{(size := args.big_gb * 1e3 or args.corpus_mb):g}mb" / "part000.jsonl"
+    corpus = corpus if corpus.exists() else python_corpus(corpus.parent, size)
+    with tempfile.TemporaryDirectory(dir=args.corpus_dir) as tmp:
+        if args.samples:
+            lines = samples(corpus, [float(mb) for mb in args.samples.split(",")], Path(tmp))
+        elif args.big_gb:
+            lines = big(corpus, args.big_gb, Path(tmp))
+        else:
+            lines = side_by_side(corpus, [REPO, *([args.against] if args.against else [])], Path(tmp))
+    heading = BIG_HEADING if args.big_gb and not args.samples else HEADING
+    print(f"{heading}\n\n`python -m dev.bench data {' '.join(argv or sys.argv[1:])}`, {time.strftime('%Y-%m-%d')}\n")
+    print("\n".join(lines))

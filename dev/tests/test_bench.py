@@ -110,25 +110,21 @@ def test_bench_checkpoint_reports_save_and_verify_costs(capsys):
     assert all(c.endswith(" s") and float(c.split()[0]) >= 0 for c in cells[3:6])
 
 
-def test_bench_corpus_prepares_a_json_lines_corpus_with_each_encoder(tmp_path, monkeypatch):
-    """The local-corpus benchmark at 0.3 MB: the corpus it builds, both encoders' runs and the memory rows."""
-    from dev.bench import corpus as bench_corpus
+def test_bench_data_runs_the_command_and_the_samples(tmp_path, capsys):
+    """The data benchmark at 0.3 MB: the corpus it builds, the command's row (two cold runs, the faster, a hit) and
+    the samples' rows, the largest sample the reference."""
+    from dev.bench import data as bench_data
 
-    size = bench_corpus.python_corpus(tmp_path / "c.jsonl", 0.3)
-    rows = [json.loads(line) for line in (tmp_path / "c.jsonl").read_text().splitlines()]
-    assert size >= 0.3 and rows and all(set(r) == {"text"} for r in rows)
-    results = bench_corpus.measure_corpus(0.3, repeats=1)
-    assert set(results) == {("tiktoken", "small"), ("tiktoken", "big"), ("tokenizers", "big")}
-    assert results[("tiktoken", "big")]["train_encoder"] == "tiktoken"
-    assert results[("tokenizers", "big")]["train_encoder"] == "tokenizers"
-    assert results[("tiktoken", "big")]["train_tokens"] == results[("tokenizers", "big")]["train_tokens"]
-    assert all(
-        m["import_s"] > 0 and 0 < m["encode_start_mb"] <= m["encode_peak_mb"] <= m["peak_rss_mb"]
-        for m in results.values()
-    )
-    table = "\n".join(bench_corpus.report_corpus(results))
-    assert table.count("| tiktoken |") == 2 and table.count("| tokenizers |") == 1 and " MB |" in table
-    assert " once started." in table  # the rate between the two tiktoken corpora
+    corpus = bench_data.python_corpus(tmp_path / "c", 0.3)
+    rows = [json.loads(line) for line in corpus.read_text().splitlines()]
+    assert sum(len(r["text"].encode()) for r in rows) >= 0.3e6 and all(set(r) == {"text"} for r in rows)
+    bench_data.main(["--corpus-mb", "0.3", "--corpus-dir", str(tmp_path)])
+    bench_data.main(["--corpus-mb", "0.3", "--corpus-dir", str(tmp_path), "--samples", "0.1,0.3"])
+    out = capsys.readouterr().out
+    command = re.search(r"^\| `\w+` \| ([\d.]+) / ([\d.]+) s \| \*\*([\d.]+) s\*\* \|", out, re.M)
+    assert command and float(command[3]) == min(float(command[1]), float(command[2]))
+    sample_rows = re.findall(r"^\| ([\d.]+) MB \| ([\d.]+) \| ([+-][\d.]+) % \|", out, re.M)
+    assert [r[0] for r in sample_rows] == ["0.1", "0.3"] and float(sample_rows[1][2]) == 0
 
 
 def test_bench_newton_schulz_compares_bf16_with_fp32_at_the_runs_shapes(capsys):
