@@ -9,7 +9,6 @@ import contextlib
 import fcntl
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -268,19 +267,6 @@ class _Forwarder:
     def __exit__(self, *exc) -> None:
         for s, handler in self.previous.items():
             signal.signal(s, handler)
-
-
-def move_aside(path: Path, discarded_dir: Path, name) -> Path:
-    """Keep a failed or cut-off run out of the way (never delete it) before it runs again:
-    discarded_dir/<time>/<name>, with -1, -2, … when that exists already."""
-    target = discarded_dir / time.strftime("%Y-%m-%d_%H-%M-%S") / name
-    n = 1
-    while target.exists():
-        target = target.with_name(f"{target.name}-{n}")
-        n += 1
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(str(path), str(target))
-    return target
 
 
 @contextlib.contextmanager

@@ -1,66 +1,10 @@
-"""What the protocol will cost: seconds per run at each size, from measured throughput (a short
-timing run, runs already finished, or the protocol's stored throughput), times the number of runs still to
-do. A run's seconds come from the project's one cost model, training/runtime/loop_cost.py."""
+"""What the protocol will cost: seconds per run at each size (lab/sweep.py: measured throughput through the
+project's one cost model), times the number of runs still to do."""
 
-import statistics
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional
 
-# Per job in a multirun: building the model, the final checkpoint, Python-side setup. Measured on the
-from analysis.runs import Run, steady_tokens_per_s
-from training.budget import LoopCost, event_counts
-
-# Per job in a multirun: building the model, the final checkpoint, Python-side setup. Measured on the
-# 2-core CPU (≈2–3 s); a GPU job adds compilation, which the timing run then also shows.
-JOB_OVERHEAD_S = 3.0
 SWEEP_STARTUP_S = 10.0  # one `train.py -m` process per stage: imports, data cache lookup
-EVAL_COST = 1 / 3  # an eval token is a forward pass: about a third of a training token's FLOPs
-
-
-@dataclass
-class Budget:
-    """One run's workload at a size, from its composed config."""
-
-    max_steps: int
-    tokens_per_step: int
-    eval_interval: int
-    eval_tokens: int  # tokens scored per eval (windows × seq_len)
-
-    @property
-    def evals(self) -> int:
-        return event_counts(self.max_steps, self.eval_interval, self.max_steps)[0]
-
-
-def tokens_per_s(run: Run) -> Optional[float]:
-    """The run's steady training throughput (training/runtime/loop_cost.py: its log intervals' median, the first,
-    warm-up, left out when there are others)."""
-    return steady_tokens_per_s(run.trains)
-
-
-def eval_seconds(run: Run) -> Optional[float]:
-    """Median wall seconds of the run's evals: an eval row's time less that of the train row logged
-    just before it at the same step. None when no eval follows a train row."""
-    logged = {r["step"]: r["time"] for r in run.trains if "time" in r}
-    spans = [e["time"] - logged[e["step"]] for e in run.evals if "time" in e and e["step"] in logged]
-    return statistics.median(spans) if spans else None
-
-
-def run_seconds(budget: Budget, runs: Sequence[Run]) -> Optional[float]:
-    """Seconds one run of `budget` takes at the median throughput of `runs` (any length), its evals at
-    the runs' measured eval time (the FLOP estimate where none was measured)."""
-    rates = [r for r in map(tokens_per_s, runs) if r]
-    if not rates:
-        return None
-    measured = [e for e in map(eval_seconds, runs) if e is not None]
-    return seconds_at(budget, statistics.median(rates), statistics.median(measured) if measured else None)
-
-
-def seconds_at(budget: Budget, tps: float, per_eval: Optional[float] = None) -> float:
-    """Seconds one run of `budget` takes at `tps` training tokens/s; each eval `per_eval` seconds, or its
-    FLOP estimate at that throughput; checkpoints of these small models are not counted."""
-    per_eval = budget.eval_tokens * EVAL_COST / tps if per_eval is None else per_eval
-    loop = LoopCost.at_throughput(budget.tokens_per_step, tps, eval_s=per_eval, fixed_s=JOB_OVERHEAD_S)
-    return loop.seconds(budget.max_steps, budget.eval_interval, ckpt_interval=budget.max_steps)
 
 
 @dataclass
