@@ -12,11 +12,10 @@ from typing import List, Optional
 
 from lab import sweep
 from lab.ablation import cells as C
-from lab.ablation import cost, export, manifest, registration
+from lab.ablation import export, manifest, planning, registration
 from lab.ablation import report as protocol_report
 from lab.ablation.configs import cell_config
 from lab.ablation.lr_search import edge_note
-from lab.ablation.planning import power_table
 from lab.ablation.protocol import ProtocolError, Spec, lr_sweep, stage2_cells
 from lab.launcher import Job, Launcher
 from lab.stats import alpha_for
@@ -244,7 +243,7 @@ def print_cost(proto: Protocol, seconds: dict, source: str, before: str = "stage
         stage2 += sum(s.state not in sweep.DONE for s in states.values())
         done += sum(s.state in sweep.DONE for s in states.values())
         lines.append(
-            cost.Line(
+            planning.Line(
                 size,
                 proto.data["models"][size][spec.reference]["total"],
                 seconds[size],
@@ -257,18 +256,18 @@ def print_cost(proto: Protocol, seconds: dict, source: str, before: str = "stage
         f"{spec.stage1_seed} (+ up to {spec.lr_extensions} past an edge); stage 2: seeds "
         f"{', '.join(map(str, spec.seeds))} at each variant's own best LR and at {spec.reference}'s"
     )
-    print(cost.table(lines, source, done, stages=2))
+    print(planning.table(lines, source, done, stages=2))
     if extensions:
         print(f"+ up to {extensions} stage-1 extension runs if best LRs land at the grid's edge (not counted above)")
-    saved = cost.transfer_saving(spec, seconds)
+    saved = planning.transfer_saving(spec, seconds)
     if saved:
         print(saved["text"])
-    print(power_table(spec, spec.planning_sd, proto.planning_source), flush=True)
+    print(planning.power_table(spec, spec.planning_sd, proto.planning_source), flush=True)
     estimates = {
         **(proto.data.get("cost") or {}),
         f"before {before}": {
             "source": source,
-            **cost.summary(lines),
+            **planning.summary(lines),
             "possible_extensions": extensions,
             **({"transfer_saves": {k: v for k, v in saved.items() if k != "text"}} if saved else {}),
         },
