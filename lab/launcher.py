@@ -28,9 +28,8 @@ COMPLETED, FAILED, NOT_RUN = "COMPLETED", "FAILED", "NOT_RUN"
 
 
 class JobStatusFile(Callback):
-    """At the end of every train.py job, job_status.yaml in its run directory — completed or failed, with the
-    error — so the protocol can tell a diverged cell (recorded, never re-run) from a crash (retried).
-    Registered per sweep: CALLBACK below."""
+    """job_status.yaml in every job's run directory at its end (completed, or failed with the error): the sweep
+    driver tells a diverged run (recorded, never re-run) from a crash (retried) by it. Registered by CALLBACK."""
 
     def on_job_end(self, config, job_return, **kwargs) -> None:
         run_dir = Path(job_return.hydra_cfg.hydra.runtime.output_dir)
@@ -62,9 +61,8 @@ def quoted(value) -> str:
 
 @dataclass(frozen=True)
 class Job:
-    """One train.py run: where it writes, the config groups it chooses ({"optim": "muon"}) and the values
-    it sets ({"seed": 1, "optim": {"lr": 0.01}}), merged after every other config; the launcher's
-    command-line overrides still win over them. `log`: its output (default: beside run_dir, <name>.log)."""
+    """One train.py run: where it writes, its group choices ({"optim": "muon"}) and values ({"seed": 1}), merged
+    after every other config but the launcher's overrides; `log`: its output (default: beside run_dir, <name>.log)."""
 
     run_dir: Path
     values: dict = field(default_factory=dict)
@@ -158,8 +156,7 @@ class Launcher:
         return 128 + self.stopped if self.stopped and self.exit_code < 128 else self.exit_code
 
     def run(self, jobs: Sequence[Job], root: Optional[Path] = None) -> Iterator[Ended]:
-        """Each job's outcome as its process ends; after a Ctrl-C or SIGTERM (passed on once to every
-        running process, which then saves and stops) no new process starts, and the rest are NOT_RUN.
+        """Each job's outcome as its process ends; after a Ctrl-C or SIGTERM no new one starts, the rest are NOT_RUN.
         root: the directory every run directory is under (default: their common parent)."""
         if not jobs:
             return
@@ -226,9 +223,8 @@ def _ended(job: Job, code: int, wall: Optional[float]) -> Ended:
 
 
 class _Forwarder:
-    """While jobs run, a Ctrl-C or SIGTERM that reaches this process is passed on exactly once to each
-    job's own session: train.py then checkpoints the job it is in and ends. (A terminal's Ctrl-C would
-    otherwise reach both processes, and a second signal means 'stop without saving'.)"""
+    """A Ctrl-C or SIGTERM passed on exactly once to each job's own session, where train.py checkpoints and ends
+    (a terminal's Ctrl-C would otherwise reach both processes, and a second signal means 'stop without saving')."""
 
     def __init__(self):
         self.processes: List[subprocess.Popen] = []

@@ -96,10 +96,8 @@ class TransferSpec:
             raise TransferError(f"unknown optimizer or parametrization {sorted(unknown)}; use adamw/muon, sp/mup")
 
     def cells(self, narrow_first: bool = False) -> List[Cell]:
-        """Seed by seed, so the first seed's whole picture comes first; within a seed the widest first, so
-        parallel jobs do not end on one long run — or, `narrow_first` (one run at a time), the cheap narrow runs
-        first, so each wide run pairs with its narrow partner the moment it ends, and a session that stops
-        mid-seed leaves no wide run unpaired."""
+        """Seed by seed; within a seed the widest first (parallel jobs do not end on one long run), or narrow first
+        (one at a time: each wide run pairs with its narrow partner the moment it ends)."""
         return [
             Cell(o, p, w, lr, s)
             for s in self.seeds
@@ -177,9 +175,8 @@ def schedule(evals: List[dict]) -> Optional[dict]:
 def run_cells(
     spec: TransferSpec, directory: Path, launcher, keep_checkpoints=False, one_at_a_time=False, say=print
 ) -> int:
-    """Train every cell results.jsonl lacks through the sweep driver (lab/sweep.py: a run directory already done
-    is only recorded, a cut-off one resumes, an empty or failed one is moved aside); no run starts after a stop.
-    `one_at_a_time`: each seed's narrow runs go first (TransferSpec.cells). 0 when all are done, 130 stopped."""
+    """Train every cell results.jsonl lacks through lab/sweep.py; 0 when all are done, 130 when stopped (no run
+    starts after that). `one_at_a_time`: each seed's narrow runs go first (TransferSpec.cells)."""
     done, root = read_results(directory), directory / "runs"
     todo = [c for c in spec.cells(narrow_first=one_at_a_time) if c.name not in done]
     say(f"{len(done)} runs done, {len(todo)} to do")

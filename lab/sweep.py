@@ -19,14 +19,8 @@ from lab.launcher import Ended, Job, Launcher
 from training.budget import LoopCost, event_counts
 from training.checkpoint import RunFiles
 
-FINISHED, DIVERGED, FAILED, RESUMABLE, RESTART, MISSING = (
-    "finished",
-    "diverged",
-    "failed",
-    "resumable",
-    "restart",
-    "missing",
-)
+FINISHED, DIVERGED, FAILED = "finished", "diverged", "failed"  # a job that ended
+RESUMABLE, RESTART, MISSING = "resumable", "restart", "missing"  # cut off with, or without, a checkpoint
 DONE = (FINISHED, DIVERGED)  # never run again: a diverged run would diverge again (same seed, same data)
 RESULTS = "results.jsonl"
 

@@ -158,12 +158,7 @@ def check_overlaps(spec: Spec) -> None:
 
 
 def cell_config(
-    cell: Cell,
-    values: dict,
-    min_lr_ratio: float,
-    group: str,
-    stage: str,
-    registration: Optional[str] = None,
+    cell: Cell, values: dict, min_lr_ratio: float, group: str, stage: str, registration: Optional[str] = None
 ) -> dict:
     """The cell's config, merged after every other group: the variant's and size's values, its
     LR (min_lr scaled along), seed, run name (= its directory) and wandb group and tags — among them the

@@ -9,14 +9,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import matplotlib
 
-from analysis.plots import (
-    figure,
-    has_activation_rms,
-    plot_activation_rms,
-    plot_forest,
-    plot_val_curves,
-    save,
-)
+from analysis.plots import figure, has_activation_rms, plot_activation_rms, plot_forest, plot_val_curves, save
 from analysis.runs import Variant
 from analysis.stats import CI, TTest
 from analysis.table import markdown as results_table
