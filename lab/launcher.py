@@ -1,19 +1,13 @@
-"""The one way a study runs training: a list of Jobs (each a train.py config: its group choices and values,
-written as a generated Hydra option `+job=<name>`) run as Hydra multiruns of train.py — all in one process
-(Hydra's launcher: in this machine's one process, or a cluster's with hydra/launcher=…), or one fresh
-process per job, `workers` at a time — with the CPU lock, a cold compile cache on request, Ctrl-C passed on
-exactly once, and each job's outcome read back from its run directory (job_status.yaml, written by
-lab.launcher.JobStatusFile at the end of every job). The ablation and μP launch here."""
+"""How the sweep driver (lab/sweep.py) runs train.py: Jobs (each a generated Hydra option `+job=<name>`) as multiruns,
+all in one process (or a cluster's, hydra/launcher=…) or one process per job, `workers` at a time; Ctrl-C passed on
+exactly once; each job's outcome read back from job_status.yaml (JobStatusFile writes it at the end of every job)."""
 
 import contextlib
-import fcntl
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -34,9 +28,8 @@ COMPLETED, FAILED, NOT_RUN = "COMPLETED", "FAILED", "NOT_RUN"
 
 
 class JobStatusFile(Callback):
-    """At the end of every train.py job, job_status.yaml in its run directory — completed or failed, with the
-    error — so the protocol can tell a diverged cell (recorded, never re-run) from a crash (retried).
-    Registered per sweep: CALLBACK below."""
+    """job_status.yaml in every job's run directory at its end (completed, or failed with the error): the sweep
+    driver tells a diverged run (recorded, never re-run) from a crash (retried) by it. Registered by CALLBACK."""
 
     def on_job_end(self, config, job_return, **kwargs) -> None:
         run_dir = Path(job_return.hydra_cfg.hydra.runtime.output_dir)
@@ -68,9 +61,8 @@ def quoted(value) -> str:
 
 @dataclass(frozen=True)
 class Job:
-    """One train.py run: where it writes, the config groups it chooses ({"optim": "muon"}) and the values
-    it sets ({"seed": 1, "optim": {"lr": 0.01}}), merged after every other config; the launcher's
-    command-line overrides still win over them. `log`: its output (default: beside run_dir, <name>.log)."""
+    """One train.py run: where it writes, its group choices ({"optim": "muon"}) and values ({"seed": 1}), merged
+    after every other config but the launcher's overrides; `log`: its output (default: beside run_dir, <name>.log)."""
 
     run_dir: Path
     values: dict = field(default_factory=dict)
@@ -98,7 +90,6 @@ class Ended:
     error_types: Tuple[str, ...] = ()
     exit_code: int = 0  # its process's: 128 + N when signal N stopped it
     wall_s: Optional[float] = None  # its process's wall time, when it ran alone in one
-    load: Tuple[float, float] = (0.0, 0.0)  # the 1-minute load average before and after
 
 
 def write_option(directory: Path, job: Job) -> None:
@@ -115,8 +106,7 @@ def write_option(directory: Path, job: Job) -> None:
 class Launcher:
     """Runs lists of jobs. one_process: every list is one multirun (one process here, or the cluster's
     `cluster` launcher overrides, e.g. hydra/launcher=submitit_slurm); else each job its own process,
-    `workers` at a time. `lock`: a file flock-ed while a list runs (other users of the machine wait);
-    cold_compile: each process compiles into an empty inductor cache of its own (timed runs)."""
+    `workers` at a time."""
 
     def __init__(
         self,
@@ -124,8 +114,6 @@ class Launcher:
         overrides: Sequence[str] = (),
         workers: int = 1,
         one_process: bool = False,
-        lock: Optional[Path] = None,
-        cold_compile: bool = False,
         cluster: Sequence[str] = (),
         python: str = sys.executable,
     ):
@@ -137,7 +125,7 @@ class Launcher:
             workers,
             one_process,
         )
-        self.lock, self.cold_compile, self.cluster, self.python = lock, cold_compile, list(cluster), python
+        self.cluster, self.python = list(cluster), python
         self._forwarder, self.exit_code = _Forwarder(), 0  # the last run()'s signal and worst exit status
 
     def command(self, jobs: Sequence[Job], root: Path) -> List[str]:
@@ -168,8 +156,7 @@ class Launcher:
         return 128 + self.stopped if self.stopped and self.exit_code < 128 else self.exit_code
 
     def run(self, jobs: Sequence[Job], root: Optional[Path] = None) -> Iterator[Ended]:
-        """Each job's outcome as its process ends; after a Ctrl-C or SIGTERM (passed on once to every
-        running process, which then saves and stops) no new process starts, and the rest are NOT_RUN.
+        """Each job's outcome as its process ends; after a Ctrl-C or SIGTERM no new one starts, the rest are NOT_RUN.
         root: the directory every run directory is under (default: their common parent)."""
         if not jobs:
             return
@@ -185,11 +172,11 @@ class Launcher:
             write_option(self.options_dir, job)
         batches = [list(jobs)] if self.one_process else [[j] for j in jobs]
         self._forwarder, self.exit_code = _Forwarder(), 0
-        with cpu_lock(self.lock), self._forwarder:
+        with self._forwarder:
             yield from self._run_batches(batches, root)
 
     def _run_batches(self, batches: List[List[Job]], root: Path) -> Iterator[Ended]:
-        running = []  # (process, its jobs, start time, load before, its log, its compile cache)
+        running = []  # (process, its jobs, start time, its log)
         try:
             while batches or running:
                 while batches and len(running) < self.workers and self.stopped is None:
@@ -206,49 +193,38 @@ class Launcher:
                 proc.wait()
 
     def _start(self, batch: List[Job], root: Path):
-        cache = tempfile.TemporaryDirectory(prefix="launch-inductor-") if self.cold_compile else None
-        env = {**os.environ, **({"TORCHINDUCTOR_CACHE_DIR": cache.name} if cache else {})}
         # A process of one job logs into the job's log; a multirun of several writes where this process does.
         if not self.one_process:
             batch[0].log_path.parent.mkdir(parents=True, exist_ok=True)
         log = None if self.one_process else open(batch[0].log_path, "w")
-        load_before, start = os.getloadavg()[0], time.time()
-        proc = subprocess.Popen(
-            self.command(batch, root),
-            stdout=log,
-            stderr=subprocess.STDOUT if log else None,
-            env=env,
-            start_new_session=True,
-        )
+        cmd = self.command(batch, root)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT if log else None, start_new_session=True)
         self._forwarder.processes.append(proc)
-        return proc, batch, start, load_before, log, cache
+        return proc, batch, time.time(), log
 
-    def _finish(self, proc, batch, start, load_before, log, cache) -> Iterator[Ended]:
+    def _finish(self, proc, batch, start, log) -> Iterator[Ended]:
         code = 128 - proc.returncode if proc.returncode < 0 else proc.returncode  # killed by N: 128 + N
         if log is not None:
             log.close()
-        if cache is not None:
-            cache.cleanup()
         self.exit_code = max(self.exit_code, code)
         wall = time.time() - start if len(batch) == 1 else None
-        yield from (_ended(j, code, wall, (load_before, os.getloadavg()[0])) for j in batch)
+        yield from (_ended(j, code, wall) for j in batch)
 
 
 def _relative(job: Job, root: Path) -> str:
     return job.run_dir.resolve().relative_to(root.resolve()).as_posix()
 
 
-def _ended(job: Job, code: int, wall: Optional[float], load: Tuple[float, float]) -> Ended:
+def _ended(job: Job, code: int, wall: Optional[float]) -> Ended:
     status = RunFiles(job.run_dir).read_job_status() if job.run_dir.exists() else None
     if status is None:
-        return Ended(job, NOT_RUN, exit_code=code, wall_s=wall, load=load)
-    return Ended(job, status["status"], status.get("error"), tuple(status.get("error_types", ())), code, wall, load)
+        return Ended(job, NOT_RUN, exit_code=code, wall_s=wall)
+    return Ended(job, status["status"], status.get("error"), tuple(status.get("error_types", ())), code, wall)
 
 
 class _Forwarder:
-    """While jobs run, a Ctrl-C or SIGTERM that reaches this process is passed on exactly once to each
-    job's own session: train.py then checkpoints the job it is in and ends. (A terminal's Ctrl-C would
-    otherwise reach both processes, and a second signal means 'stop without saving'.)"""
+    """A Ctrl-C or SIGTERM passed on exactly once to each job's own session, where train.py checkpoints and ends
+    (a terminal's Ctrl-C would otherwise reach both processes, and a second signal means 'stop without saving')."""
 
     def __init__(self):
         self.processes: List[subprocess.Popen] = []
@@ -268,31 +244,3 @@ class _Forwarder:
     def __exit__(self, *exc) -> None:
         for s, handler in self.previous.items():
             signal.signal(s, handler)
-
-
-def move_aside(path: Path, discarded_dir: Path, name) -> Path:
-    """Keep a failed or cut-off run out of the way (never delete it) before it runs again:
-    discarded_dir/<time>/<name>, with -1, -2, … when that exists already."""
-    target = discarded_dir / time.strftime("%Y-%m-%d_%H-%M-%S") / name
-    n = 1
-    while target.exists():
-        target = target.with_name(f"{target.name}-{n}")
-        n += 1
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(str(path), str(target))
-    return target
-
-
-@contextlib.contextmanager
-def cpu_lock(path: Optional[Path]):
-    """Hold an exclusive flock on `path` (the same lock as `flock FILE command`), or nothing without one."""
-    if path is None:
-        yield
-        return
-    with open(path, "a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(f"waiting for the lock {path} (another job is using the machine)", flush=True)
-            fcntl.flock(f, fcntl.LOCK_EX)
-        yield  # closing the file releases it

@@ -14,33 +14,27 @@ each block's weight change); the figures.
 
 import argparse
 import dataclasses
-import functools
 import json
 import math
-import os
 import shutil
 import statistics
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import matplotlib
 
 from analysis.plots import figure, save
-from analysis.runs import read_run, steady_tokens_per_s
-from lab import SEARCH_PATH
-from lab.launcher import COMPLETED, NOT_RUN, Ended, Job, Launcher, move_aside
-from training.budget import LoopCost
+from lab import SEARCH_PATH, sweep
+from lab.launcher import NOT_RUN, Job, Launcher
+from lab.sweep import DIVERGED, FINISHED
 from training.checkpoint import RunFiles
 from training.cli import compose_train_config, description, run
 from training.log import read_metrics
-from training.loop import NonFiniteLoss
 
 NAMES = {"sp": "SP", "mup": "μP", "adamw": "AdamW", "muon": "Muon"}
 SPEC_FILE, RESULTS_FILE = "spec.json", "results.jsonl"
-FINISHED, DIVERGED, STOPPED = "finished", "diverged", "stopped"
 
 
 class TransferError(ValueError):
@@ -102,10 +96,8 @@ class TransferSpec:
             raise TransferError(f"unknown optimizer or parametrization {sorted(unknown)}; use adamw/muon, sp/mup")
 
     def cells(self, narrow_first: bool = False) -> List[Cell]:
-        """Seed by seed, so the first seed's whole picture comes first; within a seed the widest first, so
-        parallel jobs do not end on one long run — or, `narrow_first` (one run at a time), the cheap narrow runs
-        first, so each wide run pairs with its narrow partner the moment it ends, and a session that stops
-        mid-seed leaves no wide run unpaired."""
+        """Seed by seed; within a seed the widest first (parallel jobs do not end on one long run), or narrow first
+        (one at a time: each wide run pairs with its narrow partner the moment it ends)."""
         return [
             Cell(o, p, w, lr, s)
             for s in self.seeds
@@ -164,14 +156,6 @@ def read_results(directory: Path) -> Dict[str, dict]:
     return {row["cell"]: row for row in read_metrics(path)} if path.exists() else {}
 
 
-def record(directory: Path, cell: Cell, outcome: dict) -> None:
-    row = {"cell": cell.name, **dataclasses.asdict(cell), **outcome, "time": time.strftime("%Y-%m-%d %H:%M:%S")}
-    with open(directory / RESULTS_FILE, "a") as f:
-        f.write(json.dumps(row) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
 # What a run's evaluations measured along its schedule (trainer.activation_rms, trainer.weight_change), kept in
 # results.jsonl: the run directories stay on the machine that trained them; results.jsonl is what is published.
 SCHEDULE_KEYS = {"rms_attn_logits": "attn_logits", "weight_change": "weight_change"}
@@ -189,37 +173,57 @@ def schedule(evals: List[dict]) -> Optional[dict]:
 
 
 def run_cells(
-    spec: TransferSpec, directory: Path, train_cells: Callable, say=print, one_at_a_time: bool = False
+    spec: TransferSpec, directory: Path, launcher, keep_checkpoints=False, one_at_a_time=False, say=print
 ) -> int:
-    """Train every cell results.jsonl lacks; `train_cells([(cell, run_dir), …])` yields (cell, {"status":
-    finished | diverged | stopped, "val_loss", "wall_s"}) as each run ends, and starts no run after the
-    caller stops reading. A run directory left by a cut-off run is moved aside first (never deleted).
-    `one_at_a_time`: the runs go one by one, so each seed's narrow runs go first (TransferSpec.cells).
-    Returns 0 when all are done, 130 when a run was stopped (rerun to go on)."""
-    done = read_results(directory)
+    """Train every cell results.jsonl lacks through lab/sweep.py; 0 when all are done, 130 when stopped (no run
+    starts after that). `one_at_a_time`: each seed's narrow runs go first (TransferSpec.cells)."""
+    done, root = read_results(directory), directory / "runs"
     todo = [c for c in spec.cells(narrow_first=one_at_a_time) if c.name not in done]
     say(f"{len(done)} runs done, {len(todo)} to do")
-    for cell in todo:
-        if (directory / "runs" / cell.name).exists():
-            move_aside(directory / "runs" / cell.name, directory / "discarded", cell.name)
-    stopped = False
-    for n, (cell, outcome) in enumerate(train_cells([(c, directory / "runs" / c.name) for c in todo]), 1):
-        if outcome["status"] == STOPPED:  # a signal: the other jobs got it too; no new run starts
-            stopped = True
-            break
-        record(directory, cell, outcome)
-        loss = "diverged" if outcome["val_loss"] is None else f"val loss {outcome['val_loss']:.4f}"
-        say(f"[{n}/{len(todo)}] {cell.name}: {loss} ({outcome['wall_s']:.0f} s)", flush=True)
-    if stopped:
-        say("stopped; the finished runs are recorded: continue with the same command")
-    return 130 if stopped else 0
+    cells = {root / c.name: c for c in todo}
+    jobs = [c.job(root / c.name, spec.min_lr_ratio) for c in todo]
+    for job in jobs:
+        state = sweep.inspect(job.run_dir)
+        if state.state in sweep.DONE:  # ended, yet never recorded (a kill between the two)
+            sweep.append(directory / RESULTS_FILE, sweep.row(job, state, root, None, outcome(cells, job, state)))
+    results, row = directory / RESULTS_FILE, lambda ended, state: outcome(cells, ended.job, state)  # noqa: E731
+    launched = sweep.launch(sweep.pending(jobs, root, directory / "discarded", say), launcher, root, results, row)
+    for n, (ended, state) in enumerate(launched, 1):
+        if ended.status == NOT_RUN and ended.exit_code >= 128:  # a signal: the other jobs got it too
+            say("stopped; the finished runs are recorded: continue with the same command")
+            return 130
+        if state.state not in sweep.DONE:
+            raise TransferError(
+                f"{ended.job.run_dir.name} failed (exit {ended.exit_code}): "
+                f"{ended.error or 'no error line'}; see {ended.job.log_path}"
+            )
+        if not keep_checkpoints:  # ~80 MB a run at width 512 with Adam's moments: a study reads only the metrics
+            shutil.rmtree(RunFiles(ended.job.run_dir).checkpoints, ignore_errors=True)
+        loss = outcome(cells, ended.job, state)["val_loss"]
+        loss = "diverged" if loss is None else f"val loss {loss:.4f}"
+        say(f"[{n}/{len(jobs)}] {cells[ended.job.run_dir].name}: {loss} ({ended.wall_s or 0:.0f} s)", flush=True)
+    return 0
+
+
+def outcome(cells: Dict[Path, Cell], job: Job, state: sweep.State) -> dict:
+    """What results.jsonl records of a done run beside the driver's fields: its grid point, final val loss
+    (None: diverged) and, where its evals recorded them, the schedule's quantities."""
+    cell = cells[job.run_dir]
+    evals = state.run.evals if state.run and state.state == sweep.FINISHED else []
+    loss = evals[-1]["val_loss"] if evals else float("nan")
+    finite = math.isfinite(loss)
+    row = {"cell": cell.name, **dataclasses.asdict(cell), "status": FINISHED if finite else DIVERGED}
+    row["val_loss"] = loss if finite else None
+    along = schedule(evals)
+    return {**row, "schedule": along} if along else row
 
 
 def seconds_per_run(directory: Path) -> Dict[tuple, float]:
     """{(optimizer, width): median wall seconds} of the runs already finished here."""
     walls: Dict[tuple, list] = {}
     for row in read_results(directory).values():
-        walls.setdefault((row["optimizer"], row["width"]), []).append(row["wall_s"])
+        if row.get("wall_s") is not None:
+            walls.setdefault((row["optimizer"], row["width"]), []).append(row["wall_s"])
     return {key: statistics.median(values) for key, values in walls.items()}
 
 
@@ -494,68 +498,41 @@ def spec_from_args(args) -> Optional[TransferSpec]:
     return TransferSpec(**fields, overrides=tuple(args.set))
 
 
-def train_cells(
-    pairs: list, spec: TransferSpec, threads: int, jobs: int = 1, keep_checkpoints: bool = False, extra: tuple = ()
-):
-    """(cell, what run_cells records) as each run of train.py ends, `jobs` processes at a time; its output
-    in runs/<cell>.log. A run that fails other than by diverging is a TransferError naming its log."""
-    cells = {run_dir: cell for cell, run_dir in pairs}
-    with tempfile.TemporaryDirectory(prefix="mup-jobs-") as options:
-        launcher = Launcher(
-            Path(options),
-            [f"experiment={spec.experiment}", *spec.overrides, f"trainer.num_threads={threads}", *extra],
-            workers=jobs,
-        )
-        for ended in launcher.run([cell.job(run_dir, spec.min_lr_ratio) for cell, run_dir in pairs]):
-            yield cells[ended.job.run_dir], outcome(ended, keep_checkpoints)
-
-
-def outcome(ended: Ended, keep_checkpoints: bool) -> dict:
-    """What run_cells records of one ended run."""
-    if ended.status == NOT_RUN and ended.exit_code >= 128:  # a signal stopped it, or it never started
-        return {"status": STOPPED}
-    if ended.status != COMPLETED and NonFiniteLoss.__name__ not in ended.error_types:
-        raise TransferError(
-            f"{ended.job.run_dir.name} failed (exit {ended.exit_code}): "
-            f"{ended.error or 'no error line'}; see {ended.job.log_path}"
-        )
-    run_dir = ended.job.run_dir
-    if not keep_checkpoints:  # ~80 MB a run at width 512 with Adam's moments: a study reads only the metrics
-        shutil.rmtree(RunFiles(run_dir).checkpoints, ignore_errors=True)
-    evals = read_run(run_dir).evals if ended.status == COMPLETED else []
-    loss = evals[-1]["val_loss"] if evals else float("nan")
-    finite = math.isfinite(loss)
-    row = {"status": FINISHED if finite else DIVERGED, "val_loss": loss if finite else None, "wall_s": ended.wall_s}
-    along = schedule(evals)
-    return {**row, "schedule": along} if along else row
+def launcher(spec: TransferSpec, options_dir: Path, threads: int, jobs: int, extra=()) -> Launcher:
+    """One train.py process per run, `jobs` at a time; its output in runs/<cell>.log."""
+    overrides = [f"experiment={spec.experiment}", *spec.overrides, f"trainer.num_threads={threads}", *extra]
+    return Launcher(options_dir, overrides, workers=jobs)
 
 
 def probe_seconds(spec: TransferSpec, threads: int, steps: int) -> dict:
-    """{(optimizer, width): seconds per run}: a `steps`-step run of each (its start, eval and save included)
-    plus the rest of max_steps at its measured throughput. Parametrization, lr and seed cost the same."""
+    """{(optimizer, width): seconds per run}: a `steps`-step run of each, its measured throughput and eval time
+    over the whole budget (lab/sweep.py's cost). Parametrization, lr and seed cost the same."""
+    cells = [
+        Cell(o, spec.parametrizations[0], w, min(spec.lrs), spec.seeds[0]) for o in spec.optimizers for w in spec.widths
+    ]
+    extra = (
+        f"trainer.max_steps={steps}",
+        f"trainer.eval_interval={steps}",
+        f"trainer.log_interval={max(1, steps // 4)}",
+    )
     seconds = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for optimizer in spec.optimizers:
-            for width in spec.widths:
-                cell = Cell(optimizer, spec.parametrizations[0], width, min(spec.lrs), spec.seeds[0])
-                cfg, _ = compose_train_config(
-                    [SEARCH_PATH, f"experiment={spec.experiment}", *cell.overrides(spec.min_lr_ratio), *spec.overrides]
+        jobs = [c.job(Path(tmp) / c.name, spec.min_lr_ratio) for c in cells]
+        for (ended, state), cell in zip(
+            sweep.launch(jobs, launcher(spec, Path(tmp), threads, 1, extra), Path(tmp)), cells
+        ):
+            if state.state != sweep.FINISHED:
+                raise TransferError(
+                    f"the timing run of {cell.name} failed: {ended.error or 'no error line'}; see {ended.job.log_path}"
                 )
-                run_dir = Path(tmp) / cell.name
-                ((_, probe),) = train_cells(
-                    [(cell, run_dir)],
-                    spec,
-                    threads,
-                    keep_checkpoints=True,
-                    extra=(f"trainer.max_steps={steps}", f"trainer.log_interval={max(1, steps // 4)}"),
-                )
-                t = cfg.trainer
-                rate = steady_tokens_per_s(read_run(run_dir).trains)  # the first interval warms up: left out
-                step_s = t.micro_batch_size * t.seq_len * t.grad_accum_steps / rate
-                # The probe's own wall time (start, eval, save included), then the steps after it.
-                loop = LoopCost(step_s=step_s, eval_s=0.0, save_s=0.0, fixed_s=probe["wall_s"])
-                seconds[(optimizer, width)] = loop.seconds(t.max_steps, t.eval_every, t.ckpt_interval, start=steps)
-                print(f"  timing: {optimizer} width {width}: {seconds[(optimizer, width)]:.0f} s per run", flush=True)
+            cfg, _ = compose_train_config(
+                [SEARCH_PATH, f"experiment={spec.experiment}", *cell.overrides(spec.min_lr_ratio), *spec.overrides]
+            )
+            seconds[(cell.optimizer, cell.width)] = sweep.run_seconds(sweep.Budget.of(cfg), [state.run])
+            print(
+                f"  timing: {cell.optimizer} width {cell.width}: {seconds[(cell.optimizer, cell.width)]:.0f} s per run",
+                flush=True,
+            )
     return seconds
 
 
@@ -599,10 +576,9 @@ def main(argv=None) -> int:
         seconds = measured if known else probe_seconds(spec, args.threads, args.probe_steps)
         print(cost_table(spec, [c for c in spec.cells() if c.name not in results], seconds, args.jobs))
         return 0
-    runs = functools.partial(
-        train_cells, spec=spec, threads=args.threads, jobs=args.jobs, keep_checkpoints=args.keep_checkpoints
-    )
-    status = run_cells(spec, args.dir, runs, one_at_a_time=args.jobs == 1)
+    with tempfile.TemporaryDirectory(prefix="mup-jobs-") as options:
+        runs = launcher(spec, Path(options), args.threads, args.jobs)
+        status = run_cells(spec, args.dir, runs, args.keep_checkpoints, one_at_a_time=args.jobs == 1)
     if read_results(args.dir):
         print("written: " + ", ".join(map(str, write_report(spec, args.dir))))
     return status

@@ -1,69 +1,21 @@
-"""Where each protocol cell stands, read from its run directory: finished, diverged, failed,
-resumable from a checkpoint, to be restarted, or not started."""
+"""Where each protocol cell stands: its run directory's state (lab/sweep.py), the LR sweeps' cells and choices."""
 
-import hashlib
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-from analysis.runs import Run, RunsError, read_run
 from lab.ablation.protocol import Cell, ProtocolError, Spec, lr_sweep, stage1_cells
-from lab.launcher import move_aside as move_run_aside
-from training.checkpoint import RunFiles
-
-# job_status.yaml is written into the run directory at the end of every job by lab/launcher.py (a Hydra
-# callback): whether the job completed or failed, and why. A job stopped by a signal writes none.
-
-FINISHED, DIVERGED, FAILED, RESUMABLE, RESTART, MISSING = (
-    "finished",
-    "diverged",
-    "failed",
-    "resumable",
-    "restart",
-    "missing",
-)
-DONE = (FINISHED, DIVERGED)  # never run again: a diverged cell would diverge again (same seed, same data)
+from lab.sweep import DONE, State, file_digests
+from lab.sweep import inspect as inspect_dir
 
 
 @dataclass
-class CellState:
-    cell: Cell
-    path: Path
-    state: str
-    run: Optional[Run] = None  # read whenever metrics exist
-    error: str = ""  # the job's one-line error (failed / diverged)
-
-    @property
-    def final_bpb(self) -> Optional[float]:
-        """Final val bpb of a finished cell; None for anything else (diverged included)."""
-        if self.state != FINISHED:
-            return None
-        value = self.run.final.get("val_bpb")
-        return value if value is not None and math.isfinite(value) else None
+class CellState(State):
+    cell: Optional[Cell] = None
 
 
 def inspect(cell: Cell, runs_dir: Path) -> CellState:
-    path = runs_dir / cell.run_name
-    status = RunFiles(path).read_job_status() or {}
-    run = _read_run(path)
-    if status.get("status") == "FAILED":
-        return CellState(cell, path, DIVERGED if is_divergence(status) else FAILED, run, status.get("error", ""))
-    if run is not None and run.complete:
-        return CellState(cell, path, FINISHED, run)
-    if _has_checkpoint(path):
-        return CellState(cell, path, RESUMABLE, run)
-    return CellState(cell, path, RESTART if path.exists() else MISSING, run)
-
-
-def file_digests(path: Path) -> Dict[str, str]:
-    """{file: SHA-256, 16 hex} of every file in a run directory but its checkpoints: what its results derive from."""
-    checkpoints = RunFiles(path).checkpoints
-    return {
-        str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()[:16]
-        for p in sorted(path.rglob("*"))
-        if p.is_file() and checkpoints not in p.parents
-    }
+    return CellState(**vars(inspect_dir(runs_dir / cell.run_name)), cell=cell)
 
 
 def check_files(recorded: Dict[str, dict], runs_dir: Path, where) -> None:
@@ -80,31 +32,6 @@ def check_files(recorded: Dict[str, dict], runs_dir: Path, where) -> None:
                     f"{path / file} {'changed' if file in now else 'is gone'} since {where} recorded its cell as "
                     f"{entry['state']}; restore it (git, a backup), or delete {path} to run the cell again"
                 )
-
-
-def is_divergence(status: dict) -> bool:
-    """A training-time non-finite loss or gradient (train.py's NonFiniteLoss), not a crash or a bad config."""
-    return "NonFiniteLoss" in status.get("error_types", []) or "non-finite" in status.get("error", "").lower()
-
-
-def move_aside(state: CellState, discarded_dir: Path) -> Path:
-    """Keep a failed or checkpoint-less partial run out of the way (never delete it) before its
-    cell runs again: <protocol>/discarded/<time>/<run_name>."""
-    return move_run_aside(state.path, discarded_dir, state.cell.run_name)
-
-
-def _read_run(path: Path) -> Optional[Run]:
-    if not RunFiles(path).is_complete():
-        return None
-    try:
-        return read_run(path)
-    except RunsError:  # cut off mid-write by a kill: the run restarts or resumes from its checkpoint
-        return None
-
-
-def _has_checkpoint(path: Path) -> bool:
-    ckpts = RunFiles(path).checkpoints
-    return ckpts.is_dir() and any(p.name.startswith("step_") for p in ckpts.iterdir())
 
 
 def done_bpb(states: Dict[Cell, CellState]) -> Dict[Cell, Optional[float]]:

@@ -6,17 +6,15 @@ import copy
 import dataclasses
 import hashlib
 import json
-from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from lab.ablation.cost import Budget
 from lab.ablation.protocol import Cell, ProtocolError, Spec
+from lab.sweep import Budget
 from model import Transformer
 
 REGISTRATION_TAG = "registration="  # a cell's logger tag: the first 12 hex digits of its pre-registration's SHA-256
-UNKNOWN_EVAL_WINDOWS = 256  # trainer.eval_windows=all: the split's size is only known once data is prepared
 
 Compose = Callable[[List[str]], object]  # overrides → the TrainConfig train.py would run
 ParseOverrides = Callable[[List[str]], List[Tuple[str, object]]]  # overrides → (dotted key, value)
@@ -105,10 +103,7 @@ def budget_of(cfg) -> Budget:
             "set trainer.max_steps (with trainer.max_epochs=null and trainer.time_budget=null) in its "
             "experiment or train_overrides"
         )
-    windows = t.num_eval_windows or UNKNOWN_EVAL_WINDOWS
-    return Budget(
-        t.max_steps, t.micro_batch_size * t.seq_len * t.grad_accum_steps, t.eval_every(t.max_steps), windows * t.seq_len
-    )
+    return Budget.of(cfg)
 
 
 def cell_values(spec: Spec, parse: ParseOverrides) -> Dict[Tuple[str, str], dict]:
@@ -163,13 +158,7 @@ def check_overlaps(spec: Spec) -> None:
 
 
 def cell_config(
-    cell: Cell,
-    values: dict,
-    min_lr_ratio: float,
-    group: str,
-    stage: str,
-    resume: Optional[Path] = None,
-    registration: Optional[str] = None,
+    cell: Cell, values: dict, min_lr_ratio: float, group: str, stage: str, registration: Optional[str] = None
 ) -> dict:
     """The cell's config, merged after every other group: the variant's and size's values, its
     LR (min_lr scaled along), seed, run name (= its directory) and wandb group and tags — among them the
@@ -183,6 +172,4 @@ def cell_config(
         "tags": ["ablate", stage, f"variant={cell.variant}", f"size={cell.size}", f"lr={cell.lr:g}"]
         + ([f"{REGISTRATION_TAG}{registration[:12]}"] if registration else []),
     }
-    if resume is not None:
-        config["resume"] = str(resume)
     return config

@@ -13,9 +13,10 @@ from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
 from analysis.stats import Comparison, decimals
-from lab.ablation.cells import DIVERGED, FINISHED, CellState
+from lab.ablation.cells import CellState
 from lab.ablation.protocol import TIERS, Cell, Spec
 from lab.stats import Verdict, judge, method_name, table_cells
+from lab.sweep import DIVERGED, FINISHED
 
 LR_CHOICES = ("own", "shared")
 LR_WORDS = {"own": "each variant at its own best LR", "shared": "every variant at the reference's best LR"}

@@ -20,12 +20,7 @@ from lab.ablation.protocol import ProtocolError, Spec
 from training.cli import REPO
 
 # The code that turns the cells' results into verdicts: a registration records its digest, and other code is refused.
-ANALYSIS_CODE = (
-    "analysis/stats.py",
-    "lab/stats.py",
-    "lab/ablation/contrasts.py",
-    "lab/ablation/lr_search.py",
-)
+ANALYSIS_CODE = ("analysis/stats.py", "lab/stats.py", "lab/ablation/contrasts.py", "lab/ablation/lr_search.py")
 
 
 # The fields decided before any cell trains. planning_sd and the stored throughput only plan; they are not here.

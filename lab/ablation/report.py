@@ -9,14 +9,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import matplotlib
 
-from analysis.plots import (
-    figure,
-    has_activation_rms,
-    plot_activation_rms,
-    plot_forest,
-    plot_val_curves,
-    save,
-)
+from analysis.plots import figure, has_activation_rms, plot_activation_rms, plot_forest, plot_val_curves, save
 from analysis.runs import Variant
 from analysis.stats import CI, TTest
 from analysis.table import markdown as results_table
@@ -24,11 +17,12 @@ from analysis.table import summarize_variants
 from lab import stats as power
 from lab.ablation import contrasts as K
 from lab.ablation import export
-from lab.ablation.cells import FINISHED, CellState, done_bpb
+from lab.ablation.cells import CellState, done_bpb
 from lab.ablation.contrasts import LR_CHOICES, LR_WORDS, Contrast
 from lab.ablation.lr_search import edge_note, margin
 from lab.ablation.protocol import TIERS, Cell, Spec, lr_sweep
 from lab.stats import BETTER, CANT_TELL, EQUIVALENT, WORSE, method_name
+from lab.sweep import FINISHED
 
 States = Dict[Cell, CellState]
 

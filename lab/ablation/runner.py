@@ -10,12 +10,12 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
+from lab import sweep
 from lab.ablation import cells as C
-from lab.ablation import cost, export, manifest, registration
+from lab.ablation import export, manifest, planning, registration
 from lab.ablation import report as protocol_report
 from lab.ablation.configs import cell_config
 from lab.ablation.lr_search import edge_note
-from lab.ablation.planning import power_table
 from lab.ablation.protocol import ProtocolError, Spec, lr_sweep, stage2_cells
 from lab.launcher import Job, Launcher
 from lab.stats import alpha_for
@@ -77,36 +77,32 @@ def cell_entry(s) -> dict:
         entry["val_bpb"] = round(s.final_bpb, 6)
     if s.error:
         entry["error"] = s.error
-    if s.state in C.DONE:  # never written again: an edit is refused (check_files)
-        entry["files"] = C.file_digests(s.path)
+    if s.state in sweep.DONE:  # never written again: an edit is refused (check_files)
+        entry["files"] = sweep.file_digests(s.path)
     return entry
 
 
 def run_cells(proto: Protocol, cells, stage: str, sweep_dir: Path, extra=(), values=None) -> int:
     """Run the cells not yet done as one multirun; returns its exit status (0 if nothing to do)."""
-    states = proto.states(cells, sweep_dir)
-    todo = [s for s in states.values() if s.state not in C.DONE]
+    jobs = [
+        Job(
+            sweep_dir / c.run_name,
+            cell_config(
+                c,
+                values[(c.size, c.variant)],
+                proto.spec.min_lr_ratio,
+                proto.data["id"],
+                stage,
+                registration.current(proto.data),
+            ),
+            name=c.option,
+        )
+        for c in cells
+    ]
+    todo = sweep.pending(jobs, sweep_dir, proto.dir / "discarded", say=lambda message: print(f"{stage}: {message}"))
     if not todo:
         return 0
-    jobs = []
-    for s in todo:
-        if s.state in (C.FAILED, C.RESTART):
-            print(
-                f"{stage}: {s.cell.run_name} {s.state}{': ' + s.error if s.error else ''}; moved to "
-                f"{C.move_aside(s, proto.dir / 'discarded')}, running it again"
-            )
-        resume = s.path if s.state == C.RESUMABLE else None
-        config = cell_config(
-            s.cell,
-            values[(s.cell.size, s.cell.variant)],
-            proto.spec.min_lr_ratio,
-            proto.data["id"],
-            stage,
-            resume,
-            registration.current(proto.data),
-        )
-        jobs.append(Job(sweep_dir / s.cell.run_name, config, name=s.cell.option))
-    resumed = sum(s.state == C.RESUMABLE for s in todo)
+    resumed = sum("resume" in j.values for j in todo)
     print(
         f"\n==> {stage}: {len(todo)} of {len(cells)} runs to do" + (f" ({resumed} resumed)" if resumed else ""),
         flush=True,
@@ -118,8 +114,9 @@ def run_cells(proto: Protocol, cells, stage: str, sweep_dir: Path, extra=(), val
         proto.dir / "configs" / stage, [*preset, *overrides, *extra], one_process=True, cluster=proto.launcher
     )
     start = time.time()
-    for _ in launcher.run(jobs, root=sweep_dir):  # each cell's state is read from its directory below
-        pass
+    results = proto.dir / sweep.RESULTS if sweep_dir == proto.runs_dir and proto.writes else None
+    for _ in sweep.launch(todo, launcher, sweep_dir, results, lambda ended, s: {"stage": stage}):
+        pass  # each cell's state is read from its directory after the stage
     status = launcher.status
     wall = time.time() - start
     print(f"==> {stage}: {len(todo)} runs took {wall / 60:.1f} min ({wall / len(todo):.0f} s per run)", flush=True)
@@ -134,15 +131,15 @@ def after_stage(proto: Protocol, cells, stage: str, status: int) -> int:
     states = proto.states(cells)
     proto.record(states)
     for s in states.values():
-        if s.state == C.DIVERGED:
+        if s.state == sweep.DIVERGED:
             print(f"{stage}: {s.cell.run_name} diverged ({s.error.split(';')[0]}); recorded, not run again")
     if status >= 128:
         print(f"{stage} stopped by a signal; continue with: python -m lab.ablate --dir {proto.dir}")
         return status
-    failed = [s for s in states.values() if s.state == C.FAILED]
+    failed = [s for s in states.values() if s.state == sweep.FAILED]
     for s in failed:
         print(f"error: {s.cell.run_name} failed: {s.error}", file=sys.stderr)
-    missing = [s for s in states.values() if s.state not in C.DONE and s.state != C.FAILED]
+    missing = [s for s in states.values() if s.state not in sweep.DONE and s.state != sweep.FAILED]
     if failed or (missing and status != 0):
         print(
             f"error: {stage}: {len(failed) + len(missing)} of {len(cells)} runs did not finish (exit status "
@@ -164,16 +161,16 @@ def measure(proto: Protocol, budgets: dict, probe_steps: int, values: dict) -> t
     has some, else from a short timing run of the reference at each size (made once, kept in probe/)."""
     spec = proto.spec
     finished = {
-        size: [s.run for s in proto.stage1().values() if s.cell.size == size and s.state == C.FINISHED]
+        size: [s.run for s in proto.stage1().values() if s.cell.size == size and s.state == sweep.FINISHED]
         for size in spec.sizes
     }
     if all(finished.values()):
-        return {size: cost.run_seconds(budgets[size], runs) for size, runs in finished.items()}, "this protocol's runs"
+        return {size: sweep.run_seconds(budgets[size], runs) for size, runs in finished.items()}, "this protocol's runs"
     # The smallest LR: throughput does not depend on it, and it is the least likely to diverge.
     probes = [C.Cell(size, spec.reference, min(spec.lr_grid), spec.stage1_seed) for size in spec.sizes]
     probe_dir = proto.dir / "probe"
     states = proto.states(probes, probe_dir)
-    if not all(s.state == C.FINISHED for s in states.values()):
+    if not all(s.state == sweep.FINISHED for s in states.values()):
         if probe_steps <= 0:
             return stored_estimate(spec, budgets)
         print(f"timing run: {probe_steps} steps of {spec.reference} at each size, to estimate the cost", flush=True)
@@ -186,14 +183,14 @@ def measure(proto: Protocol, budgets: dict, probe_steps: int, values: dict) -> t
         ]
         status = run_cells(proto, probes, "probe", probe_dir, extra, values)
         states = proto.states(probes, probe_dir)
-        if status != 0 or not all(s.state == C.FINISHED for s in states.values()):
+        if status != 0 or not all(s.state == sweep.FINISHED for s in states.values()):
             raise ProtocolError(
                 f"the timing run failed (exit status {status}; its error is above); fix it, or "
                 "skip it with --probe-steps 0"
             )
     steps = {s.run.max_steps for s in states.values()}.pop()
     return (
-        {s.cell.size: cost.run_seconds(budgets[s.cell.size], [s.run]) for s in states.values()},
+        {s.cell.size: sweep.run_seconds(budgets[s.cell.size], [s.run]) for s in states.values()},
         f"a {steps}-step timing run of each size",
     )
 
@@ -218,7 +215,7 @@ def stored_estimate(spec, budgets: dict) -> tuple:
         o.split("=")[0].startswith(SAME_THROUGHPUT) for o in spec.train_overrides
     ):
         return (
-            {size: cost.seconds_at(budgets[size], stored[size]) for size in spec.sizes},
+            {size: sweep.seconds_at(budgets[size], stored[size]) for size in spec.sizes},
             f"the protocol's stored throughput, {spec.planning_tokens_per_s_source} (another machine may be 2-4× "
             "off: --probe-steps 10 times each size here)",
         )
@@ -232,7 +229,7 @@ def print_cost(proto: Protocol, seconds: dict, source: str, before: str = "stage
     spec = proto.spec
     s1 = proto.stage1()
     chosen = C.chosen_lrs(spec, s1)
-    lines, done, extensions = [], sum(s.state in C.DONE for s in s1.values()), 0
+    lines, done, extensions = [], sum(s.state in sweep.DONE for s in s1.values()), 0
     for size in spec.sizes:
         stage2 = 0
         for variant in spec.variants_at(size):
@@ -243,14 +240,14 @@ def print_cost(proto: Protocol, seconds: dict, source: str, before: str = "stage
             elif spec.reference not in chosen[size]:  # its shared-LR cells wait for the reference's LR
                 stage2 += len(spec.seeds)
         states = proto.states([c for c in stage2_cells(spec, chosen) if c.size == size])
-        stage2 += sum(s.state not in C.DONE for s in states.values())
-        done += sum(s.state in C.DONE for s in states.values())
+        stage2 += sum(s.state not in sweep.DONE for s in states.values())
+        done += sum(s.state in sweep.DONE for s in states.values())
         lines.append(
-            cost.Line(
+            planning.Line(
                 size,
                 proto.data["models"][size][spec.reference]["total"],
                 seconds[size],
-                sum(s.state not in C.DONE for s in s1.values() if s.cell.size == size),
+                sum(s.state not in sweep.DONE for s in s1.values() if s.cell.size == size),
                 stage2,
             )
         )
@@ -259,18 +256,18 @@ def print_cost(proto: Protocol, seconds: dict, source: str, before: str = "stage
         f"{spec.stage1_seed} (+ up to {spec.lr_extensions} past an edge); stage 2: seeds "
         f"{', '.join(map(str, spec.seeds))} at each variant's own best LR and at {spec.reference}'s"
     )
-    print(cost.table(lines, source, done, stages=2))
+    print(planning.table(lines, source, done, stages=2))
     if extensions:
         print(f"+ up to {extensions} stage-1 extension runs if best LRs land at the grid's edge (not counted above)")
-    saved = cost.transfer_saving(spec, seconds)
+    saved = planning.transfer_saving(spec, seconds)
     if saved:
         print(saved["text"])
-    print(power_table(spec, spec.planning_sd, proto.planning_source), flush=True)
+    print(planning.power_table(spec, spec.planning_sd, proto.planning_source), flush=True)
     estimates = {
         **(proto.data.get("cost") or {}),
         f"before {before}": {
             "source": source,
-            **cost.summary(lines),
+            **planning.summary(lines),
             "possible_extensions": extensions,
             **({"transfer_saves": {k: v for k, v in saved.items() if k != "text"}} if saved else {}),
         },
@@ -284,7 +281,7 @@ def run_stage1(proto: Protocol, values: dict) -> int:
     rounds = 0
     while True:
         states = proto.stage1()
-        todo = [c for c, s in states.items() if s.state not in C.DONE]
+        todo = [c for c, s in states.items() if s.state not in sweep.DONE]
         if not todo:
             return 0
         if rounds:
@@ -342,7 +339,7 @@ def report(proto: Protocol) -> int:
     chosen = C.chosen_lrs(spec, states)
     states.update(proto.states(stage2_cells(spec, chosen)))
     out, where = proto.dir / "report", proto.dir / manifest.MANIFEST
-    if all(s.state == C.MISSING for s in states.values()) and proto.data.get("cells"):
+    if all(s.state == sweep.MISSING for s in states.values()) and proto.data.get("cells"):
         raise ProtocolError(
             f"{where}: none of its {len(states)} cells' runs is in {proto.runs_dir} (a copy without its runs?): there "
             "is nothing to derive the results from; report where the runs are (tests/test_ablation_docs.py recomputes "

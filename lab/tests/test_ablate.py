@@ -567,8 +567,8 @@ def test_a_dry_run_prices_the_plan_from_the_protocols_stored_throughput(tmp_path
     """Before anything has run, a dry run's cost comes from planning_tokens_per_s (a timing run on one machine,
     named in the output): per run, the budget's tokens at that rate plus its evals. An override that changes
     what a step costs leaves the cost unknown rather than wrong; nothing is written either way."""
+    from lab import sweep
     from lab.ablate import typed_config, validate
-    from lab.ablation import cost
     from lab.ablation.protocol import Spec
 
     spec = {**PROTOCOL, "planning_tokens_per_s": {"base": 1000.0}, "planning_tokens_per_s_source": "a test machine"}
@@ -578,7 +578,7 @@ def test_a_dry_run_prices_the_plan_from_the_protocols_stored_throughput(tmp_path
     out = capsys.readouterr().out
     budget = validate(Spec(**spec, train_overrides=["trainer.max_steps=50"]), typed_config)[1]["base"]
     seconds = budget.max_steps * budget.tokens_per_step / 1000 + budget.evals * budget.eval_tokens / 3 / 1000 + 3
-    assert cost.seconds_at(budget, 1000.0) == pytest.approx(seconds)
+    assert sweep.seconds_at(budget, 1000.0) == pytest.approx(seconds)
     assert re.search(rf"^base +[\d.]+M +{seconds:.0f} s ", out, re.M), out
     assert "per-run time from the protocol's stored throughput, a test machine (another machine may be" in out
     assert main([*args, "trainer.max_steps=50", "trainer.micro_batch_size=2"]) == 0  # the stored rate does not hold

@@ -21,4 +21,3 @@ def test_cell_config_sets_lr_schedule_seed_directory_and_wandb():
         "tags": ["ablate", "stage2", "variant=no_norm", "size=wide", "lr=0.003"],
     }
     assert "resume" not in config
-    assert cell_config(CELL, values, 0.1, "g", "stage2", resume="/p/runs/x")["resume"] == "/p/runs/x"

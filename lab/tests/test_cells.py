@@ -2,6 +2,7 @@
 
 import yaml
 
+from lab import sweep
 from lab.ablation import cells as C
 from lab.ablation.protocol import Cell, Spec
 from tests.run_helpers import write_run
@@ -17,19 +18,19 @@ def status(path, state, error="", types=()):
 
 def test_states_from_run_directories(tmp_path):
     runs = tmp_path / "runs"
-    assert C.inspect(CELL, runs).state == C.MISSING
+    assert C.inspect(CELL, runs).state == sweep.MISSING
     write_run(runs, CELL.run_name, bpb=2.5)
     finished = C.inspect(CELL, runs)
-    assert finished.state == C.FINISHED and finished.final_bpb == 2.5
+    assert finished.state == sweep.FINISHED and finished.final_bpb == 2.5
 
 
 def test_incomplete_runs_resume_from_a_checkpoint_or_restart(tmp_path):
     runs = tmp_path / "runs"
     path = write_run(runs, CELL.run_name, last_step=2)  # max_steps 4: stopped halfway
-    assert C.inspect(CELL, runs).state == C.RESTART  # nothing to resume from
+    assert C.inspect(CELL, runs).state == sweep.RESTART  # nothing to resume from
     (path / "checkpoints" / "step_0000002").mkdir(parents=True)
     state = C.inspect(CELL, runs)
-    assert state.state == C.RESUMABLE and state.final_bpb is None
+    assert state.state == sweep.RESUMABLE and state.final_bpb is None
 
 
 def test_a_failed_job_is_diverged_only_when_the_loss_went_non_finite(tmp_path):
@@ -37,18 +38,20 @@ def test_a_failed_job_is_diverged_only_when_the_loss_went_non_finite(tmp_path):
     path = write_run(runs, CELL.run_name, last_step=2)
     status(path, "FAILED", "non-finite loss or gradient at step 2 (update skipped)", ["JobFailed", "NonFiniteLoss"])
     diverged = C.inspect(CELL, runs)
-    assert diverged.state == C.DIVERGED and diverged.error.startswith("non-finite loss") and diverged.final_bpb is None
+    assert (
+        diverged.state == sweep.DIVERGED and diverged.error.startswith("non-finite loss") and diverged.final_bpb is None
+    )
     status(path, "FAILED", "cannot write metrics: disk full", ["JobFailed", "WriteError"])
-    assert C.inspect(CELL, runs).state == C.FAILED
+    assert C.inspect(CELL, runs).state == sweep.FAILED
     status(path, "COMPLETED")
-    assert C.inspect(CELL, runs).state == C.RESTART  # completed yet incomplete: e.g. killed after the status
+    assert C.inspect(CELL, runs).state == sweep.RESTART  # completed yet incomplete: e.g. killed after the status
 
 
 def test_a_failed_status_outranks_complete_metrics(tmp_path):
     runs = tmp_path / "runs"
     path = write_run(runs, CELL.run_name)
     status(path, "FAILED", "checkpoint save failed", ["JobFailed", "OSError"])
-    assert C.inspect(CELL, runs).state == C.FAILED
+    assert C.inspect(CELL, runs).state == sweep.FAILED
 
 
 def test_chosen_lrs_waits_for_the_whole_sweep_and_skips_diverged(tmp_path):
@@ -83,7 +86,7 @@ def test_an_edge_extends_the_sweep_and_the_choice_waits_for_it(tmp_path):
     inspect = lambda cells: {c: C.inspect(c, runs) for c in cells}
     states = C.stage1_states(spec, inspect)
     extension = Cell("s", "ref", 2e-2, 100)
-    assert states[extension].state == C.MISSING and len(states) == 4
+    assert states[extension].state == sweep.MISSING and len(states) == 4
     assert C.chosen_lrs(spec, states) == {"s": {}}  # not settled until the extension ran
     write_run(runs, extension.run_name, bpb=2.15)
     states = C.stage1_states(spec, inspect)
@@ -94,7 +97,7 @@ def test_move_aside_keeps_everything(tmp_path):
     runs, discarded = tmp_path / "runs", tmp_path / "discarded"
     for n in range(2):
         path = write_run(runs, CELL.run_name, last_step=2, bpb=float(n))
-        moved = C.move_aside(C.inspect(CELL, runs), discarded)
+        moved = sweep.move_aside(path, discarded, CELL.run_name)
         assert not path.exists() and (moved / "metrics.jsonl").exists()
     kept = sorted(p.parent for p in discarded.rglob("metrics.jsonl"))
     assert len(kept) == 2  # the second move did not overwrite the first

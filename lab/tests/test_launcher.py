@@ -1,24 +1,19 @@
 """lab/launcher.py, the one way a study runs training: a job's generated option composes to what its
 overrides would, the multirun command, jobs in one process or `workers` processes at a time with their
-outcomes read back, Ctrl-C passed on exactly once and its exit status, and the CPU lock."""
+outcomes read back, Ctrl-C passed on exactly once and its exit status."""
 
-import contextlib
-import fcntl
-import io
 import os
 import signal
 import subprocess
 import sys
 import textwrap
-import threading
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from lab import CONFIGS, SEARCH_PATH
-from lab.launcher import COMPLETED, FAILED, NOT_RUN, TRAIN_PY, Job, Launcher, cpu_lock, write_option
+from lab.launcher import COMPLETED, FAILED, NOT_RUN, TRAIN_PY, Job, Launcher, write_option
 from lab.mup_transfer import Cell
 from training.cli import compose_train_config
 
@@ -177,25 +172,3 @@ def test_a_job_composes_to_what_its_overrides_would(tmp_path):
         [SEARCH_PATH, "experiment=mup_transfer", "trainer.max_steps=7", *cell.overrides(0.1)]
     )
     assert as_job == as_overrides and as_job.optim.name == "muon" and as_job.trainer.max_steps == 7
-
-
-def test_cpu_lock_excludes_other_holders_and_waits_for_them(tmp_path):
-    lock = tmp_path / "cpu.lock"
-    with open(lock, "a") as other:
-        fcntl.flock(other, fcntl.LOCK_EX)  # someone else's job holds the machine
-        entered = threading.Event()
-
-        def job():
-            with contextlib.redirect_stdout(io.StringIO()), cpu_lock(lock):
-                entered.set()
-                time.sleep(0.2)
-
-        worker = threading.Thread(target=job)
-        worker.start()
-        assert not entered.wait(0.5)  # our run waits while the other job runs
-        fcntl.flock(other, fcntl.LOCK_UN)
-        assert entered.wait(5)
-        with pytest.raises(BlockingIOError):  # and holds the lock while it runs
-            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        worker.join()
-        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released when it is done

@@ -10,10 +10,10 @@ import pytest
 
 from lab import SEARCH_PATH
 from lab import mup_transfer as program
+from lab.launcher import COMPLETED, FAILED, NOT_RUN, Ended
 from lab.mup_transfer import (
     DIVERGED,
     FINISHED,
-    STOPPED,
     Cell,
     TransferError,
     TransferSpec,
@@ -27,6 +27,8 @@ from lab.mup_transfer import (
     schedules,
     write_report,
 )
+from tests.run_helpers import BPB_TO_LOSS, write_run
+from training.checkpoint import RunFiles
 from training.cli import compose_train_config
 
 SMALL = TransferSpec(widths=(32, 64), lrs=(0.01, 0.02, 0.04), seeds=(0,), optimizers=("adamw",))
@@ -53,18 +55,44 @@ def test_the_default_plan_is_the_issues_grid_and_every_cell_composes():
     assert len(budgets) == 1  # one token budget at every width
 
 
-def fake_training(losses: dict, calls: list):
-    """train_cells for run_cells: each run's outcome as it ends, none started once the caller stops reading."""
+STOPPED = "stopped"
 
-    def train_cell(cell, run_dir):
-        calls.append(cell.name)
-        run_dir.mkdir(parents=True)
-        value = losses.get((cell.parametrization, cell.width, cell.lr), 3.0)
-        if value == STOPPED:
-            return {"status": STOPPED}
-        return {"status": DIVERGED if value is None else FINISHED, "val_loss": value, "wall_s": 1.0}
 
-    return lambda pairs: ((cell, train_cell(cell, run_dir)) for cell, run_dir in pairs)
+class FakeLauncher:
+    """lab/launcher.py's Launcher without train.py: each job's run directory written as it would end (finished with
+    the given val loss, diverged for None), and none started after a STOPPED one."""
+
+    def __init__(self, losses: dict, calls: list):
+        self.losses, self.calls = losses, calls
+
+    def run(self, jobs, root):
+        for job in jobs:
+            cell = Cell(
+                job.choices["optim"],
+                job.values["model"]["parametrization"],
+                job.values["model"]["hidden_size"],
+                job.values["optim"]["lr"],
+                job.values["seed"],
+            )
+            self.calls.append(cell.name)
+            value = self.losses.get((cell.parametrization, cell.width, cell.lr), 3.0)
+            if value == STOPPED:
+                yield Ended(job, NOT_RUN, exit_code=130)
+                return
+            if value is None:
+                job.run_dir.mkdir(parents=True)
+                RunFiles(job.run_dir).write_job_status(
+                    {"status": FAILED, "error": "non-finite loss", "error_types": ["NonFiniteLoss"]}
+                )
+                yield Ended(job, FAILED, exit_code=1, wall_s=1.0)
+                continue
+            write_run(job.run_dir.parent, job.run_dir.name, bpb=value / BPB_TO_LOSS)
+            RunFiles(job.run_dir).write_job_status({"status": COMPLETED})
+            yield Ended(job, COMPLETED, wall_s=1.0)
+
+
+def fake_training(losses: dict, calls: list) -> FakeLauncher:
+    return FakeLauncher(losses, calls)
 
 
 def test_one_run_at_a_time_trains_each_seeds_narrow_runs_first_so_every_wide_run_ends_paired(tmp_path):
