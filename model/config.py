@@ -154,11 +154,3 @@ class ModelConfig:
         if self.parametrization == "sp":
             return "sp"
         return f"mup (m = {self.width_multiplier:g} over base width {self.mup_base_width})"
-
-
-def __getattr__(name: str):
-    if name == "GATED_MLPS":  # the 8/3·d rule's kinds, read from the MLP classes (torch) on first use
-        from model.mlp import MLPS
-
-        return tuple(kind for kind, cls in MLPS.items() if cls.gated)
-    raise AttributeError(f"module 'model.config' has no attribute {name!r}")

@@ -14,8 +14,7 @@ import torch
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from model import ModelConfig, Transformer, swiglu_intermediate_size
-from model.config import GATED_MLPS
+from model import MLPS, ModelConfig, Transformer, swiglu_intermediate_size
 from training.cli import REPO, run
 
 MODEL_CONFIGS = REPO / "configs" / "model"
@@ -103,8 +102,9 @@ def print_param_table(model: Transformer) -> None:
 
 def print_mlp_width(cfg: ModelConfig) -> None:
     d, size = cfg.hidden_size, cfg.resolved_intermediate_size
+    gated = [kind for kind, mlp in MLPS.items() if mlp.gated]  # the 8/3·d rule's kinds
     print(f"\nMLP width (mlp={cfg.mlp}, hidden_size d={d}, multiple_of={cfg.multiple_of})")
-    if cfg.mlp in GATED_MLPS:
+    if cfg.mlp in gated:
         # Every number below comes from model/mlp.py's rule; multiple_of=1 shows it before rounding.
         truncated = swiglu_intermediate_size(d, 1)
         print(f"  theoretical 8/3·d = {8 * d / 3:.2f}: a 4d MLP has 2 matrices (8·d² weights); a gated one has 3")
@@ -126,7 +126,7 @@ def print_mlp_width(cfg: ModelConfig) -> None:
     else:
         print(
             f"  two matrices (up, down) with intermediate_size = {size}"
-            f"{' (4·d)' if size == 4 * d else ''}; the 8/3 rule applies only to gated MLPs {list(GATED_MLPS)}"
+            f"{' (4·d)' if size == 4 * d else ''}; the 8/3 rule applies only to gated MLPs {gated}"
         )
         mlp_params = 2 * d * size
     classic = 8 * d * d
