@@ -1,13 +1,9 @@
-"""μP's coordinate check: activation RMS against width after each of a few training steps, SP and μP side
-by side, for AdamW and Muon; prints the fitted slopes (0 = flat in width) and writes the figure.
+"""μP's coordinate check (Tensor Programs V, §5): activation RMS against width after each of a few training steps, SP
+and μP side by side, for AdamW and Muon; prints the fitted slopes (0 = flat in width) and writes the figure.
 
 Usage: python -m lab.coord_check [--widths 64,128,256,512,1024] [--steps 10] [--out coord_check.png]
        python -m lab.coord_check --as-trained   # the transfer runs' warmup, cosine, clipping, weight decay, 150 steps
-Every option: --help. Width 1024 with Muon takes about a minute on one core (Newton–Schulz at that size).
-
-The check itself (Tensor Programs V, §5; the mup package's coord_check): models of several widths train a few
-steps on the same batches, and each step the RMS of every layer's activations on a fixed probe batch is recorded.
-Under μP they are flat in width; under SP the logits grow with it. Beside them, the RMS of the attention logits.
+Width 1024 with Muon takes about a minute on one core (Newton–Schulz at that size).
 """
 
 import argparse
@@ -57,17 +53,6 @@ class CoordSetup:
     seq_len: int = 32
     batch_size: int = 8
     seed: int = 0
-
-    def model_config(self, width: int, parametrization: str) -> ModelConfig:
-        return ModelConfig(
-            vocab_size=self.vocab_size,
-            hidden_size=width,
-            n_layers=self.n_layers,
-            n_heads=self.n_heads,
-            max_seq_len=self.seq_len,
-            parametrization=parametrization,
-            mup_base_width=self.base_width,
-        )
 
 
 @dataclass
@@ -152,7 +137,15 @@ def run_config(setup: CoordSetup, width: int, parametrization: str) -> TrainConf
         seq_len=setup.seq_len,
     )
     return TrainConfig(
-        model=setup.model_config(width, parametrization),
+        model=ModelConfig(
+            vocab_size=setup.vocab_size,
+            hidden_size=width,
+            n_layers=setup.n_layers,
+            n_heads=setup.n_heads,
+            max_seq_len=setup.seq_len,
+            parametrization=parametrization,
+            mup_base_width=setup.base_width,
+        ),
         data=DataConfig(),
         optim=optim,
         trainer=trainer,
@@ -214,41 +207,31 @@ def _rms(t: torch.Tensor) -> float:
 
 
 def plot_coord_check(results: Sequence[CoordResult], path: Path) -> None:
-    """One column per (optimizer, parametrization), one row per layer kind; x width, y RMS (both log),
-    one line per step from init (light) to the last (dark). Rows share their y-axis: SP's growth and
-    μP's flat lines are read against the same scale."""
+    """One column per (optimizer, parametrization), one row per layer kind; x width, y RMS (both log), one line per
+    step from init (light) to the last (dark). Rows share their y-axis: SP's growth and μP's flat lines on one scale."""
     rows = (*LAYERS, ATTENTION_LOGITS)
-    fig, axes = figure(
-        len(rows), len(results), figsize=(3.6 * len(results), 2.8 * len(rows)), squeeze=False, sharey="row"
-    )
+    size = (3.6 * len(results), 2.8 * len(rows))
+    fig, axes = figure(len(rows), len(results), figsize=size, squeeze=False, sharey="row")
     for col, result in enumerate(results):
-        widths, steps = result.setup.widths, result.setup.steps
-        slopes = result.slopes()
+        steps, slopes = result.setup.steps, result.slopes()
+        name = f"{NAMES[result.setup.optimizer]} · {NAMES[result.parametrization]}"
         for row, layer in enumerate(rows):
             ax = axes[row][col]
             for t, values in enumerate(result.rms[layer]):
-                ax.plot(
-                    widths,
-                    values,
-                    marker="o",
-                    ms=3,
-                    color=matplotlib.colormaps["viridis"](t / max(steps, 1)),
-                    label=f"t={t}" if t in (0, steps) else None,
+                colour, label = (
+                    matplotlib.colormaps["viridis"](t / max(steps, 1)),
+                    f"t={t}" if t in (0, steps) else None,
                 )
+                ax.plot(result.setup.widths, values, marker="o", ms=3, color=colour, label=label)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
-            ax.set_title(
-                f"{NAMES[result.setup.optimizer]} · {NAMES[result.parametrization]}: {layer} "
-                f"(slope {slopes[layer]:+.2f})",
-                fontsize=9,
-            )
+            ax.set_title(f"{name}: {layer} (slope {slopes[layer]:+.2f})", fontsize=9)
             ax.grid(alpha=0.3)
-            if row == len(rows) - 1:
-                ax.set_xlabel("width (hidden_size)")
-            if col == 0:
-                ax.set_ylabel("activation RMS")
-            if row == 0 and col == 0:
-                ax.legend(fontsize=7)
+    for ax in axes[-1]:
+        ax.set_xlabel("width (hidden_size)")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("activation RMS")
+    axes[0][0].legend(fontsize=7)
     save(fig, path)
 
 
@@ -320,13 +303,9 @@ def main(argv=None) -> int:
             start = time.time()
             result = coord_check(setup, parametrization)
             results.append(result)
+            slopes = "".join(f"{v:>+18.2f}" for v in result.slopes().values())
             label = f"{NAMES[setup.optimizer]} {NAMES[parametrization]}"
-            print(
-                f"{label:<16}"
-                + "".join(f"{s:>+18.2f}" for s in result.slopes().values())
-                + f"   ({time.time() - start:.0f} s)",
-                flush=True,
-            )
+            print(f"{label:<16}{slopes}   ({time.time() - start:.0f} s)", flush=True)
     plot_coord_check(results, args.out)
     print(f"figure: {args.out}")
     return 0

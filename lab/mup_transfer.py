@@ -1,19 +1,15 @@
-"""μP's learning-rate transfer experiment (docs/mup.md): SP and μP, AdamW and Muon, a width ladder × a ×2 lr
-grid × seeds on one token budget, each run a train.py process (--jobs at a time); then
-the table (results.md) and the figure (transfer.png) in --dir.
+"""μP's learning-rate transfer experiment (docs/mup.md): SP and μP × AdamW and Muon × a width ladder × a ×2 lr grid ×
+seeds on one token budget, each run a train.py process through lab/sweep.py; then results.md and transfer.png.
 
 Usage: python -m lab.mup_transfer --dir DIR --dry-run   # the plan and its cost (a few seconds' timing)
        python -m lab.mup_transfer --dir DIR [--jobs 2]  # run; the same command again continues
        python -m lab.mup_transfer --dir DIR --report    # table and figure of what has finished
-Grid options (--widths, --lrs, ...) only for a new DIR: a rerun takes the plan DIR was started with.
-
-The plan, its results.jsonl (a rerun does only what is missing) and its cost; the report (results.md: each width's
-best lr and how far it moves, transfer.png; schedule.png where the runs recorded the attention logits' RMS and
-each block's weight change); the figures.
+Grid options (--widths, --lrs, ...) only for a new DIR or to grow its grid: a rerun takes the plan DIR was started with.
 """
 
 import argparse
 import dataclasses
+import itertools
 import json
 import math
 import shutil
@@ -21,7 +17,7 @@ import statistics
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional
 
 import matplotlib
 
@@ -35,6 +31,7 @@ from training.log import read_metrics
 
 NAMES = {"sp": "SP", "mup": "μP", "adamw": "AdamW", "muon": "Muon"}
 SPEC_FILE, RESULTS_FILE = "spec.json", "results.jsonl"
+GRID = {"widths": int, "lrs": float, "seeds": int, "optimizers": str, "parametrizations": str}  # each option's type
 
 
 class TransferError(ValueError):
@@ -54,27 +51,10 @@ class Cell:
         return f"{self.optimizer}_{self.parametrization}_w{self.width}_lr{self.lr:.6g}_s{self.seed}"
 
     def job(self, run_dir: Path, min_lr_ratio: float) -> Job:
-        """The run as a launcher job: what overrides() says, as config values."""
-        return Job(
-            run_dir,
-            {
-                "model": {"parametrization": self.parametrization, "hidden_size": self.width},
-                "optim": {"lr": self.lr, "min_lr": self.lr * min_lr_ratio},
-                "seed": self.seed,
-            },
-            {"optim": self.optimizer},
-        )
-
-    def overrides(self, min_lr_ratio: float) -> List[str]:
-        """What this run sets on top of the experiment preset (train.py's syntax)."""
-        return [
-            f"optim={self.optimizer}",
-            f"model.parametrization={self.parametrization}",
-            f"model.hidden_size={self.width}",
-            f"optim.lr={self.lr!r}",
-            f"optim.min_lr={self.lr * min_lr_ratio!r}",
-            f"seed={self.seed}",
-        ]
+        """The run as a launcher job: what it sets on top of the experiment preset."""
+        model = {"parametrization": self.parametrization, "hidden_size": self.width}
+        optim = {"lr": self.lr, "min_lr": self.lr * min_lr_ratio}
+        return Job(run_dir, {"model": model, "optim": optim, "seed": self.seed}, {"optim": self.optimizer})
 
 
 @dataclass(frozen=True)
@@ -98,25 +78,14 @@ class TransferSpec:
     def cells(self, narrow_first: bool = False) -> List[Cell]:
         """Seed by seed; within a seed the widest first (parallel jobs do not end on one long run), or narrow first
         (one at a time: each wide run pairs with its narrow partner the moment it ends)."""
-        return [
-            Cell(o, p, w, lr, s)
-            for s in self.seeds
-            for w in sorted(self.widths, reverse=not narrow_first)
-            for o in self.optimizers
-            for p in self.parametrizations
-            for lr in self.lrs
-        ]
+        widths = sorted(self.widths, reverse=not narrow_first)
+        order = itertools.product(self.seeds, widths, self.optimizers, self.parametrizations, self.lrs)
+        return [Cell(o, p, w, lr, s) for s, w, o, p, lr in order]
 
     def extends(self, other: "TransferSpec") -> bool:
         """The same runs' settings, with at least every grid point of `other`: its results stay valid."""
         same = all(getattr(self, k) == getattr(other, k) for k in ("min_lr_ratio", "experiment", "overrides"))
-        return same and all(
-            set(getattr(other, k)) <= set(getattr(self, k))
-            for k in ("widths", "lrs", "seeds", "optimizers", "parametrizations")
-        )
-
-    def to_dict(self) -> dict:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+        return same and all(set(getattr(other, k)) <= set(getattr(self, k)) for k in GRID)
 
     @classmethod
     def from_dict(cls, fields: dict) -> "TransferSpec":
@@ -124,7 +93,7 @@ class TransferSpec:
 
 
 def open_experiment(directory: Path, spec: Optional[TransferSpec], create: bool = True) -> TransferSpec:
-    """The directory's plan: the one it was started with (spec.json), which `spec`, if given, must equal;
+    """The directory's plan: the one it was started with (spec.json), which `spec`, if given, must equal or grow;
     a new directory records `spec` (or the default plan) unless not `create` (a dry run writes nothing)."""
     path = directory / SPEC_FILE
     if path.exists():
@@ -140,13 +109,10 @@ def open_experiment(directory: Path, spec: Optional[TransferSpec], create: bool 
                 "or with a grid that keeps every width, lr, seed, optimizer and parametrization "
                 "of it (it may add some), or start a new --dir"
             )
-        if create:  # a grown grid: the runs already done are kept, the new points are added
-            path.write_text(json.dumps(spec.to_dict(), indent=1) + "\n")
-        return spec
     spec = spec or TransferSpec()
-    if create:
+    if create:  # a new directory, or a grown grid: the runs already done are kept, the new points are added
         directory.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(spec.to_dict(), indent=1) + "\n")
+        path.write_text(json.dumps(dataclasses.asdict(spec), indent=1) + "\n")
     return spec
 
 
@@ -159,17 +125,7 @@ def read_results(directory: Path) -> Dict[str, dict]:
 # What a run's evaluations measured along its schedule (trainer.activation_rms, trainer.weight_change), kept in
 # results.jsonl: the run directories stay on the machine that trained them; results.jsonl is what is published.
 SCHEDULE_KEYS = {"rms_attn_logits": "attn_logits", "weight_change": "weight_change"}
-
-
-def schedule(evals: List[dict]) -> Optional[dict]:
-    """{"step": [...], "attn_logits": [[one per layer] per eval], "weight_change": [...]} from a run's eval rows,
-    for the keys every row has; None when they have neither."""
-    found = {
-        name: [row[key] for row in evals]
-        for key, name in SCHEDULE_KEYS.items()
-        if evals and all(key in row for row in evals)
-    }
-    return {"step": [row["step"] for row in evals], **found} if found else None
+QUANTITIES = {"attn_logits": "attention-logit RMS", "weight_change": "weight change since the last eval"}
 
 
 def run_cells(
@@ -177,7 +133,7 @@ def run_cells(
 ) -> int:
     """Train every cell results.jsonl lacks through lab/sweep.py; 0 when all are done, 130 when stopped (no run
     starts after that). `one_at_a_time`: each seed's narrow runs go first (TransferSpec.cells)."""
-    done, root = read_results(directory), directory / "runs"
+    done, root, results = read_results(directory), directory / "runs", directory / RESULTS_FILE
     todo = [c for c in spec.cells(narrow_first=one_at_a_time) if c.name not in done]
     say(f"{len(done)} runs done, {len(todo)} to do")
     cells = {root / c.name: c for c in todo}
@@ -185,9 +141,14 @@ def run_cells(
     for job in jobs:
         state = sweep.inspect(job.run_dir)
         if state.state in sweep.DONE:  # ended, yet never recorded (a kill between the two)
-            sweep.append(directory / RESULTS_FILE, sweep.row(job, state, root, None, outcome(cells, job, state)))
-    results, row = directory / RESULTS_FILE, lambda ended, state: outcome(cells, ended.job, state)  # noqa: E731
-    launched = sweep.launch(sweep.pending(jobs, root, directory / "discarded", say), launcher, root, results, row)
+            sweep.append(results, sweep.row(job, state, root, None, outcome(cells[job.run_dir], state)))
+    launched = sweep.launch(
+        sweep.pending(jobs, root, directory / "discarded", say),
+        launcher,
+        root,
+        results,
+        lambda ended, state: outcome(cells[ended.job.run_dir], state),
+    )
     for n, (ended, state) in enumerate(launched, 1):
         if ended.status == NOT_RUN and ended.exit_code >= 128:  # a signal: the other jobs got it too
             say("stopped; the finished runs are recorded: continue with the same command")
@@ -199,73 +160,40 @@ def run_cells(
             )
         if not keep_checkpoints:  # ~80 MB a run at width 512 with Adam's moments: a study reads only the metrics
             shutil.rmtree(RunFiles(ended.job.run_dir).checkpoints, ignore_errors=True)
-        loss = outcome(cells, ended.job, state)["val_loss"]
+        loss = outcome(cells[ended.job.run_dir], state)["val_loss"]
         loss = "diverged" if loss is None else f"val loss {loss:.4f}"
-        say(f"[{n}/{len(jobs)}] {cells[ended.job.run_dir].name}: {loss} ({ended.wall_s or 0:.0f} s)", flush=True)
+        say(f"[{n}/{len(jobs)}] {ended.job.run_dir.name}: {loss} ({ended.wall_s or 0:.0f} s)", flush=True)
     return 0
 
 
-def outcome(cells: Dict[Path, Cell], job: Job, state: sweep.State) -> dict:
+def outcome(cell: Cell, state: sweep.State) -> dict:
     """What results.jsonl records of a done run beside the driver's fields: its grid point, final val loss
     (None: diverged) and, where its evals recorded them, the schedule's quantities."""
-    cell = cells[job.run_dir]
-    evals = state.run.evals if state.run and state.state == sweep.FINISHED else []
-    loss = evals[-1]["val_loss"] if evals else float("nan")
+    evals = state.run.evals if state.run and state.state == FINISHED else []
+    loss = evals[-1]["val_loss"] if evals else math.nan
     finite = math.isfinite(loss)
     row = {"cell": cell.name, **dataclasses.asdict(cell), "status": FINISHED if finite else DIVERGED}
     row["val_loss"] = loss if finite else None
-    along = schedule(evals)
-    return {**row, "schedule": along} if along else row
-
-
-def seconds_per_run(directory: Path) -> Dict[tuple, float]:
-    """{(optimizer, width): median wall seconds} of the runs already finished here."""
-    walls: Dict[tuple, list] = {}
-    for row in read_results(directory).values():
-        if row.get("wall_s") is not None:
-            walls.setdefault((row["optimizer"], row["width"]), []).append(row["wall_s"])
-    return {key: statistics.median(values) for key, values in walls.items()}
-
-
-def cost_table(spec: TransferSpec, todo: Sequence[Cell], seconds: Dict[tuple, float], jobs: int) -> str:
-    """Runs to do and their time, per optimizer and width; the total divided over `jobs` processes."""
-    lines = [f"{'optimizer':<10}{'width':>6}{'per run':>10}{'runs':>6}{'time':>11}"]
-    total = 0.0
-    for optimizer in spec.optimizers:
-        for width in spec.widths:
-            n = sum(c.optimizer == optimizer and c.width == width for c in todo)
-            per_run = seconds.get((optimizer, width))
-            total += (per_run or 0.0) * n
-            time_text = "?" if per_run is None else f"{per_run * n / 60:.1f} min"
-            lines.append(
-                f"{optimizer:<10}{width:>6}{'?' if per_run is None else f'{per_run:.0f} s':>10}{n:>6}{time_text:>11}"
-            )
-    lines.append(f"total: {total / 60:.0f} min of runs, about {total / 60 / jobs:.0f} min with --jobs {jobs}")
-    return "\n".join(lines)
+    along = {
+        name: [e[key] for e in evals] for key, name in SCHEDULE_KEYS.items() if evals and all(key in e for e in evals)
+    }
+    return {**row, "schedule": {"step": [e["step"] for e in evals], **along}} if along else row
 
 
 Losses = Dict[tuple, Dict[int, Dict[float, Optional[float]]]]  # [(optimizer, parametrization)][width][lr]
 Schedules = Dict[tuple, Dict[int, dict]]  # [(optimizer, parametrization)][width] = {"lr", "step", quantity: [...]}
-QUANTITIES = {"attn_logits": "attention-logit RMS", "weight_change": "weight change since the last eval"}
 
 
 def mean_losses(spec: TransferSpec, results: Dict[str, dict]) -> Losses:
     """Mean final val loss over the seeds recorded so far; None when any seed diverged; a point with no
     seed recorded yet is left out."""
     losses: Losses = {}
-    for optimizer in spec.optimizers:
-        for parametrization in spec.parametrizations:
-            for width in spec.widths:
-                for lr in spec.lrs:
-                    names = [Cell(optimizer, parametrization, width, lr, s).name for s in spec.seeds]
-                    rows = [results[name] for name in names if name in results]
-                    if rows:
-                        value = (
-                            None
-                            if any(r["status"] == DIVERGED for r in rows)
-                            else statistics.fmean(r["val_loss"] for r in rows)
-                        )
-                        losses.setdefault((optimizer, parametrization), {}).setdefault(width, {})[lr] = value
+    for o, p, w, lr in itertools.product(spec.optimizers, spec.parametrizations, spec.widths, spec.lrs):
+        rows = [results[c.name] for c in (Cell(o, p, w, lr, s) for s in spec.seeds) if c.name in results]
+        if rows:
+            diverged = any(r["status"] == DIVERGED for r in rows)
+            value = None if diverged else statistics.fmean(r["val_loss"] for r in rows)
+            losses.setdefault((o, p), {}).setdefault(w, {})[lr] = value
     return losses
 
 
@@ -294,27 +222,30 @@ def markdown(spec: TransferSpec, losses: Losses) -> str:
         "",
     ]
     for key in sorted(losses, key=lambda k: (k[0], k[1] != "sp")):  # SP, then μP, per optimizer
-        optimizer, parametrization = key
-        moved = (
-            f"best lr moved 2^{drift(best[key]):+.0f} from width {min(best[key])} to {max(best[key])}"
-            if len(best.get(key, {})) > 1
-            else "best lr: too few widths finished"
-        )
-        edges = [w for w, lr in sorted(best.get(key, {}).items()) if lr in (min(spec.lrs), max(spec.lrs))]
+        at = best.get(key, {})
+        moved = f"best lr moved 2^{drift(at):+.0f} from width {min(at)} to {max(at)}" if len(at) > 1 else ""
+        moved = moved or "best lr: too few widths finished"
+        edges = [w for w, lr in sorted(at.items()) if lr in (min(spec.lrs), max(spec.lrs))]
         if edges:  # the optimum may lie past the grid: the move shown is then a bound, not a measurement
             moved += f" (at the grid's edge at width {', '.join(map(str, edges))}: the optimum may lie beyond it)"
         out += [
-            f"## {NAMES[optimizer]} · {NAMES[parametrization]}: {moved}",
+            f"## {NAMES[key[0]]} · {NAMES[key[1]]}: {moved}",
             "",
             "| width | " + " | ".join(f"lr {lr:.3g}" for lr in spec.lrs) + " | best lr |",
             "|---:|" + "---:|" * (len(spec.lrs) + 1),
         ]
         for width, per_lr in sorted(losses[key].items()):
-            cells = [_cell(per_lr, lr, best[key].get(width)) for lr in spec.lrs]
-            best_lr = best[key].get(width)
-            out.append(f"| {width} | " + " | ".join(cells) + f" | {'' if best_lr is None else f'{best_lr:.3g}'} |")
+            cells = [_cell(per_lr, lr, at.get(width)) for lr in spec.lrs]
+            best_lr = "" if at.get(width) is None else f"{at[width]:.3g}"
+            out.append(f"| {width} | " + " | ".join(cells) + f" | {best_lr} |")
         out.append("")
     return "\n".join(out)
+
+
+def _cell(per_lr: Dict[float, Optional[float]], lr: float, best: Optional[float]) -> str:
+    if per_lr.get(lr) is None:
+        return "×" if lr in per_lr else ""  # diverged, or not run yet
+    return f"**{per_lr[lr]:.4f}**" if lr == best else f"{per_lr[lr]:.4f}"
 
 
 def schedules(spec: TransferSpec, results: Dict[str, dict], losses: Losses) -> Schedules:
@@ -328,12 +259,9 @@ def schedules(spec: TransferSpec, results: Dict[str, dict], losses: Losses) -> S
             if not rows or any(r["step"] != rows[0]["step"] for r in rows):
                 continue
             along = {"lr": lr, "step": rows[0]["step"]}
-            for quantity in QUANTITIES:
-                if all(quantity in r for r in rows):
-                    along[quantity] = [
-                        statistics.fmean(statistics.fmean(r[quantity][i]) for r in rows)
-                        for i in range(len(along["step"]))
-                    ]
+            for quantity in (q for q in QUANTITIES if all(q in r for r in rows)):
+                evals = range(len(along["step"]))
+                along[quantity] = [statistics.fmean(statistics.fmean(r[quantity][i]) for r in rows) for i in evals]
             out.setdefault(key, {})[width] = along
     return out
 
@@ -356,21 +284,11 @@ def schedule_markdown(along: Schedules) -> str:
             "|---:|---:|---|" + "---:|" * len(steps),
         ]
         for width, row in sorted(per_width.items()):
-            for quantity, label in QUANTITIES.items():
-                if quantity in row:
-                    out.append(
-                        f"| {width} | {row['lr']:.3g} | {label} | "
-                        + " | ".join(f"{v:.4g}" for v in row[quantity])
-                        + " |"
-                    )
+            for quantity in (q for q in QUANTITIES if q in row):
+                values = " | ".join(f"{v:.4g}" for v in row[quantity])
+                out.append(f"| {width} | {row['lr']:.3g} | {QUANTITIES[quantity]} | {values} |")
         out.append("")
     return "\n".join(out)
-
-
-def _cell(per_lr: Dict[float, Optional[float]], lr: float, best: Optional[float]) -> str:
-    if per_lr.get(lr) is None:
-        return "×" if lr in per_lr else ""  # diverged, or not run yet
-    return f"**{per_lr[lr]:.4f}**" if lr == best else f"{per_lr[lr]:.4f}"
 
 
 def report_text(spec: TransferSpec, results: Dict[str, dict]) -> str:
@@ -391,72 +309,55 @@ def write_report(spec: TransferSpec, directory: Path) -> tuple:
     plot_transfer(losses, figure)
     along = schedules(spec, results, losses)
     if along:
-        plot_schedules(along, QUANTITIES, directory / "schedule.png")
+        plot_schedules(along, directory / "schedule.png")
     return table, figure
 
 
-def plot_transfer(losses: Dict[tuple, Dict[int, Dict[float, Optional[float]]]], path: Path) -> None:
-    """losses[(optimizer, parametrization)][width][lr] = final val loss (mean over seeds; None = diverged).
-    One row per optimizer, SP left and μP right; a diverged point is an × on the panel's top edge, each
-    width's best lr a ring. Under μP the rings line up; under SP they drift as the model widens."""
+def _colour(i: int, n: int):
+    return matplotlib.colormaps["plasma"](i / max(n, 2))
+
+
+def plot_transfer(losses: Losses, path: Path) -> None:
+    """One row per optimizer, SP left and μP right: loss against lr, a line per width, a diverged point an × on the
+    panel's top edge, each width's best lr a ring. Under μP the rings line up; under SP they drift as it widens."""
     optimizers = sorted({o for o, _ in losses})
     fig, axes = figure(len(optimizers), 2, figsize=(11, 4.2 * len(optimizers)), squeeze=False, sharey="row")
-    for row, optimizer in enumerate(optimizers):
-        for col, parametrization in enumerate(("sp", "mup")):
-            _lr_curves(axes[row][col], losses.get((optimizer, parametrization), {}))
-            axes[row][col].set_title(f"{NAMES[optimizer]} · {NAMES[parametrization]}")
+    for (row, optimizer), (col, parametrization) in itertools.product(enumerate(optimizers), enumerate(("sp", "mup"))):
+        ax, per_width = axes[row][col], losses.get((optimizer, parametrization), {})
+        finite = [v for per_lr in per_width.values() for v in per_lr.values() if v is not None]
+        for i, (width, per_lr) in enumerate(sorted(per_width.items())):
+            colour = _colour(i, len(per_width))
+            ok = sorted((lr, v) for lr, v in per_lr.items() if v is not None)
+            if ok:
+                ax.plot(*zip(*ok), marker="o", color=colour, label=f"width {width}")
+                ax.scatter(*min(ok, key=lambda point: point[1]), s=150, facecolors="none", edgecolors=colour, lw=2)
+            bad = [lr for lr, v in per_lr.items() if v is None]
+            ax.scatter(bad, [max(finite, default=1.0)] * len(bad), marker="x", s=60, color=colour, clip_on=False)
+        ax.set_xscale("log", base=2)
+        ax.set(xlabel="peak learning rate (optim.lr)", ylabel="final validation loss (nats/token)")
+        ax.set_title(f"{NAMES[optimizer]} · {NAMES[parametrization]}")
+        ax.grid(alpha=0.3)
+        if per_width:  # a panel of a parametrization the plan left out stays empty
+            ax.legend(fontsize=8)
     save(fig, path)
 
 
-def _lr_curves(ax, per_width: Dict[int, Dict[float, Optional[float]]]) -> None:
-    finite = [v for per_lr in per_width.values() for v in per_lr.values() if v is not None]
-    top = max(finite) if finite else 1.0
-    cmap = matplotlib.colormaps["plasma"]
-    for i, (width, per_lr) in enumerate(sorted(per_width.items())):
-        colour = cmap(i / max(len(per_width), 2))
-        ok = sorted((lr, v) for lr, v in per_lr.items() if v is not None)
-        if ok:
-            ax.plot(*zip(*ok), marker="o", color=colour, label=f"width {width}")
-            best = min(ok, key=lambda point: point[1])
-            ax.scatter(*best, s=150, facecolors="none", edgecolors=colour, lw=2)
-        bad = [lr for lr, v in per_lr.items() if v is None]
-        ax.scatter(bad, [top] * len(bad), marker="x", s=60, color=colour, clip_on=False)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("peak learning rate (optim.lr)")
-    ax.set_ylabel("final validation loss (nats/token)")
-    ax.grid(alpha=0.3)
-    if per_width:  # a panel of a parametrization the plan left out stays empty
-        ax.legend(fontsize=8)
-
-
-def plot_schedules(along: Dict[tuple, Dict[int, dict]], quantities: Dict[str, str], path: Path) -> None:
-    """along[(optimizer, parametrization)][width] = {"step": [...], quantity: [...]}: one row per optimizer and
-    parametrization, one panel per quantity against the step, one line per width (log scale: under μP the
-    widths' lines should lie on each other)."""
+def plot_schedules(along: Schedules, path: Path) -> None:
+    """One row per optimizer and parametrization, one panel per quantity against the step, one line per width
+    (log scale: under μP the widths' lines should lie on each other)."""
     keys = sorted(along)
-    fig, axes = figure(len(keys), len(quantities), figsize=(5.5 * len(quantities), 3.8 * len(keys)), squeeze=False)
-    cmap = matplotlib.colormaps["plasma"]
-    for row, key in enumerate(keys):
-        for col, (quantity, label) in enumerate(quantities.items()):
-            ax = axes[row][col]
-            for i, (width, series) in enumerate(sorted(along[key].items())):
-                if quantity in series:
-                    ax.plot(
-                        series["step"],
-                        series[quantity],
-                        marker="o",
-                        color=cmap(i / max(len(along[key]), 2)),
-                        label=f"width {width} (lr {series['lr']:.3g})",
-                    )
-            ax.set_yscale("log")
-            ax.set_xlabel("step")
-            ax.set_title(f"{NAMES[key[0]]} · {NAMES[key[1]]}: {label}", fontsize=9)
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
+    fig, axes = figure(len(keys), len(QUANTITIES), figsize=(11, 3.8 * len(keys)), squeeze=False)
+    for (row, key), (col, (quantity, label)) in itertools.product(enumerate(keys), enumerate(QUANTITIES.items())):
+        ax, per_width = axes[row][col], sorted(along[key].items())
+        for i, (width, series) in enumerate(per_width):
+            if quantity in series:
+                name = f"width {width} (lr {series['lr']:.3g})"
+                ax.plot(series["step"], series[quantity], marker="o", color=_colour(i, len(per_width)), label=name)
+        ax.set(yscale="log", xlabel="step")
+        ax.set_title(f"{NAMES[key[0]]} · {NAMES[key[1]]}: {label}", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
     save(fig, path)
-
-
-GRID = ("widths", "lrs", "seeds", "optimizers", "parametrizations")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -487,14 +388,12 @@ def spec_from_args(args) -> Optional[TransferSpec]:
     """The plan the options ask for; None when they ask for none (a rerun takes DIR's)."""
     if not args.set and all(getattr(args, key) is None for key in GRID):
         return None
-    types = {"widths": int, "seeds": int, "lrs": float, "optimizers": str, "parametrizations": str}
     fields = {}
-    for key in GRID:
-        if getattr(args, key) is not None:
-            try:
-                fields[key] = tuple(types[key](v) for v in getattr(args, key).split(","))
-            except ValueError:
-                raise ValueError(f"--{key} {getattr(args, key)!r}: give comma-separated values") from None
+    for key in (k for k in GRID if getattr(args, k) is not None):
+        try:
+            fields[key] = tuple(GRID[key](v) for v in getattr(args, key).split(","))
+        except ValueError:
+            raise ValueError(f"--{key} {getattr(args, key)!r}: give comma-separated values") from None
     return TransferSpec(**fields, overrides=tuple(args.set))
 
 
@@ -504,12 +403,9 @@ def launcher(spec: TransferSpec, options_dir: Path, threads: int, jobs: int, ext
     return Launcher(options_dir, overrides, workers=jobs)
 
 
-def probe_seconds(spec: TransferSpec, threads: int, steps: int) -> dict:
+def probe_seconds(spec: TransferSpec, budget: sweep.Budget, threads: int, steps: int) -> Dict[tuple, float]:
     """{(optimizer, width): seconds per run}: a `steps`-step run of each, its measured throughput and eval time
     over the whole budget (lab/sweep.py's cost). Parametrization, lr and seed cost the same."""
-    cells = [
-        Cell(o, spec.parametrizations[0], w, min(spec.lrs), spec.seeds[0]) for o in spec.optimizers for w in spec.widths
-    ]
     extra = (
         f"trainer.max_steps={steps}",
         f"trainer.eval_interval={steps}",
@@ -517,45 +413,57 @@ def probe_seconds(spec: TransferSpec, threads: int, steps: int) -> dict:
     )
     seconds = {}
     with tempfile.TemporaryDirectory() as tmp:
+        cells = [
+            Cell(o, spec.parametrizations[0], w, min(spec.lrs), spec.seeds[0])
+            for o in spec.optimizers
+            for w in spec.widths
+        ]
         jobs = [c.job(Path(tmp) / c.name, spec.min_lr_ratio) for c in cells]
-        for (ended, state), cell in zip(
-            sweep.launch(jobs, launcher(spec, Path(tmp), threads, 1, extra), Path(tmp)), cells
-        ):
-            if state.state != sweep.FINISHED:
+        for ended, state in sweep.launch(jobs, launcher(spec, Path(tmp), threads, 1, extra), Path(tmp)):
+            if state.state != FINISHED:
                 raise TransferError(
-                    f"the timing run of {cell.name} failed: {ended.error or 'no error line'}; see {ended.job.log_path}"
+                    f"the timing run of {ended.job.run_dir.name} failed: {ended.error or 'no error line'}; "
+                    f"see {ended.job.log_path}"
                 )
-            cfg, _ = compose_train_config(
-                [SEARCH_PATH, f"experiment={spec.experiment}", *cell.overrides(spec.min_lr_ratio), *spec.overrides]
-            )
-            seconds[(cell.optimizer, cell.width)] = sweep.run_seconds(sweep.Budget.of(cfg), [state.run])
-            print(
-                f"  timing: {cell.optimizer} width {cell.width}: {seconds[(cell.optimizer, cell.width)]:.0f} s per run",
-                flush=True,
-            )
+            cell = cells[jobs.index(ended.job)]
+            seconds[(cell.optimizer, cell.width)] = sweep.run_seconds(budget, [state.run])
     return seconds
 
 
-def print_plan(spec: TransferSpec) -> None:
-    cfg, _ = compose_train_config(
-        [SEARCH_PATH, f"experiment={spec.experiment}", *spec.cells()[0].overrides(spec.min_lr_ratio), *spec.overrides]
-    )
+def print_plan(spec: TransferSpec):
+    """What the plan runs; returns the preset's config (every cell's budget is the same)."""
+    cfg, _ = compose_train_config([SEARCH_PATH, f"experiment={spec.experiment}", *spec.overrides])
     t = cfg.trainer
     tokens = t.max_steps * t.micro_batch_size * t.seq_len * t.grad_accum_steps
     print(
         f"plan: {len(spec.cells())} runs = {len(spec.optimizers)} optimizers × {len(spec.parametrizations)} "
-        f"parametrizations × {len(spec.widths)} widths × {len(spec.lrs)} lrs × {len(spec.seeds)} seeds"
-    )
-    print(
+        f"parametrizations × {len(spec.widths)} widths × {len(spec.lrs)} lrs × {len(spec.seeds)} seeds\n"
         f"  preset experiment={spec.experiment} {' '.join(spec.overrides)}; widths {list(spec.widths)} "
-        f"({cfg.model.n_layers} layers, {cfg.model.n_heads} heads, μP base width {cfg.model.mup_base_width})"
+        f"({cfg.model.n_layers} layers, {cfg.model.n_heads} heads, μP base width {cfg.model.mup_base_width})\n"
+        f"  lrs {', '.join(f'{lr:.3g}' for lr in spec.lrs)}; min_lr = lr × {spec.min_lr_ratio}; "
+        f"seeds {list(spec.seeds)}\n  each run: {t.max_steps} steps × {t.max_steps and tokens // t.max_steps:,} "
+        f"tokens = {tokens:,} tokens, final validation loss on {t.eval_windows} windows"
     )
-    lrs = ", ".join(f"{lr:.3g}" for lr in spec.lrs)
-    print(f"  lrs {lrs}; min_lr = lr × {spec.min_lr_ratio}; seeds {list(spec.seeds)}")
-    print(
-        f"  each run: {t.max_steps} steps × {t.max_steps and tokens // t.max_steps:,} tokens = {tokens:,} tokens, "
-        f"final validation loss on {t.eval_windows} windows"
-    )
+    return cfg
+
+
+def print_cost(spec: TransferSpec, budget: sweep.Budget, directory: Path, args) -> None:
+    """Runs to do and their time per optimizer and width: from the runs finished here, else a timing run."""
+    walls: Dict[tuple, list] = {}
+    results = read_results(directory)
+    for row in (r for r in results.values() if r.get("wall_s") is not None):
+        walls.setdefault((row["optimizer"], row["width"]), []).append(row["wall_s"])
+    measured = {key: statistics.median(values) for key, values in walls.items()}
+    known = all((o, w) in measured for o in spec.optimizers for w in spec.widths)
+    print(f"cost, per run from {'the runs finished here' if known else f'a {args.probe_steps}-step timing run'}:")
+    seconds = measured if known else probe_seconds(spec, budget, args.threads, args.probe_steps)
+    todo, total = [c for c in spec.cells() if c.name not in results], 0.0
+    for (optimizer, width), per_run in sorted(seconds.items()):
+        n = sum(c.optimizer == optimizer and c.width == width for c in todo)
+        total += (per_run or 0.0) * n
+        cost = "?" if per_run is None else f"{per_run:.0f} s per run × {n} runs = {per_run * n / 60:.1f} min"
+        print(f"  {optimizer} width {width}: {cost}")
+    print(f"total: {total / 60:.0f} min of runs, about {total / 60 / args.jobs:.0f} min with --jobs {args.jobs}")
 
 
 def main(argv=None) -> int:
@@ -568,13 +476,9 @@ def main(argv=None) -> int:
     if args.report:
         print("written: " + ", ".join(map(str, write_report(spec, args.dir))))
         return 0
-    print_plan(spec)
+    cfg = print_plan(spec)
     if args.dry_run:
-        measured, results = seconds_per_run(args.dir), read_results(args.dir)
-        known = all((o, w) in measured for o in spec.optimizers for w in spec.widths)
-        print(f"cost, per run from {'the runs finished here' if known else f'a {args.probe_steps}-step timing run'}:")
-        seconds = measured if known else probe_seconds(spec, args.threads, args.probe_steps)
-        print(cost_table(spec, [c for c in spec.cells() if c.name not in results], seconds, args.jobs))
+        print_cost(spec, sweep.Budget.of(cfg), args.dir, args)
         return 0
     with tempfile.TemporaryDirectory(prefix="mup-jobs-") as options:
         runs = launcher(spec, Path(options), args.threads, args.jobs)

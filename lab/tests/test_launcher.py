@@ -168,7 +168,8 @@ def test_a_job_composes_to_what_its_overrides_would(tmp_path):
             f"+job={cell.name}",
         ]
     )
+    overrides = ["optim=muon", "model.parametrization=mup", "model.hidden_size=128", "optim.lr=0.004", "seed=1"]
     as_overrides, _ = compose_train_config(
-        [SEARCH_PATH, "experiment=mup_transfer", "trainer.max_steps=7", *cell.overrides(0.1)]
+        [SEARCH_PATH, "experiment=mup_transfer", "trainer.max_steps=7", *overrides, "optim.min_lr=0.0004"]
     )
     assert as_job == as_overrides and as_job.optim.name == "muon" and as_job.trainer.max_steps == 7

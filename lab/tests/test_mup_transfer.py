@@ -8,9 +8,9 @@ import math
 
 import pytest
 
-from lab import SEARCH_PATH
+from lab import CONFIGS
 from lab import mup_transfer as program
-from lab.launcher import COMPLETED, FAILED, NOT_RUN, Ended
+from lab.launcher import COMPLETED, FAILED, NOT_RUN, Ended, write_option
 from lab.mup_transfer import (
     DIVERGED,
     FINISHED,
@@ -34,7 +34,7 @@ from training.cli import compose_train_config
 SMALL = TransferSpec(widths=(32, 64), lrs=(0.01, 0.02, 0.04), seeds=(0,), optimizers=("adamw",))
 
 
-def test_the_default_plan_is_the_issues_grid_and_every_cell_composes():
+def test_the_default_plan_is_the_issues_grid_and_every_cell_composes(tmp_path):
     spec = TransferSpec()
     assert len(spec.widths) >= 4 and (min(spec.widths), max(spec.widths)) == (64, 512) and len(spec.seeds) >= 2
     assert len(spec.lrs) >= 5 and all(b == 2 * a for a, b in zip(spec.lrs, spec.lrs[1:]))
@@ -42,9 +42,9 @@ def test_the_default_plan_is_the_issues_grid_and_every_cell_composes():
     assert len(cells) == len({c.name for c in cells}) == 2 * 2 * 4 * 5 * 2
     budgets = set()
     for cell in {(c.optimizer, c.parametrization, c.width): c for c in cells}.values():
-        cfg, _ = compose_train_config(
-            [SEARCH_PATH, f"experiment={spec.experiment}", *cell.overrides(spec.min_lr_ratio)]
-        )
+        write_option(tmp_path, cell.job(tmp_path / cell.name, spec.min_lr_ratio))
+        searchpath = f"hydra.searchpath=[file://{tmp_path},file://{CONFIGS}]"
+        cfg, _ = compose_train_config([searchpath, f"experiment={spec.experiment}", f"+job={cell.name}"])
         assert (cfg.optim.name, cfg.model.parametrization, cfg.model.hidden_size) == (
             cell.optimizer,
             cell.parametrization,
