@@ -62,13 +62,12 @@ def quoted(value) -> str:
 @dataclass(frozen=True)
 class Job:
     """One train.py run: where it writes, its group choices ({"optim": "muon"}) and values ({"seed": 1}), merged
-    after every other config but the launcher's overrides; `log`: its output (default: beside run_dir, <name>.log)."""
+    after every other config but the launcher's overrides; its output goes to <run_dir>.log beside it."""
 
     run_dir: Path
     values: dict = field(default_factory=dict)
     choices: Dict[str, str] = field(default_factory=dict)
     name: Optional[str] = None  # the option's name; default the run directory's
-    log: Optional[Path] = None
 
     @property
     def option(self) -> str:
@@ -76,7 +75,7 @@ class Job:
 
     @property
     def log_path(self) -> Path:
-        return self.log or self.run_dir.parent / f"{self.run_dir.name}.log"
+        return self.run_dir.parent / f"{self.run_dir.name}.log"
 
 
 @dataclass(frozen=True)
@@ -119,13 +118,9 @@ class Launcher:
     ):
         if workers < 1:
             raise ValueError(f"workers={workers}: run at least one job at a time")
-        self.options_dir, self.overrides, self.workers, self.one_process = (
-            options_dir,
-            list(overrides),
-            workers,
-            one_process,
-        )
+        self.options_dir, self.overrides = options_dir, list(overrides)
         self.cluster, self.python = list(cluster), python
+        self.workers, self.one_process = workers, one_process
         self._forwarder, self.exit_code = _Forwarder(), 0  # the last run()'s signal and worst exit status
 
     def command(self, jobs: Sequence[Job], root: Path) -> List[str]:

@@ -1,7 +1,5 @@
-"""The lab's statistics over statsmodels and scipy: a family's verdicts (Holm over its paired t-tests, a paired
-TOST against ±margin, one of better / worse / equivalent / can't tell), power before cost (what n seeds detect,
-the seeds a target needs, TTestPower), and optional stopping guarded (every look recorded; seeds added after one
-only under a sequential design, each look then judged at α / looks)."""
+"""The lab's statistics over statsmodels and scipy: a family's verdicts (Holm over paired t-tests and TOSTs), power before
+cost (what n seeds detect, the seeds a target needs) and optional stopping guarded (each look recorded)."""
 
 import math
 import time
@@ -15,8 +13,6 @@ from statsmodels.stats.power import TTestPower
 from statsmodels.stats.weightstats import ttost_paired
 
 from analysis.stats import BETTER, CANT_TELL, EQUIVALENT, WORSE, TTest, format_p, paired_t, paired_verdict
-
-OUTCOMES = (BETTER, WORSE, EQUIVALENT, CANT_TELL)
 
 
 @dataclass(frozen=True)
@@ -65,17 +61,12 @@ class Verdict:
     tost: Optional[Tost]
     p_adjusted: float  # the difference test's p, family-adjusted (nan without a test)
     tost_adjusted: float  # the TOST's p, adjusted over the same family
-    outcome: str  # one of OUTCOMES
+    outcome: str  # BETTER, WORSE, EQUIVALENT or CANT_TELL
     family: str  # e.g. "primary, own LR"
     family_size: int
     alpha: float
     unit: str = "bpb"
     method: str = "holm"
-
-    @property
-    def adjusted(self) -> str:
-        """How an adjusted p is named in a sentence: 'Holm p'."""
-        return f"{method_name(self.method)} p"
 
     def sentence(self) -> str:
         """e.g. 'better: Δ = -0.031 ± 0.012 bpb (95 % CI), Holm p = 0.004 (primary, own LR family of 4), 5 paired
@@ -86,7 +77,7 @@ class Verdict:
             self.unit,
             basis="" if self.test else "fewer than 2 paired seeds, no test",
             p=self.p_adjusted,
-            p_name=self.adjusted,
+            p_name=f"{method_name(self.method)} p",
             scope=f"{self.family} family of {self.family_size}",
             tost=self.tost,
             tost_p=self.tost_adjusted,
@@ -96,9 +87,8 @@ class Verdict:
 
 def method_name(method: str) -> str:
     """statsmodels' method name as a reader knows it: holm → Holm, holm-sidak → Holm-Sidak."""
-    return {"holm": "Holm", "bonferroni": "Bonferroni", "holm-sidak": "Holm-Sidak", "hommel": "Hommel"}.get(
-        method, method
-    )
+    names = {"holm": "Holm", "bonferroni": "Bonferroni", "holm-sidak": "Holm-Sidak", "hommel": "Hommel"}
+    return names.get(method, method)
 
 
 def decide(test: Optional[TTest], p_adjusted: float, tost_adjusted: float, alpha: float) -> str:
@@ -126,21 +116,11 @@ def judge(
     keys = list(family)
     p_adj = dict(zip(keys, adjust([tests[k].p if tests[k] else math.nan for k in keys], method)))
     tost_adj = dict(zip(keys, adjust([tosts[k].p if tosts[k] else math.nan for k in keys], method)))
-    return {
-        k: Verdict(
-            tests[k],
-            tosts[k],
-            p_adj[k],
-            tost_adj[k],
-            decide(tests[k], p_adj[k], tost_adj[k], alpha),
-            name,
-            len(keys),
-            alpha,
-            unit,
-            method,
-        )
-        for k in keys
-    }
+    verdicts = {}
+    for k in keys:
+        outcome = decide(tests[k], p_adj[k], tost_adj[k], alpha)
+        verdicts[k] = Verdict(tests[k], tosts[k], p_adj[k], tost_adj[k], outcome, name, len(keys), alpha, unit, method)
+    return verdicts
 
 
 def table_cells(v: Verdict) -> list:
@@ -159,28 +139,20 @@ POWER = 0.8  # the conventional 80 %: a real effect of the MDE's size is missed 
 MAX_SEEDS = 1000  # solve_power's search bound: beyond it the target is not reachable by seeds
 
 
-def _ttest_power():
-    return TTestPower()
-
-
 def mde(sd: float, n: int, alpha: float, power: float = POWER) -> float:
-    """Minimum detectable effect (in sd's unit): the |mean paired difference| a two-sided paired
-    t-test at `alpha` detects with probability `power` on n pairs whose differences have spread sd.
-    inf with fewer than 2 pairs (no test)."""
+    """Minimum detectable effect (in sd's unit): the |mean paired difference| a two-sided paired t-test at `alpha`
+    detects with probability `power` on n pairs whose differences have spread sd; inf under 2 pairs (no test)."""
     if n < 2:
         return math.inf
-    d = _ttest_power().solve_power(effect_size=None, nobs=n, alpha=alpha, power=power, alternative="two-sided")
+    d = TTestPower().solve_power(effect_size=None, nobs=n, alpha=alpha, power=power, alternative="two-sided")
     return float(d) * sd
 
 
 def seeds_for(target: float, sd: float, alpha: float, power: float = POWER) -> Optional[int]:
-    """The fewest paired seeds whose MDE is at most `target` (at least 2); None when even MAX_SEEDS
-    are not enough."""
+    """The fewest paired seeds whose MDE is at most `target` (at least 2); None when even MAX_SEEDS are not enough."""
     if sd <= 0:
         return 2
-    n = _ttest_power().solve_power(
-        effect_size=target / sd, nobs=None, alpha=alpha, power=power, alternative="two-sided"
-    )
+    n = TTestPower().solve_power(effect_size=target / sd, nobs=None, alpha=alpha, power=power, alternative="two-sided")
     n = max(2, math.ceil(float(np.atleast_1d(n)[0]) - 1e-9))
     while n <= MAX_SEEDS and mde(sd, n, alpha, power) > target:  # solve_power's root is approximate
         n += 1
@@ -190,13 +162,9 @@ def seeds_for(target: float, sd: float, alpha: float, power: float = POWER) -> O
 def pooled_sd(groups: Dict[str, Sequence[float]]) -> Optional[float]:
     """The pooled sample std of several groups of paired differences (each about its own mean):
     sqrt(Σ (n_i − 1) s_i² / Σ (n_i − 1)). None without a group of two or more."""
-    sums, dof = 0.0, 0
-    for values in groups.values():
-        values = np.asarray(values, dtype=float)
-        if len(values) >= 2:
-            sums += float(((values - values.mean()) ** 2).sum())
-            dof += len(values) - 1
-    return math.sqrt(sums / dof) if dof else None
+    spread = [np.asarray(v, dtype=float) for v in groups.values() if len(v) >= 2]
+    dof = pooled_dof(groups)
+    return math.sqrt(sum(float(((v - v.mean()) ** 2).sum()) for v in spread) / dof) if dof else None
 
 
 def pooled_dof(groups: Dict[str, Sequence[float]]) -> int:
@@ -212,17 +180,13 @@ class LookError(ValueError):
     """Seeds would be added after a look without a sequential design: one line that says what to do."""
 
 
-def looked(looks: Looks, group: str) -> set:
-    return {int(s) for look in looks for s in (look.get("seeds") or {}).get(group, [])}
-
-
 def check_added_seeds(looks: Looks, planned: Dict[str, Sequence[int]], sequential: bool, how: str) -> None:
     """Refuse to run seeds of a group beyond those an earlier look judged, unless `sequential`.
     how: what to tell the user instead (e.g. 'or use a new --dir')."""
     if sequential:
         return
     for group, seeds in planned.items():
-        seen = looked(looks, group)
+        seen = {int(s) for look in looks for s in (look.get("seeds") or {}).get(group, [])}
         added = sorted(set(seeds) - seen)
         if seen and added:
             raise LookError(
@@ -243,10 +207,6 @@ def record(looks: Looks, seeds: Dict[str, Sequence[int]], sequential: bool) -> L
 def alpha_for(alpha: float, looks: Looks, group: str) -> Tuple[float, int]:
     """(the level a group is judged at, K): α itself until a sequential look added seeds, then α / K with K
     the distinct seed sets looked at. Looks made without --sequential never split α (none added seeds)."""
-    sets = []
-    for look in looks:
-        seeds = tuple((look.get("seeds") or {}).get(group, []))
-        if seeds and seeds not in sets:
-            sets.append(seeds)
+    sets = {tuple((look.get("seeds") or {}).get(group, [])) for look in looks} - {()}  # the distinct seed sets
     k = len(sets) if any(look.get("sequential") for look in looks) else 1
     return alpha / max(1, k), max(1, k)
