@@ -122,12 +122,6 @@ def read_results(directory: Path) -> Dict[str, dict]:
     return {row["cell"]: row for row in read_metrics(path)} if path.exists() else {}
 
 
-# What a run's evaluations measured along its schedule (trainer.activation_rms, trainer.weight_change), kept in
-# results.jsonl: the run directories stay on the machine that trained them; results.jsonl is what is published.
-SCHEDULE_KEYS = {"rms_attn_logits": "attn_logits", "weight_change": "weight_change"}
-QUANTITIES = {"attn_logits": "attention-logit RMS", "weight_change": "weight change since the last eval"}
-
-
 def run_cells(
     spec: TransferSpec, directory: Path, launcher, keep_checkpoints=False, one_at_a_time=False, say=print
 ) -> int:
@@ -167,21 +161,16 @@ def run_cells(
 
 
 def outcome(cell: Cell, state: sweep.State) -> dict:
-    """What results.jsonl records of a done run beside the driver's fields: its grid point, final val loss
-    (None: diverged) and, where its evals recorded them, the schedule's quantities."""
+    """What results.jsonl records of a done run beside the driver's fields: its grid point, final val loss (None:
+    diverged)."""
     evals = state.run.evals if state.run and state.state == FINISHED else []
     loss = evals[-1]["val_loss"] if evals else math.nan
     finite = math.isfinite(loss)
     row = {"cell": cell.name, **dataclasses.asdict(cell), "status": FINISHED if finite else DIVERGED}
-    row["val_loss"] = loss if finite else None
-    along = {
-        name: [e[key] for e in evals] for key, name in SCHEDULE_KEYS.items() if evals and all(key in e for e in evals)
-    }
-    return {**row, "schedule": {"step": [e["step"] for e in evals], **along}} if along else row
+    return {**row, "val_loss": loss if finite else None}
 
 
 Losses = Dict[tuple, Dict[int, Dict[float, Optional[float]]]]  # [(optimizer, parametrization)][width][lr]
-Schedules = Dict[tuple, Dict[int, dict]]  # [(optimizer, parametrization)][width] = {"lr", "step", quantity: [...]}
 
 
 def mean_losses(spec: TransferSpec, results: Dict[str, dict]) -> Losses:
@@ -248,73 +237,15 @@ def _cell(per_lr: Dict[float, Optional[float]], lr: float, best: Optional[float]
     return f"**{per_lr[lr]:.4f}**" if lr == best else f"{per_lr[lr]:.4f}"
 
 
-def schedules(spec: TransferSpec, results: Dict[str, dict], losses: Losses) -> Schedules:
-    """At each width's best lr, each evaluation's attention-logit RMS and weight change, averaged over the layers
-    and then over the seeds that recorded them (results rows with a "schedule"); widths without any left out."""
-    out: Schedules = {}
-    for key, per_width in best_lrs(losses).items():
-        for width, lr in per_width.items():
-            rows = [results.get(Cell(*key, width, lr, s).name, {}).get("schedule") for s in spec.seeds]
-            rows = [r for r in rows if r]
-            if not rows or any(r["step"] != rows[0]["step"] for r in rows):
-                continue
-            along = {"lr": lr, "step": rows[0]["step"]}
-            for quantity in (q for q in QUANTITIES if all(q in r for r in rows)):
-                evals = range(len(along["step"]))
-                along[quantity] = [statistics.fmean(statistics.fmean(r[quantity][i]) for r in rows) for i in evals]
-            out.setdefault(key, {})[width] = along
-    return out
-
-
-def schedule_markdown(along: Schedules) -> str:
-    out = [
-        "## Along the schedule, at each width's best lr",
-        "",
-        "Each evaluation's value, averaged over the layers and the seeds: the attention logits' RMS (q·kᵀ × "
-        "scale on the first validation sequence) and each block's relative weight change since the previous "
-        "evaluation (|W − W_prev| / |W_prev|; the first: since initialisation).",
-        "",
-    ]
-    for key, per_width in sorted(along.items()):
-        steps = next(iter(per_width.values()))["step"]
-        out += [
-            f"### {NAMES[key[0]]} · {NAMES[key[1]]}",
-            "",
-            "| width | lr | quantity | " + " | ".join(f"step {s}" for s in steps) + " |",
-            "|---:|---:|---|" + "---:|" * len(steps),
-        ]
-        for width, row in sorted(per_width.items()):
-            for quantity in (q for q in QUANTITIES if q in row):
-                values = " | ".join(f"{v:.4g}" for v in row[quantity])
-                out.append(f"| {width} | {row['lr']:.3g} | {QUANTITIES[quantity]} | {values} |")
-        out.append("")
-    return "\n".join(out)
-
-
-def report_text(spec: TransferSpec, results: Dict[str, dict]) -> str:
-    """results.md: the loss tables, then the schedule's table where the runs recorded one."""
-    losses = mean_losses(spec, results)
-    along = schedules(spec, results, losses)
-    return markdown(spec, losses) + ("\n" + schedule_markdown(along) if along else "")
-
-
 def write_report(spec: TransferSpec, directory: Path) -> tuple:
-    """results.md and transfer.png (and schedule.png) in the experiment directory, from whatever has finished."""
-    results = read_results(directory)
-    losses = mean_losses(spec, results)
+    """results.md and transfer.png in the experiment directory, from whatever has finished."""
+    losses = mean_losses(spec, read_results(directory))
     if not losses:
         raise ValueError(f"{directory} has no finished runs to report yet")
     table, figure = directory / "results.md", directory / "transfer.png"
-    table.write_text(report_text(spec, results))
+    table.write_text(markdown(spec, losses))
     plot_transfer(losses, figure)
-    along = schedules(spec, results, losses)
-    if along:
-        plot_schedules(along, directory / "schedule.png")
     return table, figure
-
-
-def _colour(i: int, n: int):
-    return matplotlib.colormaps["plasma"](i / max(n, 2))
 
 
 def plot_transfer(losses: Losses, path: Path) -> None:
@@ -326,7 +257,7 @@ def plot_transfer(losses: Losses, path: Path) -> None:
         ax, per_width = axes[row][col], losses.get((optimizer, parametrization), {})
         finite = [v for per_lr in per_width.values() for v in per_lr.values() if v is not None]
         for i, (width, per_lr) in enumerate(sorted(per_width.items())):
-            colour = _colour(i, len(per_width))
+            colour = matplotlib.colormaps["plasma"](i / max(len(per_width), 2))
             ok = sorted((lr, v) for lr, v in per_lr.items() if v is not None)
             if ok:
                 ax.plot(*zip(*ok), marker="o", color=colour, label=f"width {width}")
@@ -339,24 +270,6 @@ def plot_transfer(losses: Losses, path: Path) -> None:
         ax.grid(alpha=0.3)
         if per_width:  # a panel of a parametrization the plan left out stays empty
             ax.legend(fontsize=8)
-    save(fig, path)
-
-
-def plot_schedules(along: Schedules, path: Path) -> None:
-    """One row per optimizer and parametrization, one panel per quantity against the step, one line per width
-    (log scale: under μP the widths' lines should lie on each other)."""
-    keys = sorted(along)
-    fig, axes = figure(len(keys), len(QUANTITIES), figsize=(11, 3.8 * len(keys)), squeeze=False)
-    for (row, key), (col, (quantity, label)) in itertools.product(enumerate(keys), enumerate(QUANTITIES.items())):
-        ax, per_width = axes[row][col], sorted(along[key].items())
-        for i, (width, series) in enumerate(per_width):
-            if quantity in series:
-                name = f"width {width} (lr {series['lr']:.3g})"
-                ax.plot(series["step"], series[quantity], marker="o", color=_colour(i, len(per_width)), label=name)
-        ax.set(yscale="log", xlabel="step")
-        ax.set_title(f"{NAMES[key[0]]} · {NAMES[key[1]]}: {label}", fontsize=9)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
     save(fig, path)
 
 

@@ -8,7 +8,7 @@ import statistics
 
 import yaml
 
-from lab.mup_transfer import TransferSpec, best_lrs, drift, markdown, mean_losses, read_results, report_text
+from lab.mup_transfer import NAMES, Cell, TransferSpec, best_lrs, drift, markdown, mean_losses, read_results
 from tests.train_helpers import REPO
 
 STORED = REPO / "docs" / "mup" / "transfer"
@@ -58,16 +58,53 @@ def published_arms() -> list:
     return sorted(p for p in ARMS.iterdir() if (p / "spec.json").exists())
 
 
+QUANTITIES = {"attn_logits": "attention-logit RMS", "weight_change": "weight change since the last eval"}
+
+
+def schedule_table(spec: TransferSpec, results: dict) -> str:
+    """The arms' schedule table (their code left after 2c134f9): at each width's best lr, each evaluation's attention
+    logits' RMS and weight change, averaged over the layers and then over the seeds."""
+    out = [
+        "## Along the schedule, at each width's best lr",
+        "",
+        "Each evaluation's value, averaged over the layers and the seeds: the attention logits' RMS (q·kᵀ × scale on "
+        "the first validation sequence) and each block's relative weight change since the previous evaluation "
+        "(|W − W_prev| / |W_prev|; the first: since initialisation).",
+        "",
+    ]
+    for (optimizer, parametrization), per_width in sorted(best_lrs(mean_losses(spec, results)).items()):
+        runs = {
+            w: [results[Cell(optimizer, parametrization, w, lr, s).name]["schedule"] for s in spec.seeds]
+            for w, lr in per_width.items()
+        }
+        steps = next(iter(runs.values()))[0]["step"]
+        assert all(r["step"] == steps for seeds in runs.values() for r in seeds)
+        out += [
+            f"### {NAMES[optimizer]} · {NAMES[parametrization]}",
+            "",
+            "| width | lr | quantity | " + " | ".join(f"step {s}" for s in steps) + " |",
+            "|---:|---:|---|" + "---:|" * len(steps),
+        ]
+        for width, seeds in sorted(runs.items()):
+            for quantity, label in QUANTITIES.items():
+                means = [statistics.fmean(statistics.fmean(r[quantity][i]) for r in seeds) for i in range(len(steps))]
+                out.append(
+                    f"| {width} | {per_width[width]:.3g} | {label} | " + " | ".join(f"{v:.4g}" for v in means) + " |"
+                )
+        out.append("")
+    return "\n".join(out)
+
+
 def test_each_published_arm_is_its_report_and_the_docs_say_how_far_it_got():
-    """docs/mup/arms/<arm>: results.md is what the report code makes of results.jsonl, every run kept its
-    schedule (attention logits, weight change), and docs/mup.md says how many of the arm's runs are done."""
+    """docs/mup/arms/<arm>: results.md is the report's loss tables of results.jsonl and the schedule's table of its
+    runs (attention logits, weight change), and docs/mup.md says how many of the arm's runs are done."""
     arms, text = published_arms(), (REPO / "docs" / "mup.md").read_text()
     assert [p.name for p in arms] == ["control", "hidden_lr", "sp_scale", "sp_scale_hidden_lr", "zero_query"]
     for arm in arms:
         spec = TransferSpec.from_dict(json.loads((arm / "spec.json").read_text()))
         results = read_results(arm)
-        assert (arm / "results.md").read_text() == report_text(spec, results)
-        assert results and all("schedule" in row for row in results.values())
+        report = markdown(spec, mean_losses(spec, results)) + "\n" + schedule_table(spec, results)
+        assert (arm / "results.md").read_text() == report
         assert f"`{arm.name}`: {len(results)} of {len(spec.cells())} runs" in text
 
 

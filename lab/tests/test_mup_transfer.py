@@ -23,8 +23,6 @@ from lab.mup_transfer import (
     open_experiment,
     read_results,
     run_cells,
-    schedule_markdown,
-    schedules,
     write_report,
 )
 from tests.run_helpers import BPB_TO_LOSS, write_run
@@ -197,12 +195,6 @@ def test_a_tiny_experiment_runs_end_to_end_and_a_rerun_has_nothing_to_do(tmp_pat
         "model.mup_base_width=32",
         "--set",
         f"data.cache_dir={tiny_data_cache}",
-        "--set",
-        "trainer.eval_interval=2",
-        "--set",
-        "trainer.activation_rms=true",
-        "--set",
-        "trainer.weight_change=true",
     ]
     assert program.main(args) == 0
     rows = [json.loads(line) for line in (tmp_path / "exp" / "results.jsonl").read_text().splitlines()]
@@ -211,50 +203,8 @@ def test_a_tiny_experiment_runs_end_to_end_and_a_rerun_has_nothing_to_do(tmp_pat
     run = tmp_path / "exp" / "runs" / rows[1]["cell"]
     assert "parametrization mup (m = 2 over base width 32)" in (run.parent / f"{run.name}.log").read_text()
     assert not (run / "checkpoints").exists() and (tmp_path / "exp" / "transfer.png").exists()
-    evals = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "eval"]
-    assert rows[1]["schedule"] == {
-        "step": [2, 3],
-        "attn_logits": [r["rms_attn_logits"] for r in evals],
-        "weight_change": [r["weight_change"] for r in evals],
-    }  # what results.jsonl keeps
-    assert "## Along the schedule" in (tmp_path / "exp" / "results.md").read_text()
-    assert (tmp_path / "exp" / "schedule.png").stat().st_size > 0
+    assert "## AdamW · μP: best lr moved 2^+0 from width 32 to 64" in (tmp_path / "exp" / "results.md").read_text()
     assert program.main(["--dir", str(tmp_path / "exp"), "--jobs", "1"]) == 0  # the plan comes from spec.json
     assert "2 runs done, 0 to do" in capsys.readouterr().out
     assert program.main(["--dir", str(tmp_path / "exp"), "--dry-run", "--jobs", "1"]) == 0
     assert "per run from the runs finished here" in capsys.readouterr().out
-
-
-def test_the_schedule_is_shown_at_each_widths_best_lr_averaged_over_layers_then_seeds():
-    """Two seeds at width 32's best lr (0.01) with two layers each: every point is the mean over the layers, then
-    over the seeds; the other lr's schedule is not shown; a width whose runs recorded none is left out."""
-    spec = TransferSpec(
-        widths=(32, 64), lrs=(0.01, 0.02), seeds=(0, 1), optimizers=("adamw",), parametrizations=("mup",)
-    )
-    rows = {}
-    for seed in (0, 1):
-        for lr, loss in ((0.01, 3.0), (0.02, 3.5)):
-            along = {
-                "step": [5, 10],
-                "attn_logits": [[1.0 + seed, 3.0 + seed], [2.0, 2.0 + 2 * seed]],
-                "weight_change": [[0.1, 0.3], [0.01 * (1 + seed), 0.01 * (1 + seed)]],
-            }
-            rows[Cell("adamw", "mup", 32, lr, seed).name] = {
-                "status": FINISHED,
-                "val_loss": loss + seed,
-                "schedule": along if lr == 0.01 else {**along, "step": [1, 2]},
-            }
-            rows[Cell("adamw", "mup", 64, lr, seed).name] = {"status": FINISHED, "val_loss": loss}
-    along = schedules(spec, rows, mean_losses(spec, rows))
-    assert along == {
-        ("adamw", "mup"): {
-            32: {
-                "lr": 0.01,
-                "step": [5, 10],
-                "attn_logits": [2.5, 2.5],
-                "weight_change": [pytest.approx(0.2), pytest.approx(0.015)],
-            }
-        }
-    }
-    text = schedule_markdown(along)
-    assert "| 32 | 0.01 | attention-logit RMS | 2.5 | 2.5 |" in text and "| step 5 | step 10 |" in text
