@@ -1,7 +1,5 @@
-"""The lab: studies that train many runs — the ablation protocol (ablation/, ablate.py), μP's coordinate check and
-transfer sweep (coord_check.py, mup_transfer.py) — with their statistics (stats.py), programs (`python -m lab.<program>`),
-configs and tests. It imports the framework; the framework never imports it. Its Hydra configs (lab/configs: the
-studies' presets and protocols) join train.py's through SEARCH_PATH."""
+"""The lab: studies that train many runs (ablation/ and ablate.py; μP's coord_check.py, mup_transfer.py) over one sweep
+driver and stats.py. It imports the framework, never the reverse; its Hydra configs join train.py's via SEARCH_PATH."""
 
 from pathlib import Path
 

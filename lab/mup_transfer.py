@@ -30,7 +30,6 @@ from training.cli import compose_train_config, description, run
 from training.log import read_metrics
 
 NAMES = {"sp": "SP", "mup": "μP", "adamw": "AdamW", "muon": "Muon"}
-SPEC_FILE, RESULTS_FILE = "spec.json", "results.jsonl"
 GRID = {"widths": int, "lrs": float, "seeds": int, "optimizers": str, "parametrizations": str}  # each option's type
 
 
@@ -95,7 +94,7 @@ class TransferSpec:
 def open_experiment(directory: Path, spec: Optional[TransferSpec], create: bool = True) -> TransferSpec:
     """The directory's plan: the one it was started with (spec.json), which `spec`, if given, must equal or grow;
     a new directory records `spec` (or the default plan) unless not `create` (a dry run writes nothing)."""
-    path = directory / SPEC_FILE
+    path = directory / "spec.json"
     if path.exists():
         try:
             stored = TransferSpec.from_dict(json.loads(path.read_text()))
@@ -118,7 +117,7 @@ def open_experiment(directory: Path, spec: Optional[TransferSpec], create: bool 
 
 def read_results(directory: Path) -> Dict[str, dict]:
     """{cell name: its row} of results.jsonl (a line cut off by a kill is dropped with a warning)."""
-    path = directory / RESULTS_FILE
+    path = directory / sweep.RESULTS
     return {row["cell"]: row for row in read_metrics(path)} if path.exists() else {}
 
 
@@ -127,7 +126,7 @@ def run_cells(
 ) -> int:
     """Train every cell results.jsonl lacks through lab/sweep.py; 0 when all are done, 130 when stopped (no run
     starts after that). `one_at_a_time`: each seed's narrow runs go first (TransferSpec.cells)."""
-    done, root, results = read_results(directory), directory / "runs", directory / RESULTS_FILE
+    done, root, results = read_results(directory), directory / "runs", directory / sweep.RESULTS
     todo = [c for c in spec.cells(narrow_first=one_at_a_time) if c.name not in done]
     say(f"{len(done)} runs done, {len(todo)} to do")
     cells = {root / c.name: c for c in todo}
@@ -212,8 +211,9 @@ def markdown(spec: TransferSpec, losses: Losses) -> str:
     ]
     for key in sorted(losses, key=lambda k: (k[0], k[1] != "sp")):  # SP, then μP, per optimizer
         at = best.get(key, {})
-        moved = f"best lr moved 2^{drift(at):+.0f} from width {min(at)} to {max(at)}" if len(at) > 1 else ""
-        moved = moved or "best lr: too few widths finished"
+        moved = "best lr: too few widths finished"
+        if len(at) > 1:
+            moved = f"best lr moved 2^{drift(at):+.0f} from width {min(at)} to {max(at)}"
         edges = [w for w, lr in sorted(at.items()) if lr in (min(spec.lrs), max(spec.lrs))]
         if edges:  # the optimum may lie past the grid: the move shown is then a bound, not a measurement
             moved += f" (at the grid's edge at width {', '.join(map(str, edges))}: the optimum may lie beyond it)"
