@@ -348,15 +348,16 @@ def print_plan(spec: TransferSpec):
     cfg, _ = compose_train_config([SEARCH_PATH, f"experiment={spec.experiment}", *spec.overrides])
     t = cfg.trainer
     tokens = t.max_steps * t.micro_batch_size * t.seq_len * t.grad_accum_steps
-    print(
+    lines = [
         f"plan: {len(spec.cells())} runs = {len(spec.optimizers)} optimizers × {len(spec.parametrizations)} "
-        f"parametrizations × {len(spec.widths)} widths × {len(spec.lrs)} lrs × {len(spec.seeds)} seeds\n"
+        f"parametrizations × {len(spec.widths)} widths × {len(spec.lrs)} lrs × {len(spec.seeds)} seeds",
         f"  preset experiment={spec.experiment} {' '.join(spec.overrides)}; widths {list(spec.widths)} "
-        f"({cfg.model.n_layers} layers, {cfg.model.n_heads} heads, μP base width {cfg.model.mup_base_width})\n"
-        f"  lrs {', '.join(f'{lr:.3g}' for lr in spec.lrs)}; min_lr = lr × {spec.min_lr_ratio}; "
-        f"seeds {list(spec.seeds)}\n  each run: {t.max_steps} steps × {t.max_steps and tokens // t.max_steps:,} "
-        f"tokens = {tokens:,} tokens, final validation loss on {t.eval_windows} windows"
-    )
+        f"({cfg.model.n_layers} layers, {cfg.model.n_heads} heads, μP base width {cfg.model.mup_base_width})",
+        f"  lrs {', '.join(f'{lr:.3g}' for lr in spec.lrs)}; min_lr = lr × {spec.min_lr_ratio}; seeds {list(spec.seeds)}",
+        f"  each run: {t.max_steps} steps × {t.max_steps and tokens // t.max_steps:,} tokens = {tokens:,} tokens, "
+        f"final validation loss on {t.eval_windows} windows",
+    ]
+    print("\n".join(lines))
     return cfg
 
 
