@@ -5,9 +5,11 @@ import math
 from dataclasses import dataclass
 from typing import Dict, List, Sequence
 
-from analysis.params import model_params
+import torch
+
 from analysis.runs import Run, RunsError, Variant
 from analysis.stats import Comparison, Summary, compare, p_text, summarize
+from model import ModelConfig, Transformer
 
 VS_BEST = {"better": "better", "worse": "behind", "unclear": "can't tell", "same": "identical", "none": "no test"}
 
@@ -22,6 +24,16 @@ class Row:
     wall_time_s: float  # mean over seeds
     tokens: int  # training tokens at the final eval
     lr: str  # optim.lr of the variant's runs ("a–b" if its seeds differ)
+
+
+def model_params(model_config: dict) -> Dict[str, int]:
+    """Transformer.param_counts() and the resolved intermediate_size of a run's model, built on the meta device
+    (shapes only, no memory): the model's own accounting, not a formula."""
+    cfg = ModelConfig(**model_config)
+    with torch.device("meta"):
+        counts = Transformer(cfg).param_counts()
+    # unset in the config means derived: 8/3·d rounded up for gated MLPs, 4·d for the others
+    return {**counts, "intermediate_size": cfg.resolved_intermediate_size}
 
 
 def final_bpb(variant: Variant) -> Dict[int, float]:

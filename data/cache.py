@@ -93,10 +93,8 @@ def damage(directory: Path, meta: Dict[str, Any]) -> Optional[str]:
             return f"{path.name} does not match its SHA-256 in meta.json"
         if meta[f"{split}_max_id"] >= meta["vocab_size"]:
             return f"{path.name} holds token id {meta[f'{split}_max_id']}, past the vocabulary of {meta['vocab_size']}"
-    if (
-        not (Path(directory) / TOKENIZER_FILE).is_file()
-        or file_hash(Path(directory) / TOKENIZER_FILE) != meta["tokenizer_hash"]
-    ):
+    tokenizer = Path(directory) / TOKENIZER_FILE
+    if not tokenizer.is_file() or file_hash(tokenizer) != meta["tokenizer_hash"]:
         return f"{TOKENIZER_FILE} is missing or not the one the tokens were encoded with"
     return None
 
@@ -346,17 +344,9 @@ def _make_cache(cfg: DataConfig, directory: Path, log) -> Dict[str, Any]:
             ("train", splits.train, cfg.token_budget),
             ("val", splits.val, cfg.val_token_budget),
         ):
+            out = work / f"{name}.bin"
             stats[name] = write_split(
-                split,
-                splits.text_column,
-                tokenizer,
-                ids["eos_id"],
-                work / f"{name}.bin",
-                dtype,
-                budget,
-                name,
-                fast,
-                log,
+                split, splits.text_column, tokenizer, ids["eos_id"], out, dtype, budget, fast, log
             )
             if stats[name]["documents"] == 0:
                 raise DataError(
@@ -423,32 +413,20 @@ def fast_encoder(path: Path):
         return None, "tiktoken is not installed"
     spec = json.loads(Path(path).read_text())
     model, pre, added = spec.get("model") or {}, spec.get("pre_tokenizer") or {}, spec.get("added_tokens", [])
-    shape = {
-        "model": model.get("type"),
-        "pre_tokenizer": pre.get("type"),
-        "use_regex": pre.get("use_regex"),
-        "add_prefix_space": pre.get("add_prefix_space"),
-        "normalizer": spec.get("normalizer"),
-        "post_processor": spec.get("post_processor"),
-        "dropout": model.get("dropout"),
-        "continuing_subword_prefix": model.get("continuing_subword_prefix"),
-        "end_of_word_suffix": model.get("end_of_word_suffix"),
-        "byte_fallback": model.get("byte_fallback") or False,
+    shape = {  # setting: (this tokenizer's, the only one tiktoken reproduces)
+        "model": (model.get("type"), "BPE"),
+        "pre_tokenizer": (pre.get("type"), "ByteLevel"),
+        "use_regex": (pre.get("use_regex"), True),
+        "add_prefix_space": (pre.get("add_prefix_space"), False),
+        "normalizer": (spec.get("normalizer"), None),
+        "post_processor": (spec.get("post_processor"), None),
+        "dropout": (model.get("dropout"), None),
+        "continuing_subword_prefix": (model.get("continuing_subword_prefix"), None),
+        "end_of_word_suffix": (model.get("end_of_word_suffix"), None),
+        "byte_fallback": (model.get("byte_fallback") or False, False),
     }
-    wanted = {
-        "model": "BPE",
-        "pre_tokenizer": "ByteLevel",
-        "use_regex": True,
-        "add_prefix_space": False,
-        "normalizer": None,
-        "post_processor": None,
-        "dropout": None,
-        "continuing_subword_prefix": None,
-        "end_of_word_suffix": None,
-        "byte_fallback": False,
-    }
-    if differs := [k for k, v in wanted.items() if shape[k] != v]:
-        return None, f"not a plain byte-level BPE ({', '.join(f'{k}={shape[k]}' for k in differs)})"
+    if differs := [f"{k}={have}" for k, (have, want) in shape.items() if have != want]:
+        return None, f"not a plain byte-level BPE ({', '.join(differs)})"
     if any(t.get(k) for t in added for k in ("single_word", "lstrip", "rstrip", "normalized")):
         return None, "an added token strips spaces, matches whole words or is normalized"
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
@@ -506,13 +484,13 @@ def write_split(
     out: Path,
     dtype: str,
     budget: Optional[int],
-    name: str,
     fast=None,
     log=print,
 ) -> dict:
     """Tokenize `dataset` into `out`, stopping after the document that reaches `budget` tokens (a whole document: the
     byte count stays exact). Windows are written as they come; tiktoken encodes one document per task in a thread
     pool (it releases the GIL), the next window submitted before this one is written: at most two in flight."""
+    name = out.stem  # train | val
     if fast is not None:
         sample, seen = [], 0
         for texts, sizes, _ in _windows(dataset, column):
