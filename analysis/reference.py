@@ -1,9 +1,5 @@
-"""Every variant against a reference variant: which runs are the reference, and the paired Δ table.
-
-Δ = variant − reference in val bpb, so a negative Δ means the variant is better. Runs with the same
-seed share their initialisation and batch order, so the paired test is the main result; Welch's
-unpaired test over the same runs stands beside it to show what pairing buys.
-"""
+"""Every variant against a reference variant: which runs are the reference, and the paired Δ table (Welch's unpaired
+test beside it, to show what pairing buys)."""
 
 import math
 from dataclasses import dataclass

@@ -46,9 +46,8 @@ class Run:
     config: dict  # the resolved config.yaml train.py wrote
     evals: List[dict]  # eval rows of metrics.jsonl, in step order
     trains: List[dict]
-    planned_end: Optional[int] = (
-        None  # the newest checkpoint's state.json: its max_steps, or its step if it stopped early
-    )
+    # the newest checkpoint's state.json: its max_steps, or its step if it stopped early
+    planned_end: Optional[int] = None
 
     @property
     def seed(self) -> int:
