@@ -111,28 +111,25 @@ def markdown(rows: Sequence[Row], skipped: Sequence[Run] = ()) -> str:
         "seeds",
         "Δ bpb vs ★ (paired)",
     ]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    cells = []
     for i, row in enumerate(rows):
         p, bpb = row.params, _pm(row.val_bpb)
-        lines.append(
-            "| "
-            + " | ".join(
-                [
-                    ("★ " if i == 0 else "") + row.variant.label,
-                    f"{p['total']:,}",
-                    f"{p['mlp']:,}",
-                    str(p["intermediate_size"]),
-                    row.lr,
-                    _pm(row.val_loss),
-                    f"**{bpb}**" if i == 0 else bpb,
-                    f"{row.tokens_per_s:,.0f}",
-                    _duration(row.wall_time_s),
-                    str(row.val_bpb.n),
-                    "—" if i == 0 else vs_best(compare(final_bpb(row.variant), final_bpb(rows[0].variant))),
-                ]
-            )
-            + " |"
+        cells.append(
+            [
+                ("★ " if i == 0 else "") + row.variant.label,
+                f"{p['total']:,}",
+                f"{p['mlp']:,}",
+                str(p["intermediate_size"]),
+                row.lr,
+                _pm(row.val_loss),
+                f"**{bpb}**" if i == 0 else bpb,
+                f"{row.tokens_per_s:,.0f}",
+                _duration(row.wall_time_s),
+                str(row.val_bpb.n),
+                "—" if i == 0 else vs_best(compare(final_bpb(row.variant), final_bpb(rows[0].variant))),
+            ]
         )
+    lines = table_lines(header, cells)
     notes = [
         "",
         verdict(rows),
@@ -158,6 +155,12 @@ def markdown(rows: Sequence[Row], skipped: Sequence[Run] = ()) -> str:
             + "."
         )
     return "\n".join(lines + notes) + "\n"
+
+
+def table_lines(header: Sequence[str], rows: Sequence[Sequence[str]]) -> List[str]:
+    """A markdown table: the header, its rule, a line per row."""
+    line = lambda cells: "| " + " | ".join(cells) + " |"
+    return [line(header), "|" + "---|" * len(header), *map(line, rows)]
 
 
 def vs_best(c: Comparison) -> str:

@@ -36,9 +36,7 @@ from data.tokenizer import (
     write_special_tokens,
 )
 
-# Up when the cleaning, the tokenization, the split rule or the layout changes: old caches then miss.
-# 2: several local text files hold out whole files; text folders honour data.sample_by. 3: each split's SHA-256 and
-# largest id in meta.json, verified on every use. 4: a corpus read from disk holds out validation by a hash, in order.
+# Up when the cleaning, the tokenization, the split rule or the layout changes: old caches then miss (history: git).
 CACHE_VERSION = 4
 META_FILE, TOKENIZER_FILE = "meta.json", "tokenizer.json"
 BATCH_SIZE, ENCODE_BYTES = 1000, 4 * 1024 * 1024  # documents read at a time; text per window in flight (memory)
@@ -160,12 +158,11 @@ def prepare(
     seq_len: Optional[int] = None,
     model_vocab_size: Optional[int] = None,
     log: Callable[[str], None] = print,
-    warn: Optional[Callable[[str], None]] = None,
 ) -> PreparedData:
     """Find the token cache for `cfg`, or build it; then check it fits seq_len and the model's vocabulary. A hit
     reads only meta.json (no `datasets` import, no write access: a shared read-only cache serves every run); a build
-    takes a lock on data.cache_dir, one builder at a time. `log` gets progress, `warn` the rest (stderr by default)."""
-    warn = warn or (log if log is not print else (lambda message: print(message, file=sys.stderr)))
+    takes a lock on data.cache_dir, one builder at a time. `log` gets progress (a wait for another builder: stderr)."""
+    warn = log if log is not print else (lambda message: print(message, file=sys.stderr))
     check_config(cfg)
     tokenizer_identity, expected_vocab = _tokenizer_identity(cfg)
     if model_vocab_size is not None:  # fail before an expensive build
@@ -299,13 +296,13 @@ def _make_cache(cfg: DataConfig, directory: Path, log) -> Dict[str, Any]:
     with publish(directory) as work:
         # A local corpus's Arrow copy, as big as the corpus, is scratch: kept, one more copy per edit of the files.
         splits = load_splits(cfg, work / "hf_datasets")
-        tokenizer_start = time.perf_counter()
+        column, tokenizer_start = splits.text_column, time.perf_counter()
         if cfg.tokenizer_path is not None:  # its roles travel with it into the cache and every checkpoint
             shutil.copyfile(cfg.tokenizer_path, work / TOKENIZER_FILE)
             write_special_tokens(work, read_special_tokens(Path(cfg.tokenizer_path).parent))
             tokenizer = load_tokenizer(work / TOKENIZER_FILE)
         else:
-            column, sample = splits.text_column, splits.train
+            sample = splits.train
             # A corpus on disk larger than the tokenizer's share: documents spread over all of it, read in order (its
             # head alone could be one topic), ~20 % more than the share, as the table's bytes hold more than the text.
             if cfg.tokenizer_train_bytes and not cfg.streaming and sample.cache_files:
@@ -341,14 +338,12 @@ def _make_cache(cfg: DataConfig, directory: Path, log) -> Dict[str, Any]:
             ("val", splits.val, cfg.val_token_budget),
         ):
             out = work / f"{name}.bin"
-            stats[name] = write_split(
-                split, splits.text_column, tokenizer, ids["eos_id"], out, dtype, budget, fast, log
-            )
+            stats[name] = write_split(split, column, tokenizer, ids["eos_id"], out, dtype, budget, fast, log)
             if stats[name]["documents"] == 0:
                 raise DataError(
                     f"the {name} split of {cfg.path or cfg.source} has no text after dropping empty "
                     f"documents (all {stats[name]['dropped']:,} are empty or have no "
-                    f"'{splits.text_column}' field); check data.text_column and the files"
+                    f"'{column}' field); check data.text_column and the files"
                 )
         shutil.rmtree(work / "hf_datasets", ignore_errors=True)  # never published
         meta = {
@@ -375,7 +370,7 @@ def _make_cache(cfg: DataConfig, directory: Path, log) -> Dict[str, Any]:
     if dropped := meta["train_dropped"] + meta["val_dropped"]:
         log(
             f"data: dropped {dropped:,} of {dropped + meta['train_documents'] + meta['val_documents']:,} documents with "
-            f"no text (empty, whitespace only, or no '{splits.text_column}' field: data.text_column)"
+            f"no text (empty, whitespace only, or no '{column}' field: data.text_column)"
         )
     log(f"data: validation: {meta['val_rule']}")
     return meta

@@ -88,15 +88,9 @@ class TrainBatches(_TrainWindows):
 
 class EpochBatches(_TrainWindows):
     """Every training window once per epoch, in a seeded order (data.sampling=epochs): still a pure function of
-    (seed, step, micro_step, rank), so resume, rank disjointness and 2 x b = 1 x 2b hold as for TrainBatches.
-
-    Sample n of the run is n = ((step * grad_accum_steps) + micro_step) * global_batch + row, with
-    global_batch = micro_batch_size * world_size and rank r taking rows [r*b, (r+1)*b). Sample n falls in
-    epoch e = n // W at slot k = n % W (W = windows_per_epoch). Epoch e draws, from its own seed
-    [seed, e, EPOCH_STREAM], a start offset in [0, seq_len) and a permutation of its W non-overlapping
-    windows; slot k is window perm[k], which starts at offset + perm[k] * seq_len. A new offset each epoch
-    moves the window edges, so no token is always a window's first input (never a target) or its last.
-    """
+    (seed, step, micro_step, rank), so resume, rank disjointness and 2 x b = 1 x 2b hold as for TrainBatches. The
+    run's sample n is slot n % W of epoch n // W, whose seed draws a start offset and a permutation of its W windows:
+    a new offset each epoch moves the window edges, so no token is always a first input (never a target) or a last."""
 
     def __init__(self, *args, **kwargs):  # _TrainWindows' arguments
         super().__init__(*args, **kwargs)

@@ -514,13 +514,8 @@ def load_splits(cfg: DataConfig, hf_cache_dir: Path) -> Splits:
     if held is not None:  # plain text files: (held-out files, all files)
         held_files, files = held
         if held_files:
-            return Splits(
-                train,
-                val,
-                column,
-                describe_held_files(held_files, files, cfg.val_fraction),
-                [n for f, n in zip(files, relative_names(files)) if f in held_files],
-            )
+            names = [n for f, n in zip(files, relative_names(files)) if f in held_files]
+            return Splits(train, val, column, describe_held_files(held_files, files, cfg.val_fraction), names)
         if len(files) == 1:
             rule += (
                 f", from the one text file {files[0].name} (data.sample_by={cfg.sample_by}); with several files, "
@@ -547,16 +542,11 @@ def _load_local(cfg: DataConfig, hf_cache_dir: Path):
             options = {"sample_by": cfg.sample_by} if _all_text(data_files) else None
             splits = load_hub_dataset(cfg.path, cfg.name, None, cfg.streaming, str(hf_cache_dir), options)
             return splits, "text" if options else cfg.text_column, None
-        kind, files = (
-            "text",
-            sorted(Path(f) for f in DataFilesDict.from_patterns(patterns, base_path=str(root))["train"]),
-        )
+        kind = "text"
+        files = sorted(Path(f) for f in DataFilesDict.from_patterns(patterns, base_path=str(root))["train"])
     # Several text files and no validation split: whole files are held out.
-    held = (
-        hold_out_files(files, cfg.val_fraction, cfg.seed)
-        if kind == "text" and len(files) > 1 and cfg.val_split is None
-        else []
-    )
+    several = kind == "text" and len(files) > 1 and cfg.val_split is None
+    held = hold_out_files(files, cfg.val_fraction, cfg.seed) if several else []
     data_files = {
         "train": [str(f) for f in files if f not in held],
         **({"validation": [str(f) for f in held]} if held else {}),
