@@ -171,6 +171,7 @@ def load_plays() -> List[Dict[str, str]]:
 
 
 def first_line(error: BaseException) -> str:
+    """An error's first line, or its type's name when it has no text: what an `error:` line quotes."""
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 
