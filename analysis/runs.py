@@ -19,7 +19,6 @@ NOT_A_VARIANT = (
     "outputs_dir",
     "resume",
     "data.cache_dir",
-    "data.num_proc",
     "trainer.device",
     "trainer.num_threads",
     "trainer.stop_at_step",
