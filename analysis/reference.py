@@ -1,9 +1,5 @@
-"""Every variant against a reference variant: which runs are the reference, and the paired Δ table.
-
-Δ = variant − reference in val bpb, so a negative Δ means the variant is better. Runs with the same
-seed share their initialisation and batch order, so the paired test is the main result; Welch's
-unpaired test over the same runs stands beside it to show what pairing buys.
-"""
+"""Every variant against a reference variant: which runs are the reference, and the paired Δ table (Welch's unpaired
+test beside it, to show what pairing buys)."""
 
 import math
 from dataclasses import dataclass
@@ -13,7 +9,7 @@ import yaml
 
 from analysis.runs import RunsError, Variant, flatten, varying_keys
 from analysis.stats import CI, Comparison, TTest, compare, format_p
-from analysis.table import final_bpb
+from analysis.table import final_bpb, table_lines
 
 # The default model is the reference: LLaMA's choices. Keys the runs do not have are ignored, so
 # runs from before QK-norm existed still find theirs.
@@ -90,21 +86,16 @@ def markdown(pairs: Sequence[Versus], unit: str = "bpb") -> str:
             "verdict",
         ]
     )
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for p in pairs:
-        c = p.comparison
-        lines.append(
-            "| "
-            + " | ".join(
-                [p.variant.label]
-                + ([p.reference.label] if several else [])
-                + [str(len(c.common_seeds))]
-                + _cells(c.paired)
-                + _cells(c.unpaired)
-                + [OUTCOME_WORDS[c.outcome]]
-            )
-            + " |"
-        )
+    rows = [
+        [p.variant.label]
+        + ([p.reference.label] if several else [])
+        + [str(len(p.comparison.common_seeds))]
+        + _cells(p.comparison.paired)
+        + _cells(p.comparison.unpaired)
+        + [OUTCOME_WORDS[p.comparison.outcome]]
+        for p in pairs
+    ]
+    lines = table_lines(header, rows)
     reference = "its reference" if several else pairs[0].reference.label
     lines += [
         "",

@@ -19,7 +19,6 @@ NOT_A_VARIANT = (
     "outputs_dir",
     "resume",
     "data.cache_dir",
-    "data.num_proc",
     "trainer.device",
     "trainer.num_threads",
     "trainer.stop_at_step",
@@ -46,9 +45,8 @@ class Run:
     config: dict  # the resolved config.yaml train.py wrote
     evals: List[dict]  # eval rows of metrics.jsonl, in step order
     trains: List[dict]
-    planned_end: Optional[int] = (
-        None  # the newest checkpoint's state.json: its max_steps, or its step if it stopped early
-    )
+    # the newest checkpoint's state.json: its max_steps, or its step if it stopped early
+    planned_end: Optional[int] = None
 
     @property
     def seed(self) -> int:

@@ -27,11 +27,8 @@ class Summary:
 
 
 def summarize(values: Sequence[float]) -> Summary:
-    """Mean and *sample* standard deviation (ddof=1, Bessel-corrected) over seeds.
-
-    ddof=1 because the seeds are a sample of the seeds one could have run: with 2–3 repeats the
-    population formula (ddof=0) would understate the noise by 30–40%. One value has no spread: nan.
-    """
+    """Mean and *sample* std over seeds (ddof=1: the seeds are a sample of those one could have run, and with 2–3
+    repeats ddof=0 would understate the noise by 30–40 %); one value has no spread: nan."""
     values = [float(v) for v in values]
     if not values:
         raise ValueError("summarize() needs at least one value")
@@ -56,11 +53,8 @@ class TTest:
 
 
 def paired_t(a: Sequence[float], b: Sequence[float]) -> TTest:
-    """Student's paired t-test of a − b over matched pairs (scipy.stats.ttest_rel).
-
-    Pairing removes what both runs of a seed share (initialisation, batch order), so the noise
-    left is that of the per-seed differences — usually far less than two independent spreads.
-    """
+    """Student's paired t-test of a − b (scipy.stats.ttest_rel): pairing removes what both runs of a seed share
+    (initialisation, batch order), so the noise left is the per-seed differences' — usually far less."""
     diffs = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
     if len(diffs) == 0:
         raise ValueError("paired_t() needs at least one pair")

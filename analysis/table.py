@@ -5,9 +5,11 @@ import math
 from dataclasses import dataclass
 from typing import Dict, List, Sequence
 
-from analysis.params import model_params
+import torch
+
 from analysis.runs import Run, RunsError, Variant
 from analysis.stats import Comparison, Summary, compare, p_text, summarize
+from model import ModelConfig, Transformer
 
 VS_BEST = {"better": "better", "worse": "behind", "unclear": "can't tell", "same": "identical", "none": "no test"}
 
@@ -22,6 +24,16 @@ class Row:
     wall_time_s: float  # mean over seeds
     tokens: int  # training tokens at the final eval
     lr: str  # optim.lr of the variant's runs ("a–b" if its seeds differ)
+
+
+def model_params(model_config: dict) -> Dict[str, int]:
+    """Transformer.param_counts() and the resolved intermediate_size of a run's model, built on the meta device
+    (shapes only, no memory): the model's own accounting, not a formula."""
+    cfg = ModelConfig(**model_config)
+    with torch.device("meta"):
+        counts = Transformer(cfg).param_counts()
+    # unset in the config means derived: 8/3·d rounded up for gated MLPs, 4·d for the others
+    return {**counts, "intermediate_size": cfg.resolved_intermediate_size}
 
 
 def final_bpb(variant: Variant) -> Dict[int, float]:
@@ -99,28 +111,25 @@ def markdown(rows: Sequence[Row], skipped: Sequence[Run] = ()) -> str:
         "seeds",
         "Δ bpb vs ★ (paired)",
     ]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    cells = []
     for i, row in enumerate(rows):
         p, bpb = row.params, _pm(row.val_bpb)
-        lines.append(
-            "| "
-            + " | ".join(
-                [
-                    ("★ " if i == 0 else "") + row.variant.label,
-                    f"{p['total']:,}",
-                    f"{p['mlp']:,}",
-                    str(p["intermediate_size"]),
-                    row.lr,
-                    _pm(row.val_loss),
-                    f"**{bpb}**" if i == 0 else bpb,
-                    f"{row.tokens_per_s:,.0f}",
-                    _duration(row.wall_time_s),
-                    str(row.val_bpb.n),
-                    "—" if i == 0 else vs_best(compare(final_bpb(row.variant), final_bpb(rows[0].variant))),
-                ]
-            )
-            + " |"
+        cells.append(
+            [
+                ("★ " if i == 0 else "") + row.variant.label,
+                f"{p['total']:,}",
+                f"{p['mlp']:,}",
+                str(p["intermediate_size"]),
+                row.lr,
+                _pm(row.val_loss),
+                f"**{bpb}**" if i == 0 else bpb,
+                f"{row.tokens_per_s:,.0f}",
+                _duration(row.wall_time_s),
+                str(row.val_bpb.n),
+                "—" if i == 0 else vs_best(compare(final_bpb(row.variant), final_bpb(rows[0].variant))),
+            ]
         )
+    lines = table_lines(header, cells)
     notes = [
         "",
         verdict(rows),
@@ -146,6 +155,12 @@ def markdown(rows: Sequence[Row], skipped: Sequence[Run] = ()) -> str:
             + "."
         )
     return "\n".join(lines + notes) + "\n"
+
+
+def table_lines(header: Sequence[str], rows: Sequence[Sequence[str]]) -> List[str]:
+    """A markdown table: the header, its rule, a line per row."""
+    line = lambda cells: "| " + " | ".join(cells) + " |"
+    return [line(header), "|" + "---|" * len(header), *map(line, rows)]
 
 
 def vs_best(c: Comparison) -> str:

@@ -1,10 +1,6 @@
 """The token cache: prepare() turns documents into train.bin / val.bin (one flat file of ids each, EOS after every
-document) and meta.json, in a directory per (corpus, tokenizer) key, published by one atomic rename.
-
-Encoding runs on tiktoken where the tokenizer qualifies — a byte-level BPE whose merges follow its ids, which tiktoken
-runs ~5-10× faster with the same ids (checked against `tokenizers` on each split's first documents) — else on
-`tokenizers`' encode_batch. Both read the split in order, a window of text at a time, so memory follows the window.
-"""
+document) and meta.json, in a directory per (corpus, tokenizer) key, published by one atomic rename. Encoding reads
+a window of text at a time, on tiktoken where it gives `tokenizers`' ids (~5-10× faster: fast_encoder)."""
 
 import contextlib
 import errno
@@ -40,9 +36,7 @@ from data.tokenizer import (
     write_special_tokens,
 )
 
-# Up when the cleaning, the tokenization, the split rule or the layout changes: old caches then miss.
-# 2: several local text files hold out whole files; text folders honour data.sample_by. 3: each split's SHA-256 and
-# largest id in meta.json, verified on every use. 4: a corpus read from disk holds out validation by a hash, in order.
+# Up when the cleaning, the tokenization, the split rule or the layout changes: old caches then miss (history: git).
 CACHE_VERSION = 4
 META_FILE, TOKENIZER_FILE = "meta.json", "tokenizer.json"
 BATCH_SIZE, ENCODE_BYTES = 1000, 4 * 1024 * 1024  # documents read at a time; text per window in flight (memory)
@@ -93,10 +87,8 @@ def damage(directory: Path, meta: Dict[str, Any]) -> Optional[str]:
             return f"{path.name} does not match its SHA-256 in meta.json"
         if meta[f"{split}_max_id"] >= meta["vocab_size"]:
             return f"{path.name} holds token id {meta[f'{split}_max_id']}, past the vocabulary of {meta['vocab_size']}"
-    if (
-        not (Path(directory) / TOKENIZER_FILE).is_file()
-        or file_hash(Path(directory) / TOKENIZER_FILE) != meta["tokenizer_hash"]
-    ):
+    tokenizer = Path(directory) / TOKENIZER_FILE
+    if not tokenizer.is_file() or file_hash(tokenizer) != meta["tokenizer_hash"]:
         return f"{TOKENIZER_FILE} is missing or not the one the tokens were encoded with"
     return None
 
@@ -166,12 +158,11 @@ def prepare(
     seq_len: Optional[int] = None,
     model_vocab_size: Optional[int] = None,
     log: Callable[[str], None] = print,
-    warn: Optional[Callable[[str], None]] = None,
 ) -> PreparedData:
     """Find the token cache for `cfg`, or build it; then check it fits seq_len and the model's vocabulary. A hit
     reads only meta.json (no `datasets` import, no write access: a shared read-only cache serves every run); a build
-    takes a lock on data.cache_dir, one builder at a time. `log` gets progress, `warn` the rest (stderr by default)."""
-    warn = warn or (log if log is not print else (lambda message: print(message, file=sys.stderr)))
+    takes a lock on data.cache_dir, one builder at a time. `log` gets progress (a wait for another builder: stderr)."""
+    warn = log if log is not print else (lambda message: print(message, file=sys.stderr))
     check_config(cfg)
     tokenizer_identity, expected_vocab = _tokenizer_identity(cfg)
     if model_vocab_size is not None:  # fail before an expensive build
@@ -305,13 +296,13 @@ def _make_cache(cfg: DataConfig, directory: Path, log) -> Dict[str, Any]:
     with publish(directory) as work:
         # A local corpus's Arrow copy, as big as the corpus, is scratch: kept, one more copy per edit of the files.
         splits = load_splits(cfg, work / "hf_datasets")
-        tokenizer_start = time.perf_counter()
+        column, tokenizer_start = splits.text_column, time.perf_counter()
         if cfg.tokenizer_path is not None:  # its roles travel with it into the cache and every checkpoint
             shutil.copyfile(cfg.tokenizer_path, work / TOKENIZER_FILE)
             write_special_tokens(work, read_special_tokens(Path(cfg.tokenizer_path).parent))
             tokenizer = load_tokenizer(work / TOKENIZER_FILE)
         else:
-            column, sample = splits.text_column, splits.train
+            sample = splits.train
             # A corpus on disk larger than the tokenizer's share: documents spread over all of it, read in order (its
             # head alone could be one topic), ~20 % more than the share, as the table's bytes hold more than the text.
             if cfg.tokenizer_train_bytes and not cfg.streaming and sample.cache_files:
@@ -346,23 +337,13 @@ def _make_cache(cfg: DataConfig, directory: Path, log) -> Dict[str, Any]:
             ("train", splits.train, cfg.token_budget),
             ("val", splits.val, cfg.val_token_budget),
         ):
-            stats[name] = write_split(
-                split,
-                splits.text_column,
-                tokenizer,
-                ids["eos_id"],
-                work / f"{name}.bin",
-                dtype,
-                budget,
-                name,
-                fast,
-                log,
-            )
+            out = work / f"{name}.bin"
+            stats[name] = write_split(split, column, tokenizer, ids["eos_id"], out, dtype, budget, fast, log)
             if stats[name]["documents"] == 0:
                 raise DataError(
                     f"the {name} split of {cfg.path or cfg.source} has no text after dropping empty "
                     f"documents (all {stats[name]['dropped']:,} are empty or have no "
-                    f"'{splits.text_column}' field); check data.text_column and the files"
+                    f"'{column}' field); check data.text_column and the files"
                 )
         shutil.rmtree(work / "hf_datasets", ignore_errors=True)  # never published
         meta = {
@@ -389,7 +370,7 @@ def _make_cache(cfg: DataConfig, directory: Path, log) -> Dict[str, Any]:
     if dropped := meta["train_dropped"] + meta["val_dropped"]:
         log(
             f"data: dropped {dropped:,} of {dropped + meta['train_documents'] + meta['val_documents']:,} documents with "
-            f"no text (empty, whitespace only, or no '{splits.text_column}' field: data.text_column)"
+            f"no text (empty, whitespace only, or no '{column}' field: data.text_column)"
         )
     log(f"data: validation: {meta['val_rule']}")
     return meta
@@ -423,32 +404,20 @@ def fast_encoder(path: Path):
         return None, "tiktoken is not installed"
     spec = json.loads(Path(path).read_text())
     model, pre, added = spec.get("model") or {}, spec.get("pre_tokenizer") or {}, spec.get("added_tokens", [])
-    shape = {
-        "model": model.get("type"),
-        "pre_tokenizer": pre.get("type"),
-        "use_regex": pre.get("use_regex"),
-        "add_prefix_space": pre.get("add_prefix_space"),
-        "normalizer": spec.get("normalizer"),
-        "post_processor": spec.get("post_processor"),
-        "dropout": model.get("dropout"),
-        "continuing_subword_prefix": model.get("continuing_subword_prefix"),
-        "end_of_word_suffix": model.get("end_of_word_suffix"),
-        "byte_fallback": model.get("byte_fallback") or False,
+    shape = {  # setting: (this tokenizer's, the only one tiktoken reproduces)
+        "model": (model.get("type"), "BPE"),
+        "pre_tokenizer": (pre.get("type"), "ByteLevel"),
+        "use_regex": (pre.get("use_regex"), True),
+        "add_prefix_space": (pre.get("add_prefix_space"), False),
+        "normalizer": (spec.get("normalizer"), None),
+        "post_processor": (spec.get("post_processor"), None),
+        "dropout": (model.get("dropout"), None),
+        "continuing_subword_prefix": (model.get("continuing_subword_prefix"), None),
+        "end_of_word_suffix": (model.get("end_of_word_suffix"), None),
+        "byte_fallback": (model.get("byte_fallback") or False, False),
     }
-    wanted = {
-        "model": "BPE",
-        "pre_tokenizer": "ByteLevel",
-        "use_regex": True,
-        "add_prefix_space": False,
-        "normalizer": None,
-        "post_processor": None,
-        "dropout": None,
-        "continuing_subword_prefix": None,
-        "end_of_word_suffix": None,
-        "byte_fallback": False,
-    }
-    if differs := [k for k, v in wanted.items() if shape[k] != v]:
-        return None, f"not a plain byte-level BPE ({', '.join(f'{k}={shape[k]}' for k in differs)})"
+    if differs := [f"{k}={have}" for k, (have, want) in shape.items() if have != want]:
+        return None, f"not a plain byte-level BPE ({', '.join(differs)})"
     if any(t.get(k) for t in added for k in ("single_word", "lstrip", "rstrip", "normalized")):
         return None, "an added token strips spaces, matches whole words or is normalized"
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
@@ -506,13 +475,13 @@ def write_split(
     out: Path,
     dtype: str,
     budget: Optional[int],
-    name: str,
     fast=None,
     log=print,
 ) -> dict:
     """Tokenize `dataset` into `out`, stopping after the document that reaches `budget` tokens (a whole document: the
     byte count stays exact). Windows are written as they come; tiktoken encodes one document per task in a thread
     pool (it releases the GIL), the next window submitted before this one is written: at most two in flight."""
+    name = out.stem  # train | val
     if fast is not None:
         sample, seen = [], 0
         for texts, sizes, _ in _windows(dataset, column):

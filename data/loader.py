@@ -74,16 +74,9 @@ class _TrainWindows:
 
 
 class TrainBatches(_TrainWindows):
-    """Random `(input_ids, targets)` windows drawn with replacement, a pure function of (seed, step,
-    micro_step, rank) (data.sampling=random; the default is epochs, EpochBatches).
-
-    Each (seed, step, micro_step) draws one global batch of `micro_batch_size * world_size`
-    window starts and rank r takes rows [r*b, (r+1)*b). So a resumed run sees exactly the batches
-    it would have seen, ranks never share a row, and 2 ranks x batch b see the same data as
-    1 rank x batch 2b. No iterator state exists to checkpoint. Drawing with replacement, one epoch's
-    worth of tokens leaves about 1/e ≈ 37 % of the windows never drawn: EpochBatches draws each once.
-    grad_accum_steps changes nothing here (each (step, micro_step) is a stream of its own).
-    """
+    """Random windows drawn with replacement (data.sampling=random). Each (seed, step, micro_step) draws one global
+    batch and rank r takes rows [r*b, (r+1)*b): a resume sees the same batches, ranks never share a row, 2 ranks x b see
+    what 1 rank x 2b sees, and there is no iterator state to checkpoint. One epoch's worth leaves ~37 % undrawn."""
 
     def _starts(self, step: int, micro_step: int) -> np.ndarray:
         # SeedSequence of the tuple: independent streams per step, no state carried between calls.
@@ -95,15 +88,9 @@ class TrainBatches(_TrainWindows):
 
 class EpochBatches(_TrainWindows):
     """Every training window once per epoch, in a seeded order (data.sampling=epochs): still a pure function of
-    (seed, step, micro_step, rank), so resume, rank disjointness and 2 x b = 1 x 2b hold as for TrainBatches.
-
-    Sample n of the run is n = ((step * grad_accum_steps) + micro_step) * global_batch + row, with
-    global_batch = micro_batch_size * world_size and rank r taking rows [r*b, (r+1)*b). Sample n falls in
-    epoch e = n // W at slot k = n % W (W = windows_per_epoch). Epoch e draws, from its own seed
-    [seed, e, EPOCH_STREAM], a start offset in [0, seq_len) and a permutation of its W non-overlapping
-    windows; slot k is window perm[k], which starts at offset + perm[k] * seq_len. A new offset each epoch
-    moves the window edges, so no token is always a window's first input (never a target) or its last.
-    """
+    (seed, step, micro_step, rank), so resume, rank disjointness and 2 x b = 1 x 2b hold as for TrainBatches. The
+    run's sample n is slot n % W of epoch n // W, whose seed draws a start offset and a permutation of its W windows:
+    a new offset each epoch moves the window edges, so no token is always a first input (never a target) or a last."""
 
     def __init__(self, *args, **kwargs):  # _TrainWindows' arguments
         super().__init__(*args, **kwargs)
@@ -150,17 +137,9 @@ SAMPLERS = {"random": TrainBatches, "epochs": EpochBatches}
 def eval_windows(
     tokens: np.ndarray, seq_len: int, num_windows: int, rank: int = 0, world_size: int = 1
 ) -> "torch.Tensor":
-    """This rank's share of a fixed set of validation windows, (n, seq_len + 1) int64.
-
-    The set is `num_windows` windows spread evenly over the split, chosen among the
-    non-overlapping tiling (window i starts at i * seq_len, so consecutive ones share one token
-    and every target is scored at most once). Even the whole tiling misses the split's first
-    token and its ragged tail: `training.evaluation.full_split_windows` (trainer.eval_windows=all)
-    scores every token exactly once. The count is capped by what fits and then rounded DOWN
-    to a multiple of world_size, so every rank runs the same number of forward passes; rank r
-    takes windows r, r + world_size, ... and the ranks together cover the set exactly.
-    Callers split each row into inputs `w[:, :-1]` and targets `w[:, 1:]`.
-    """
+    """This rank's share of `num_windows` validation windows, (n, seq_len + 1) int64, spread evenly over the
+    non-overlapping tiling (every target scored at most once; trainer.eval_windows=all scores every token:
+    training/evaluation.py). The count is rounded DOWN to a multiple of world_size: every rank runs as many passes."""
     _check_length(tokens, seq_len, "validation")
     if not 0 <= rank < world_size:
         raise DataError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")

@@ -170,7 +170,8 @@ def load_plays() -> List[Dict[str, str]]:
 # ---- hub datasets ------------------------------------------------------------------------------------------------
 
 
-def _first_line(error: BaseException) -> str:
+def first_line(error: BaseException) -> str:
+    """An error's first line, or its type's name when it has no text: what an `error:` line quotes."""
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 
@@ -211,18 +212,17 @@ def load_hub_dataset(
     except ValueError as error:
         if "BuilderConfig" in str(error):
             raise DataError(
-                f"'{path}' has no config data.name={name!r} ({_first_line(error)}); fix data.name or use "
-                "data.data_files"
+                f"'{path}' has no config data.name={name!r} ({first_line(error)}); fix data.name or use data.data_files"
             ) from None
-        raise DataError(f"cannot load '{path}': {_first_line(error)}; check data.path and data.name") from None
+        raise DataError(f"cannot load '{path}': {first_line(error)}; check data.path and data.name") from None
     except FileNotFoundError as error:
         where = "folder" if Path(path).is_dir() else "dataset"
         raise DataError(
-            f"no data files in {where} '{path}' ({_first_line(error)}); check data.path / data.data_files"
+            f"no data files in {where} '{path}' ({first_line(error)}); check data.path / data.data_files"
         ) from None
     except datasets.exceptions.DatasetsError as error:  # e.g. a malformed json or parquet file
         raise DataError(
-            f"cannot read '{path}': {_first_line(error.__cause__ or error)}; fix or remove the file"
+            f"cannot read '{path}': {first_line(error.__cause__ or error)}; fix or remove the file"
         ) from None
     finally:
         datasets.config.HF_HUB_OFFLINE, hub_constants.HF_HUB_OFFLINE = saved
@@ -309,7 +309,7 @@ def _first_bad_file(files: List[Path]) -> Optional[str]:
                         )
                     done += len(line)
         except (EOFError, OSError, ValueError) as e:  # a truncated or corrupt archive
-            return f"{file} is truncated or corrupt ({_first_line(e)}); re-create it or remove it"
+            return f"{file} is truncated or corrupt ({first_line(e)}); re-create it or remove it"
     return None
 
 
@@ -383,14 +383,12 @@ def describe_held_files(held: List[Path], files: List[Path], fraction: float) ->
     names = dict(zip(files, relative_names(files)))
     share = sum(f.stat().st_size for f in held) / max(sum(f.stat().st_size for f in files), 1)
     more = f" and {len(held) - 5} more (listed in meta.json)" if len(held) > 5 else ""
-    hint = (
-        (
-            "; that is more than data.val_fraction={} because whole files are held out: split the corpus into more "
-            "files, or name a validation file (a folder with train.txt and validation.txt)"
-        ).format(fraction)
-        if share > 2 * fraction
-        else ""
-    )
+    hint = ""
+    if share > 2 * fraction:
+        hint = (
+            f"; that is more than data.val_fraction={fraction} because whole files are held out: split the corpus "
+            "into more files, or name a validation file (a folder with train.txt and validation.txt)"
+        )
     return (
         f"{len(held)} of {len(files)} files held out whole ({share:.1%} of the bytes): "
         f"{', '.join(names[f] for f in held[:5])}{more}{hint}"
@@ -517,13 +515,8 @@ def load_splits(cfg: DataConfig, hf_cache_dir: Path) -> Splits:
     if held is not None:  # plain text files: (held-out files, all files)
         held_files, files = held
         if held_files:
-            return Splits(
-                train,
-                val,
-                column,
-                describe_held_files(held_files, files, cfg.val_fraction),
-                [n for f, n in zip(files, relative_names(files)) if f in held_files],
-            )
+            names = [n for f, n in zip(files, relative_names(files)) if f in held_files]
+            return Splits(train, val, column, describe_held_files(held_files, files, cfg.val_fraction), names)
         if len(files) == 1:
             rule += (
                 f", from the one text file {files[0].name} (data.sample_by={cfg.sample_by}); with several files, "
@@ -550,16 +543,11 @@ def _load_local(cfg: DataConfig, hf_cache_dir: Path):
             options = {"sample_by": cfg.sample_by} if _all_text(data_files) else None
             splits = load_hub_dataset(cfg.path, cfg.name, None, cfg.streaming, str(hf_cache_dir), options)
             return splits, "text" if options else cfg.text_column, None
-        kind, files = (
-            "text",
-            sorted(Path(f) for f in DataFilesDict.from_patterns(patterns, base_path=str(root))["train"]),
-        )
+        kind = "text"
+        files = sorted(Path(f) for f in DataFilesDict.from_patterns(patterns, base_path=str(root))["train"])
     # Several text files and no validation split: whole files are held out.
-    held = (
-        hold_out_files(files, cfg.val_fraction, cfg.seed)
-        if kind == "text" and len(files) > 1 and cfg.val_split is None
-        else []
-    )
+    several = kind == "text" and len(files) > 1 and cfg.val_split is None
+    held = hold_out_files(files, cfg.val_fraction, cfg.seed) if several else []
     data_files = {
         "train": [str(f) for f in files if f not in held],
         **({"validation": [str(f) for f in held]} if held else {}),
@@ -576,6 +564,6 @@ def _load_local(cfg: DataConfig, hf_cache_dir: Path):
         culprit = _first_bad_file(files)
         raise DataError(
             f"cannot read {kind} files from data.path '{cfg.path}': "
-            + (culprit or f"{_first_line(error.__cause__ or error)}; fix or remove the bad file")
+            + (culprit or f"{first_line(error.__cause__ or error)}; fix or remove the bad file")
         ) from None
     return (splits, "text", (held, files)) if kind == "text" else (splits, cfg.text_column, None)

@@ -8,7 +8,7 @@ from typing import Dict, Iterable, Iterator, List, Optional
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from data.sources import DataError
+from data.sources import DataError, first_line
 
 # Role → token, trained first (ids 0, 1, 2). Training appends EOS to every document and prepends nothing.
 SPECIAL_TOKENS = {"bos": "<|bos|>", "eos": "<|eos|>", "pad": "<|pad|>"}
@@ -52,9 +52,8 @@ def load_tokenizer(path) -> Tokenizer:
     try:
         return Tokenizer.from_file(str(path))
     except Exception as error:  # tokenizers raises a bare Exception on malformed JSON
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise DataError(
-            f"{path} is not a valid tokenizer.json ({reason}); point data.tokenizer_path at a file saved by "
+            f"{path} is not a valid tokenizer.json ({first_line(error)}); point data.tokenizer_path at a file saved by "
             "`tokenizers`"
         ) from None
 

@@ -29,9 +29,7 @@ from training.checkpoint import (
     nonfinite_tensors,
     save_checkpoint,
 )
-from training.checkpoint import (
-    verify as verify_files,
-)
+from training.checkpoint import verify as verify_files
 
 MINILLAMA_CONFIG_KEY = "minillama_config"  # our export's full ModelConfig, for the fields HF has no slot for
 INDEX_FILE = "model.safetensors.index.json"
@@ -255,8 +253,7 @@ def import_checkpoint(hf_dir: str, run_dir: str, verify: bool = True) -> Path:
         tokenizer_files = {TOKENIZER: (hf / "tokenizer.json").read_bytes()}
         tokenizer_files |= {p.name: p.read_bytes() for p in Path(staging).iterdir()}
     config = f"# imported from {hf.resolve()} by scripts/import_hf.py; no training config\n"
-    ckpt = save_checkpoint(root, 0, state, cfg, tokenizer_files, RunState().to_json(), config, keep_last=0)
-    return ckpt
+    return save_checkpoint(root, 0, state, cfg, tokenizer_files, RunState().to_json(), config, keep_last=0)
 
 
 def checkpoint_for(path: str, stack: contextlib.ExitStack, verify: bool = True) -> Tuple[str, Optional[str]]:
@@ -264,9 +261,8 @@ def checkpoint_for(path: str, stack: contextlib.ExitStack, verify: bool = True) 
     checkpoint, deleted when `stack` closes; any other path is returned as given (generate.py, evaluate.py)."""
     if not is_hf_directory(path):
         return path, None
-    return str(
-        import_checkpoint(path, stack.enter_context(tempfile.TemporaryDirectory()), verify)
-    ), f"{path} (Hugging Face)"
+    ckpt = import_checkpoint(path, stack.enter_context(tempfile.TemporaryDirectory()), verify)
+    return str(ckpt), f"{path} (Hugging Face)"
 
 
 def cached_import(hf_dir: str, cache_dir: str, verify: bool = True) -> Path:

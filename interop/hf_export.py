@@ -49,10 +49,12 @@ def to_hf_state_dict(state: Dict[str, torch.Tensor], cfg: ModelConfig) -> Dict[s
     return {k: v.detach().contiguous() for k, v in hf.items()}
 
 
-def llama_config_fields(cfg: ModelConfig, token_ids: Dict[str, Optional[int]]) -> dict:
-    """LlamaConfig's keyword arguments for this model; HF's vocab_size is the embedding's (padded) row count."""
+def llama_config(cfg: ModelConfig, token_ids: Dict[str, Optional[int]]):
+    """The LlamaConfig of this model; HF's vocab_size is the embedding's (padded) row count."""
+    from transformers import LlamaConfig  # interop-only dependency
+
     check_llama_compatible(cfg)
-    return dict(
+    return LlamaConfig(
         architectures=["LlamaForCausalLM"],
         vocab_size=cfg.padded_vocab_size,
         hidden_size=cfg.hidden_size,
@@ -74,12 +76,6 @@ def llama_config_fields(cfg: ModelConfig, token_ids: Dict[str, Optional[int]]) -
         pad_token_id=token_ids.get("pad"),
         **{MINILLAMA_CONFIG_KEY: dataclasses.asdict(cfg)},
     )
-
-
-def llama_config(cfg: ModelConfig, token_ids: Dict[str, Optional[int]]):
-    from transformers import LlamaConfig  # interop-only dependency
-
-    return LlamaConfig(**llama_config_fields(cfg, token_ids))
 
 
 def as_standard(cfg: ModelConfig, state: Dict[str, torch.Tensor]):
@@ -133,12 +129,10 @@ def write_hf_dir(
     vocabulary's rows counted in vocab_size (as GPT-2-style checkpoints), a mup model as its sp equivalent."""
     from transformers import GenerationConfig, PreTrainedTokenizerFast  # interop-only dependency
 
-    # LlamaForCausalLM has no μP knobs: a mup model goes out as the sp model with the same logits, its
-    # attention scale folded into q_proj and its output multiplier into an untied lm_head.
-    cfg, state = as_standard(model.cfg, model.state_dict())
+    cfg, state = as_standard(model.cfg, model.state_dict())  # LlamaForCausalLM has no μP knobs
     ids = token_ids(tokenizer, roles)
     llama_config(cfg, ids).save_pretrained(out)
-    tensors = {k: v.contiguous() for k, v in to_hf_state_dict(state, cfg).items()}
+    tensors = to_hf_state_dict(state, cfg)  # contiguous, as safetensors needs
     write_file(out / "model.safetensors", save_safetensors(tensors, metadata={"format": "pt"}))
     # The padding ids (no token has them) are suppressed in HF's generate() too, as in ours.
     n_tokens = min(cfg.vocab_size, tokenizer.get_vocab_size())

@@ -16,7 +16,6 @@ import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import _bootstrap  # noqa: F401  (the repository root on sys.path; TORCHINDUCTOR_CACHE_DIR checked)
 import torch
@@ -73,22 +72,19 @@ class StepMemory:
     peak: int  # their sum: the step's peak
 
 
-def simulate_step_memory(
-    build: Callable[[], tuple],
-    batch_shape: tuple,
-    vocab_size: int,
-    accum: int = 1,
-    autocast: Callable = contextlib.nullcontext,
-    fake: bool = True,
-) -> StepMemory:
-    """Peak memory of one training step (not the first) of `build()`'s (loss_module, optimizers): torch's MemTracker
+def simulate(cfg, precision: str, chunk_above="auto", fake: bool = True) -> StepMemory:
+    """Peak memory of one training step (not the first) of the CausalLMLoss and optimizers train.py builds (chunk_above
+    as CausalLMLoss takes it: "auto" is train.py's threshold, None one-shot, 0 always chunked): torch's MemTracker
     records live storages op by op, autocast casts included; on fake tensors (shapes only, nothing allocated), or for
     real after a real first step (fake=False: --measure). Not modelled: the allocator's cache, the CUDA context."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    t, autocast = cfg.trainer, autocast_context(precision, torch.device("cpu"))
+    accum = t.grad_accum_steps
     with FakeTensorMode() if fake else contextlib.nullcontext():
-        loss_module, optimizers = build()
-        inputs, targets = (torch.randint(0, vocab_size, batch_shape) for _ in range(2))
+        loss_module = CausalLMLoss(Transformer(cfg.model), chunk_above=chunk_above)
+        optimizers = build_optimizers(loss_module, cfg.optim, "cpu")
+        inputs, targets = (torch.randint(0, cfg.model.vocab_size, (t.micro_batch_size, t.seq_len)) for _ in range(2))
 
         def micro_step():
             with autocast():
@@ -179,29 +175,6 @@ def parse_args(argv) -> tuple:
     if args.mfu_from and not RunFiles(args.mfu_from).metrics.is_file():
         raise ValueError(f"--mfu-from {args.mfu_from}: no metrics.jsonl there; pass a run directory")
     return args, overrides
-
-
-def loss_builder(cfg, chunk_above="auto"):
-    """A builder of the step's modules: CausalLMLoss (chunk_above as it takes it: "auto" is train.py's
-    threshold, None one-shot, 0 always chunked) and the optimizers train.py builds for it."""
-
-    def build():
-        loss_module = CausalLMLoss(Transformer(cfg.model), chunk_above=chunk_above)
-        return loss_module, build_optimizers(loss_module, cfg.optim, "cpu")
-
-    return build
-
-
-def simulate(cfg, precision: str, chunk_above="auto", fake: bool = True) -> StepMemory:
-    t = cfg.trainer
-    return simulate_step_memory(
-        loss_builder(cfg, chunk_above),
-        (t.micro_batch_size, t.seq_len),
-        cfg.model.vocab_size,
-        t.grad_accum_steps,
-        autocast_context(precision, torch.device("cpu")),
-        fake,
-    )
 
 
 def per_device(mem: StepMemory, parallel: str, world: int) -> dict:

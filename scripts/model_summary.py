@@ -21,17 +21,13 @@ MODEL_CONFIGS = REPO / "configs" / "model"
 DEFAULT_VOCAB = 4096  # the data pipeline's default BPE vocab; the model yamls take it from ${data.vocab_size}
 
 
-class UsageError(ValueError):
-    """A bad command line or config value: reported on one line, exit status 1."""
-
-
 def split_args(argv: List[str]) -> Tuple[str, int, List[str]]:
     """`model=NAME`, the vocab size and the remaining overrides as `key=value` on the model node."""
     name, vocab, overrides = "cpu", DEFAULT_VOCAB, []
     for arg in argv:
         key, sep, value = arg.partition("=")
         if not sep:
-            raise UsageError(f"expected key=value, got {arg!r} (see --help)")
+            raise ValueError(f"expected key=value, got {arg!r} (see --help)")
         key = key.removeprefix("+").removeprefix("model.")
         if key == "model":
             name = value
@@ -39,7 +35,7 @@ def split_args(argv: List[str]) -> Tuple[str, int, List[str]]:
             try:
                 vocab = int(value)
             except ValueError:
-                raise UsageError(f"vocab_size={value!r} is not an integer") from None
+                raise ValueError(f"vocab_size={value!r} is not an integer") from None
         else:
             overrides.append(f"{key}={value}")
     return name, vocab, overrides
@@ -51,7 +47,7 @@ def load_model_config(argv: List[str]) -> Tuple[ModelConfig, Path]:
     path = MODEL_CONFIGS / f"{name}.yaml"
     if not path.is_file():
         choices = sorted(p.stem for p in MODEL_CONFIGS.glob("*.yaml"))
-        raise UsageError(f"model={name} not found in {MODEL_CONFIGS}; choose one of {choices}")
+        raise ValueError(f"model={name} not found in {MODEL_CONFIGS}; choose one of {choices}")
     # The yamls read the vocab from the data group (`${data.vocab_size}`): provide one to resolve against.
     root = OmegaConf.create({"data": {"vocab_size": vocab}, "model": OmegaConf.load(path)})
     try:
@@ -61,7 +57,7 @@ def load_model_config(argv: List[str]) -> Tuple[ModelConfig, Path]:
         return OmegaConf.to_object(typed), path
     except OmegaConfBaseException as e:
         where = f"model.{e.full_key}: " if getattr(e, "full_key", None) else ""
-        raise UsageError(where + str(e).splitlines()[0]) from None
+        raise ValueError(where + str(e).splitlines()[0]) from None
 
 
 def config_fields(cfg: ModelConfig) -> dict:
@@ -171,7 +167,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(__doc__)
         return 0
-    cfg, path = load_model_config(argv)  # a UsageError, or ModelConfig's own ValueError: one error line
+    cfg, path = load_model_config(argv)  # a ValueError (a bad argument or model value): one error line
     with torch.device("meta"):  # shapes only: even a 7B summary is instant and allocates nothing
         model = Transformer(cfg)
     print(f"Model config {os.path.relpath(path, REPO)} with overrides {argv or 'none'}")
