@@ -77,6 +77,8 @@ class Attention(nn.Module):
         self.q_norm = (RMSNorm if cfg.qk_norm else NoNorm)(self.head_dim, eps=cfg.norm_eps)
         self.k_norm = (RMSNorm if cfg.qk_norm else NoNorm)(self.head_dim, eps=cfg.norm_eps)
         self.dropout, self.scale, self.zero_query = cfg.dropout, cfg.attention_scale, cfg.zero_query_init
+        # Wrapped here, not at import: torch.compiler.disable imports dynamo, ~2 s of every program's start-up
+        self.sdpa_with_dropout = torch.compiler.disable(_sdpa_outside_compile) if cfg.dropout else None
 
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: Optional[KVCache] = None
@@ -92,7 +94,7 @@ class Attention(nn.Module):
             past = cache.length
             k, v = cache.update(self.layer_idx, k, v)  # (B, n_kv_heads, past + T, head_dim)
         dropout_p = self.dropout if self.training else 0.0
-        sdpa = _sdpa_outside_compile if dropout_p and x.device.type == "cpu" else F.scaled_dot_product_attention
+        sdpa = self.sdpa_with_dropout if dropout_p and x.device.type == "cpu" else F.scaled_dot_product_attention
         out = sdpa(
             q,
             k,
@@ -115,10 +117,9 @@ class Attention(nn.Module):
         self.k_norm.init_weights(std, out_std)
 
 
-@torch.compiler.disable
 def _sdpa_outside_compile(*args, **kwargs) -> torch.Tensor:
-    """SDPA with attention dropout, eager even in a compiled model: torch 2.13's inductor turns its CPU backward under
-    bf16 autocast into NaN gradients for q and k (tests/test_attention.py). One graph break per layer."""
+    """SDPA with attention dropout, eager even in a compiled model (torch.compiler.disable, in Attention): torch 2.13's
+    inductor turns its CPU backward under bf16 autocast into NaN gradients for q and k. One graph break per layer."""
     return F.scaled_dot_product_attention(*args, **kwargs)
 
 

@@ -5,7 +5,10 @@ module: q and k both rotated). The KV cache: decoding equals full recompute (tok
 reset and overflow."""
 
 import math
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +17,8 @@ from model_helpers import one_thread, random_transformer, reference_attention, t
 
 from model import KVCache, ModelConfig, Transformer, apply_rope, rope_tables
 from model.attention import Attention
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("n_kv_heads, qk_norm", [(4, False), (2, False), (1, False), (2, True)])  # MHA, GQA, MQA
@@ -94,8 +99,9 @@ def test_qk_norm_makes_attention_blind_to_the_scale_of_q_and_k():
         assert torch.allclose(after, before, atol=1e-4) == qk_norm
 
 
-def _compiled_bf16_grads_finite(dropout: float = 0.1) -> bool:
-    """Train one step of a compiled 1-layer model with attention dropout under bf16 autocast on the CPU."""
+def _compiled_bf16_grads_finite(dropout: float = 0.1, workaround: bool = True) -> bool:
+    """Train one step of a compiled 1-layer model with attention dropout under bf16 autocast on the CPU (its SDPA
+    compiled into the graph if not `workaround`)."""
     torch.manual_seed(0)
     torch._dynamo.reset()
     try:
@@ -103,6 +109,9 @@ def _compiled_bf16_grads_finite(dropout: float = 0.1) -> bool:
             vocab_size=256, hidden_size=64, n_layers=1, n_heads=1, dropout=dropout, max_seq_len=64, multiple_of=32
         )
         model = Transformer(cfg).train()
+        if not workaround:
+            for layer in model.layers:
+                layer.attn.sdpa_with_dropout = F.scaled_dot_product_attention
         with torch.autocast("cpu", dtype=torch.bfloat16):
             logits = torch.compile(model)(torch.randint(0, 256, (2, 64)))
         logits.float().logsumexp(-1).mean().backward()
@@ -142,29 +151,39 @@ def test_attention_dropout_runs_outside_the_compiled_graph_on_a_cpu_and_trains_f
     assert _compiled_bf16_grads_finite()
 
 
+def test_only_a_model_with_dropout_imports_dynamo():
+    """The workaround's torch.compiler.disable imports torch._dynamo (~2 s); a model without dropout never needs it,
+    so train.py's refusals and the programs that build a model start without it."""
+    code = (
+        "import sys; from model import ModelConfig, Transformer; "
+        "cfg = dict(vocab_size=64, hidden_size=32, n_layers=1, n_heads=1, multiple_of=32); "
+        "Transformer(ModelConfig(**cfg)); print('torch._dynamo' in sys.modules); "
+        "Transformer(ModelConfig(**cfg, dropout=0.1)); print('torch._dynamo' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]
+
+
 def test_the_default_attention_trains_finite_compiled_in_bf16_on_this_cpu_whatever_its_class():
     """What a user's compiled bf16 run gets from the default model (SDPA, dropout 0) on the machine the suite runs on:
     finite gradients. (With dropout, SDPA's eager workaround above is what runs there.)"""
     assert _compiled_bf16_grads_finite(dropout=0.0)
 
 
-def test_the_bug_the_workaround_avoids_where_it_reproduces(monkeypatch):
+def test_the_bug_the_workaround_avoids_where_it_reproduces():
     """torch 2.13's inductor on some CPUs turns SDPA's backward with dropout under bf16 autocast into NaN gradients
     for q and k (seen on an AMX Xeon; not on an AMD EPYC with AVX512-BF16, nor on every AMX machine). Where it
     reproduces, the workaround must be what makes the gradients finite. The day it reproduces nowhere, torch has
     fixed it and the workaround can go."""
     import platform
 
-    import model.attention as attention_module
     from training.distributed import cpu_bf16
 
-    monkeypatch.setattr(attention_module, "_sdpa_outside_compile", F.scaled_dot_product_attention)
-    if _compiled_bf16_grads_finite():
+    if _compiled_bf16_grads_finite(workaround=False):
         pytest.skip(
             f"inductor's NaN-gradient bug does not reproduce on this CPU ({platform.processor() or platform.machine()}; "
             f"{cpu_bf16()[1]}, torch {torch.__version__}): nothing for the workaround to avoid here"
         )
-    monkeypatch.undo()
     assert _compiled_bf16_grads_finite()
 
 
