@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from lab import CONFIGS, SEARCH_PATH
-from lab.ablation import manifest, registration
+from lab.ablation import registration
 from lab.ablation.configs import apply_transfer, cell_values, validate
 from lab.ablation.planning import spread_from
 from lab.ablation.protocol import ProtocolError, Spec, load_spec_file, merge_overrides, parse_sizes, split_overrides
@@ -165,17 +165,19 @@ def open_protocol(args) -> Protocol:
     """The protocol directory the command line names (a new one, or a resume with its stored spec)."""
     train_overrides, launcher = split_overrides(args.overrides)
     directory = (args.dir or Path("multirun/ablate") / time.strftime("%Y-%m-%d/%H-%M-%S")).resolve()
-    stored = manifest.load(directory)
+    stored = registration.load(directory)
     if stored is None and directory.is_dir() and any(directory.iterdir()):
-        raise ProtocolError(f"{directory} is not empty and holds no {manifest.MANIFEST}; choose a new --dir")
-    spec = build_spec(args, manifest.spec_of(stored) if stored else None, train_overrides)
+        raise ProtocolError(f"{directory} is not empty and holds no {registration.MANIFEST}; choose a new --dir")
+    spec = build_spec(args, registration.spec_of(stored) if stored else None, train_overrides)
     apply_transfer(spec, typed_config)  # before the comparison: a stored spec holds the μP overrides it added
     if stored:
-        registration.check(stored, manifest.spec_of(stored), directory / manifest.MANIFEST)  # not edited by hand
-        manifest.check_continuable(manifest.spec_of(stored), spec, directory / manifest.MANIFEST)
+        registration.check(
+            stored, registration.spec_of(stored), directory / registration.MANIFEST
+        )  # not edited by hand
+        registration.check_continuable(registration.spec_of(stored), spec, directory / registration.MANIFEST)
         check_added_seeds(stored.get("looks") or [], {"stage2": spec.seeds}, args.sequential, "or start a new --dir")
     if args.report_only and stored is None:
-        raise ProtocolError(f"--report-only: {directory} holds no protocol ({manifest.MANIFEST}); pass its --dir")
+        raise ProtocolError(f"--report-only: {directory} holds no protocol ({registration.MANIFEST}); pass its --dir")
     return Protocol(
         directory,
         spec,
@@ -196,7 +198,7 @@ def main(argv=None) -> int:
     proto = open_protocol(args)
     configs = {}
     models, budgets = validate(proto.spec, typed_config, configs)
-    registration.check_configs(proto.data, configs, proto.dir / manifest.MANIFEST)  # a preset edited since: refused
+    registration.check_configs(proto.data, configs, proto.dir / registration.MANIFEST)  # a preset edited since: refused
     values = cell_values(proto.spec, override_values)
     probe_steps = args.probe_steps if args.probe_steps is not None else (0 if args.dry_run else PROBE_STEPS)
     # A dry run writes nothing, not even its plan (a directory left behind would be a protocol begun); one

@@ -13,8 +13,7 @@ from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
 from analysis.stats import Comparison, decimals
-from lab.ablation.cells import CellState
-from lab.ablation.protocol import TIERS, Cell, Spec
+from lab.ablation.protocol import TIERS, Cell, CellState, Spec
 from lab.stats import Verdict, judge, method_name, table_cells
 from lab.sweep import DIVERGED, FINISHED
 

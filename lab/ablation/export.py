@@ -8,9 +8,8 @@ import math
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from lab.ablation.cells import CellState
 from lab.ablation.contrasts import Contrast
-from lab.ablation.protocol import Cell, Spec
+from lab.ablation.protocol import Cell, CellState, Spec
 
 CELL_FIELDS = ["stage", "size", "variant", "lr", "seed", "state", "val_loss", "val_bpb", "tokens", "precision"]
 CONTRAST_FIELDS = [

@@ -17,10 +17,9 @@ from analysis.table import summarize_variants
 from lab import stats as power
 from lab.ablation import contrasts as K
 from lab.ablation import export
-from lab.ablation.cells import CellState, done_bpb
 from lab.ablation.contrasts import LR_CHOICES, LR_WORDS, Contrast
 from lab.ablation.lr_search import edge_note, margin
-from lab.ablation.protocol import TIERS, Cell, Spec, lr_sweep
+from lab.ablation.protocol import TIERS, Cell, CellState, Spec, done_bpb, lr_sweep
 from lab.stats import BETTER, CANT_TELL, EQUIVALENT, WORSE, method_name
 from lab.sweep import FINISHED
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import List, Optional
 
 from lab import sweep
-from lab.ablation import cells as C
-from lab.ablation import export, manifest, planning, registration
+from lab.ablation import export, planning, registration
+from lab.ablation import protocol as C
 from lab.ablation import report as protocol_report
 from lab.ablation.configs import cell_config
 from lab.ablation.lr_search import edge_note
@@ -52,7 +52,7 @@ class Protocol:
         if not self.writes:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
-        manifest.save(self.dir, self.data)
+        registration.save(self.dir, self.data)
 
     def states(self, cells, root: Path = None) -> dict:
         return {cell: C.inspect(cell, root or self.runs_dir) for cell in cells}
@@ -300,7 +300,7 @@ def run_stage1(proto: Protocol, values: dict) -> int:
 def run_stages(proto: Protocol, budgets: dict, values: dict, probe_steps: int, dry_run: bool) -> int:
     """The cost and power, stage 1 (the LR sweeps), the chosen LRs, stage 2 (every seed at them), then the
     report; an exit status (0 done, 1 failed runs, 2 runs stopped early, 128 + N a signal)."""
-    C.check_files(proto.data.get("cells") or {}, proto.runs_dir, proto.dir / manifest.MANIFEST)
+    registration.check_files(proto.data.get("cells") or {}, proto.runs_dir, proto.dir / registration.MANIFEST)
     proto.save()  # the registration, before the first cell trains
     seconds, source = measure(proto, budgets, probe_steps, values)
     print_cost(proto, seconds, source)
@@ -338,7 +338,7 @@ def report(proto: Protocol) -> int:
     states = proto.stage1()
     chosen = C.chosen_lrs(spec, states)
     states.update(proto.states(stage2_cells(spec, chosen)))
-    out, where = proto.dir / "report", proto.dir / manifest.MANIFEST
+    out, where = proto.dir / "report", proto.dir / registration.MANIFEST
     if all(s.state == sweep.MISSING for s in states.values()) and proto.data.get("cells"):
         raise ProtocolError(
             f"{where}: none of its {len(states)} cells' runs is in {proto.runs_dir} (a copy without its runs?): there "
@@ -346,7 +346,7 @@ def report(proto: Protocol) -> int:
             "the published contrasts from per_seed.csv)"
         )
     recorded = proto.data.get("cells") or {}
-    C.check_files(recorded, proto.runs_dir, where)
+    registration.check_files(recorded, proto.runs_dir, where)
     unchanged = all(recorded.get(s.cell.run_name) == cell_entry(s) for s in states.values())
     registered = registration.check(proto.data, spec, where)  # a spec edited by hand: refused (configs: ablate.py)
     registration.check_cells(proto.data, states.values(), where)  # or a manifest replaced

@@ -11,8 +11,8 @@ import yaml
 from matplotlib import image
 from scipy import stats
 
-from lab.ablation import cells as C
 from lab.ablation import export
+from lab.ablation import protocol as C
 from lab.ablation import report as protocol_report
 from lab.ablation.protocol import Spec, stage2_cells
 from tests.run_helpers import write_run
