@@ -46,19 +46,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         "overrides",
         nargs="*",
         metavar="KEY=VALUE",
-        help="train.py overrides for every run "
-        "(e.g. trainer.max_steps=300 data.cache_dir=…), and hydra/launcher=… for the launcher",
+        help="train.py overrides for every run (e.g. trainer.max_steps=300), and hydra/launcher=… for the launcher",
     )
+    p.add_argument("--protocol", type=Path, help=f"protocol file (default: {DEFAULT_PROTOCOL.relative_to(REPO)})")
     p.add_argument(
-        "--protocol", type=Path, default=None, help=f"protocol file (default: {DEFAULT_PROTOCOL.relative_to(REPO)})"
+        "--dir", type=Path, help="protocol directory, resumed if it exists (default: multirun/ablate/<date>/<time>)"
     )
-    p.add_argument(
-        "--dir",
-        type=Path,
-        default=None,
-        help="protocol directory; an existing one is resumed (default: multirun/ablate/<date>/<time>)",
-    )
-    p.add_argument("--variants", default=None, help="comma-separated subset of the protocol's variants")
+    p.add_argument("--variants", help="comma-separated subset of the protocol's variants")
     p.add_argument(
         "--variant",
         action="append",
@@ -66,49 +60,39 @@ def parse_args(argv=None) -> argparse.Namespace:
         metavar="'NAME KEY=VALUE …'",
         help="add or define a variant, one quoted argument, e.g. --variant 'relu2 model.mlp=relu2' (repeatable)",
     )
-    p.add_argument("--reference", default=None, help="the variant the others are compared with")
-    p.add_argument("--lrs", default=None, help="stage-1 LR grid, comma-separated (e.g. 1e-3,3e-3,1e-2)")
+    p.add_argument("--reference", help="the variant the others are compared with")
+    p.add_argument("--lrs", help="stage-1 LR grid, comma-separated (e.g. 1e-3,3e-3,1e-2)")
     p.add_argument(
         "--seeds",
-        default=None,
-        help="measuring seeds 0..N-1, or 'auto': as many as the target MDE "
-        "needs at the planning spread, up to max_seeds (default: the protocol's)",
+        help="measuring seeds 0..N-1, or 'auto': as many as the target MDE needs at the planning spread, up to max_seeds",
     )
     p.add_argument(
         "--spread-from",
         type=Path,
-        default=None,
         metavar="DIR",
-        help="a pilot protocol (directory or protocol.yaml): its per-seed paired differences give the "
-        "planning spread (planning_sd) of the power estimate and of --seeds auto",
+        help="a pilot protocol (directory or protocol.yaml) whose per-seed paired differences give the planning spread",
     )
     p.add_argument(
         "--sequential",
         action="store_true",
-        help="allow measuring seeds beyond those a report already "
-        "judged (a sequential design: each look then judged at α / looks)",
+        help="allow seeds beyond those a report judged (each look then judged at α / looks)",
     )
-    p.add_argument("--stage1-seed", type=int, default=None, help="the seed of the LR sweep")
+    p.add_argument("--stage1-seed", type=int, help="the seed of the LR sweep")
     p.add_argument(
         "--sizes",
-        default=None,
         metavar="'KEY=V1,V2 …'",
-        help="model sizes as sweep terms, zipped, one quoted argument, e.g. "
-        "'model.hidden_size=96,192 model.n_heads=2,4'",
+        help="model sizes as sweep terms, zipped, one quoted argument, e.g. 'model.hidden_size=96,192 model.n_heads=2,4'",
     )
     p.add_argument(
         "--transfer-from",
-        default=None,
         metavar="SIZE",
         help="tune LRs only at this size, under μP, and reuse them at every size (a width ladder; docs/mup.md)",
     )
     p.add_argument(
         "--probe-steps",
         type=int,
-        default=None,
-        help="steps of the timing run per size before "
-        "the cost is printed (default 10, and 0 with --dry-run: a dry run trains nothing unless told "
-        "to time; 0: no timing run, the cost is estimated once stage 1 has runs)",
+        help="steps of the timing run per size before the cost is printed (default 10; 0 with --dry-run, and "
+        "0: no timing run)",
     )
     p.add_argument(
         "--dry-run", action="store_true", help="print the plan, its power and (once timed) its cost; write nothing"

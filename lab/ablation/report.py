@@ -1,7 +1,8 @@
-"""Stage 3 of the protocol: results.md, its figures and its data files, from the cells' run directories —
-the pre-registered verdicts (Holm-adjusted, with TOST, at both LR choices) and the literature, the power,
-the LR sweeps, every size's table, the contrast tables and the depth check."""
+"""Stage 3 of the protocol, from the cells' run directories: results.md (the verdicts and the literature, the power, the
+LR sweeps, the tables, the depth check), its figures and its data files (per_seed.csv, contrasts.csv, results.json)."""
 
+import csv
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,6 @@ from analysis.table import markdown as results_table
 from analysis.table import summarize_variants
 from lab import stats as power
 from lab.ablation import contrasts as K
-from lab.ablation import export
 from lab.ablation.contrasts import LR_CHOICES, LR_WORDS, Contrast
 from lab.ablation.lr_search import edge_note, margin
 from lab.ablation.protocol import TIERS, Cell, CellState, Spec, done_bpb, lr_sweep
@@ -91,7 +91,7 @@ def write(
         }
         plot_delta_vs_size(list(params.items()), deltas, out / "delta_vs_size.png", spec.reference)
         sections.append("![Δ vs model size](delta_vs_size.png)\n")
-    files = export.write(out, spec, states, chosen, contrasts, registered)
+    files = write_files(out, spec, states, chosen, contrasts, registered)
     sections.append(
         "Every number above, per seed: "
         + ", ".join(f"[{f}]({f})" for f in files)
@@ -369,6 +369,107 @@ def plot_lr_sweep(
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     save(fig, path)
+
+
+# --- the data files: every number of the report, per seed ---
+
+CELL_FIELDS = ["stage", "size", "variant", "lr", "seed", "state", "val_loss", "val_bpb", "tokens", "precision"]
+CONTRAST_FIELDS = "lr_choice family size variant reference lr reference_lr seeds delta ci_low ci_high p p_adjusted tost_p_lower tost_p_upper tost_p_adjusted verdict p_study_wide per_seed_delta".split()
+
+
+def cell_rows(spec: Spec, states: Dict[Cell, CellState]) -> List[dict]:
+    rows = []
+    for cell, s in sorted(states.items(), key=lambda kv: (kv[0].size, kv[0].variant, kv[0].lr, kv[0].seed)):
+        final = s.run.final if s.run is not None and s.run.evals else {}
+        rows.append(
+            {
+                "stage": "stage1" if cell.seed == spec.stage1_seed else "stage2",
+                "size": cell.size,
+                "variant": cell.variant,
+                "lr": cell.lr,
+                "seed": cell.seed,
+                "state": s.state,
+                "val_loss": _num(final.get("val_loss")) if s.final_bpb is not None else None,
+                "val_bpb": _num(s.final_bpb),
+                "tokens": final.get("tokens"),
+                # "bf16", or "bf16+fp32" when a resume changed it; empty when not recorded
+                "precision": "+".join(s.run.precisions) if s.run is not None else None,
+            }
+        )
+    return rows
+
+
+def contrast_rows(spec: Spec, contrasts: List[Contrast]) -> List[dict]:
+    rows = []
+    for c in contrasts:
+        t, tost, v = c.verdict.test, c.verdict.tost, c.verdict
+        rows.append(
+            {
+                "lr_choice": c.choice,
+                "family": c.tier,
+                "size": c.size,
+                "variant": c.variant,
+                "reference": spec.reference,
+                "lr": c.lr,
+                "reference_lr": c.reference_lr,
+                "seeds": len(c.seeds),
+                "delta": _num(t.delta) if t else None,
+                "ci_low": _num(t.low) if t else None,
+                "ci_high": _num(t.high) if t else None,
+                "p": _num(t.p) if t else None,
+                "p_adjusted": _num(v.p_adjusted),
+                "tost_p_lower": _num(tost.p_lower) if tost else None,
+                "tost_p_upper": _num(tost.p_upper) if tost else None,
+                "tost_p_adjusted": _num(v.tost_adjusted),
+                "verdict": v.outcome,
+                "p_study_wide": _num(c.study_p) if c.study_p is not None else None,
+                "per_seed_delta": {s: round(c.variant_bpb[s] - c.reference_bpb[s], 6) for s in c.seeds},
+            }
+        )
+    return rows
+
+
+FILES = ("per_seed.csv", "contrasts.csv", "results.json")
+
+
+def write_files(
+    out: Path, spec: Spec, states: Dict[Cell, CellState], chosen: dict, contrasts: List[Contrast], registered: str = ""
+) -> List[str]:
+    """Write the three files into `out`; return their names. results.json carries the pre-registration's line."""
+    cells, judged = cell_rows(spec, states), contrast_rows(spec, contrasts)
+    _csv(out / "per_seed.csv", CELL_FIELDS, cells)
+    _csv(
+        out / "contrasts.csv",
+        CONTRAST_FIELDS,
+        [{**r, "per_seed_delta": ";".join(f"{s}:{d:+.6f}" for s, d in r["per_seed_delta"].items())} for r in judged],
+    )
+    (out / "results.json").write_text(
+        json.dumps(
+            {
+                "preregistration": registered,
+                "spec": spec.to_dict(),
+                "chosen_lr": chosen,
+                "cells": cells,
+                "contrasts": judged,
+            },
+            indent=1,
+            allow_nan=False,
+        )
+        + "\n"
+    )
+    return list(FILES)
+
+
+def _csv(path: Path, fields: List[str], rows: List[dict]) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in rows)
+
+
+def _num(value) -> Optional[float]:
+    """JSON has no NaN: a missing or non-finite number is null."""
+    return None if value is None or not math.isfinite(float(value)) else float(f"{float(value):.10g}")
 
 
 # --- against the literature ---

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from lab import sweep
-from lab.ablation import export, planning, registration
+from lab.ablation import planning, registration
 from lab.ablation import protocol as C
 from lab.ablation import report as protocol_report
 from lab.ablation.configs import cell_config
@@ -362,7 +362,7 @@ def report(proto: Protocol) -> int:
             alpha_for(spec.alpha, looks, "stage2"),
             registered,
         )
-        for name in export.FILES if unchanged else ():  # the same runs must give the same files, byte for byte
+        for name in protocol_report.FILES if unchanged else ():  # the same runs must give the same files, byte for byte
             if (out / name).exists() and (out / name).read_bytes() != (Path(fresh) / name).read_bytes():
                 raise ProtocolError(
                     f"{out / name} differs from what its cells' runs give (edited by hand, or written by other code); "
