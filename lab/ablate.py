@@ -30,9 +30,8 @@ from pathlib import Path
 from lab import CONFIGS, SEARCH_PATH
 from lab.ablation import registration
 from lab.ablation.configs import apply_transfer, cell_values, validate
-from lab.ablation.planning import spread_from
 from lab.ablation.protocol import ProtocolError, Spec, load_spec_file, merge_overrides, parse_sizes, split_overrides
-from lab.ablation.runner import Protocol, report, run_stages
+from lab.ablation.runner import Protocol, report, run_stages, spread_from
 from lab.stats import check_added_seeds
 from training.cli import REPO, compose_train_config, description, override_values, run
 

@@ -1,7 +1,5 @@
-"""The ablation protocol: what it trains and how it will be judged, fixed before anything trains.
-Variants × sizes × an LR grid on a seed of its own (stage 1, extended past an edge by lr_search.py),
-then every variant on the measuring seeds at its own best LR and at the reference's (stage 2), as cells
-— one train.py run each; the pre-registered contrasts, their families and the equivalence margin."""
+"""The protocol's spec, what it trains and how it is judged, fixed before anything trains; and its cells (one train.py
+run each): stage 1's LR sweeps on a seed of their own, stage 2's measuring seeds, and where each cell stands."""
 
 import math
 import re

@@ -409,7 +409,7 @@ def test_seeds_are_not_added_after_a_look_unless_sequential(finished, tmp_path, 
 
 
 def test_a_pilot_protocol_gives_the_planning_spread(finished, tmp_path, capsys):
-    from lab.ablation.planning import spread_from
+    from lab.ablation.runner import spread_from
 
     sd, dof, _ = spread_from(finished[0])
     status = main(
