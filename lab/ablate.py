@@ -2,24 +2,7 @@
 its own) and at the reference's, paired measuring seeds, one or more model sizes, then the pre-registered
 verdicts — one command, resumable.
 
-    python -m lab.ablate                                   # lab/configs/protocol/default.yaml
-    python -m lab.ablate --dry-run                         # the plan and its power; nothing trains
-    python -m lab.ablate --dry-run --probe-steps 10        # … and its cost, from a 10-step timing run
-    python -m lab.ablate --dir multirun/ablate/<date>/<time>   # resume: the stored spec, finished cells kept
-    python -m lab.ablate --variants rmsnorm_swiglu,gelu --lrs 1e-3,2e-3,4e-3 --seeds 3 \\
-        --sizes "model.n_layers=2,6" trainer.max_steps=300 hydra/launcher=submitit_slurm
-
-Stage 1 trains each variant at each LR of the grid on the stage-1 seed at each size, and one more LR
-past the grid's edge while the best is there (up to the spec's cap); stage 2 trains every variant on
-every measuring seed at its own best LR and at the reference's; stage 3 writes <dir>/report/
-(results.md, the figures, per_seed.csv, contrasts.csv, results.json). Each stage is one
-`python train.py -m` multirun; trailing key=value arguments go to every train.py run (hydra/launcher=…
-and hydra.launcher.… choose the launcher). Before training it prints the cost, from a short timing run
-of each size, and the minimum detectable effect of the planned seeds. Rerunning with the same --dir
-skips finished and diverged cells, resumes interrupted ones from their checkpoints and retries failed
-ones; seeds beyond those a report judged need --sequential. Exit status: 0 done, 1 an error (one
-`error:` line), 2 runs stopped at trainer.stop_at_step, 130/143 stopped by Ctrl-C/SIGTERM (rerun to
-continue).
+Its commands, stages and exit statuses: docs/ablation/README.md.
 """
 
 import argparse

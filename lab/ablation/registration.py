@@ -70,36 +70,30 @@ def identity(overrides) -> list:
     return sorted(o for o in overrides if changes_training(o))
 
 
+# What a resume must not change (with the overrides, the primaries and what each name means): cells ran under them.
+FIXED_ONCE_RUN = (
+    "experiment reference min_lr_ratio stage1_seed lr_extensions lr_tie_tolerance alpha multitest equivalence_margin "
+    "transfer_from"
+).split()
+
+
 def check_continuable(stored: Spec, new: Spec, manifest_path: Path) -> None:
     """A resume may add variants, sizes, LRs or seeds (new cells), but must not change what an
     existing name means: finished cells would silently mix two setups."""
     where = f"{manifest_path} was started with"
-    if stored.experiment != new.experiment:
-        raise ProtocolError(f"{where} experiment={stored.experiment}, not {new.experiment}; use a new --dir")
     if identity(stored.train_overrides) != identity(new.train_overrides):
         raise ProtocolError(
             f"{where} train.py overrides {' '.join(identity(stored.train_overrides)) or '(none)'}, "
             f"not {' '.join(identity(new.train_overrides)) or '(none)'}; pass the same ones, or none "
             "to reuse them, or use a new --dir"
         )
-    for name in (
-        "reference",
-        "min_lr_ratio",
-        "stage1_seed",
-        "lr_extensions",
-        "lr_tie_tolerance",
-        "alpha",
-        "multitest",
-        "equivalence_margin",
-        "transfer_from",
-    ):
+    for name in FIXED_ONCE_RUN:
         if getattr(stored, name) != getattr(new, name):
             raise ProtocolError(
-                f"{where} {name}={getattr(stored, name)}, not {getattr(new, name)}; the LR choice and "
+                f"{where} {name}={getattr(stored, name)}, not {getattr(new, name)}; what trains, the LR choice and "
                 "the pre-registered analysis are fixed once runs exist: use a new --dir"
             )
-    dropped = [v for v in stored.primary if v not in new.primary] + [v for v in new.primary if v not in stored.primary]
-    if dropped:
+    if set(stored.primary) != set(new.primary):
         raise ProtocolError(
             f"{where} primary contrasts {', '.join(stored.primary) or '(none)'}, not "
             f"{', '.join(new.primary) or '(none)'}: a pre-registered family never changes after a "

@@ -365,14 +365,9 @@ def power_table(spec: Spec, sd: Optional[float], source: str) -> str:
 
 
 # Overrides that change what a run costs in steps, not what a step costs: a stored throughput still holds.
-SAME_THROUGHPUT = (
-    "trainer.max_steps",
-    "trainer.max_epochs",
-    "trainer.eval_interval",
-    "trainer.ckpt_interval",
-    "trainer.log_interval",
-    "data.cache_dir",
-    "logger.",
+SAME_THROUGHPUT = tuple(
+    "trainer.max_steps trainer.max_epochs trainer.eval_interval trainer.ckpt_interval trainer.log_interval "
+    "data.cache_dir logger.".split()
 )
 
 
