@@ -4,6 +4,7 @@ LR sweeps, the tables, the depth check), its figures and its data files (per_see
 import csv
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -107,9 +108,7 @@ def _seeds(seeds) -> str:
 
 
 def _setup(spec: Spec, states: States, preregistered: bool = True) -> str:
-    counts = {}
-    for s in states.values():
-        counts[s.state] = counts.get(s.state, 0) + 1
+    counts = Counter(s.state for s in states.values())
     variants = "; ".join(f"**{name}**: {' '.join(o) or 'the preset'}" for name, o in spec.variants.items())
     sizes = "; ".join(f"**{name}**: {' '.join(o) or 'the preset'}" for name, o in spec.sizes.items()) + "".join(
         f"; {v} only at {', '.join(at)}" for v, at in spec.variant_sizes.items()
@@ -151,14 +150,10 @@ def _setup(spec: Spec, states: States, preregistered: bool = True) -> str:
 def _precisions(states: States) -> str:
     """What the cells trained in, from their metrics: a protocol resumed on another machine class under
     trainer.precision=auto may mix bf16 and fp32 cells, and a contrast across them measures the precision too."""
-    counts = {}
-    for s in states.values():
-        if s.run is not None:
-            key = "+".join(s.run.precisions) or "not recorded"
-            counts[key] = counts.get(key, 0) + 1
+    counts = Counter("+".join(s.run.precisions) or "not recorded" for s in states.values() if s.run is not None)
     if not counts:
         return ""
-    listed = ", ".join(f"{key} in {n}" for key, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    listed = ", ".join(f"{key} in {n}" for key, n in counts.most_common())
     mixed = len([k for k in counts if k != "not recorded"]) > 1 or any("+" in k for k in counts)
     return f"Precision (from the cells' metrics): {listed}." + (
         " ⚠ The cells did not all train in one precision (a resume on another machine class under "
