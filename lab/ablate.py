@@ -137,10 +137,9 @@ def open_protocol(args) -> Protocol:
     spec = build_spec(args, registration.spec_of(stored) if stored else None, train_overrides)
     apply_transfer(spec, typed_config)  # before the comparison: a stored spec holds the μP overrides it added
     if stored:
-        registration.check(
-            stored, registration.spec_of(stored), directory / registration.MANIFEST
-        )  # not edited by hand
-        registration.check_continuable(registration.spec_of(stored), spec, directory / registration.MANIFEST)
+        old, where = registration.spec_of(stored), directory / registration.MANIFEST
+        registration.check(stored, old, where)  # not edited by hand
+        registration.check_continuable(old, spec, where)
         check_added_seeds(stored.get("looks") or [], {"stage2": spec.seeds}, args.sequential, "or start a new --dir")
     if args.report_only and stored is None:
         raise ProtocolError(f"--report-only: {directory} holds no protocol ({registration.MANIFEST}); pass its --dir")
@@ -177,20 +176,16 @@ def main(argv=None) -> int:
             registered = registration.register(proto.data, proto.spec, proto.command, configs, cells_exist)
         except registration.TooLate as too_late:
             refused = too_late
-    print(
-        ("resuming " if proto.resumed else "protocol directory: ")
-        + str(proto.dir)
-        + ("" if proto.writes else " (a dry run: nothing is written)")
-    )
+    dry = "" if proto.writes else " (a dry run: nothing is written)"
+    print(f"{'resuming' if proto.resumed else 'protocol directory:'} {proto.dir}{dry}")
     if registered:
+        what = (
+            f"pre-registration amended ({', '.join(registered['amends'])})"
+            if "amends" in registered
+            else "pre-registered"
+        )
         print(
-            (
-                "pre-registration amended (" + ", ".join(registered["amends"]) + ")"
-                if "amends" in registered
-                else "pre-registered"
-            )
-            + f": SHA-256 {registered['sha256']} at {registered['registered']} "
-            "(publish it before the results exist)"
+            f"{what}: SHA-256 {registered['sha256']} at {registered['registered']} (publish it before the results exist)"
         )
     elif refused:
         print(refused)

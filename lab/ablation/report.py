@@ -37,10 +37,8 @@ def write(
     level: tuple = (None, 1),
     registered: str = "",
 ) -> str:
-    """Write results.md, the figures and the data files into `out`; return the markdown. Works on a partial
-    protocol too (it reports what has finished and says what has not). level: (α, looks) of a sequential
-    design (analysis/looks.py), (None, 1) for the spec's α; registered: the pre-registration's line
-    (lab/ablation/registration.py)."""
+    """Write results.md, its figures and data files into `out` (a partial protocol too); return the markdown.
+    level: (α, looks) of a sequential design (lab/stats.py), (None, 1) for the spec's α."""
     out.mkdir(parents=True, exist_ok=True)
     contrasts = K.judge_protocol(spec, states, chosen, level[0])
     sequential = (
