@@ -2,24 +2,7 @@
 its own) and at the reference's, paired measuring seeds, one or more model sizes, then the pre-registered
 verdicts — one command, resumable.
 
-    python -m lab.ablate                                   # lab/configs/protocol/default.yaml
-    python -m lab.ablate --dry-run                         # the plan and its power; nothing trains
-    python -m lab.ablate --dry-run --probe-steps 10        # … and its cost, from a 10-step timing run
-    python -m lab.ablate --dir multirun/ablate/<date>/<time>   # resume: the stored spec, finished cells kept
-    python -m lab.ablate --variants rmsnorm_swiglu,gelu --lrs 1e-3,2e-3,4e-3 --seeds 3 \\
-        --sizes "model.n_layers=2,6" trainer.max_steps=300 hydra/launcher=submitit_slurm
-
-Stage 1 trains each variant at each LR of the grid on the stage-1 seed at each size, and one more LR
-past the grid's edge while the best is there (up to the spec's cap); stage 2 trains every variant on
-every measuring seed at its own best LR and at the reference's; stage 3 writes <dir>/report/
-(results.md, the figures, per_seed.csv, contrasts.csv, results.json). Each stage is one
-`python train.py -m` multirun; trailing key=value arguments go to every train.py run (hydra/launcher=…
-and hydra.launcher.… choose the launcher). Before training it prints the cost, from a short timing run
-of each size, and the minimum detectable effect of the planned seeds. Rerunning with the same --dir
-skips finished and diverged cells, resumes interrupted ones from their checkpoints and retries failed
-ones; seeds beyond those a report judged need --sequential. Exit status: 0 done, 1 an error (one
-`error:` line), 2 runs stopped at trainer.stop_at_step, 130/143 stopped by Ctrl-C/SIGTERM (rerun to
-continue).
+Its commands, stages and exit statuses: docs/ablation/README.md.
 """
 
 import argparse
@@ -28,11 +11,10 @@ import time
 from pathlib import Path
 
 from lab import CONFIGS, SEARCH_PATH
-from lab.ablation import manifest, registration
+from lab.ablation import registration
 from lab.ablation.configs import apply_transfer, cell_values, validate
-from lab.ablation.planning import spread_from
 from lab.ablation.protocol import ProtocolError, Spec, load_spec_file, merge_overrides, parse_sizes, split_overrides
-from lab.ablation.runner import Protocol, report, run_stages
+from lab.ablation.runner import Protocol, report, run_stages, spread_from
 from lab.stats import check_added_seeds
 from training.cli import REPO, compose_train_config, description, override_values, run
 
@@ -46,19 +28,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         "overrides",
         nargs="*",
         metavar="KEY=VALUE",
-        help="train.py overrides for every run "
-        "(e.g. trainer.max_steps=300 data.cache_dir=…), and hydra/launcher=… for the launcher",
+        help="train.py overrides for every run (e.g. trainer.max_steps=300), and hydra/launcher=… for the launcher",
     )
+    p.add_argument("--protocol", type=Path, help=f"protocol file (default: {DEFAULT_PROTOCOL.relative_to(REPO)})")
     p.add_argument(
-        "--protocol", type=Path, default=None, help=f"protocol file (default: {DEFAULT_PROTOCOL.relative_to(REPO)})"
+        "--dir", type=Path, help="protocol directory, resumed if it exists (default: multirun/ablate/<date>/<time>)"
     )
-    p.add_argument(
-        "--dir",
-        type=Path,
-        default=None,
-        help="protocol directory; an existing one is resumed (default: multirun/ablate/<date>/<time>)",
-    )
-    p.add_argument("--variants", default=None, help="comma-separated subset of the protocol's variants")
+    p.add_argument("--variants", help="comma-separated subset of the protocol's variants")
     p.add_argument(
         "--variant",
         action="append",
@@ -66,49 +42,39 @@ def parse_args(argv=None) -> argparse.Namespace:
         metavar="'NAME KEY=VALUE …'",
         help="add or define a variant, one quoted argument, e.g. --variant 'relu2 model.mlp=relu2' (repeatable)",
     )
-    p.add_argument("--reference", default=None, help="the variant the others are compared with")
-    p.add_argument("--lrs", default=None, help="stage-1 LR grid, comma-separated (e.g. 1e-3,3e-3,1e-2)")
+    p.add_argument("--reference", help="the variant the others are compared with")
+    p.add_argument("--lrs", help="stage-1 LR grid, comma-separated (e.g. 1e-3,3e-3,1e-2)")
     p.add_argument(
         "--seeds",
-        default=None,
-        help="measuring seeds 0..N-1, or 'auto': as many as the target MDE "
-        "needs at the planning spread, up to max_seeds (default: the protocol's)",
+        help="measuring seeds 0..N-1, or 'auto': as many as the target MDE needs at the planning spread, up to max_seeds",
     )
     p.add_argument(
         "--spread-from",
         type=Path,
-        default=None,
         metavar="DIR",
-        help="a pilot protocol (directory or protocol.yaml): its per-seed paired differences give the "
-        "planning spread (planning_sd) of the power estimate and of --seeds auto",
+        help="a pilot protocol (directory or protocol.yaml) whose per-seed paired differences give the planning spread",
     )
     p.add_argument(
         "--sequential",
         action="store_true",
-        help="allow measuring seeds beyond those a report already "
-        "judged (a sequential design: each look then judged at α / looks)",
+        help="allow seeds beyond those a report judged (each look then judged at α / looks)",
     )
-    p.add_argument("--stage1-seed", type=int, default=None, help="the seed of the LR sweep")
+    p.add_argument("--stage1-seed", type=int, help="the seed of the LR sweep")
     p.add_argument(
         "--sizes",
-        default=None,
         metavar="'KEY=V1,V2 …'",
-        help="model sizes as sweep terms, zipped, one quoted argument, e.g. "
-        "'model.hidden_size=96,192 model.n_heads=2,4'",
+        help="model sizes as sweep terms, zipped, one quoted argument, e.g. 'model.hidden_size=96,192 model.n_heads=2,4'",
     )
     p.add_argument(
         "--transfer-from",
-        default=None,
         metavar="SIZE",
         help="tune LRs only at this size, under μP, and reuse them at every size (a width ladder; docs/mup.md)",
     )
     p.add_argument(
         "--probe-steps",
         type=int,
-        default=None,
-        help="steps of the timing run per size before "
-        "the cost is printed (default 10, and 0 with --dry-run: a dry run trains nothing unless told "
-        "to time; 0: no timing run, the cost is estimated once stage 1 has runs)",
+        help="steps of the timing run per size before the cost is printed (default 10; 0 with --dry-run, and "
+        "0: no timing run)",
     )
     p.add_argument(
         "--dry-run", action="store_true", help="print the plan, its power and (once timed) its cost; write nothing"
@@ -165,17 +131,18 @@ def open_protocol(args) -> Protocol:
     """The protocol directory the command line names (a new one, or a resume with its stored spec)."""
     train_overrides, launcher = split_overrides(args.overrides)
     directory = (args.dir or Path("multirun/ablate") / time.strftime("%Y-%m-%d/%H-%M-%S")).resolve()
-    stored = manifest.load(directory)
+    stored = registration.load(directory)
     if stored is None and directory.is_dir() and any(directory.iterdir()):
-        raise ProtocolError(f"{directory} is not empty and holds no {manifest.MANIFEST}; choose a new --dir")
-    spec = build_spec(args, manifest.spec_of(stored) if stored else None, train_overrides)
+        raise ProtocolError(f"{directory} is not empty and holds no {registration.MANIFEST}; choose a new --dir")
+    spec = build_spec(args, registration.spec_of(stored) if stored else None, train_overrides)
     apply_transfer(spec, typed_config)  # before the comparison: a stored spec holds the μP overrides it added
     if stored:
-        registration.check(stored, manifest.spec_of(stored), directory / manifest.MANIFEST)  # not edited by hand
-        manifest.check_continuable(manifest.spec_of(stored), spec, directory / manifest.MANIFEST)
+        old, where = registration.spec_of(stored), directory / registration.MANIFEST
+        registration.check(stored, old, where)  # not edited by hand
+        registration.check_continuable(old, spec, where)
         check_added_seeds(stored.get("looks") or [], {"stage2": spec.seeds}, args.sequential, "or start a new --dir")
     if args.report_only and stored is None:
-        raise ProtocolError(f"--report-only: {directory} holds no protocol ({manifest.MANIFEST}); pass its --dir")
+        raise ProtocolError(f"--report-only: {directory} holds no protocol ({registration.MANIFEST}); pass its --dir")
     return Protocol(
         directory,
         spec,
@@ -196,7 +163,7 @@ def main(argv=None) -> int:
     proto = open_protocol(args)
     configs = {}
     models, budgets = validate(proto.spec, typed_config, configs)
-    registration.check_configs(proto.data, configs, proto.dir / manifest.MANIFEST)  # a preset edited since: refused
+    registration.check_configs(proto.data, configs, proto.dir / registration.MANIFEST)  # a preset edited since: refused
     values = cell_values(proto.spec, override_values)
     probe_steps = args.probe_steps if args.probe_steps is not None else (0 if args.dry_run else PROBE_STEPS)
     # A dry run writes nothing, not even its plan (a directory left behind would be a protocol begun); one
@@ -209,20 +176,16 @@ def main(argv=None) -> int:
             registered = registration.register(proto.data, proto.spec, proto.command, configs, cells_exist)
         except registration.TooLate as too_late:
             refused = too_late
-    print(
-        ("resuming " if proto.resumed else "protocol directory: ")
-        + str(proto.dir)
-        + ("" if proto.writes else " (a dry run: nothing is written)")
-    )
+    dry = "" if proto.writes else " (a dry run: nothing is written)"
+    print(f"{'resuming' if proto.resumed else 'protocol directory:'} {proto.dir}{dry}")
     if registered:
+        what = (
+            f"pre-registration amended ({', '.join(registered['amends'])})"
+            if "amends" in registered
+            else "pre-registered"
+        )
         print(
-            (
-                "pre-registration amended (" + ", ".join(registered["amends"]) + ")"
-                if "amends" in registered
-                else "pre-registered"
-            )
-            + f": SHA-256 {registered['sha256']} at {registered['registered']} "
-            "(publish it before the results exist)"
+            f"{what}: SHA-256 {registered['sha256']} at {registered['registered']} (publish it before the results exist)"
         )
     elif refused:
         print(refused)

@@ -12,9 +12,8 @@ from typing import Dict, List, Optional, Sequence
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-from analysis.stats import Comparison, decimals
-from lab.ablation.cells import CellState
-from lab.ablation.protocol import TIERS, Cell, Spec
+from analysis.stats import decimals
+from lab.ablation.protocol import TIERS, Cell, CellState, Spec
 from lab.stats import Verdict, judge, method_name, table_cells
 from lab.sweep import DIVERGED, FINISHED
 
@@ -183,26 +182,16 @@ def depth_markdown(spec: Spec, contrasts: List[Contrast], rankings: Dict[str, Li
 
 # --- does it hold at scale? ---
 
-WORDS = {
-    "better": "better",
-    "worse": "worse",
-    "unclear": "can't tell",
-    "same": "identical",
-    "none": "no verdict",
-    "equivalent": "equivalent",
-    "can't tell": "can't tell",
-}
-
 
 @dataclass
 class SizeResult:
     name: str
     ranking: List[str]  # variant names, best first (mean final val bpb)
-    comparisons: Dict[str, Comparison]  # variant → vs the reference at this size (or a verdicts.Verdict)
+    verdicts: Dict[str, Verdict]  # variant → vs the reference at this size
 
 
 def consistency(outcomes: Sequence[Optional[str]]) -> str:
-    """How one variant's verdicts (better/worse/unclear/…, None = not run) line up across sizes."""
+    """How one variant's verdicts (better/worse/equivalent/can't tell, None = not run) line up across sizes."""
     called = {o for o in outcomes if o in ("better", "worse")}
     if len(called) == 2:
         return "**flips**: better at one size, worse at another"
@@ -228,13 +217,13 @@ def rank_agreement(a: Sequence[str], b: Sequence[str]) -> Optional[float]:
 
 def scale_markdown(results: Sequence[SizeResult], reference: str, unit: str = "bpb") -> str:
     """The scale check: Δ vs the reference per variant and size, its consistency, the rankings."""
-    variants = list(dict.fromkeys(v for r in results for v in r.comparisons))
+    variants = list(dict.fromkeys(v for r in results for v in r.verdicts))
     header = ["variant"] + [f"Δ {unit} at {r.name}" for r in results] + ["across sizes"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for v in variants:
         cells, outcomes = [], []
         for r in results:
-            c = r.comparisons.get(v)
+            c = r.verdicts.get(v)
             t = c.test if c else None
             outcomes.append(c.outcome if c else None)
             if t is None:
@@ -244,7 +233,7 @@ def scale_markdown(results: Sequence[SizeResult], reference: str, unit: str = "b
             spread = (
                 "" if math.isnan(t.half_width) else " (no spread)" if t.zero_spread else f" ± {t.half_width:.{digits}f}"
             )
-            cells.append(f"{t.delta:+.{digits}f}{spread} ({WORDS[c.outcome]})")
+            cells.append(f"{t.delta:+.{digits}f}{spread} ({c.outcome})")
         lines.append("| " + " | ".join([v] + cells + [consistency(outcomes)]) + " |")
     lines += [
         "",

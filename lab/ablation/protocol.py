@@ -1,38 +1,23 @@
-"""The ablation protocol: what it trains and how it will be judged, fixed before anything trains.
-Variants × sizes × an LR grid on a seed of its own (stage 1, extended past an edge by lr_search.py),
-then every variant on the measuring seeds at its own best LR and at the reference's (stage 2), as cells
-— one train.py run each; the pre-registered contrasts, their families and the equivalence margin."""
+"""The protocol's spec, what it trains and how it is judged, fixed before anything trains; and its cells (one train.py
+run each): stage 1's LR sweeps on a seed of their own, stage 2's measuring seeds, and where each cell stands."""
 
 import math
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Callable, Dict, List, Optional, Sequence, Union
 
 import yaml
 
 from lab import stats as power
-from lab.ablation.lr_search import Sweep, at_grid_edge, choose_lr, sweep
+from lab.ablation.lr_search import Sweep, sweep
+from lab.sweep import DONE, State
+from lab.sweep import inspect as inspect_dir
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")  # directory- and Hydra-safe: it names cells' directories
 MULTITEST = ("holm", "bonferroni", "holm-sidak", "hommel")  # family-wise methods of statsmodels' multipletests
 MIN_SEEDS = 3  # with 2 seeds a paired t-test has 1 degree of freedom: its p-values are not worth a verdict
 TIERS = ("primary", "secondary")
-
-__all__ = [
-    "Cell",
-    "ProtocolError",
-    "Spec",
-    "at_grid_edge",
-    "choose_lr",
-    "load_spec_file",
-    "lr_sweep",
-    "merge_overrides",
-    "parse_sizes",
-    "split_overrides",
-    "stage1_cells",
-    "stage2_cells",
-]
 
 
 class ProtocolError(ValueError):
@@ -287,6 +272,49 @@ def stage2_cells(spec: Spec, chosen: Dict[str, Dict[str, Optional[float]]]) -> L
                 lrs = [per_size[variant]] + ([shared] if variant != spec.reference else [])
                 cells += [Cell(size, variant, lr, seed) for lr in dict.fromkeys(lr for lr in lrs if lr is not None)]
     return cells
+
+
+@dataclass
+class CellState(State):
+    cell: Optional[Cell] = None
+
+
+def inspect(cell: Cell, runs_dir: Path) -> CellState:
+    return CellState(**vars(inspect_dir(runs_dir / cell.run_name)), cell=cell)
+
+
+def done_bpb(states: Dict[Cell, CellState]) -> Dict[Cell, Optional[float]]:
+    """{cell: final bpb} of the cells that will not run again (None = diverged): what LR sweeps read."""
+    return {c: s.final_bpb for c, s in states.items() if s.state in DONE}
+
+
+def stage1_states(spec: Spec, inspect_cells: Callable[[List[Cell]], Dict[Cell, CellState]]) -> Dict[Cell, CellState]:
+    """The states of every stage-1 cell: the grid's, then the extensions its results call for, then
+    theirs, until no new cell appears (an extension not yet run is MISSING and ends the walk)."""
+    cells = stage1_cells(spec)
+    while True:
+        states = inspect_cells(cells)
+        more = [c for c in stage1_cells(spec, done_bpb(states)) if c not in states]
+        if not more:
+            return states
+        cells = [*cells, *more]
+
+
+def chosen_lrs(spec: Spec, states: Dict[Cell, CellState]) -> Dict[str, Dict[str, Optional[float]]]:
+    """{size: {variant: best stage-1 LR}} for the variants whose LR sweep is settled (every LR done and
+    no extension called for); None for a variant that diverged at every LR. Variants still sweeping are
+    left out. Under transfer_from every size takes the transfer size's choices (μP: the same best LR)."""
+    done, chosen = done_bpb(states), {size: {} for size in spec.sizes}
+    for size in spec.sweep_sizes:
+        for variant in spec.variants_at(size):
+            sweep = lr_sweep(spec, size, variant, done)
+            if sweep.settled:
+                chosen[size][variant] = sweep.best
+    if spec.transfer_from:
+        tuned = chosen[spec.transfer_from]
+        for size in spec.sizes:
+            chosen[size] = {v: tuned[v] for v in spec.variants_at(size) if v in tuned}
+    return chosen
 
 
 def split_overrides(overrides) -> tuple:

@@ -1,52 +1,32 @@
-"""The pre-registration, made tamper-evident: before the first cell trains, the manifest records the SHA-256 of
-the spec's pre-registered part — what is compared (reference, variants, sizes, families), how it is judged
-(α, the correction, the equivalence margin, power, the target MDE), the measuring seeds and the LR rule — with
-the SHA-256 of every cell's composed config (the preset's and every config group's content) and of the analysis code,
-the git commit ("dirty" when the tree has changes), the time and the command. Once any cell exists, register() refuses
-a first record: the protocol stays unregistered. A resume that changes any of it through ablate.py (a variant or an LR added, as
-check_continuable allows) records an amendment beside it; a spec edited any other way matches no record,
-and a resume or a report then refuses in one line. The hash is printed so it can be published before the
-results exist (a commit, a post): that, not this file, is what a reader outside the machine can check."""
+"""The protocol directory's record, protocol.yaml (the spec a resume continues with, every cell's state), and its
+tamper-evident pre-registration: SHA-256s of the spec's pre-registered part, the cells' configs and the analysis code."""
 
-import dataclasses
 import hashlib
 import json
+import os
 import subprocess
 import time
+from pathlib import Path
 from typing import Dict, Iterable, List, Optional
 
+import yaml
+
+from analysis.runs import NOT_A_VARIANT
 from lab.ablation.configs import REGISTRATION_TAG
 from lab.ablation.protocol import ProtocolError, Spec
+from lab.sweep import file_digests
 from training.cli import REPO
+
+MANIFEST = "protocol.yaml"
+FORMAT = 2  # 2: pre-registered contrasts, LR seed apart from the measuring seeds, LR extensions
 
 # The code that turns the cells' results into verdicts: a registration records its digest, and other code is refused.
 ANALYSIS_CODE = ("analysis/stats.py", "lab/stats.py", "lab/ablation/contrasts.py", "lab/ablation/lr_search.py")
 
-
-# The fields decided before any cell trains. planning_sd and the stored throughput only plan; they are not here.
-PREREGISTERED = (
-    "experiment",
-    "train_overrides",
-    "reference",
-    "variants",
-    "sizes",
-    "variant_sizes",
-    "primary",
-    "secondary",
-    "alpha",
-    "multitest",
-    "equivalence_margin",
-    "power",
-    "target_mde",
-    "seeds",
-    "lr_grid",
-    "stage1_seed",
-    "lr_extensions",
-    "lr_tie_tolerance",
-    "min_lr_ratio",
-    "transfer_from",
+# The fields decided before any cell trains: all but planning_* and max_seeds, which only plan (power and cost).
+PREREGISTERED = tuple(
+    name for name in Spec.__dataclass_fields__ if not name.startswith("planning_") and name != "max_seeds"
 )
-
 
 NOT_REGISTERED = (
     "Not pre-registered: no registration was recorded before its cells ran, so the spec below is the one it ran, "
@@ -54,8 +34,96 @@ NOT_REGISTERED = (
 )
 
 
+def load(protocol_dir: Path) -> Optional[dict]:
+    path = protocol_dir / MANIFEST
+    if not path.exists():
+        return None
+    try:
+        manifest = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise ProtocolError(f"cannot read {path} ({type(e).__name__}); restore it or start a new --dir")
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or "spec" not in manifest:
+        raise ProtocolError(f"{path} is not a protocol manifest of this version; start a new --dir")
+    return manifest
+
+
+def save(protocol_dir: Path, manifest: dict) -> None:
+    """Write-then-rename: a Ctrl-C or a full disk never leaves half a manifest."""
+    manifest = {"format": FORMAT, **manifest, "updated": time.strftime("%Y-%m-%d %H:%M:%S")}
+    path = protocol_dir / MANIFEST
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(yaml.safe_dump(manifest, sort_keys=False, allow_unicode=True))
+    os.replace(tmp, path)
+
+
+def spec_of(manifest: dict) -> Spec:
+    return Spec(**manifest["spec"])
+
+
+def identity(overrides) -> list:
+    """The overrides that change what is trained: paths, threads, logging and early stops do not."""
+
+    def changes_training(o: str) -> bool:
+        key = o.split("=", 1)[0].lstrip("+")
+        return not any(key == n or (n.endswith(".") and key.startswith(n)) for n in NOT_A_VARIANT)
+
+    return sorted(o for o in overrides if changes_training(o))
+
+
+# What a resume must not change (with the overrides, the primaries and what each name means): cells ran under them.
+FIXED_ONCE_RUN = (
+    "experiment reference min_lr_ratio stage1_seed lr_extensions lr_tie_tolerance alpha multitest equivalence_margin "
+    "transfer_from"
+).split()
+
+
+def check_continuable(stored: Spec, new: Spec, manifest_path: Path) -> None:
+    """A resume may add variants, sizes, LRs or seeds (new cells), but must not change what an
+    existing name means: finished cells would silently mix two setups."""
+    where = f"{manifest_path} was started with"
+    if identity(stored.train_overrides) != identity(new.train_overrides):
+        raise ProtocolError(
+            f"{where} train.py overrides {' '.join(identity(stored.train_overrides)) or '(none)'}, "
+            f"not {' '.join(identity(new.train_overrides)) or '(none)'}; pass the same ones, or none "
+            "to reuse them, or use a new --dir"
+        )
+    for name in FIXED_ONCE_RUN:
+        if getattr(stored, name) != getattr(new, name):
+            raise ProtocolError(
+                f"{where} {name}={getattr(stored, name)}, not {getattr(new, name)}; what trains, the LR choice and "
+                "the pre-registered analysis are fixed once runs exist: use a new --dir"
+            )
+    if set(stored.primary) != set(new.primary):
+        raise ProtocolError(
+            f"{where} primary contrasts {', '.join(stored.primary) or '(none)'}, not "
+            f"{', '.join(new.primary) or '(none)'}: a pre-registered family never changes after a "
+            "look; use a new --dir"
+        )
+    moved = [
+        v for v in stored.variants if v in new.variants and stored.variant_sizes.get(v) != new.variant_sizes.get(v)
+    ]
+    if moved:
+        raise ProtocolError(
+            f"{where} {', '.join(moved)} at other sizes (variant_sizes); where a variant runs is fixed "
+            "with its family: use a new --dir"
+        )
+    left = [v for v in stored.secondary if v not in new.secondary]
+    if left:
+        raise ProtocolError(
+            f"{where} {', '.join(left)} among the secondary contrasts; a new variant may join that "
+            "family (which only makes its adjustment stricter), none may leave it; use a new --dir"
+        )
+    for kind, old, now in (("variant", stored.variants, new.variants), ("size", stored.sizes, new.sizes)):
+        for name in old.keys() & now.keys():
+            if sorted(old[name]) != sorted(now[name]):
+                raise ProtocolError(
+                    f"{where} {kind} {name} = {' '.join(old[name]) or '(preset)'}, not "
+                    f"{' '.join(now[name]) or '(preset)'}; give the new one another name"
+                )
+
+
 class TooLate(ProtocolError):
-    """A first registration asked for once cells exist: it would fix a hypothesis after its results."""
+    """A first registration asked for once cells exist."""
 
 
 def analysis_digest() -> str:
@@ -94,9 +162,8 @@ def fingerprint(part: dict) -> str:
 def register(
     manifest: dict, spec: Spec, command: str, configs: Optional[Dict[str, str]] = None, cells_exist: bool = False
 ) -> Optional[dict]:
-    """Record the spec's pre-registration in `manifest` (before its first cell trains), or an amendment when a
-    resume changed it; the new record, or None when the spec is the one last registered. TooLate when no record
-    exists and cells do."""
+    """Record the spec's pre-registration (or, on a resume that changed it, an amendment); None when unchanged.
+    TooLate when no record exists and cells do: a record made then would follow the results."""
     if cells_exist and not manifest.get("registrations"):
         raise TooLate(
             "pre-registration refused: this protocol's cells ran before any registration, and one recorded now "
@@ -122,9 +189,8 @@ def register(
 
 
 def check(manifest: dict, spec: Spec, where: str) -> str:
-    """One line naming the registration the spec matches (check_configs holds the cells' configs and the rule); a
-    ProtocolError when it matches none, or when a record no longer hashes to its own SHA-256 (edited by hand). A
-    protocol without a record is not pre-registered, and says so."""
+    """One line naming the registration the spec matches; a ProtocolError when it matches none, or when a record no
+    longer hashes to its own SHA-256 (edited by hand)."""
     records = manifest.get("registrations") or []
     if not records:
         return NOT_REGISTERED
@@ -136,16 +202,7 @@ def check(manifest: dict, spec: Spec, where: str) -> str:
                 "(git, a backup) or start a new --dir"
             )
     last, part = records[-1], preregistered(spec)
-    # A field added to PREREGISTERED after this record was made is compared with its default: the behaviour then.
-    defaults = {
-        f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        for f in dataclasses.fields(Spec)
-        if f.name in PREREGISTERED and f.name not in last["preregistered"]
-    }
-    changed = sorted(
-        [key for key in PREREGISTERED if key in last["preregistered"] and last["preregistered"][key] != part[key]]
-        + [key for key in PREREGISTERED if key not in last["preregistered"] and part[key] != defaults[key]]
-    )
+    changed = sorted(key for key in PREREGISTERED if last["preregistered"].get(key) != part[key])
     if changed:
         raise ProtocolError(
             f"{where}: the spec's {', '.join(changed)} no longer match(es) its pre-registration "
@@ -198,4 +255,20 @@ def check_cells(manifest: dict, states: Iterable, where) -> None:
                     f"{where}: {state.cell.run_name} ran under pre-registration "
                     f"{str(tag)[len(REGISTRATION_TAG) :]}, which this manifest does not record: it was "
                     "replaced or registered afresh after runs existed; restore it or start a new --dir"
+                )
+
+
+def check_files(recorded: Dict[str, dict], runs_dir: Path, where) -> None:
+    """A ProtocolError naming the first file of a done cell's run directory that changed since the manifest recorded
+    it (a result edited by hand would otherwise be derived from); a cell whose directory is gone runs again."""
+    for name, entry in recorded.items():
+        path = runs_dir / name
+        if not (entry.get("files") and path.is_dir()):
+            continue
+        now = file_digests(path)
+        for file, digest in entry["files"].items():
+            if now.get(file) != digest:
+                raise ProtocolError(
+                    f"{path / file} {'changed' if file in now else 'is gone'} since {where} recorded its cell as "
+                    f"{entry['state']}; restore it (git, a backup), or delete {path} to run the cell again"
                 )

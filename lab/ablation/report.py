@@ -1,8 +1,10 @@
-"""Stage 3 of the protocol: results.md, its figures and its data files, from the cells' run directories —
-the pre-registered verdicts (Holm-adjusted, with TOST, at both LR choices) and the literature, the power,
-the LR sweeps, every size's table, the contrast tables and the depth check."""
+"""Stage 3 of the protocol, from the cells' run directories: results.md (the verdicts and the literature, the power, the
+LR sweeps, the tables, the depth check), its figures and its data files (per_seed.csv, contrasts.csv, results.json)."""
 
+import csv
+import json
 import math
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -16,11 +18,9 @@ from analysis.table import markdown as results_table
 from analysis.table import summarize_variants
 from lab import stats as power
 from lab.ablation import contrasts as K
-from lab.ablation import export
-from lab.ablation.cells import CellState, done_bpb
 from lab.ablation.contrasts import LR_CHOICES, LR_WORDS, Contrast
 from lab.ablation.lr_search import edge_note, margin
-from lab.ablation.protocol import TIERS, Cell, Spec, lr_sweep
+from lab.ablation.protocol import TIERS, Cell, CellState, Spec, done_bpb, lr_sweep
 from lab.stats import BETTER, CANT_TELL, EQUIVALENT, WORSE, method_name
 from lab.sweep import FINISHED
 
@@ -37,10 +37,8 @@ def write(
     level: tuple = (None, 1),
     registered: str = "",
 ) -> str:
-    """Write results.md, the figures and the data files into `out`; return the markdown. Works on a partial
-    protocol too (it reports what has finished and says what has not). level: (α, looks) of a sequential
-    design (analysis/looks.py), (None, 1) for the spec's α; registered: the pre-registration's line
-    (lab/ablation/registration.py)."""
+    """Write results.md, its figures and data files into `out` (a partial protocol too); return the markdown.
+    level: (α, looks) of a sequential design (lab/stats.py), (None, 1) for the spec's α."""
     out.mkdir(parents=True, exist_ok=True)
     contrasts = K.judge_protocol(spec, states, chosen, level[0])
     sequential = (
@@ -92,7 +90,7 @@ def write(
         }
         plot_delta_vs_size(list(params.items()), deltas, out / "delta_vs_size.png", spec.reference)
         sections.append("![Δ vs model size](delta_vs_size.png)\n")
-    files = export.write(out, spec, states, chosen, contrasts, registered)
+    files = write_files(out, spec, states, chosen, contrasts, registered)
     sections.append(
         "Every number above, per seed: "
         + ", ".join(f"[{f}]({f})" for f in files)
@@ -108,9 +106,7 @@ def _seeds(seeds) -> str:
 
 
 def _setup(spec: Spec, states: States, preregistered: bool = True) -> str:
-    counts = {}
-    for s in states.values():
-        counts[s.state] = counts.get(s.state, 0) + 1
+    counts = Counter(s.state for s in states.values())
     variants = "; ".join(f"**{name}**: {' '.join(o) or 'the preset'}" for name, o in spec.variants.items())
     sizes = "; ".join(f"**{name}**: {' '.join(o) or 'the preset'}" for name, o in spec.sizes.items()) + "".join(
         f"; {v} only at {', '.join(at)}" for v, at in spec.variant_sizes.items()
@@ -152,14 +148,10 @@ def _setup(spec: Spec, states: States, preregistered: bool = True) -> str:
 def _precisions(states: States) -> str:
     """What the cells trained in, from their metrics: a protocol resumed on another machine class under
     trainer.precision=auto may mix bf16 and fp32 cells, and a contrast across them measures the precision too."""
-    counts = {}
-    for s in states.values():
-        if s.run is not None:
-            key = "+".join(s.run.precisions) or "not recorded"
-            counts[key] = counts.get(key, 0) + 1
+    counts = Counter("+".join(s.run.precisions) or "not recorded" for s in states.values() if s.run is not None)
     if not counts:
         return ""
-    listed = ", ".join(f"{key} in {n}" for key, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    listed = ", ".join(f"{key} in {n}" for key, n in counts.most_common())
     mixed = len([k for k in counts if k != "not recorded"]) > 1 or any("+" in k for k in counts)
     return f"Precision (from the cells' metrics): {listed}." + (
         " ⚠ The cells did not all train in one precision (a resume on another machine class under "
@@ -370,6 +362,107 @@ def plot_lr_sweep(
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     save(fig, path)
+
+
+# --- the data files: every number of the report, per seed ---
+
+CELL_FIELDS = ["stage", "size", "variant", "lr", "seed", "state", "val_loss", "val_bpb", "tokens", "precision"]
+CONTRAST_FIELDS = "lr_choice family size variant reference lr reference_lr seeds delta ci_low ci_high p p_adjusted tost_p_lower tost_p_upper tost_p_adjusted verdict p_study_wide per_seed_delta".split()
+
+
+def cell_rows(spec: Spec, states: Dict[Cell, CellState]) -> List[dict]:
+    rows = []
+    for cell, s in sorted(states.items(), key=lambda kv: (kv[0].size, kv[0].variant, kv[0].lr, kv[0].seed)):
+        final = s.run.final if s.run is not None and s.run.evals else {}
+        rows.append(
+            {
+                "stage": "stage1" if cell.seed == spec.stage1_seed else "stage2",
+                "size": cell.size,
+                "variant": cell.variant,
+                "lr": cell.lr,
+                "seed": cell.seed,
+                "state": s.state,
+                "val_loss": _num(final.get("val_loss")) if s.final_bpb is not None else None,
+                "val_bpb": _num(s.final_bpb),
+                "tokens": final.get("tokens"),
+                # "bf16", or "bf16+fp32" when a resume changed it; empty when not recorded
+                "precision": "+".join(s.run.precisions) if s.run is not None else None,
+            }
+        )
+    return rows
+
+
+def contrast_rows(spec: Spec, contrasts: List[Contrast]) -> List[dict]:
+    rows = []
+    for c in contrasts:
+        t, tost, v = c.verdict.test, c.verdict.tost, c.verdict
+        rows.append(
+            {
+                "lr_choice": c.choice,
+                "family": c.tier,
+                "size": c.size,
+                "variant": c.variant,
+                "reference": spec.reference,
+                "lr": c.lr,
+                "reference_lr": c.reference_lr,
+                "seeds": len(c.seeds),
+                "delta": _num(t.delta) if t else None,
+                "ci_low": _num(t.low) if t else None,
+                "ci_high": _num(t.high) if t else None,
+                "p": _num(t.p) if t else None,
+                "p_adjusted": _num(v.p_adjusted),
+                "tost_p_lower": _num(tost.p_lower) if tost else None,
+                "tost_p_upper": _num(tost.p_upper) if tost else None,
+                "tost_p_adjusted": _num(v.tost_adjusted),
+                "verdict": v.outcome,
+                "p_study_wide": _num(c.study_p) if c.study_p is not None else None,
+                "per_seed_delta": {s: round(c.variant_bpb[s] - c.reference_bpb[s], 6) for s in c.seeds},
+            }
+        )
+    return rows
+
+
+FILES = ("per_seed.csv", "contrasts.csv", "results.json")
+
+
+def write_files(
+    out: Path, spec: Spec, states: Dict[Cell, CellState], chosen: dict, contrasts: List[Contrast], registered: str = ""
+) -> List[str]:
+    """Write the three files into `out`; return their names. results.json carries the pre-registration's line."""
+    cells, judged = cell_rows(spec, states), contrast_rows(spec, contrasts)
+    _csv(out / "per_seed.csv", CELL_FIELDS, cells)
+    _csv(
+        out / "contrasts.csv",
+        CONTRAST_FIELDS,
+        [{**r, "per_seed_delta": ";".join(f"{s}:{d:+.6f}" for s, d in r["per_seed_delta"].items())} for r in judged],
+    )
+    (out / "results.json").write_text(
+        json.dumps(
+            {
+                "preregistration": registered,
+                "spec": spec.to_dict(),
+                "chosen_lr": chosen,
+                "cells": cells,
+                "contrasts": judged,
+            },
+            indent=1,
+            allow_nan=False,
+        )
+        + "\n"
+    )
+    return list(FILES)
+
+
+def _csv(path: Path, fields: List[str], rows: List[dict]) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in rows)
+
+
+def _num(value) -> Optional[float]:
+    """JSON has no NaN: a missing or non-finite number is null."""
+    return None if value is None or not math.isfinite(float(value)) else float(f"{float(value):.10g}")
 
 
 # --- against the literature ---

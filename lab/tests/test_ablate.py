@@ -22,7 +22,7 @@ from matplotlib import image
 
 import lab.launcher
 from lab.ablate import main
-from lab.ablation.manifest import MANIFEST
+from lab.ablation.registration import MANIFEST
 from tests import forked
 from tests.train_helpers import read_metrics
 from training.checkpoint import JOB_STATUS as STATUS_FILE
@@ -281,7 +281,7 @@ def test_the_pre_registration_is_recorded_before_training_and_a_hand_edit_is_ref
         ), err
     # A consistent forgery — the edited spec registered afresh — is caught by the runs: each names its hash.
     from lab.ablation import registration
-    from lab.ablation.manifest import spec_of
+    from lab.ablation.registration import spec_of
 
     (tag,) = {yaml.safe_load(p.read_text())["logger"]["tags"][-1] for p in protocol.glob("runs/*/*/*/config.yaml")}
     assert tag == f"registration={record['sha256'][:12]}"
@@ -409,7 +409,7 @@ def test_seeds_are_not_added_after_a_look_unless_sequential(finished, tmp_path, 
 
 
 def test_a_pilot_protocol_gives_the_planning_spread(finished, tmp_path, capsys):
-    from lab.ablation.planning import spread_from
+    from lab.ablation.runner import spread_from
 
     sd, dof, _ = spread_from(finished[0])
     status = main(

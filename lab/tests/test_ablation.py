@@ -262,7 +262,7 @@ def test_every_cell_of_the_default_protocol_composes_with_parameters_matched():
 def test_the_stored_planning_spread_is_the_first_protocols_measured_one():
     """default.yaml's planning_sd is traceable: pooled per-seed paired differences of its primaries in the
     stored manifest of the first protocol run."""
-    from lab.ablation.planning import spread_from
+    from lab.ablation.runner import spread_from
 
     spec = load_spec_file(DEFAULT_PROTOCOL)
     sd, dof, source = spread_from(REPO / "docs" / "ablation" / "protocol" / "protocol.yaml", ["layernorm", "gelu"])

@@ -11,7 +11,7 @@ import yaml
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-from lab.ablation.planning import manifest_values, paired_differences
+from lab.ablation.runner import manifest_values, paired_differences
 from lab.stats import judge
 from tests.train_helpers import REPO
 

@@ -11,8 +11,7 @@ import yaml
 from matplotlib import image
 from scipy import stats
 
-from lab.ablation import cells as C
-from lab.ablation import export
+from lab.ablation import protocol as C
 from lab.ablation import report as protocol_report
 from lab.ablation.protocol import Spec, stage2_cells
 from tests.run_helpers import write_run
@@ -239,7 +238,7 @@ def test_cells_that_trained_in_different_precisions_are_flagged(tmp_path):
         "Precision (from the cells' metrics): bf16 in 2, fp32 in 1, bf16+fp32 in 1, not recorded "
         "in 1. ⚠ The cells did not all train in one precision"
     )
-    rows = {r["seed"]: r["precision"] for r in export.cell_rows(SPEC, states)}
+    rows = {r["seed"]: r["precision"] for r in protocol_report.cell_rows(SPEC, states)}
     assert rows == {0: "bf16", 1: "bf16", 2: "fp32", 3: "bf16+fp32", 4: ""}
 
 

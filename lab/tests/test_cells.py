@@ -1,9 +1,9 @@
-"""lab/ablation/cells.py: a cell's state from its run directory, the LR choice over states, moving aside."""
+"""lab/ablation/protocol.py: a cell's state from its run directory, the LR choice over states, moving aside."""
 
 import yaml
 
 from lab import sweep
-from lab.ablation import cells as C
+from lab.ablation import protocol as C
 from lab.ablation.protocol import Cell, Spec
 from tests.run_helpers import write_run
 from training.checkpoint import JOB_STATUS

@@ -1,10 +1,10 @@
-"""lab/sweep.py's cost: seconds per run from measured throughput; lab/ablation/planning.py: the cost table's arithmetic."""
+"""lab/sweep.py's cost: seconds per run from measured throughput; lab/ablation/runner.py: the cost table's arithmetic."""
 
 import pytest
 
 from analysis.runs import Run
 from lab import sweep
-from lab.ablation import planning
+from lab.ablation import runner
 
 
 def run_with_rates(rates) -> Run:
@@ -43,9 +43,9 @@ def test_evals_cost_what_the_runs_measured():
 
 
 def test_table_totals():
-    lines = [planning.Line("h96", 540_000, 20.0, stage1=18, stage2=24), planning.Line("h192", 1_970_000, 50.0, 18, 24)]
-    text = planning.table(lines, "a 10-step timing run", done=0, stages=2)
-    total = (20.0 * 42 + 50.0 * 42 + 2 * planning.SWEEP_STARTUP_S) / 60
+    lines = [runner.Line("h96", 540_000, 20.0, stage1=18, stage2=24), runner.Line("h192", 1_970_000, 50.0, 18, 24)]
+    text = runner.table(lines, "a 10-step timing run", done=0)
+    total = (20.0 * 42 + 50.0 * 42 + 2 * runner.SWEEP_STARTUP_S) / 60
     assert text.splitlines()[-2].split()[-2:] == [f"{total:.1f}", "min"]
     assert "84 runs to do (0 already finished or diverged)" in text and "0.54M" in text
-    assert "?" in planning.table([planning.Line("h96", 1, None, 3, 3)], "nothing", 0, 2).splitlines()[-2]
+    assert "?" in runner.table([runner.Line("h96", 1, None, 3, 3)], "nothing", 0).splitlines()[-2]

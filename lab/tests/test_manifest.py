@@ -1,9 +1,9 @@
-"""lab/ablation/manifest.py: the protocol manifest round-trips, and a resume may add cells but never
+"""lab/ablation/registration.py: the protocol manifest round-trips, and a resume may add cells but never
 change what an existing name means."""
 
 import pytest
 
-from lab.ablation import manifest
+from lab.ablation import registration
 from lab.ablation.protocol import ProtocolError, Spec
 
 
@@ -21,33 +21,33 @@ def spec(**changes) -> Spec:
 
 
 def test_round_trip_and_no_leftover_temp_file(tmp_path):
-    manifest.save(tmp_path, {"spec": spec().to_dict(), "chosen_lr": {"small": {"ref": 1e-3, "gelu": None}}})
-    loaded = manifest.load(tmp_path)
-    assert manifest.spec_of(loaded) == spec() and loaded["chosen_lr"]["small"] == {"ref": 1e-3, "gelu": None}
-    assert [p.name for p in tmp_path.iterdir()] == [manifest.MANIFEST]
-    assert manifest.load(tmp_path / "nothing_here") is None
+    registration.save(tmp_path, {"spec": spec().to_dict(), "chosen_lr": {"small": {"ref": 1e-3, "gelu": None}}})
+    loaded = registration.load(tmp_path)
+    assert registration.spec_of(loaded) == spec() and loaded["chosen_lr"]["small"] == {"ref": 1e-3, "gelu": None}
+    assert [p.name for p in tmp_path.iterdir()] == [registration.MANIFEST]
+    assert registration.load(tmp_path / "nothing_here") is None
 
 
 def test_an_unreadable_manifest_is_a_one_line_error(tmp_path):
-    (tmp_path / manifest.MANIFEST).write_text("spec: [unclosed")
+    (tmp_path / registration.MANIFEST).write_text("spec: [unclosed")
     with pytest.raises(ProtocolError, match="cannot read"):
-        manifest.load(tmp_path)
-    (tmp_path / manifest.MANIFEST).write_text("format: 99\nspec: {}\n")
+        registration.load(tmp_path)
+    (tmp_path / registration.MANIFEST).write_text("format: 99\nspec: {}\n")
     with pytest.raises(ProtocolError, match="not a protocol manifest of this version"):
-        manifest.load(tmp_path)
+        registration.load(tmp_path)
 
 
 def test_identity_ignores_paths_threads_and_logging():
-    assert manifest.identity(
+    assert registration.identity(
         ["data.cache_dir=/x", "trainer.num_threads=2", "logger.wandb=offline", "trainer.max_steps=100", "seed=3"]
     ) == ["trainer.max_steps=100"]
 
 
 def test_a_new_variant_may_join_the_secondary_family_but_none_may_leave_it(tmp_path):
     three = {"ref": [], "gelu": ["model.mlp=gelu"], "ln": ["model.norm=layernorm"]}
-    manifest.check_continuable(spec(), spec(variants=three), tmp_path)  # ln joins the secondaries
+    registration.check_continuable(spec(), spec(variants=three), tmp_path)  # ln joins the secondaries
     with pytest.raises(ProtocolError, match="ln among the secondary contrasts; a new variant may join"):
-        manifest.check_continuable(spec(variants=three), spec(), tmp_path)  # e.g. --variants ref,gelu
+        registration.check_continuable(spec(variants=three), spec(), tmp_path)  # e.g. --variants ref,gelu
 
 
 @pytest.mark.parametrize(
@@ -61,7 +61,7 @@ def test_a_new_variant_may_join_the_secondary_family_but_none_may_leave_it(tmp_p
     ],
 )
 def test_a_resume_may_add_cells_or_move_paths(tmp_path, changes):
-    manifest.check_continuable(spec(), spec(**changes), tmp_path)
+    registration.check_continuable(spec(), spec(**changes), tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -82,5 +82,5 @@ def test_a_resume_may_add_cells_or_move_paths(tmp_path, changes):
 )
 def test_a_resume_must_not_redefine_what_ran(tmp_path, changes, message):
     with pytest.raises(ProtocolError, match="was started with") as e:
-        manifest.check_continuable(spec(), spec(**changes), tmp_path / manifest.MANIFEST)
+        registration.check_continuable(spec(), spec(**changes), tmp_path / registration.MANIFEST)
     assert message in str(e.value)

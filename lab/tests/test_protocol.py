@@ -6,12 +6,11 @@ import math
 import pytest
 import yaml
 
+from lab.ablation.lr_search import at_grid_edge, choose_lr
 from lab.ablation.protocol import (
     Cell,
     ProtocolError,
     Spec,
-    at_grid_edge,
-    choose_lr,
     load_spec_file,
     merge_overrides,
     parse_sizes,

@@ -141,16 +141,3 @@ def test_a_config_digest_is_what_a_run_computes_not_where_it_is_written():
     moved = compose_train_config([*base, "outputs_dir=/elsewhere", "data.cache_dir=/x", "run_name=r"])[0]
     assert config_digest(moved) == digest
     assert config_digest(compose_train_config([*base, "trainer.eval_windows=4"])[0]) != digest  # a preset's value
-
-
-def test_a_field_registered_later_is_compared_with_its_default():
-    """A record made before lr_tie_tolerance existed holds no such key: the rule then was the lowest bpb alone
-    (tolerance 0), so a spec at 0 still matches it and one that now says 0.01 does not."""
-    manifest = {}
-    R.register(manifest, Spec(**SPEC), "first")
-    record = manifest["registrations"][0]
-    record["preregistered"].pop("lr_tie_tolerance")
-    record["sha256"] = R.fingerprint(record["preregistered"])
-    assert R.check(manifest, Spec(**SPEC), "p").startswith("Pre-registered ")
-    with pytest.raises(ProtocolError, match="the spec's lr_tie_tolerance no longer match"):
-        R.check(manifest, Spec(**SPEC, lr_tie_tolerance=0.01), "p")

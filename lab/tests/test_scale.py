@@ -2,8 +2,8 @@
 
 import pytest
 
-from analysis.stats import compare
 from lab.ablation import contrasts as scale
+from lab.stats import judge
 
 
 @pytest.mark.parametrize(
@@ -12,8 +12,8 @@ from lab.ablation import contrasts as scale
         (["better", "better"], "**holds**: better at every size"),
         (["worse", "worse", "worse"], "**holds**: worse at every size"),
         (["better", "worse"], "**flips**"),
-        (["better", "unclear"], "partly: better where called"),
-        (["unclear", "unclear"], "can't tell at any size"),
+        (["better", "can't tell"], "partly: better where called"),
+        (["can't tell", "can't tell"], "can't tell at any size"),
         (["better", None], "partly: better where called"),
         ([None, None], "not run"),
         (["equivalent", "equivalent"], "**holds**: equivalent at every size"),
@@ -33,8 +33,9 @@ def test_rank_agreement_is_kendalls_tau():
 
 
 def test_markdown_lists_every_size_and_the_rankings():
-    better = compare({0: 1.0, 1: 1.1, 2: 1.2}, {0: 1.1, 1: 1.2, 2: 1.31})
-    unclear = compare({0: 1.0, 1: 1.3, 2: 1.1}, {0: 1.1, 1: 1.1, 2: 1.1})
+    pairs = {"better": ([1.0, 1.1, 1.2], [1.1, 1.2, 1.31]), "unclear": ([1.0, 1.3, 1.1], [1.1, 1.1, 1.1])}
+    verdicts = judge(pairs, "primary, own LR", 0.05, 0.01, "holm")
+    better, unclear = verdicts["better"], verdicts["unclear"]
     results = [
         scale.SizeResult("h96", ["gelu", "ref", "ln"], {"gelu": better, "ln": unclear}),
         scale.SizeResult("h192", ["ref", "gelu", "ln"], {"gelu": better}),
