@@ -12,7 +12,7 @@ from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestPower
 from statsmodels.stats.weightstats import ttost_paired
 
-from analysis.stats import BETTER, CANT_TELL, EQUIVALENT, WORSE, TTest, format_p, paired_t, paired_verdict
+from analysis.stats import BETTER, CANT_TELL, EQUIVALENT, WORSE, TTest, paired_t, paired_verdict
 
 
 @dataclass(frozen=True)
@@ -121,16 +121,6 @@ def judge(
         outcome = decide(tests[k], p_adj[k], tost_adj[k], alpha)
         verdicts[k] = Verdict(tests[k], tosts[k], p_adj[k], tost_adj[k], outcome, name, len(keys), alpha, unit, method)
     return verdicts
-
-
-def table_cells(v: Verdict) -> list:
-    """Δ, its 95 % CI, raw p, adjusted p, TOST adjusted p, outcome: a contrasts table's cells."""
-    t = v.test
-    if t is None:
-        return ["n/a"] * 5 + [f"**{v.outcome}**"]
-    interval = "no spread" if t.zero_spread else f"[{t.low:+.4f}, {t.high:+.4f}]"
-    tost = format_p(v.tost_adjusted) if v.tost else "n/a"
-    return [f"{t.delta:+.4f}", interval, format_p(t.p), format_p(v.p_adjusted), tost, f"**{v.outcome}**"]
 
 
 # --- power before cost: a paired t-test is a one-sample t-test of the per-seed differences ---

@@ -41,14 +41,9 @@ def validate(
         models[size] = {}
         for variant in spec.variants_at(size):
             variant_overrides, lr = spec.variants[variant], spec.lr_grid[0]
-            overrides = [
-                *([f"experiment={spec.experiment}"] if spec.experiment else []),
-                *spec.train_overrides,
-                *size_overrides,
-                *variant_overrides,
-                f"optim.lr={lr}",
-                f"optim.min_lr={lr * spec.min_lr_ratio}",
-            ]
+            overrides = spec.overrides(
+                *size_overrides, *variant_overrides, f"optim.lr={lr}", f"optim.min_lr={lr * spec.min_lr_ratio}"
+            )
             try:
                 cfg = compose(overrides)
                 with torch.device("meta"):  # shapes only: no memory, instant
@@ -76,11 +71,8 @@ def apply_transfer(spec: Spec, compose: Compose) -> None:
     μP keeps the best LR across width, not across depth."""
     if not spec.transfer_from:
         return
-    preset = [f"experiment={spec.experiment}"] if spec.experiment else []
     try:
-        models = {
-            size: compose([*preset, *spec.train_overrides, *overrides]).model for size, overrides in spec.sizes.items()
-        }
+        models = {size: compose(spec.overrides(*overrides)).model for size, overrides in spec.sizes.items()}
     except (ValueError, TypeError) as e:
         raise ProtocolError(f"transfer_from: a size does not compose: {str(e).strip().splitlines()[0]}")
     depths = ", ".join(f"{size}={m.n_layers}" for size, m in models.items())

@@ -12,9 +12,10 @@ from typing import Dict, List, Optional, Sequence
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-from analysis.stats import decimals
+from analysis.stats import decimals, format_p
+from analysis.table import table_lines
 from lab.ablation.protocol import TIERS, Cell, CellState, Spec
-from lab.stats import Verdict, judge, method_name, table_cells
+from lab.stats import Verdict, judge, method_name
 from lab.sweep import DIVERGED, FINISHED
 
 LR_CHOICES = ("own", "shared")
@@ -148,24 +149,33 @@ def markdown(spec: Spec, contrasts: List[Contrast], choice: str) -> str:
             f"**{tier.capitalize()} family** ({len(rows)} tests: {', '.join(spec.family(tier))} at the sizes "
             f"each runs at, {method} at α = {spec.alpha:g}):",
             "",
-            "| " + " | ".join(header) + " |",
-            "|" + "---|" * len(header),
-        ]
-        for c in rows:
-            lines.append(
-                "| "
-                + " | ".join(
+            *table_lines(
+                header,
+                [
                     [f"{c.variant} vs {spec.reference}", c.size, _lrs(c), str(len(c.seeds)), *table_cells(c.verdict)]
-                )
-                + " |"
-            )
-        lines += ["", *[f"- **{c.variant}** at {c.size}: {c.sentence()}" for c in rows], ""]
+                    for c in rows
+                ],
+            ),
+            "",
+            *[f"- **{c.variant}** at {c.size}: {c.sentence()}" for c in rows],
+            "",
+        ]
     return "\n".join(lines)
 
 
 def _lrs(c: Contrast) -> str:
     lr = lambda x: "diverged" if x is None else f"{x:g}"
     return f"{lr(c.lr)} / {lr(c.reference_lr)}"
+
+
+def table_cells(v: Verdict) -> list:
+    """Δ, its 95 % CI, raw p, adjusted p, TOST adjusted p, outcome: a contrasts table's cells."""
+    t = v.test
+    if t is None:
+        return ["n/a"] * 5 + [f"**{v.outcome}**"]
+    interval = "no spread" if t.zero_spread else f"[{t.low:+.4f}, {t.high:+.4f}]"
+    tost = format_p(v.tost_adjusted) if v.tost else "n/a"
+    return [f"{t.delta:+.4f}", interval, format_p(t.p), format_p(v.p_adjusted), tost, f"**{v.outcome}**"]
 
 
 def depth_markdown(spec: Spec, contrasts: List[Contrast], rankings: Dict[str, List[str]]) -> str:
@@ -219,7 +229,7 @@ def scale_markdown(results: Sequence[SizeResult], reference: str, unit: str = "b
     """The scale check: Δ vs the reference per variant and size, its consistency, the rankings."""
     variants = list(dict.fromkeys(v for r in results for v in r.verdicts))
     header = ["variant"] + [f"Δ {unit} at {r.name}" for r in results] + ["across sizes"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = []
     for v in variants:
         cells, outcomes = [], []
         for r in results:
@@ -234,8 +244,9 @@ def scale_markdown(results: Sequence[SizeResult], reference: str, unit: str = "b
                 "" if math.isnan(t.half_width) else " (no spread)" if t.zero_spread else f" ± {t.half_width:.{digits}f}"
             )
             cells.append(f"{t.delta:+.{digits}f}{spread} ({c.outcome})")
-        lines.append("| " + " | ".join([v] + cells + [consistency(outcomes)]) + " |")
-    lines += [
+        rows.append([v] + cells + [consistency(outcomes)])
+    lines = [
+        *table_lines(header, rows),
         "",
         f"Δ = variant − {reference} (paired, 95 % CI half-width). Ranking by mean final val {unit}, best first:",
         "",

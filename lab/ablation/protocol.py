@@ -203,6 +203,15 @@ class Spec:
         """The strictest level Holm applies in the tier's family (its first step): α / its number of tests."""
         return self.alpha / max(1, len(self.family_tests(tier)))
 
+    @property
+    def tiers(self) -> List[str]:
+        """The tiers that have a family (each adjusted on its own)."""
+        return [tier for tier in TIERS if self.family(tier)]
+
+    def mde(self, tier: str, sd: float) -> float:
+        """The MDE of the tier's family at spread sd: the planned seeds at its strictest level and the plan's power."""
+        return power.mde(sd, len(self.seeds), self.family_alpha(tier), self.power)
+
     def planned_seed_count(self) -> tuple:
         """(seeds to run, seeds the target needs or None if unreachable): the fewest whose primary MDE at
         planning_sd is at most target_mde, between MIN_SEEDS and max_seeds."""
@@ -213,6 +222,14 @@ class Spec:
         )
         needed = power.seeds_for(self.target_mde, self.planning_sd, self.family_alpha("primary"), self.power)
         return min(self.max_seeds, max(MIN_SEEDS, needed or self.max_seeds)), needed
+
+    def overrides(self, *more: str) -> List[str]:
+        """What a run of the protocol composes from: its preset, train_overrides, then `more` (a key given again takes
+        more's value)."""
+        return [
+            *([f"experiment={self.experiment}"] if self.experiment else []),
+            *merge_overrides(self.train_overrides, more),
+        ]
 
     def to_dict(self) -> dict:
         return asdict(self)

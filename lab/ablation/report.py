@@ -15,12 +15,12 @@ from analysis.plots import figure, has_activation_rms, plot_activation_rms, plot
 from analysis.runs import Variant
 from analysis.stats import CI, TTest
 from analysis.table import markdown as results_table
-from analysis.table import summarize_variants
+from analysis.table import summarize_variants, table_lines
 from lab import stats as power
 from lab.ablation import contrasts as K
 from lab.ablation.contrasts import LR_CHOICES, LR_WORDS, Contrast
 from lab.ablation.lr_search import edge_note, margin
-from lab.ablation.protocol import TIERS, Cell, CellState, Spec, done_bpb, lr_sweep
+from lab.ablation.protocol import Cell, CellState, Spec, done_bpb, lr_sweep
 from lab.stats import BETTER, CANT_TELL, EQUIVALENT, WORSE, method_name
 from lab.sweep import FINISHED
 
@@ -182,29 +182,25 @@ def _power(spec: Spec, contrasts: List[K.Contrast], source: str) -> str:
         f"{len(spec.seeds)} seeds, at each family's strictest {method_name(spec.multitest)} level α/m:",
         "",
     ]
-    for tier in TIERS:
-        members = spec.family(tier)
-        if not members:
-            continue
-        a = spec.family_alpha(tier)
+    for tier in spec.tiers:
         diffs = {
             f"{c.size}/{c.variant}": [c.variant_bpb[s] - c.reference_bpb[s] for s in c.seeds]
             for c in K.pick(contrasts, tier=tier, choice="own")
         }
         observed = power.pooled_sd(diffs)
         planned = (
-            f"planned {power.mde(spec.planning_sd, len(spec.seeds), a, spec.power):.4f} bpb (sd "
-            f"{spec.planning_sd:.4f}, {source})"
+            f"planned {spec.mde(tier, spec.planning_sd):.4f} bpb (sd {spec.planning_sd:.4f}, {source})"
             if spec.planning_sd
             else "no planning spread"
         )
         measured = (
-            f"at the measured spread {power.mde(observed, len(spec.seeds), a, spec.power):.4f} bpb (pooled sd "
+            f"at the measured spread {spec.mde(tier, observed):.4f} bpb (pooled sd "
             f"{observed:.4f} over {power.pooled_dof(diffs)} dof)"
             if observed
             else "no measured spread yet"
         )
-        lines.append(f"- {tier} (m = {len(spec.family_tests(tier))}, α/m = {a:.4f}): {planned}; {measured}")
+        m, a = len(spec.family_tests(tier)), spec.family_alpha(tier)
+        lines.append(f"- {tier} (m = {m}, α/m = {a:.4f}): {planned}; {measured}")
     lines += [
         "",
         f"A 'can't tell' on an effect smaller than the MDE says the study was too small to see it; "
@@ -225,13 +221,7 @@ def _lr_section(spec: Spec, states: States, chosen, out: Path) -> str:
     sweeps, lines = {size: {} for size in spec.sizes}, ["## Stage 1: learning-rate sweep\n"]
     for size in spec.sweep_sizes:
         lrs = sorted({c.lr for c in done if c.size == size} | set(spec.lr_grid))
-        header = ["variant"] + [f"lr {lr:g}" for lr in lrs] + ["chosen"]
-        lines += [
-            f"**{size}** (final val bpb, seed {spec.stage1_seed}; † = an extension beyond the grid):",
-            "",
-            "| " + " | ".join(header) + " |",
-            "|" + "---|" * len(header),
-        ]
+        rows = []
         for variant in spec.variants_at(size):
             sweep = lr_sweep(spec, size, variant, done)
             results = {c.lr: bpb for c, bpb in done.items() if (c.size, c.variant) == (size, variant)}
@@ -247,9 +237,13 @@ def _lr_section(spec: Spec, states: States, chosen, out: Path) -> str:
                 if sweep.settled
                 else "still sweeping"
             )
-            cells = [_bpb_cell(results, lr, best, lr not in spec.lr_grid) for lr in lrs]
-            lines.append("| " + " | ".join([variant] + cells + [note]) + " |")
-        lines.append("")
+            rows.append([variant] + [_bpb_cell(results, lr, best, lr not in spec.lr_grid) for lr in lrs] + [note])
+        lines += [
+            f"**{size}** (final val bpb, seed {spec.stage1_seed}; † = an extension beyond the grid):",
+            "",
+            *table_lines(["variant"] + [f"lr {lr:g}" for lr in lrs] + ["chosen"], rows),
+            "",
+        ]
     others = [size for size in spec.sizes if size not in spec.sweep_sizes]
     if others:
         lines += [

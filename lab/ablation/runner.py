@@ -19,7 +19,7 @@ from lab.ablation import registration
 from lab.ablation import report as protocol_report
 from lab.ablation.configs import cell_config
 from lab.ablation.lr_search import edge_note
-from lab.ablation.protocol import TIERS, ProtocolError, Spec, lr_sweep, stage2_cells
+from lab.ablation.protocol import ProtocolError, Spec, lr_sweep, stage2_cells
 from lab.launcher import Job, Launcher
 from lab.stats import alpha_for
 from lab.stats import record as looks_record
@@ -109,11 +109,9 @@ def run_cells(proto: Protocol, cells, stage: str, sweep_dir: Path, extra=(), val
         f"\n==> {stage}: {len(todo)} of {len(cells)} runs to do" + (f" ({resumed} resumed)" if resumed else ""),
         flush=True,
     )
-    overrides = [o for o in proto.spec.train_overrides if o.split("=", 1)[0] not in {e.split("=", 1)[0] for e in extra}]
-    preset = [f"experiment={proto.spec.experiment}"] if proto.spec.experiment else []
     # One multirun a stage: its jobs one after another in one process, or on a cluster (hydra/launcher=…).
     launcher = Launcher(
-        proto.dir / "configs" / stage, [*preset, *overrides, *extra], one_process=True, cluster=proto.launcher
+        proto.dir / "configs" / stage, proto.spec.overrides(*extra), one_process=True, cluster=proto.launcher
     )
     start = time.time()
     results = proto.dir / sweep.RESULTS if sweep_dir == proto.runs_dir and proto.writes else None
@@ -341,13 +339,9 @@ def power_table(spec: Spec, sd: Optional[float], source: str) -> str:
         f"α/m; spread of per-seed paired differences sd = {sd:.4f} bpb ({source})",
         f"{'family':<10} {'contrasts':>22} {'α/m':>8} {'seeds':>6} {'MDE':>11} {'MDE/sd':>7}",
     ]
-    for tier in TIERS:
-        members = spec.family(tier)
-        if not members:
-            continue
-        a = spec.family_alpha(tier)
-        m = f"{len(members)} variant(s), {len(spec.family_tests(tier))} tests"
-        mde = power.mde(sd, len(spec.seeds), a, spec.power)
+    for tier in spec.tiers:
+        a, mde = spec.family_alpha(tier), spec.mde(tier, sd)
+        m = f"{len(spec.family(tier))} variant(s), {len(spec.family_tests(tier))} tests"
         lines.append(f"{tier:<10} {m:>22} {a:>8.4f} {len(spec.seeds):>6} {mde:>7.4f} bpb {mde / sd:>7.2f}")
     needed = power.seeds_for(spec.target_mde, sd, spec.family_alpha("primary"), spec.power)
     lines.append(

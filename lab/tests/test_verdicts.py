@@ -6,7 +6,8 @@ import math
 import pytest
 from scipy import stats
 
-from lab.stats import BETTER, CANT_TELL, EQUIVALENT, WORSE, adjust, decide, judge, paired_tost, table_cells
+from lab.ablation.contrasts import table_cells
+from lab.stats import BETTER, CANT_TELL, EQUIVALENT, WORSE, adjust, decide, judge, paired_tost
 
 # Student's sleep data (R's `sleep`), as in test_stats.py: extra hours of sleep of 10 patients on two drugs.
 DRUG1 = [0.7, -1.6, -0.2, -1.2, -0.1, 3.4, 3.7, 0.8, 0.0, 2.0]
