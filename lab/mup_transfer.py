@@ -317,30 +317,17 @@ def launcher(spec: TransferSpec, options_dir: Path, threads: int, jobs: int, ext
 
 
 def probe_seconds(spec: TransferSpec, budget: sweep.Budget, threads: int, steps: int) -> Dict[tuple, float]:
-    """{(optimizer, width): seconds per run}: a `steps`-step run of each, its measured throughput and eval time
-    over the whole budget (lab/sweep.py's cost). Parametrization, lr and seed cost the same."""
-    extra = (
-        f"trainer.max_steps={steps}",
-        f"trainer.eval_interval={steps}",
-        f"trainer.log_interval={max(1, steps // 4)}",
-    )
-    seconds = {}
+    """{(optimizer, width): seconds per run} from a `steps`-step timing run of each (lab/sweep.py's time_runs).
+    Parametrization, lr and seed cost the same."""
+    cells = [
+        Cell(o, spec.parametrizations[0], w, min(spec.lrs), spec.seeds[0]) for o in spec.optimizers for w in spec.widths
+    ]
     with tempfile.TemporaryDirectory() as tmp:
-        cells = [
-            Cell(o, spec.parametrizations[0], w, min(spec.lrs), spec.seeds[0])
-            for o in spec.optimizers
-            for w in spec.widths
-        ]
+        keys = {Path(tmp) / c.name: (c.optimizer, c.width) for c in cells}
         jobs = [c.job(Path(tmp) / c.name, spec.min_lr_ratio) for c in cells]
-        for ended, state in sweep.launch(jobs, launcher(spec, Path(tmp), threads, 1, extra), Path(tmp)):
-            if state.state != FINISHED:
-                raise TransferError(
-                    f"the timing run of {ended.job.run_dir.name} failed: {ended.error or 'no error line'}; "
-                    f"see {ended.job.log_path}"
-                )
-            cell = cells[jobs.index(ended.job)]
-            seconds[(cell.optimizer, cell.width)] = sweep.run_seconds(budget, [state.run])
-    return seconds
+        runs = launcher(spec, Path(tmp), threads, 1, sweep.timing_overrides(steps))
+        states = {keys[ended.job.run_dir]: state for ended, state in sweep.launch(jobs, runs, Path(tmp))}
+        return sweep.time_runs(states, dict.fromkeys(states, budget))
 
 
 def print_plan(spec: TransferSpec):

@@ -12,7 +12,7 @@ import statistics
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple
 
 from analysis.runs import Run, RunsError, read_run, steady_tokens_per_s
 from lab.launcher import Ended, Job, Launcher
@@ -198,6 +198,26 @@ def run_seconds(budget: Budget, runs: Sequence[Run]) -> Optional[float]:
         return None
     measured = [e for e in map(eval_seconds, runs) if e is not None]
     return seconds_at(budget, statistics.median(rates), statistics.median(measured) if measured else None)
+
+
+def timing_overrides(steps: int) -> List[str]:
+    """A timing run: `steps` steps ending in its one eval and checkpoint, five log intervals (the first is warm-up)."""
+    return [
+        f"trainer.max_steps={steps}",
+        f"trainer.eval_interval={steps}",
+        f"trainer.ckpt_interval={steps}",
+        f"trainer.log_interval={max(1, steps // 5)}",
+        "logger.wandb=disabled",
+    ]
+
+
+def time_runs(states: Dict[Hashable, State], budgets: Dict[Hashable, Budget]) -> Dict[Hashable, Optional[float]]:
+    """{key: seconds one run of its budget takes} from its timing run (at the smallest LR: throughput does not depend
+    on it, and it is the least likely to diverge) as run_seconds scales it; a ValueError names one that did not finish."""
+    for s in states.values():
+        if s.state != FINISHED:
+            raise ValueError(f"the timing run {s.path} did not finish ({s.state}{': ' + s.error if s.error else ''})")
+    return {key: run_seconds(budgets[key], [s.run]) for key, s in states.items()}
 
 
 def seconds_at(budget: Budget, tps: float, per_eval: Optional[float] = None) -> float:

@@ -166,33 +166,20 @@ def measure(proto: Protocol, budgets: dict, probe_steps: int, values: dict) -> t
     }
     if all(finished.values()):
         return {size: sweep.run_seconds(budgets[size], runs) for size, runs in finished.items()}, "this protocol's runs"
-    # The smallest LR: throughput does not depend on it, and it is the least likely to diverge.
-    probes = [C.Cell(size, spec.reference, min(spec.lr_grid), spec.stage1_seed) for size in spec.sizes]
+    cells = [C.Cell(size, spec.reference, min(spec.lr_grid), spec.stage1_seed) for size in spec.sizes]
     probe_dir = proto.dir / "probe"
-    states = proto.states(probes, probe_dir)
-    if not all(s.state == sweep.FINISHED for s in states.values()):
+    probes = proto.states(cells, probe_dir)
+    if not all(s.state == sweep.FINISHED for s in probes.values()):
         if probe_steps <= 0:
             return stored_estimate(spec, budgets)
         print(f"timing run: {probe_steps} steps of {spec.reference} at each size, to estimate the cost", flush=True)
-        extra = [
-            f"trainer.max_steps={probe_steps}",
-            f"trainer.eval_interval={probe_steps}",
-            f"trainer.ckpt_interval={probe_steps}",
-            f"trainer.log_interval={max(1, probe_steps // 5)}",
-            "logger.wandb=disabled",
-        ]
-        status = run_cells(proto, probes, "probe", probe_dir, extra, values)
-        states = proto.states(probes, probe_dir)
-        if status != 0 or not all(s.state == sweep.FINISHED for s in states.values()):
-            raise ProtocolError(
-                f"the timing run failed (exit status {status}; its error is above); fix it, or "
-                "skip it with --probe-steps 0"
-            )
-    steps = {s.run.max_steps for s in states.values()}.pop()
-    return (
-        {s.cell.size: sweep.run_seconds(budgets[s.cell.size], [s.run]) for s in states.values()},
-        f"a {steps}-step timing run of each size",
-    )
+        run_cells(proto, cells, "probe", probe_dir, sweep.timing_overrides(probe_steps), values)
+        probes = proto.states(cells, probe_dir)
+    try:
+        seconds = sweep.time_runs({c.size: s for c, s in probes.items()}, budgets)
+    except ValueError as e:
+        raise ProtocolError(f"{e}; its error is above: fix it, or skip the timing run with --probe-steps 0") from None
+    return seconds, f"a {next(iter(probes.values())).run.max_steps}-step timing run of each size"
 
 
 # --- what the protocol will cost and can detect ---
