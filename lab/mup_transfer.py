@@ -23,6 +23,7 @@ import matplotlib
 
 from analysis.plots import figure, save
 from lab import SEARCH_PATH, sweep
+from lab.ablation.lr_search import choose_lr
 from lab.launcher import NOT_RUN, Job, Launcher
 from lab.sweep import DIVERGED, FINISHED
 from training.checkpoint import RunFiles
@@ -186,13 +187,14 @@ def mean_losses(spec: TransferSpec, results: Dict[str, dict]) -> Losses:
 
 
 def best_lrs(losses: Losses) -> Dict[tuple, Dict[int, float]]:
-    """Each width's lr with the lowest mean loss (widths where every lr diverged are left out)."""
+    """Each width's lr with the lowest mean loss (the protocol's rule, choose_lr); widths where every lr diverged are
+    left out."""
     best = {}
     for key, per_width in losses.items():
         for width, per_lr in per_width.items():
-            finite = {lr: v for lr, v in per_lr.items() if v is not None}
-            if finite:
-                best.setdefault(key, {})[width] = min(finite, key=finite.get)
+            lr = choose_lr(per_lr)
+            if lr is not None:
+                best.setdefault(key, {})[width] = lr
     return best
 
 
