@@ -521,7 +521,7 @@ def literature_paragraph(variants: Dict[str, List[str]], primary: Sequence[str],
         for claim in claim_for(variants.get(variant, [])):
             parts, words = [], set()
             for choice in LR_CHOICES:
-                found = [c for c in contrasts if c.variant == variant and c.choice == choice and c.tier == "primary"]
+                found = K.pick(contrasts, variant=variant, choice=choice, tier="primary")
                 if not found:
                     continue
                 each = [f"{c.size}: {c.verdict.outcome} ({_word(c.verdict.outcome, claim)})" for c in found]
