@@ -1,8 +1,16 @@
-"""Training: the typed config, the command line's edge, the loop and its parts. Importing it first checks
-TORCHINDUCTOR_CACHE_DIR, before anything imports torch._dynamo (the model does), which would create it."""
+"""Training: the typed config, the command line's edge, the loop and its parts; the one formatter of an error's line.
+Importing it first checks TORCHINDUCTOR_CACHE_DIR, before anything imports torch._dynamo, which would create it."""
 
 import os
 from typing import Optional
+
+
+def one_line(error: BaseException, limit: Optional[int] = None, typed: bool = False) -> str:
+    """An error's message as one line (its first, cut at `limit`), or its type's name; `typed` puts the type first."""
+    error = getattr(error, "inner_exception", None) or error  # torch's BackendCompilerFailed names only the backend
+    text = str(error).strip()
+    line = (text.splitlines()[0] if text else type(error).__name__)[:limit]
+    return f"{type(error).__name__}: {line}" if typed and text else line
 
 
 def inductor_cache_problem() -> Optional[str]:

@@ -43,6 +43,7 @@ from safetensors.torch import save as save_safetensors
 from data.tokenizer import SPECIAL_TOKENS_FILE, file_hash
 from model import ModelConfig, Transformer
 from training import distributed as D
+from training import one_line
 from training.budget import clock
 from training.optim import UNPLANNED_END, lr_at
 
@@ -69,11 +70,6 @@ class CheckpointWriteError(CheckpointError):
 
 class NonFiniteCheckpoint(CheckpointError):
     """NaN/inf weights or optimizer state: nothing written."""
-
-
-def first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return (text.splitlines()[0] if text else type(error).__name__)[:200]
 
 
 @dataclass(frozen=True)
@@ -393,7 +389,7 @@ def write_error_cause(error: OSError, path: Path, folder: Optional[Path] = None)
             "another process removed it: is a second run writing into this run directory?",
         ),
         errno.EIO: ("I/O error", "the disk may be failing: check it (dmesg) and write the run elsewhere"),
-    }.get(code, ((os.strerror(code) if code else first_line(error)).lower(), f"fix the disk or {elsewhere}"))
+    }.get(code, ((os.strerror(code) if code else one_line(error, 200)).lower(), f"fix the disk or {elsewhere}"))
     return f"{cause} while writing {path}; {fix}"
 
 
@@ -577,7 +573,7 @@ def open_checkpoint(path: str, outputs_dir: str = "outputs", verify_files: bool 
     try:
         vocab = Tokenizer.from_file(str(ckpt / TOKENIZER)).get_vocab(with_added_tokens=True)
     except Exception as e:  # tokenizers raises a bare Exception for unreadable files
-        raise CheckpointError(f"{ckpt}/tokenizer.json is unreadable ({first_line(e)}); use another checkpoint")
+        raise CheckpointError(f"{ckpt}/tokenizer.json is unreadable ({one_line(e, 200)}); use another checkpoint")
     if max(vocab.values(), default=-1) >= cfg.vocab_size:  # more rows than ids is fine; fewer is not
         raise CheckpointError(
             f"checkpoint {ckpt} contradicts itself: tokenizer.json has token ids up to {max(vocab.values())} but "
@@ -646,7 +642,7 @@ def safe_torch_load(path: Path):
         raise CheckpointError(f"{path} is missing; the checkpoint is incomplete, resume from another one") from None
     except Exception as e:  # RuntimeError, EOFError, … for truncated or corrupt archives
         raise CheckpointError(
-            f"{path} is truncated or corrupt ({first_line(e).split('. ')[0]}); resume from an older checkpoint"
+            f"{path} is truncated or corrupt ({one_line(e, 200).split('. ')[0]}); resume from an older checkpoint"
         ) from None
 
 
@@ -783,7 +779,9 @@ class Resume(Opened):
         try:
             return cls(ckpt, model, read_state(ckpt))
         except (OSError, ValueError) as e:
-            raise CheckpointError(f"{ckpt}/state.json is unreadable ({first_line(e)}); resume from an older checkpoint")
+            raise CheckpointError(
+                f"{ckpt}/state.json is unreadable ({one_line(e, 200)}); resume from an older checkpoint"
+            )
 
     step = property(lambda self: self.fields["step"])
     precision = property(lambda self: self.fields["precision"])

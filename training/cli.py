@@ -25,6 +25,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from data.tokenizer import load_tokenizer
 from model.config import ModelConfig
+from training import one_line
 from training.config import TrainConfig
 
 if typing.TYPE_CHECKING:  # the checkpoint (torch) is imported where one is opened: preparing data never loads it
@@ -34,11 +35,6 @@ if typing.TYPE_CHECKING:  # the checkpoint (torch) is imported where one is open
 
 REPO = Path(__file__).resolve().parents[1]  # configs/, train.py and BENCHMARKS.md live here
 USER_ERRORS = (ValueError, OSError)  # DataError, CheckpointError, ConfigError, … are ValueErrors
-
-
-def one_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 class Interrupted(KeyboardInterrupt):

@@ -20,6 +20,7 @@ from data import SAMPLERS, eval_windows, windows_per_epoch
 from model import Transformer
 from model.attention import hook_attention_logits
 from training import distributed as D
+from training import one_line
 from training.budget import TimeBudget, clock
 from training.checkpoint import Checkpointer, InitFrom, Resume, RunState, data_identity
 from training.config import TrainConfig
@@ -137,17 +138,11 @@ def cpu_toolchain_works() -> Tuple[bool, str]:
                 "CPU: inductor's C++ toolchain works" if ok else "CPU: inductor's test kernel gave a wrong result",
             )
         except Exception as e:  # any failure here means "don't compile", with the reason
-            _TOOLCHAIN = (False, f"CPU: inductor's C++ toolchain failed ({_one_line(e)})")
+            _TOOLCHAIN = (False, f"CPU: inductor's C++ toolchain failed ({one_line(e, 200, typed=True)})")
     return _TOOLCHAIN
 
 
 _TOOLCHAIN: Optional[Tuple[bool, str]] = None
-
-
-def _one_line(error: Exception) -> str:
-    error = getattr(error, "inner_exception", None) or error  # BackendCompilerFailed names only the backend
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0][:200]}" if text else type(error).__name__
 
 
 class CompiledLoss:
@@ -184,7 +179,7 @@ class CompiledLoss:
         return getattr(self.__dict__["module"], name)
 
     def _fall_back(self, error: Exception) -> None:
-        self.failed = _one_line(error)
+        self.failed = one_line(error, 200, typed=True)
         self.warn(
             f"warning: torch.compile failed ({self.failed}); continuing without compile (set "
             "trainer.compile=false to skip the attempt)"
