@@ -95,7 +95,8 @@ class RunFiles:
         return self.config.is_file() and self.metrics.is_file()
 
     def read_config(self) -> dict:
-        return read_config(self.root)
+        """config.yaml. OSError for a missing file, yaml.YAMLError for a corrupt one."""
+        return yaml.safe_load(self.config.read_text()) or {}
 
     def read_job_status(self) -> Optional[dict]:
         """job_status.yaml (lab/launcher.py writes it), or None where the job never finished."""
@@ -107,11 +108,6 @@ class RunFiles:
 
     def write_job_status(self, status: dict) -> None:
         self.job_status.write_text(yaml.safe_dump(status, sort_keys=False))
-
-
-def read_config(directory: Path) -> dict:
-    """The config.yaml of a run or a checkpoint. OSError for a missing file, yaml.YAMLError for a corrupt one."""
-    return yaml.safe_load((Path(directory) / CONFIG).read_text()) or {}
 
 
 # ---- the resumable state ----------------------------------------------------------------------------------------

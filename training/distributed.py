@@ -278,12 +278,3 @@ class StopFlag:
         """Another rank died and torchrun will SIGTERM this one: ignored from here, so the `error:` line gets out."""
         self.restore()
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-
-
-def exit_status(signum: int) -> int:
-    """The shell's convention, 128 + signal: 130 for Ctrl-C, 143 for SIGTERM."""
-    return 128 + int(signum)
-
-
-def signal_name(signum: int) -> str:
-    return signal.Signals(signum).name

@@ -5,6 +5,7 @@ import contextlib
 import itertools
 import math
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -758,7 +759,7 @@ def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
         stop.restore()
     if signum is not None:
         say(
-            f"\n{D.signal_name(signum)}: checkpoint saved at step {state.step}: {checkpointer.last_path}\n"
+            f"\n{signal.Signals(signum).name}: checkpoint saved at step {state.step}: {checkpointer.last_path}\n"
             f"resume with: python train.py resume={run.run_dir}"
         )
     return Outcome(
