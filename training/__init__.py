@@ -24,14 +24,9 @@ def inductor_cache_problem() -> Optional[str]:
         usable, why = os.access(folder, os.W_OK | os.X_OK), "it is not writable"
     except OSError as e:
         usable, why = False, (e.strerror or str(e)).lower()
-    return (
-        None
-        if usable
-        else (
-            f"TORCHINDUCTOR_CACHE_DIR={folder} cannot hold torch.compile's cache ({why}); point it "
-            "at a folder you can write, or unset it"
-        )
-    )
+    if usable:
+        return None
+    return f"TORCHINDUCTOR_CACHE_DIR={folder} cannot hold torch.compile's cache ({why}); point it at a folder you can write, or unset it"
 
 
 if (_problem := inductor_cache_problem()) is not None:  # before any program imports the model

@@ -1073,6 +1073,7 @@ def discard_if_unused(path: Path, failed_start: bool = False) -> None:
         claim.exists() and not (owner and owner["pid"] == os.getpid() and owner["host"] == socket.gethostname())
     ):
         return
+
     disposable = (
         (lambda p: p.suffix == ".log" or p.name == CONFIG)
         if failed_start
