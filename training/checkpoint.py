@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import torch
-import torch.distributed as dist
 import yaml
 from safetensors import SafetensorError
 from safetensors.torch import load_file
@@ -663,74 +662,33 @@ def rng_states_of_this_process() -> dict:
 # ---- full state dicts: the format at any world size ----------------------------------------------------------------
 
 
-def _full_options():
+def _full(**options):
+    """torch.distributed.checkpoint's unsharded state dicts, keyed by parameter name: what any world size loads."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions
 
-    return StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return StateDictOptions(full_state_dict=True, **options)
 
 
 def full_model_state(model: torch.nn.Module) -> dict:
     """The unsharded state dict of the unwrapped model (under torchrun, gathered: every rank calls it)."""
-    if not dist.is_initialized():  # one process: no DTensor imports (~1.5 s a start)
-        return {k: v.detach() for k, v in model.state_dict().items()}
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
-    return get_model_state_dict(model, options=_full_options())
+    return get_model_state_dict(model, options=_full(cpu_offload=True))
 
 
 def full_optimizer_state(model: torch.nn.Module, optimizers: list) -> dict:
-    """{"state": {name: ...}, "param_groups": [{..., "params": [names]}]}: several optimizers in one dict, keyed by
-    parameter name, so it loads at any world size."""
-    if dist.is_initialized():
-        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+    """{"state": {name: ...}, "param_groups": [{..., "params": [names]}]}: several optimizers in one dict."""
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
-        return get_optimizer_state_dict(model, optimizers, options=_full_options())
-    names, state, groups = {id(p): n for n, p in model.named_parameters()}, {}, []
-    for optimizer in optimizers:
-        saved, params = optimizer.state_dict(), [p for g in optimizer.param_groups for p in g["params"]]
-        state.update({names[id(params[i])]: value for i, value in saved["state"].items()})
-        groups += [
-            {**{k: v for k, v in s.items() if k != "params"}, "params": [names[id(p)] for p in g["params"]]}
-            for g, s in zip(optimizer.param_groups, saved["param_groups"])
-        ]
-    return {"state": state, "param_groups": groups}
+    return get_optimizer_state_dict(model, optimizers, options=_full(cpu_offload=True))
 
 
 def load_full_state(model: torch.nn.Module, optimizers, model_state: dict, optim_state) -> None:
-    if dist.is_initialized():
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            set_model_state_dict,
-            set_optimizer_state_dict,
-        )
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
 
-        opts = StateDictOptions(full_state_dict=True, broadcast_from_rank0=False)
-        set_model_state_dict(model, model_state, options=opts)
-        if optimizers is not None and optim_state is not None:
-            set_optimizer_state_dict(model, optimizers, optim_state, options=opts)
-        return
-    model.load_state_dict(model_state)
-    if optimizers is None or optim_state is None:
-        return
-    names = {id(p): n for n, p in model.named_parameters()}
-    saved_groups = {frozenset(g["params"]): g for g in optim_state["param_groups"]}
-    for optimizer in optimizers:
-        params, groups = [p for g in optimizer.param_groups for p in g["params"]], []
-        index = {id(p): i for i, p in enumerate(params)}
-        for group in optimizer.param_groups:
-            saved = saved_groups.get(frozenset(names[id(p)] for p in group["params"]))
-            if saved is None:
-                raise ValueError(
-                    "the checkpoint's optimizer state does not fit this optimizer (its parameter groups "
-                    "differ: another optim.name?); resume with the optimizer it was saved with"
-                )
-            groups.append(
-                {**{k: v for k, v in saved.items() if k != "params"}, "params": [index[id(p)] for p in group["params"]]}
-            )
-        state = {
-            i: optim_state["state"][names[id(p)]] for i, p in enumerate(params) if names[id(p)] in optim_state["state"]
-        }
-        optimizer.load_state_dict({"state": state, "param_groups": groups})
+    set_model_state_dict(model, model_state, options=_full(broadcast_from_rank0=False))
+    if optimizers is not None and optim_state is not None:
+        set_optimizer_state_dict(model, optimizers, optim_state, options=_full(broadcast_from_rank0=False))
 
 
 # ---- resume and init_from: one open, two uses ----------------------------------------------------------------------
