@@ -442,11 +442,10 @@ def save_checkpoint(
     weights = {k: v.detach().contiguous().cpu() for k, v in model_state.items()}
     if model_cfg.tie_embeddings:
         weights.pop(TIED_KEY, None)  # the embedding's storage; safetensors refuses shared tensors
-    if bad := nonfinite_tensors(weights) or nonfinite_tensors(optimizer_state or {}, "optimizer"):
+    bad_weights = nonfinite_tensors(weights)
+    if bad := bad_weights or nonfinite_tensors(optimizer_state or {}, "optimizer"):
         what = (
-            f"{len(nonfinite_tensors(weights))} of {len(weights)} weight tensors hold"
-            if nonfinite_tensors(weights)
-            else "the optimizer state holds"
+            f"{len(bad_weights)} of {len(weights)} weight tensors hold" if bad_weights else "the optimizer state holds"
         )
         raise NonFiniteCheckpoint(f"refusing to save step {step}: {what} NaN or inf (first: {bad[0]})")
     files = {
@@ -716,9 +715,10 @@ class Opened:
     path: Path
     model: ModelConfig
 
-    def refuse_changes(self, run_model: ModelConfig, what: str, fix: str) -> None:
+    def check_fits(self, run_model: ModelConfig) -> None:
+        """model.* overrides may not change the architecture: each change named, and what to do."""
         if changed := architecture_changes(run_model, self.model):
-            raise CheckpointError(f"cannot {what} {self.path} with {', '.join(changed)}: {fix}")
+            raise CheckpointError(f"cannot {self.verb} {self.path} with {', '.join(changed)}: {self.fix}")
 
 
 @dataclass(frozen=True)
@@ -726,6 +726,7 @@ class Resume(Opened):
     """A checkpoint a run continues from — its step, schedule, optimizer state, RNG, data and run directory."""
 
     fields: dict  # state.json
+    verb, fix = "resume", "a resumed run keeps the checkpoint's architecture; drop those model.* overrides"
 
     @classmethod
     def open(cls, path: str, outputs_dir: str = "outputs", verify: bool = True) -> "Resume":
@@ -740,11 +741,6 @@ class Resume(Opened):
     step = property(lambda self: self.fields["step"])
     precision = property(lambda self: self.fields["precision"])
     run_dir = property(lambda self: run_dir_of(self.path))  # None for a checkpoint copied out of its run
-
-    def check_fits(self, run_model: ModelConfig) -> None:
-        self.refuse_changes(
-            run_model, "resume", "a resumed run keeps the checkpoint's architecture; drop those model.* overrides"
-        )
 
     def cached_data(self, cache_dir: str):
         """The token cache the run trained on, if it is still in `cache_dir` and intact (the corpus may have moved)."""
@@ -862,6 +858,13 @@ class InitFrom(Opened):
     it takes only what the weights need, the architecture and the tokenizer."""
 
     source: str  # what the user named: a path, `latest`, `best`, or a Hugging Face directory
+    verb, fix = (
+        "start from",
+        (
+            "init_from keeps the checkpoint's architecture (its weights fit no other); drop those model.* overrides, "
+            f"or train from scratch without init_from (model.* may change {', '.join(RESUMABLE_CHANGES)})"
+        ),
+    )
 
     @classmethod
     def open(cls, path: str, outputs_dir: str = "outputs", verify: bool = True, source: Optional[str] = None):
@@ -876,14 +879,6 @@ class InitFrom(Opened):
         step, where = checkpoint_step(self.path), str(self.path)
         where = f"{self.source} → {where}" if self.source != where else where
         return f"weights: from {where}" + (f" (its step {step})" if step else "") + "; a new run from step 0"
-
-    def check_fits(self, run_model: ModelConfig) -> None:
-        self.refuse_changes(
-            run_model,
-            "start from",
-            "init_from keeps the checkpoint's architecture (its weights fit no other); drop those model.* overrides, "
-            f"or train from scratch without init_from (model.* may change {', '.join(RESUMABLE_CHANGES)})",
-        )
 
     def check_tokenizer(self, tokenizer_path: str) -> None:
         if file_hash(Path(tokenizer_path)) != file_hash(self.path / TOKENIZER):

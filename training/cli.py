@@ -65,10 +65,7 @@ def exit_status(
         return 1
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", signal.SIGINT)
-        print(
-            interrupted or f"\n{signal.Signals(signum).name}: interrupted",
-            file=sys.stderr,
-        )
+        print(interrupted or f"\n{signal.Signals(signum).name}: interrupted", file=sys.stderr)
         return 128 + int(signum)
 
 

@@ -17,7 +17,6 @@ import torch.distributed as dist
 @dataclass
 class DistInfo:
     rank: int = 0
-    local_rank: int = 0
     world_size: int = 1
     device: torch.device = torch.device("cpu")
     cpu_group: object = None  # a gloo group for host-side flags when the main group is nccl
@@ -152,7 +151,7 @@ def process_info(device_name: str) -> DistInfo:
     device = pick_device(device_name, local_rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    return DistInfo(rank, local_rank, world, device)
+    return DistInfo(rank, world, device)
 
 
 def join(info: DistInfo, timeout_s: int) -> None:
