@@ -374,12 +374,6 @@ class NonFiniteLoss(ValueError):
     """Non-finite losses or gradients: their updates were skipped, nothing non-finite was saved."""
 
 
-@dataclass
-class StepResult:
-    loss: torch.Tensor  # the mean loss over the micro-batches, on the device
-    grad_norm: torch.Tensor  # before clipping, on the device
-
-
 def global_grad_norm(params: list) -> torch.Tensor:
     """The L2 norm of all gradients; under FSDP2 each rank holds shards (DTensors) whose norm must be reduced."""
     norm = torch.nn.utils.get_total_norm(
@@ -452,7 +446,8 @@ class TrainStep:
         self.params = [p for opt in optimizers for group in opt.param_groups for p in group["params"]]
         self.guard = NonFiniteGuard(device, tolerated)
 
-    def __call__(self, step: int) -> StepResult:
+    def __call__(self, step: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(the mean loss over the micro-batches, the gradient norm before clipping), both on the device."""
         total = torch.zeros((), device=self.device)
         for micro in range(self.accum):
             x, y = (t.to(self.device, non_blocking=True) for t in self.batches.get(step, micro))
@@ -473,7 +468,7 @@ class TrainStep:
         for opt in self.optimizers:
             opt.zero_grad(set_to_none=True)
         self.guard.update(finite, step + 1)
-        return StepResult(total, grad_norm)
+        return total, grad_norm
 
 
 # ---- validation ------------------------------------------------------------------------------------------------------
@@ -723,9 +718,9 @@ def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
             if signum is not None or state.step >= min(state.max_steps, state.stop_at or state.max_steps):
                 break
             lr = apply_schedule(parts.optimizers, state.step, cfg.optim, state.max_steps, state.plans)
-            result = step(state.step)
+            loss, grad_norm = step(state.step)
             state.step, state.tokens_seen = state.step + 1, state.tokens_seen + tokens_per_step
-            log.step_done(result.loss)
+            log.step_done(loss)
             if budget is not None:  # plans state.max_steps from the speed measured since its last plan
                 budget.after_step(validator.should_validate(state.step))
             end = min(state.max_steps, state.stop_at or state.max_steps)
@@ -736,7 +731,7 @@ def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
                 state.skipped_steps += record["skipped"]
                 log.note_skipped(record)
             if logging:
-                log.log_train(result.grad_norm, lr)
+                log.log_train(grad_norm, lr)
             if evaluating:
                 with log.clock.paused("eval"):  # evaluation time is not training throughput
                     last_eval = validator.validate(log)
