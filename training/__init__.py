@@ -1,7 +1,8 @@
-"""Training: the typed config, the command line's edge, the loop and its parts; the one formatter of an error's line.
-Importing it first checks TORCHINDUCTOR_CACHE_DIR, before anything imports torch._dynamo, which would create it."""
+"""Training: the typed config, the command line's edge, the loop and its parts; how a program's error line and signal
+look. Importing it first checks TORCHINDUCTOR_CACHE_DIR, before anything imports torch._dynamo, which creates it."""
 
 import os
+import signal
 from typing import Optional
 
 
@@ -11,6 +12,14 @@ def one_line(error: BaseException, limit: Optional[int] = None, typed: bool = Fa
     text = str(error).strip()
     line = (text.splitlines()[0] if text else type(error).__name__)[:limit]
     return f"{type(error).__name__}: {line}" if typed and text else line
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM raised as Ctrl-C is: `finally` blocks run (a half-built cache is removed), then one line and 143."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
 def inductor_cache_problem() -> Optional[str]:

@@ -13,6 +13,8 @@ from typing import Optional, Tuple
 import torch
 import torch.distributed as dist
 
+from training import Interrupted
+
 
 @dataclass
 class DistInfo:
@@ -248,12 +250,8 @@ def wrap_model(module: torch.nn.Module, blocks, parallel: str, info: DistInfo, p
 # ---- signals: SIGINT/SIGTERM checkpoint and exit at a step boundary; a second one stops at once --------------------
 
 
-class StoppedNow(KeyboardInterrupt):
+class StoppedNow(Interrupted):
     """A second signal: leave now, without a checkpoint (a KeyboardInterrupt: no `except Exception` swallows it)."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
 
 
 class StopFlag:
