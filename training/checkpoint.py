@@ -34,11 +34,14 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import torch
+import torch.distributed.checkpoint.state_dict as dcp  # unsharded state dicts keyed by name, at any world size
 import yaml
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 from safetensors.torch import save as save_safetensors
+from tokenizers import Tokenizer
 
+from data.cache import open_intact
 from data.tokenizer import SPECIAL_TOKENS_FILE, file_hash
 from model import ModelConfig, Transformer
 from training import distributed as D
@@ -559,8 +562,6 @@ def open_checkpoint(path: str, outputs_dir: str = "outputs", verify_files: bool 
     """(checkpoint, its model config) for a checkpoint, run dir, `latest` or `best`: its format read, its files checked
     against the manifest (unless off), its tokenizer's ids inside the model's vocabulary — what every loader does
     before it trusts anything; the weights are checked as they are read (read_weights)."""
-    from tokenizers import Tokenizer
-
     ckpt = resolve_checkpoint(path, outputs_dir)
     verify(ckpt) if verify_files else read_manifest(ckpt)  # unverified, a foreign format is still refused
     cfg = load_model_config(ckpt)
@@ -612,8 +613,6 @@ def load_model(
     path: str, device="cpu", dtype: torch.dtype = torch.float32, verify: bool = True, outputs_dir: str = "outputs"
 ):
     """(Transformer in eval mode, tokenizer, checkpoint) for inference, checked first."""
-    from tokenizers import Tokenizer
-
     ckpt, cfg = open_checkpoint(path, outputs_dir, verify)
     model = Transformer(cfg)
     model.load_state_dict(read_weights(model, ckpt))
@@ -663,31 +662,23 @@ def rng_states_of_this_process() -> dict:
 
 def _full(**options):
     """torch.distributed.checkpoint's unsharded state dicts, keyed by parameter name: what any world size loads."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions
-
-    return StateDictOptions(full_state_dict=True, **options)
+    return dcp.StateDictOptions(full_state_dict=True, **options)
 
 
 def full_model_state(model: torch.nn.Module) -> dict:
     """The unsharded state dict of the unwrapped model (under torchrun, gathered: every rank calls it)."""
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict
-
-    return get_model_state_dict(model, options=_full(cpu_offload=True))
+    return dcp.get_model_state_dict(model, options=_full(cpu_offload=True))
 
 
 def full_optimizer_state(model: torch.nn.Module, optimizers: list) -> dict:
     """{"state": {name: ...}, "param_groups": [{..., "params": [names]}]}: several optimizers in one dict."""
-    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
-
-    return get_optimizer_state_dict(model, optimizers, options=_full(cpu_offload=True))
+    return dcp.get_optimizer_state_dict(model, optimizers, options=_full(cpu_offload=True))
 
 
 def load_full_state(model: torch.nn.Module, optimizers, model_state: dict, optim_state) -> None:
-    from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
-
-    set_model_state_dict(model, model_state, options=_full(broadcast_from_rank0=False))
+    dcp.set_model_state_dict(model, model_state, options=_full(broadcast_from_rank0=False))
     if optimizers is not None and optim_state is not None:
-        set_optimizer_state_dict(model, optimizers, optim_state, options=_full(broadcast_from_rank0=False))
+        dcp.set_optimizer_state_dict(model, optimizers, optim_state, options=_full(broadcast_from_rank0=False))
 
 
 # ---- resume and init_from: one open, two uses ----------------------------------------------------------------------
@@ -744,8 +735,6 @@ class Resume(Opened):
 
     def cached_data(self, cache_dir: str):
         """The token cache the run trained on, if it is still in `cache_dir` and intact (the corpus may have moved)."""
-        from data.cache import open_intact
-
         return open_intact(Path(cache_dir) / self.fields["data"]["cache"])
 
     def check_data(self, now: dict, go_on: bool) -> Optional[dict]:

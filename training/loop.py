@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from data import SAMPLERS, eval_windows, windows_per_epoch
+from data.tokenizer import read_special_tokens
 from model import Transformer
 from model.attention import hook_attention_logits
 from training import distributed as D
@@ -513,8 +514,6 @@ class Validator:
         self.cfg, self.parts, self.data, self.windows, self.info, self.state = cfg, parts, data, windows, info, state
         self.weights = block_weights(parts.raw_model) if cfg.trainer.weight_change else None
         if self._samples():  # read once: a data cache deleted mid-run must not end the run at its next sample
-            from data.tokenizer import read_special_tokens
-
             self.tokenizer, self.eos = data.tokenizer(), read_special_tokens(data.dir)["eos"]
         self.every_for = (None, None)  # (max_steps, its interval): re-derived only when a plan moves the end
 
