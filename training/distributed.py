@@ -12,6 +12,7 @@ from typing import Optional, Tuple
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 from training import Interrupted
 
@@ -229,14 +230,12 @@ def resolve_parallel(parallel: str, world_size: int) -> str:
 def wrap_model(module: torch.nn.Module, blocks, parallel: str, info: DistInfo, precision: str) -> torch.nn.Module:
     """DDP replicates `module`; FSDP2 shards every block, then the root (embedding, norm, head)."""
     if parallel == "ddp":
-        from torch.nn.parallel import DistributedDataParallel
-
         # The only buffers are RoPE's tables, derived from the config: re-broadcasting them each forward is waste.
         return DistributedDataParallel(
             module, device_ids=[info.device.index] if info.device.type == "cuda" else None, forward_sync_buffers=False
         )
     if parallel == "fsdp":
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # tests patch the module's fully_shard
 
         kwargs = {}
         if precision == "bf16" and info.device.type == "cuda":  # bf16 compute and gathers, fp32 reduction and masters
