@@ -70,8 +70,8 @@ def run(dict_cfg: DictConfig, info: D.DistInfo) -> float:
             claim.release()
     if outcome.signum is not None:
         if spec.multirun:  # Hydra's launcher would start the next job as soon as this one returns
-            say(f"{D.signal_name(outcome.signum)}: sweep stopped; the jobs after this one were not started")
-        sys.exit(D.exit_status(outcome.signum))
+            say(f"{signal.Signals(outcome.signum).name}: sweep stopped; the jobs after this one were not started")
+        sys.exit(128 + outcome.signum)
     state = outcome.state
     if state.step < state.max_steps and not state.stopped_early:
         say(f"stopped at trainer.stop_at_step={state.step}; continue with: python train.py resume={run_dir}")
@@ -111,11 +111,13 @@ def main(dict_cfg: DictConfig) -> float:
             "at the next start",
             file=sys.stderr,
         )
-        sys.exit(D.exit_status(e.signum))
+        sys.exit(128 + e.signum)
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM before the loop's handler (data preparation, compile)
         signum = getattr(e, "signum", signal.SIGINT)
-        print(f"\n{D.signal_name(signum)}: interrupted before training started; nothing was saved", file=sys.stderr)
-        sys.exit(D.exit_status(signum))
+        print(
+            f"\n{signal.Signals(signum).name}: interrupted before training started; nothing was saved", file=sys.stderr
+        )
+        sys.exit(128 + signum)
     except ValueError as e:  # DataError, CheckpointError, ConfigError, NonFiniteLoss, … included
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise

@@ -44,9 +44,8 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, fields: dict) -> "ModelConfig":
-        """A config from a saved model_config.json. Files without vocab_multiple predate padded vocabularies (their
-        embedding has vocab_size rows); attention_kernel named a CPU kernel of SDPA's function, since removed."""
-        return cls(**{"vocab_multiple": 1, **{k: v for k, v in fields.items() if k != "attention_kernel"}})
+        """A config from a saved model_config.json (format 1's older keys are refused with the format itself)."""
+        return cls(**fields)
 
     def __post_init__(self):
         from model.mlp import MLPS  # the variants' classes, hence torch: only once a model config is built

@@ -15,11 +15,11 @@ from safetensors import safe_open
 import training.checkpoint as C
 from model import ModelConfig, Transformer
 from tests.test_checkpoint import CFG, model_and_tokenizer, save, tokenizer_file  # noqa: F401 (fixture)
+from training import one_line
 from training.checkpoint import (
     TIED_KEY,
     CheckpointError,
     CheckpointWriteError,
-    first_line,
     list_checkpoints,
     load_model,
     load_model_config,
@@ -250,10 +250,12 @@ def test_refused_and_damaged_files_have_one_whole_line(tmp_path, model_and_path,
     )
 
 
-def test_first_line_of_an_error_is_never_empty_nor_long():
-    assert first_line(RuntimeError("")) == "RuntimeError"
-    assert first_line(RuntimeError("  first\nsecond")) == "first"
-    assert first_line(RuntimeError("x" * 500)) == "x" * 200
+def test_one_line_of_an_error_is_never_empty_and_cut_where_asked():
+    assert one_line(RuntimeError("")) == "RuntimeError"
+    assert one_line(RuntimeError("  first\nsecond")) == "first"
+    assert one_line(RuntimeError("x" * 500), 200) == "x" * 200 and one_line(RuntimeError("x" * 500)) == "x" * 500
+    assert one_line(RuntimeError(""), typed=True) == "RuntimeError"
+    assert one_line(RuntimeError("bad\nmore"), 2, typed=True) == "RuntimeError: ba"
 
 
 class FakeCuda:

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from model import ModelConfig, Transformer
 from training.distributed import DistInfo
-from training.evaluation import evaluate, full_split_windows
+from training.evaluation import Windows, evaluate, full_split_windows
 from training.loop import CausalLMLoss, autocast_context
 
 FP32 = autocast_context("fp32", torch.device("cpu"))
@@ -25,7 +25,7 @@ def test_tiles_loss_perplexity_and_bits_per_byte_match_a_direct_computation():
     model = tiny()
     windows = torch.randint(0, 50, (5, 17))  # 5 windows: the last micro-batch is a partial one
     meta = {"val_tokens": 1000, "val_bytes": 3500}
-    out = evaluate(CausalLMLoss(model), windows, 2, FP32, meta, DistInfo())
+    out = evaluate(CausalLMLoss(model), Windows.from_tiles(windows), 2, FP32, meta, DistInfo())
     with torch.no_grad():
         logits = model(windows[:, :-1])
     expected = F.cross_entropy(logits.flatten(0, 1), windows[:, 1:].reshape(-1)).item()
@@ -73,7 +73,9 @@ def test_evaluation_runs_every_module_in_eval_mode_and_gives_one_number_with_dro
     loss, seen = CausalLMLoss(model).train(), set()
     hooks = [m.register_forward_pre_hook(lambda m, args: seen.add(m.training)) for m in loss.modules()]
     windows, meta = torch.randint(0, 50, (4, 17)), {"val_tokens": 100, "val_bytes": 300}
-    first, second = (evaluate(loss, windows, 2, FP32, meta, DistInfo())["val_loss"] for _ in range(2))
+    first, second = (
+        evaluate(loss, Windows.from_tiles(windows), 2, FP32, meta, DistInfo())["val_loss"] for _ in range(2)
+    )
     for hook in hooks:
         hook.remove()
     assert seen == {False} and first == second

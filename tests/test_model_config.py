@@ -103,39 +103,6 @@ def test_round_trip_through_json(fields):
     assert ModelConfig.from_dict(data) == cfg == ModelConfig(**data)
 
 
-def test_model_config_json_written_before_padding_still_loads():
-    """model_config.json as checkpoints wrote it until now: resolved sizes, no vocab_multiple."""
-    old = {
-        "vocab_size": 301,
-        "hidden_size": 64,
-        "n_layers": 2,
-        "n_heads": 4,
-        "n_kv_heads": 2,
-        "multiple_of": 16,
-        "ffn_dim_multiplier": None,
-        "intermediate_size": 176,
-        "max_seq_len": 64,
-        "norm": "rmsnorm",
-        "mlp": "swiglu",
-        "norm_eps": 1e-05,
-        "rope_theta": 10000.0,
-        "tie_embeddings": True,
-        "dropout": 0.0,
-        "init_std": 0.02,
-    }
-    cfg = ModelConfig.from_dict(old)
-    assert cfg.padded_vocab_size == 301  # its embedding has exactly vocab_size rows (odd: no multiple pads it)
-    assert (cfg.resolved_n_kv_heads, cfg.resolved_intermediate_size, cfg.qk_norm) == (2, 176, False)
-
-
-def test_model_config_json_naming_the_removed_attention_kernel_still_loads():
-    """model.attention_kernel chose a CPU kernel of SDPA's function until it was removed: its key is dropped."""
-    saved = {**dataclasses.asdict(ModelConfig(vocab_size=301, hidden_size=64, n_heads=4)), "attention_kernel": "auto"}
-    assert ModelConfig.from_dict(saved) == ModelConfig(vocab_size=301, hidden_size=64, n_heads=4)
-    with pytest.raises(TypeError):  # only a saved file's key is forgiven, not a typed field
-        ModelConfig(attention_kernel="sdpa")
-
-
 @pytest.mark.parametrize(
     "fields, field, hint",
     [

@@ -15,7 +15,6 @@ from training.distributed import bf16_fast
 from training.optim import (
     UNPLANNED_END,
     apply_schedule,
-    build_optimizer,
     build_optimizers,
     hidden_matrices,
     lr_at,
@@ -132,7 +131,7 @@ def test_fused_optimizer_matches_plain():
     a, b = tiny_model(), tiny_model()
     b.load_state_dict(a.state_dict())
     x = torch.randint(0, 64, (2, 8))
-    opts = [build_optimizer(m, OptimConfig(impl=impl), "cpu") for m, impl in ((a, "fused"), (b, "plain"))]
+    opts = [build_optimizers(m, OptimConfig(impl=impl), "cpu")[0] for m, impl in ((a, "fused"), (b, "plain"))]
     for _ in range(3):
         for m, opt in zip((a, b), opts):
             m(x).float().logsumexp(-1).mean().backward()
@@ -217,10 +216,10 @@ def test_adamw_gets_the_kernel_and_hyperparameters_asked_for(impl, device, fused
         captured = {}
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(optim.torch.optim, "AdamW", lambda groups, **kw: captured.update(kw))
-            optim.build_optimizer(model, cfg, device)
+            optim.build_optimizers(model, cfg, device)
         assert captured.get("fused") is fused and captured.get("foreach") is foreach
         return
-    opt = build_optimizer(model, cfg, device)
+    (opt,) = build_optimizers(model, cfg, device)
     d = opt.defaults
     assert (d["fused"], d["foreach"]) == (fused, foreach)
     assert (d["lr"], d["betas"], d["eps"]) == (2e-3, (0.8, 0.9), 1e-7)

@@ -87,6 +87,6 @@ def test_job_status_round_trips_in_its_written_order(tmp_path):
 
 def test_a_checkpoint_holds_the_runs_config_under_the_same_name(tmp_path):
     (tmp_path / F.CONFIG).write_text("data: {source: shakespeare}\n")
-    assert F.read_config(tmp_path) == {"data": {"source": "shakespeare"}}
+    assert RunFiles(tmp_path).read_config() == {"data": {"source": "shakespeare"}}
     with pytest.raises(OSError):
-        F.read_config(tmp_path / "missing")
+        RunFiles(tmp_path / "missing").read_config()

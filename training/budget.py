@@ -1,6 +1,7 @@
 """trainer.time_budget: max_steps planned from the measured speed (steps, evaluations, checkpoints, compiling) and
 re-planned as a shared machine's speed moves; never past max_steps / max_epochs (`cap`). docs/training.md."""
 
+import collections
 import math
 import time
 from dataclasses import dataclass
@@ -67,14 +68,8 @@ class LoopCost:
         return cls(step_s=tokens_per_step / tokens_per_s, eval_s=eval_s, save_s=0.0, fixed_s=fixed_s)
 
 
-@dataclass
-class Mark:
-    """Where a speed window starts: the step, the clock, and the clock's paused and compiling seconds then."""
-
-    step: int
-    wall: float
-    paused: dict
-    compile_s: float
+# Where a speed window starts: the step, the clock, and the clock's paused and compiling seconds then.
+Mark = collections.namedtuple("Mark", "step wall paused compile_s")
 
 
 class TimeBudget:

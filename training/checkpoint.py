@@ -34,15 +34,18 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import torch
-import torch.distributed as dist
+import torch.distributed.checkpoint.state_dict as dcp  # unsharded state dicts keyed by name, at any world size
 import yaml
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 from safetensors.torch import save as save_safetensors
+from tokenizers import Tokenizer
 
+from data.cache import open_intact
 from data.tokenizer import SPECIAL_TOKENS_FILE, file_hash
 from model import ModelConfig, Transformer
 from training import distributed as D
+from training import one_line
 from training.budget import clock
 from training.optim import UNPLANNED_END, lr_at
 
@@ -71,11 +74,6 @@ class NonFiniteCheckpoint(CheckpointError):
     """NaN/inf weights or optimizer state: nothing written."""
 
 
-def first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return (text.splitlines()[0] if text else type(error).__name__)[:200]
-
-
 @dataclass(frozen=True)
 class RunFiles:
     """One run directory's files."""
@@ -99,7 +97,8 @@ class RunFiles:
         return self.config.is_file() and self.metrics.is_file()
 
     def read_config(self) -> dict:
-        return read_config(self.root)
+        """config.yaml. OSError for a missing file, yaml.YAMLError for a corrupt one."""
+        return yaml.safe_load(self.config.read_text()) or {}
 
     def read_job_status(self) -> Optional[dict]:
         """job_status.yaml (lab/launcher.py writes it), or None where the job never finished."""
@@ -111,11 +110,6 @@ class RunFiles:
 
     def write_job_status(self, status: dict) -> None:
         self.job_status.write_text(yaml.safe_dump(status, sort_keys=False))
-
-
-def read_config(directory: Path) -> dict:
-    """The config.yaml of a run or a checkpoint. OSError for a missing file, yaml.YAMLError for a corrupt one."""
-    return yaml.safe_load((Path(directory) / CONFIG).read_text()) or {}
 
 
 # ---- the resumable state ----------------------------------------------------------------------------------------
@@ -393,7 +387,7 @@ def write_error_cause(error: OSError, path: Path, folder: Optional[Path] = None)
             "another process removed it: is a second run writing into this run directory?",
         ),
         errno.EIO: ("I/O error", "the disk may be failing: check it (dmesg) and write the run elsewhere"),
-    }.get(code, ((os.strerror(code) if code else first_line(error)).lower(), f"fix the disk or {elsewhere}"))
+    }.get(code, ((os.strerror(code) if code else one_line(error, 200)).lower(), f"fix the disk or {elsewhere}"))
     return f"{cause} while writing {path}; {fix}"
 
 
@@ -451,11 +445,10 @@ def save_checkpoint(
     weights = {k: v.detach().contiguous().cpu() for k, v in model_state.items()}
     if model_cfg.tie_embeddings:
         weights.pop(TIED_KEY, None)  # the embedding's storage; safetensors refuses shared tensors
-    if bad := nonfinite_tensors(weights) or nonfinite_tensors(optimizer_state or {}, "optimizer"):
+    bad_weights = nonfinite_tensors(weights)
+    if bad := bad_weights or nonfinite_tensors(optimizer_state or {}, "optimizer"):
         what = (
-            f"{len(nonfinite_tensors(weights))} of {len(weights)} weight tensors hold"
-            if nonfinite_tensors(weights)
-            else "the optimizer state holds"
+            f"{len(bad_weights)} of {len(weights)} weight tensors hold" if bad_weights else "the optimizer state holds"
         )
         raise NonFiniteCheckpoint(f"refusing to save step {step}: {what} NaN or inf (first: {bad[0]})")
     files = {
@@ -569,15 +562,13 @@ def open_checkpoint(path: str, outputs_dir: str = "outputs", verify_files: bool 
     """(checkpoint, its model config) for a checkpoint, run dir, `latest` or `best`: its format read, its files checked
     against the manifest (unless off), its tokenizer's ids inside the model's vocabulary — what every loader does
     before it trusts anything; the weights are checked as they are read (read_weights)."""
-    from tokenizers import Tokenizer
-
     ckpt = resolve_checkpoint(path, outputs_dir)
     verify(ckpt) if verify_files else read_manifest(ckpt)  # unverified, a foreign format is still refused
     cfg = load_model_config(ckpt)
     try:
         vocab = Tokenizer.from_file(str(ckpt / TOKENIZER)).get_vocab(with_added_tokens=True)
     except Exception as e:  # tokenizers raises a bare Exception for unreadable files
-        raise CheckpointError(f"{ckpt}/tokenizer.json is unreadable ({first_line(e)}); use another checkpoint")
+        raise CheckpointError(f"{ckpt}/tokenizer.json is unreadable ({one_line(e, 200)}); use another checkpoint")
     if max(vocab.values(), default=-1) >= cfg.vocab_size:  # more rows than ids is fine; fewer is not
         raise CheckpointError(
             f"checkpoint {ckpt} contradicts itself: tokenizer.json has token ids up to {max(vocab.values())} but "
@@ -622,8 +613,6 @@ def load_model(
     path: str, device="cpu", dtype: torch.dtype = torch.float32, verify: bool = True, outputs_dir: str = "outputs"
 ):
     """(Transformer in eval mode, tokenizer, checkpoint) for inference, checked first."""
-    from tokenizers import Tokenizer
-
     ckpt, cfg = open_checkpoint(path, outputs_dir, verify)
     model = Transformer(cfg)
     model.load_state_dict(read_weights(model, ckpt))
@@ -646,7 +635,7 @@ def safe_torch_load(path: Path):
         raise CheckpointError(f"{path} is missing; the checkpoint is incomplete, resume from another one") from None
     except Exception as e:  # RuntimeError, EOFError, … for truncated or corrupt archives
         raise CheckpointError(
-            f"{path} is truncated or corrupt ({first_line(e).split('. ')[0]}); resume from an older checkpoint"
+            f"{path} is truncated or corrupt ({one_line(e, 200).split('. ')[0]}); resume from an older checkpoint"
         ) from None
 
 
@@ -671,74 +660,25 @@ def rng_states_of_this_process() -> dict:
 # ---- full state dicts: the format at any world size ----------------------------------------------------------------
 
 
-def _full_options():
-    from torch.distributed.checkpoint.state_dict import StateDictOptions
-
-    return StateDictOptions(full_state_dict=True, cpu_offload=True)
+def _full(**options):
+    """torch.distributed.checkpoint's unsharded state dicts, keyed by parameter name: what any world size loads."""
+    return dcp.StateDictOptions(full_state_dict=True, **options)
 
 
 def full_model_state(model: torch.nn.Module) -> dict:
     """The unsharded state dict of the unwrapped model (under torchrun, gathered: every rank calls it)."""
-    if not dist.is_initialized():  # one process: no DTensor imports (~1.5 s a start)
-        return {k: v.detach() for k, v in model.state_dict().items()}
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict
-
-    return get_model_state_dict(model, options=_full_options())
+    return dcp.get_model_state_dict(model, options=_full(cpu_offload=True))
 
 
 def full_optimizer_state(model: torch.nn.Module, optimizers: list) -> dict:
-    """{"state": {name: ...}, "param_groups": [{..., "params": [names]}]}: several optimizers in one dict, keyed by
-    parameter name, so it loads at any world size."""
-    if dist.is_initialized():
-        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
-
-        return get_optimizer_state_dict(model, optimizers, options=_full_options())
-    names, state, groups = {id(p): n for n, p in model.named_parameters()}, {}, []
-    for optimizer in optimizers:
-        saved, params = optimizer.state_dict(), [p for g in optimizer.param_groups for p in g["params"]]
-        state.update({names[id(params[i])]: value for i, value in saved["state"].items()})
-        groups += [
-            {**{k: v for k, v in s.items() if k != "params"}, "params": [names[id(p)] for p in g["params"]]}
-            for g, s in zip(optimizer.param_groups, saved["param_groups"])
-        ]
-    return {"state": state, "param_groups": groups}
+    """{"state": {name: ...}, "param_groups": [{..., "params": [names]}]}: several optimizers in one dict."""
+    return dcp.get_optimizer_state_dict(model, optimizers, options=_full(cpu_offload=True))
 
 
 def load_full_state(model: torch.nn.Module, optimizers, model_state: dict, optim_state) -> None:
-    if dist.is_initialized():
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            set_model_state_dict,
-            set_optimizer_state_dict,
-        )
-
-        opts = StateDictOptions(full_state_dict=True, broadcast_from_rank0=False)
-        set_model_state_dict(model, model_state, options=opts)
-        if optimizers is not None and optim_state is not None:
-            set_optimizer_state_dict(model, optimizers, optim_state, options=opts)
-        return
-    model.load_state_dict(model_state)
-    if optimizers is None or optim_state is None:
-        return
-    names = {id(p): n for n, p in model.named_parameters()}
-    saved_groups = {frozenset(g["params"]): g for g in optim_state["param_groups"]}
-    for optimizer in optimizers:
-        params, groups = [p for g in optimizer.param_groups for p in g["params"]], []
-        index = {id(p): i for i, p in enumerate(params)}
-        for group in optimizer.param_groups:
-            saved = saved_groups.get(frozenset(names[id(p)] for p in group["params"]))
-            if saved is None:
-                raise ValueError(
-                    "the checkpoint's optimizer state does not fit this optimizer (its parameter groups "
-                    "differ: another optim.name?); resume with the optimizer it was saved with"
-                )
-            groups.append(
-                {**{k: v for k, v in saved.items() if k != "params"}, "params": [index[id(p)] for p in group["params"]]}
-            )
-        state = {
-            i: optim_state["state"][names[id(p)]] for i, p in enumerate(params) if names[id(p)] in optim_state["state"]
-        }
-        optimizer.load_state_dict({"state": state, "param_groups": groups})
+    dcp.set_model_state_dict(model, model_state, options=_full(broadcast_from_rank0=False))
+    if optimizers is not None and optim_state is not None:
+        dcp.set_optimizer_state_dict(model, optimizers, optim_state, options=_full(broadcast_from_rank0=False))
 
 
 # ---- resume and init_from: one open, two uses ----------------------------------------------------------------------
@@ -766,9 +706,10 @@ class Opened:
     path: Path
     model: ModelConfig
 
-    def refuse_changes(self, run_model: ModelConfig, what: str, fix: str) -> None:
+    def check_fits(self, run_model: ModelConfig) -> None:
+        """model.* overrides may not change the architecture: each change named, and what to do."""
         if changed := architecture_changes(run_model, self.model):
-            raise CheckpointError(f"cannot {what} {self.path} with {', '.join(changed)}: {fix}")
+            raise CheckpointError(f"cannot {self.verb} {self.path} with {', '.join(changed)}: {self.fix}")
 
 
 @dataclass(frozen=True)
@@ -776,6 +717,7 @@ class Resume(Opened):
     """A checkpoint a run continues from — its step, schedule, optimizer state, RNG, data and run directory."""
 
     fields: dict  # state.json
+    verb, fix = "resume", "a resumed run keeps the checkpoint's architecture; drop those model.* overrides"
 
     @classmethod
     def open(cls, path: str, outputs_dir: str = "outputs", verify: bool = True) -> "Resume":
@@ -783,21 +725,16 @@ class Resume(Opened):
         try:
             return cls(ckpt, model, read_state(ckpt))
         except (OSError, ValueError) as e:
-            raise CheckpointError(f"{ckpt}/state.json is unreadable ({first_line(e)}); resume from an older checkpoint")
+            raise CheckpointError(
+                f"{ckpt}/state.json is unreadable ({one_line(e, 200)}); resume from an older checkpoint"
+            )
 
     step = property(lambda self: self.fields["step"])
     precision = property(lambda self: self.fields["precision"])
     run_dir = property(lambda self: run_dir_of(self.path))  # None for a checkpoint copied out of its run
 
-    def check_fits(self, run_model: ModelConfig) -> None:
-        self.refuse_changes(
-            run_model, "resume", "a resumed run keeps the checkpoint's architecture; drop those model.* overrides"
-        )
-
     def cached_data(self, cache_dir: str):
         """The token cache the run trained on, if it is still in `cache_dir` and intact (the corpus may have moved)."""
-        from data.cache import open_intact
-
         return open_intact(Path(cache_dir) / self.fields["data"]["cache"])
 
     def check_data(self, now: dict, go_on: bool) -> Optional[dict]:
@@ -910,6 +847,13 @@ class InitFrom(Opened):
     it takes only what the weights need, the architecture and the tokenizer."""
 
     source: str  # what the user named: a path, `latest`, `best`, or a Hugging Face directory
+    verb, fix = (
+        "start from",
+        (
+            "init_from keeps the checkpoint's architecture (its weights fit no other); drop those model.* overrides, "
+            f"or train from scratch without init_from (model.* may change {', '.join(RESUMABLE_CHANGES)})"
+        ),
+    )
 
     @classmethod
     def open(cls, path: str, outputs_dir: str = "outputs", verify: bool = True, source: Optional[str] = None):
@@ -924,14 +868,6 @@ class InitFrom(Opened):
         step, where = checkpoint_step(self.path), str(self.path)
         where = f"{self.source} → {where}" if self.source != where else where
         return f"weights: from {where}" + (f" (its step {step})" if step else "") + "; a new run from step 0"
-
-    def check_fits(self, run_model: ModelConfig) -> None:
-        self.refuse_changes(
-            run_model,
-            "start from",
-            "init_from keeps the checkpoint's architecture (its weights fit no other); drop those model.* overrides, "
-            f"or train from scratch without init_from (model.* may change {', '.join(RESUMABLE_CHANGES)})",
-        )
 
     def check_tokenizer(self, tokenizer_path: str) -> None:
         if file_hash(Path(tokenizer_path)) != file_hash(self.path / TOKENIZER):
@@ -1079,6 +1015,7 @@ def discard_if_unused(path: Path, failed_start: bool = False) -> None:
         claim.exists() and not (owner and owner["pid"] == os.getpid() and owner["host"] == socket.gethostname())
     ):
         return
+
     disposable = (
         (lambda p: p.suffix == ".log" or p.name == CONFIG)
         if failed_start

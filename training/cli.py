@@ -25,6 +25,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from data.tokenizer import load_tokenizer
 from model.config import ModelConfig
+from training import Interrupted, one_line
 from training.config import TrainConfig
 
 if typing.TYPE_CHECKING:  # the checkpoint (torch) is imported where one is opened: preparing data never loads it
@@ -34,19 +35,6 @@ if typing.TYPE_CHECKING:  # the checkpoint (torch) is imported where one is open
 
 REPO = Path(__file__).resolve().parents[1]  # configs/, train.py and BENCHMARKS.md live here
 USER_ERRORS = (ValueError, OSError)  # DataError, CheckpointError, ConfigError, … are ValueErrors
-
-
-def one_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
-
-
-class Interrupted(KeyboardInterrupt):
-    """SIGTERM raised as Ctrl-C is: `finally` blocks run (a half-built cache is removed), then one line and 143."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
 
 
 def sigterm_interrupts() -> None:
@@ -69,10 +57,7 @@ def exit_status(
         return 1
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", signal.SIGINT)
-        print(
-            interrupted or f"\n{signal.Signals(signum).name}: interrupted",
-            file=sys.stderr,
-        )
+        print(interrupted or f"\n{signal.Signals(signum).name}: interrupted", file=sys.stderr)
         return 128 + int(signum)
 
 

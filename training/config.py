@@ -37,10 +37,8 @@ class OptimConfig:
             ("impl", ADAMW_IMPLS),
             ("muon_ns_dtype", ("auto", "bf16", "fp32")),
         ):
-            _require(
-                getattr(self, key) in choices,
-                f"optim.{key}={getattr(self, key)!r} is unknown; choose {' or '.join(choices)}",
-            )
+            value = getattr(self, key)
+            _require(value in choices, f"optim.{key}={value!r} is unknown; choose {_any(choices)}")
         _require(self.lr > 0, f"optim.lr={self.lr} must be > 0 (e.g. 3e-3)")
         _require(0 <= self.min_lr <= self.lr, f"optim.min_lr={self.min_lr} must be between 0 and optim.lr={self.lr}")
         for key in ("warmup_steps", "weight_decay", "grad_clip"):
@@ -130,27 +128,18 @@ class TrainerConfig:
             value = getattr(self, key)
             _require(value is None or value > 0, f"trainer.{key}={value} must be > 0, or null")
         _require(self.epoch_warning > 0, f"trainer.epoch_warning={self.epoch_warning} must be > 0")
-        _require(
-            self.precision in ("auto", "bf16", "fp32"),
-            f"trainer.precision={self.precision!r} is unknown; choose auto, bf16 or fp32",
-        )
-        _require(
-            self.parallel in ("auto", "none", "ddp", "fsdp"),
-            f"trainer.parallel={self.parallel!r} is unknown; choose auto, none, ddp or fsdp",
-        )
+        self.compile, self.chunked_loss = str(self.compile).lower(), str(self.chunked_loss).lower()  # YAML's true
+        for key, choices in (
+            ("precision", ("auto", "bf16", "fp32")),
+            ("parallel", ("auto", "none", "ddp", "fsdp")),
+            ("compile", ("auto", "true", "false")),
+            ("chunked_loss", ("auto", "true", "false")),
+        ):
+            value = getattr(self, key)
+            _require(value in choices, f"trainer.{key}={value!r} is unknown; choose {_any(choices)}")
         _require(
             not (self.weight_change and self.parallel == "fsdp"),
             "trainer.weight_change=true needs whole weights on each rank; use trainer.parallel=ddp or none",
-        )
-        self.compile = str(self.compile).lower()
-        _require(
-            self.compile in ("auto", "true", "false"),
-            f"trainer.compile={self.compile!r} is unknown; choose auto, true or false",
-        )
-        self.chunked_loss = str(self.chunked_loss).lower()
-        _require(
-            self.chunked_loss in ("auto", "true", "false"),
-            f"trainer.chunked_loss={self.chunked_loss!r} is unknown; choose auto, true or false",
         )
         _require(
             any(getattr(self, key) for key in ("max_steps", "max_epochs", "time_budget")),
@@ -219,3 +208,7 @@ class TrainConfig:
 def _require(ok: bool, message: str) -> None:
     if not ok:
         raise ValueError(message)
+
+
+def _any(choices: tuple) -> str:
+    return f"{', '.join(choices[:-1])} or {choices[-1]}"

@@ -12,12 +12,14 @@ from typing import Optional, Tuple
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from training import Interrupted
 
 
 @dataclass
 class DistInfo:
     rank: int = 0
-    local_rank: int = 0
     world_size: int = 1
     device: torch.device = torch.device("cpu")
     cpu_group: object = None  # a gloo group for host-side flags when the main group is nccl
@@ -152,7 +154,7 @@ def process_info(device_name: str) -> DistInfo:
     device = pick_device(device_name, local_rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    return DistInfo(rank, local_rank, world, device)
+    return DistInfo(rank, world, device)
 
 
 def join(info: DistInfo, timeout_s: int) -> None:
@@ -228,14 +230,12 @@ def resolve_parallel(parallel: str, world_size: int) -> str:
 def wrap_model(module: torch.nn.Module, blocks, parallel: str, info: DistInfo, precision: str) -> torch.nn.Module:
     """DDP replicates `module`; FSDP2 shards every block, then the root (embedding, norm, head)."""
     if parallel == "ddp":
-        from torch.nn.parallel import DistributedDataParallel
-
         # The only buffers are RoPE's tables, derived from the config: re-broadcasting them each forward is waste.
         return DistributedDataParallel(
             module, device_ids=[info.device.index] if info.device.type == "cuda" else None, forward_sync_buffers=False
         )
     if parallel == "fsdp":
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # tests patch the module's fully_shard
 
         kwargs = {}
         if precision == "bf16" and info.device.type == "cuda":  # bf16 compute and gathers, fp32 reduction and masters
@@ -249,12 +249,8 @@ def wrap_model(module: torch.nn.Module, blocks, parallel: str, info: DistInfo, p
 # ---- signals: SIGINT/SIGTERM checkpoint and exit at a step boundary; a second one stops at once --------------------
 
 
-class StoppedNow(KeyboardInterrupt):
+class StoppedNow(Interrupted):
     """A second signal: leave now, without a checkpoint (a KeyboardInterrupt: no `except Exception` swallows it)."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
 
 
 class StopFlag:
@@ -278,12 +274,3 @@ class StopFlag:
         """Another rank died and torchrun will SIGTERM this one: ignored from here, so the `error:` line gets out."""
         self.restore()
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-
-
-def exit_status(signum: int) -> int:
-    """The shell's convention, 128 + signal: 130 for Ctrl-C, 143 for SIGTERM."""
-    return 128 + int(signum)
-
-
-def signal_name(signum: int) -> str:
-    return signal.Signals(signum).name

@@ -168,9 +168,8 @@ def score(
 
 @torch.no_grad()
 def evaluate(compute_loss, windows, batch_size: int, autocast: Callable, meta: dict, info: D.DistInfo) -> dict:
-    """Validation loss, perplexity and bits per byte over every rank's windows (Windows, or (N, T + 1) tiles), through
-    the training loss module: evaluation runs the graph training runs."""
-    windows = Windows.from_tiles(windows) if isinstance(windows, torch.Tensor) else windows
+    """Validation loss, perplexity and bits per byte over every rank's windows, through the training loss module:
+    evaluation runs the graph training runs."""
     compute_loss.eval()
     nats, tokens = score(compute_loss, windows, batch_size, info.device, autocast)
     nats, tokens = (D.all_reduce_mean(t, info).item() for t in (nats, tokens))  # note: a CPU-GPU sync point

@@ -5,6 +5,7 @@ import contextlib
 import itertools
 import math
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -15,11 +16,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
 from data import SAMPLERS, eval_windows, windows_per_epoch
+from data.tokenizer import read_special_tokens
 from model import Transformer
 from model.attention import hook_attention_logits
 from training import distributed as D
+from training import one_line
 from training.budget import TimeBudget, clock
 from training.checkpoint import Checkpointer, InitFrom, Resume, RunState, data_identity
 from training.config import TrainConfig
@@ -93,8 +97,6 @@ def enable_tf32(device: torch.device, enabled: bool = True) -> bool:
 def cache_for_this_cpu() -> Path:
     """Inductor's cache, one folder per ATen CPU capability: torch 2.13's cache key leaves it out, and graphs reused
     across capabilities corrupted the heap or made a first step non-finite. Idempotent; before anything compiles."""
-    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-
     current = Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or default_cache_dir()).absolute()
     root = current.parent if current.name.startswith("aten-") else current
     folder = root / f"aten-{torch.backends.cpu.get_cpu_capability().lower()}"
@@ -112,7 +114,7 @@ def resolve_compile(requested: Union[str, bool], device: torch.device) -> Tuple[
     if not torch._dynamo.is_dynamo_supported():
         return False, f"torch.compile does not support Python {sys.version_info.major}.{sys.version_info.minor}"
     if device.type == "cuda":
-        from torch.utils._triton import has_triton
+        from torch.utils._triton import has_triton  # tests patch the module's has_triton
 
         return (
             (True, "CUDA: inductor with Triton kernels")
@@ -137,17 +139,11 @@ def cpu_toolchain_works() -> Tuple[bool, str]:
                 "CPU: inductor's C++ toolchain works" if ok else "CPU: inductor's test kernel gave a wrong result",
             )
         except Exception as e:  # any failure here means "don't compile", with the reason
-            _TOOLCHAIN = (False, f"CPU: inductor's C++ toolchain failed ({_one_line(e)})")
+            _TOOLCHAIN = (False, f"CPU: inductor's C++ toolchain failed ({one_line(e, 200, typed=True)})")
     return _TOOLCHAIN
 
 
 _TOOLCHAIN: Optional[Tuple[bool, str]] = None
-
-
-def _one_line(error: Exception) -> str:
-    error = getattr(error, "inner_exception", None) or error  # BackendCompilerFailed names only the backend
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0][:200]}" if text else type(error).__name__
 
 
 class CompiledLoss:
@@ -184,7 +180,7 @@ class CompiledLoss:
         return getattr(self.__dict__["module"], name)
 
     def _fall_back(self, error: Exception) -> None:
-        self.failed = _one_line(error)
+        self.failed = one_line(error, 200, typed=True)
         self.warn(
             f"warning: torch.compile failed ({self.failed}); continuing without compile (set "
             "trainer.compile=false to skip the attempt)"
@@ -378,12 +374,6 @@ class NonFiniteLoss(ValueError):
     """Non-finite losses or gradients: their updates were skipped, nothing non-finite was saved."""
 
 
-@dataclass
-class StepResult:
-    loss: torch.Tensor  # the mean loss over the micro-batches, on the device
-    grad_norm: torch.Tensor  # before clipping, on the device
-
-
 def global_grad_norm(params: list) -> torch.Tensor:
     """The L2 norm of all gradients; under FSDP2 each rank holds shards (DTensors) whose norm must be reduced."""
     norm = torch.nn.utils.get_total_norm(
@@ -456,7 +446,8 @@ class TrainStep:
         self.params = [p for opt in optimizers for group in opt.param_groups for p in group["params"]]
         self.guard = NonFiniteGuard(device, tolerated)
 
-    def __call__(self, step: int) -> StepResult:
+    def __call__(self, step: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(the mean loss over the micro-batches, the gradient norm before clipping), both on the device."""
         total = torch.zeros((), device=self.device)
         for micro in range(self.accum):
             x, y = (t.to(self.device, non_blocking=True) for t in self.batches.get(step, micro))
@@ -477,7 +468,7 @@ class TrainStep:
         for opt in self.optimizers:
             opt.zero_grad(set_to_none=True)
         self.guard.update(finite, step + 1)
-        return StepResult(total, grad_norm)
+        return total, grad_norm
 
 
 # ---- validation ------------------------------------------------------------------------------------------------------
@@ -522,8 +513,6 @@ class Validator:
         self.cfg, self.parts, self.data, self.windows, self.info, self.state = cfg, parts, data, windows, info, state
         self.weights = block_weights(parts.raw_model) if cfg.trainer.weight_change else None
         if self._samples():  # read once: a data cache deleted mid-run must not end the run at its next sample
-            from data.tokenizer import read_special_tokens
-
             self.tokenizer, self.eos = data.tokenizer(), read_special_tokens(data.dir)["eos"]
         self.every_for = (None, None)  # (max_steps, its interval): re-derived only when a plan moves the end
 
@@ -727,9 +716,9 @@ def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
             if signum is not None or state.step >= min(state.max_steps, state.stop_at or state.max_steps):
                 break
             lr = apply_schedule(parts.optimizers, state.step, cfg.optim, state.max_steps, state.plans)
-            result = step(state.step)
+            loss, grad_norm = step(state.step)
             state.step, state.tokens_seen = state.step + 1, state.tokens_seen + tokens_per_step
-            log.step_done(result.loss)
+            log.step_done(loss)
             if budget is not None:  # plans state.max_steps from the speed measured since its last plan
                 budget.after_step(validator.should_validate(state.step))
             end = min(state.max_steps, state.stop_at or state.max_steps)
@@ -740,7 +729,7 @@ def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
                 state.skipped_steps += record["skipped"]
                 log.note_skipped(record)
             if logging:
-                log.log_train(result.grad_norm, lr)
+                log.log_train(grad_norm, lr)
             if evaluating:
                 with log.clock.paused("eval"):  # evaluation time is not training throughput
                     last_eval = validator.validate(log)
@@ -763,7 +752,7 @@ def train(run: RunSpec, info: D.DistInfo, data) -> Outcome:
         stop.restore()
     if signum is not None:
         say(
-            f"\n{D.signal_name(signum)}: checkpoint saved at step {state.step}: {checkpointer.last_path}\n"
+            f"\n{signal.Signals(signum).name}: checkpoint saved at step {state.step}: {checkpointer.last_path}\n"
             f"resume with: python train.py resume={run.run_dir}"
         )
     return Outcome(

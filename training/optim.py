@@ -71,21 +71,17 @@ def build_adamw(groups: list, cfg: OptimConfig, device_type: str) -> torch.optim
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, **kwargs)
 
 
-def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, device_type: str) -> torch.optim.AdamW:
-    """AdamW over every parameter; under μP the blocks' matrices at lr × m^-exponent (Adam's update is ~lr per entry
-    and aligned with its input, so ΔW·x grows ∝ n: Table 3's 1/fan_in)."""
-    m = _mup_multiplier(model)
-    scale = m**-cfg.mup_hidden_lr_exponent if m is not None else None
-    return build_adamw(param_groups(model, cfg.weight_decay, hidden_lr_scale=scale), cfg, device_type)
-
-
 def build_optimizers(
     model: torch.nn.Module, cfg: OptimConfig, device_type: str, bf16_fast: Optional[bool] = None
 ) -> list:
     """[AdamW], or [Muon, AdamW] for optim.name=muon; muon_ns_dtype=auto orthogonalises in bf16 where bf16 matmuls run
     in hardware (`bf16_fast`, by default what the device reports), else in fp32."""
+    m = _mup_multiplier(model)
     if cfg.name == "adamw":
-        return [build_optimizer(model, cfg, device_type)]
+        # μP: the blocks' matrices at lr × m^-exponent (Adam's update is ~lr per entry and aligned with its input, so
+        # ΔW·x grows ∝ n: Table 3's 1/fan_in).
+        scale = m**-cfg.mup_hidden_lr_exponent if m is not None else None
+        return [build_adamw(param_groups(model, cfg.weight_decay, hidden_lr_scale=scale), cfg, device_type)]
     matrices = hidden_matrices(model)
     if not matrices:
         raise ValueError("optim.name=muon found no matrices inside transformer blocks; use optim=adamw")
@@ -95,7 +91,6 @@ def build_optimizers(
     # match_rms_adamw scales each matrix's lr by 0.2·sqrt(max(rows, cols)): the update has AdamW's RMS (Moonshot,
     # "Muon is Scalable"), so one lr, weight decay and schedule serve both. μP: × 1/sqrt(m), not Adam's 1/m —
     # Muon's update has spectral norm ~1 and no alignment factor, and match_rms_adamw already grows as sqrt(m).
-    m = _mup_multiplier(model)
     muon = Muon(
         [scaled_group(matrices, cfg.weight_decay, 1.0 / math.sqrt(m) if m else 1.0)],
         ns_dtype=torch.bfloat16 if ns == "bf16" else torch.float32,
