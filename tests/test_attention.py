@@ -152,10 +152,10 @@ def test_attention_dropout_runs_outside_the_compiled_graph_on_a_cpu_and_trains_f
 
 
 def test_only_a_model_with_dropout_imports_dynamo():
-    """The workaround's torch.compiler.disable imports torch._dynamo (~2 s); a model without dropout never needs it,
-    so train.py's refusals and the programs that build a model start without it."""
+    """The workaround's torch.compiler.disable imports torch._dynamo (~2 s); train.py's imports and a model without
+    dropout never need it, so train.py's refusals and the programs that build a model start without it."""
     code = (
-        "import sys; from model import ModelConfig, Transformer; "
+        "import runpy, sys; runpy.run_path('train.py'); from model import ModelConfig, Transformer; "
         "cfg = dict(vocab_size=64, hidden_size=32, n_layers=1, n_heads=1, multiple_of=32); "
         "Transformer(ModelConfig(**cfg)); print('torch._dynamo' in sys.modules); "
         "Transformer(ModelConfig(**cfg, dropout=0.1)); print('torch._dynamo' in sys.modules)"

@@ -16,7 +16,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
 from data import SAMPLERS, eval_windows, windows_per_epoch
 from data.tokenizer import read_special_tokens
@@ -97,6 +96,8 @@ def enable_tf32(device: torch.device, enabled: bool = True) -> bool:
 def cache_for_this_cpu() -> Path:
     """Inductor's cache, one folder per ATen CPU capability: torch 2.13's cache key leaves it out, and graphs reused
     across capabilities corrupted the heap or made a first step non-finite. Idempotent; before anything compiles."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir  # here: torch._inductor imports dynamo (~2 s)
+
     current = Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or default_cache_dir()).absolute()
     root = current.parent if current.name.startswith("aten-") else current
     folder = root / f"aten-{torch.backends.cpu.get_cpu_capability().lower()}"
