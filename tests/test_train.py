@@ -261,8 +261,8 @@ def test_wandb_without_a_key_never_prompts_on_a_terminal(tmp_path, cache_dir, en
     import os
     import pty
     import subprocess
-    import sys
 
+    from tests import forked
     from tests.train_helpers import tiny_args
 
     env = {k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "WANDB_MODE")}
@@ -276,15 +276,10 @@ def test_wandb_without_a_key_never_prompts_on_a_terminal(tmp_path, cache_dir, en
     )
     _, terminal = pty.openpty()
     args = tiny_args(tmp_path, ["logger=wandb", "trainer.max_steps=2", "trainer.eval_interval=2"], cache_dir)
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "train.py"), *args],
-        stdin=terminal,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env=env,
-        cwd=REPO,
-    )
+    # A real process forked from the preloaded server (tests/forked.py), its stdin the terminal.
+    child = forked.ForkedRun([str(REPO / "train.py"), *args], env, REPO, stdin=os.ttyname(terminal))
+    out, err = child.communicate(timeout=240)
+    proc = subprocess.CompletedProcess(child.args, child.returncode, out, err)
     if outcome == "offline":
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert "wandb: no API key configured, logging offline" in proc.stderr
