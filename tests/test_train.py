@@ -278,7 +278,10 @@ def test_wandb_without_a_key_never_prompts_on_a_terminal(tmp_path, cache_dir, en
     args = tiny_args(tmp_path, ["logger=wandb", "trainer.max_steps=2", "trainer.eval_interval=2"], cache_dir)
     # A real process forked from the preloaded server (tests/forked.py), its stdin the terminal.
     child = forked.ForkedRun([str(REPO / "train.py"), *args], env, REPO, stdin=os.ttyname(terminal))
-    out, err = child.communicate(timeout=240)
+    try:
+        out, err = child.communicate(timeout=240)  # a login prompt would wait here
+    finally:
+        child.kill()
     proc = subprocess.CompletedProcess(child.args, child.returncode, out, err)
     if outcome == "offline":
         assert proc.returncode == 0, proc.stderr[-2000:]
