@@ -100,14 +100,15 @@ def _child(
 class ForkedRun:
     """subprocess.Popen-like handle of a forked train.py run (text mode, output read at the end)."""
 
-    def __init__(self, args: list, env: dict, cwd: Path, faults=None, input: str = None, log: str = None):
+    def __init__(
+        self, args: list, env: dict, cwd: Path, faults=None, input: str = None, log: str = None, stdin: str = os.devnull
+    ):
         self._dir = tempfile.mkdtemp(prefix="forked-run-")
         weakref.finalize(self, shutil.rmtree, self._dir, True)  # the output files go with the handle
         self._out, self._err = os.path.join(self._dir, "stdout"), os.path.join(self._dir, "stderr")
         if log is not None:  # Popen(stdout=<a file>, stderr=STDOUT): both streams into that file
             self._out = self._err = log
-        stdin = os.devnull
-        if input is not None:
+        if input is not None:  # else stdin reads the file at `stdin` (a terminal's path: a run on a tty)
             stdin = os.path.join(self._dir, "stdin")
             Path(stdin).write_text(input)
         self.args, self.returncode = args, None

@@ -1,8 +1,6 @@
 """Every config group option and every experiment composes onto the typed schema and builds a model."""
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -10,10 +8,12 @@ import torch
 from omegaconf import OmegaConf
 
 from model import Transformer
+from tests import forked
 from training.cli import ConfigError, check_override_keys, compose_train_config
 from training.config import TrainConfig
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+TRAIN_PY = CONFIGS.parent / "train.py"  # run as a real process, forked from a server that has imported torch
 GROUPS = ["model", "data", "optim", "trainer", "logger", "debug", "experiment"]
 
 
@@ -177,13 +177,7 @@ def test_every_real_key_group_and_hydra_flag_passes_the_key_check():
 
 
 def test_train_py_refuses_a_mistyped_key_in_one_line_before_hydra():
-    result = subprocess.run(
-        [sys.executable, "train.py", "model.hidden_sise=128"],
-        cwd=CONFIGS.parent,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = forked.run_script(TRAIN_PY, "model.hidden_sise=128")
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr.splitlines() == [
         "error: model.hidden_sise is not a setting (model has no 'hidden_sise'); "
@@ -209,13 +203,7 @@ def test_a_value_of_the_wrong_type_is_one_line_naming_the_type(arg, said):
 
 
 def test_train_py_refuses_a_value_of_the_wrong_type_in_one_line_before_hydra(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "train.py", "optim.muon_ns_steps=abc", f"outputs_dir={tmp_path}"],
-        cwd=CONFIGS.parent,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = forked.run_script(TRAIN_PY, "optim.muon_ns_steps=abc", f"outputs_dir={tmp_path}")
     assert result.returncode == 1 and result.stdout == "" and not any(tmp_path.iterdir())
     assert result.stderr.splitlines() == [
         "error: optim.muon_ns_steps=abc: optim.muon_ns_steps takes an integer, not 'abc'"
@@ -225,9 +213,6 @@ def test_train_py_refuses_a_value_of_the_wrong_type_in_one_line_before_hydra(tmp
 def test_train_help_lists_the_groups_train_py_uses_and_their_every_option():
     """`python train.py --help` (configs/train.yaml's hydra.help) lists each group train.py composes with every
     option on disk — not protocol/ and speedrun/, which ablate.py and speedrun.py read — and prints the config."""
-    import subprocess
-    import sys
-
     import yaml
 
     root = Path(__file__).resolve().parents[1]
@@ -241,9 +226,7 @@ def test_train_help_lists_the_groups_train_py_uses_and_their_every_option():
         if group.is_dir() and group.name not in ("protocol", "speedrun")
     }
     assert {group: set(options.split(", ")) - {"null"} for group, options in listed.items()} == on_disk
-    proc = subprocess.run(
-        [sys.executable, str(root / "train.py"), "--help"], capture_output=True, text=True, cwd=root, timeout=120
-    )
+    proc = forked.run_script(TRAIN_PY, "--help")
     assert (
         proc.returncode == 0 and "\nmodel: cpu, tiny, 25m, 125m\n" in proc.stdout and "\nprotocol: " not in proc.stdout
     )

@@ -315,7 +315,7 @@ def test_a_run_that_would_not_fit_the_containers_limit_says_so(capsys, tmp_path,
 
 
 @pytest.mark.parametrize("room_mib", [0, 4096])
-def test_train_py_refuses_in_one_line_a_run_its_container_cannot_hold(tmp_path, room_mib):
+def test_train_py_refuses_in_one_line_a_run_its_container_cannot_hold(tmp_path, room_mib, tiny_data_cache):
     """A run the kernel would kill for memory (exit 137, no line) is refused before it starts; one that fits trains."""
     limit = 8 * 2**30
     (tmp_path / "max").write_text(f"{limit}\n")
@@ -323,7 +323,7 @@ def test_train_py_refuses_in_one_line_a_run_its_container_cannot_hold(tmp_path, 
     (tmp_path / "stat").write_text("anon 1\ninactive_file 0\n")
     faults = json.dumps({"cgroup": [str(tmp_path / name) for name in ("max", "current", "stat")]})
     launcher = [sys.executable, str(REPO / "tests" / "fault_injection.py"), faults]
-    done = launch(launcher, tiny_args(tmp_path, ("trainer.max_steps=2",)), check=False)
+    done = launch(launcher, tiny_args(tmp_path, ("trainer.max_steps=2",), tiny_data_cache), check=False)
     if room_mib:
         assert done.returncode == 0, done.stderr[-2000:]
         return

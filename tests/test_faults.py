@@ -26,8 +26,11 @@ EXACT = ["trainer.precision=fp32", "model.dropout=0.1", "trainer.log_interval=1"
 
 
 @pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("data_cache")
+def cache_dir(tmp_path_factory, tiny_data_cache):
+    """A data cache of this module's own (faults may hit it), starting with the session's prepared one."""
+    import shutil
+
+    return shutil.copytree(tiny_data_cache, tmp_path_factory.mktemp("data_cache"), dirs_exist_ok=True)
 
 
 def weights(ckpt):

@@ -119,16 +119,16 @@ def test_the_run_sets_tf32_for_its_device(tmp_path, tiny_data_cache, monkeypatch
 
 @pytest.fixture
 def counting_compile(monkeypatch):
-    """trainer.compile=true with a backend that counts calls of the compiled graphs and takes 1.5 s to
-    'compile': dynamo traces for real, without inductor's minute of C++ builds."""
+    """trainer.compile=true with a backend that counts calls of the compiled graphs and takes counts["seconds"] to
+    'compile' (0 unless a test sets it): dynamo traces for real, without inductor's minute of C++ builds."""
     import time
 
     torch._dynamo.reset()  # graphs an earlier test compiled in this process would be reused, not compiled here
-    counts = {"graph_calls": 0, "compiles": 0}
+    counts = {"graph_calls": 0, "compiles": 0, "seconds": 0.0}
 
     def backend(gm, example_inputs):
         counts["compiles"] += 1
-        time.sleep(1.5)
+        time.sleep(counts["seconds"])
 
         def run(*args):
             counts["graph_calls"] += 1
@@ -191,6 +191,7 @@ def test_the_progress_bar_shows_the_steps_epochs_loss_learning_rate_and_tokens_p
 
 
 def test_tokens_per_second_exclude_compile_time(tmp_path, tiny_data_cache, counting_compile):
+    counting_compile["seconds"] = 1.5  # each compile
     train_in_process(
         tmp_path / "run",
         "trainer.max_steps=4",

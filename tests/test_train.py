@@ -13,8 +13,11 @@ pytestmark = pytest.mark.serial  # trains: one at a time under make test's two w
 
 
 @pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("data_cache")
+def cache_dir(tmp_path_factory, tiny_data_cache):
+    """A data cache of this module's own (its runs add entries), starting with the session's prepared one."""
+    import shutil
+
+    return shutil.copytree(tiny_data_cache, tmp_path_factory.mktemp("data_cache"), dirs_exist_ok=True)
 
 
 def test_tiny_run_learns_and_writes_outputs(tmp_path, cache_dir):
@@ -258,8 +261,8 @@ def test_wandb_without_a_key_never_prompts_on_a_terminal(tmp_path, cache_dir, en
     import os
     import pty
     import subprocess
-    import sys
 
+    from tests import forked
     from tests.train_helpers import tiny_args
 
     env = {k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "WANDB_MODE")}
@@ -273,15 +276,13 @@ def test_wandb_without_a_key_never_prompts_on_a_terminal(tmp_path, cache_dir, en
     )
     _, terminal = pty.openpty()
     args = tiny_args(tmp_path, ["logger=wandb", "trainer.max_steps=2", "trainer.eval_interval=2"], cache_dir)
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "train.py"), *args],
-        stdin=terminal,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env=env,
-        cwd=REPO,
-    )
+    # A real process forked from the preloaded server (tests/forked.py), its stdin the terminal.
+    child = forked.ForkedRun([str(REPO / "train.py"), *args], env, REPO, stdin=os.ttyname(terminal))
+    try:
+        out, err = child.communicate(timeout=240)  # a login prompt would wait here
+    finally:
+        child.kill()
+    proc = subprocess.CompletedProcess(child.args, child.returncode, out, err)
     if outcome == "offline":
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert "wandb: no API key configured, logging offline" in proc.stderr
@@ -462,7 +463,7 @@ def test_a_run_directory_set_on_its_own_that_cannot_be_made_names_hydra_run_dir(
     read-only folder, is one line naming hydra.run.dir."""
     (tmp_path / "notes.txt").write_text("mine")
     for run_dir, cause in ((tmp_path / "notes.txt", "it is a file"), (tmp_path / "notes.txt" / "run", "it is a file")):
-        proc = run_unprivileged(tmp_path, f"hydra.run.dir={run_dir}", f"data.cache_dir={cache_dir}")
+        proc = run_train(tmp_path, f"hydra.run.dir={run_dir}", cache_dir=cache_dir, check=False)
         assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == (
             f"error: cannot create the run directory {run_dir}: {cause} ({tmp_path / 'notes.txt'}); set "
             "hydra.run.dir=… to a writable directory"
