@@ -571,7 +571,7 @@ def test_the_sample_a_run_prints_is_what_generate_py_makes_of_its_checkpoint(tmp
     assert code == 0 and capsys.readouterr().out == sample + "\n"
 
 
-def test_the_default_length_stops_a_small_corpus_at_its_passes_long_before_its_budget(tmp_path, cache_dir):
+def test_the_default_length_stops_a_small_corpus_at_its_passes_long_before_its_budget(tmp_path):
     """The default trainer settings (no debug=tiny, no length typed) on a ~9 KB text: 10 minutes or 4 passes,
     whichever comes first — the passes end the run in seconds, and it says so. Fails the day the default goes back
     to spending its budget on a corpus it has used up."""
@@ -580,7 +580,7 @@ def test_the_default_length_stops_a_small_corpus_at_its_passes_long_before_its_b
     from data.sources import load_plays
     from tests.train_helpers import launch
 
-    corpus = tmp_path / "play.txt"
+    corpus, cache_dir = tmp_path / "play.txt", tmp_path / "cache"  # its own cache: the meta read below is this corpus's
     corpus.write_text(load_plays()[0]["text"][:9000])
     proc = launch(
         [sys.executable],
