@@ -19,7 +19,7 @@ train: setup
 	$(PY) train.py $(ARGS)
 
 # Formatting and lint first (seconds), then two workers: the tests that train run one at a time in one of them
-# (conftest.py, docs/testing.md).
+# (tests/fixtures.py, docs/testing.md).
 test: setup
 	$(VENV)/bin/ruff format --check --quiet .
 	$(VENV)/bin/ruff check --quiet .

@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 MUTMUT=${MUTMUT:-$(dirname "$PY")/mutmut}
 export OMP_NUM_THREADS=1  # tiny models: one thread per worker, one worker per core
-# Each mutant is a pytest session of its own: keep debug=tiny's prepared data between them (tests/conftest.py).
+# Each mutant is a pytest session of its own: keep debug=tiny's prepared data between them (tests/fixtures.py).
 export MINILLAMA_TEST_DATA_CACHE=${MINILLAMA_TEST_DATA_CACHE:-$PWD/mutants/.test-data-cache}
 
 command=${1:-all}

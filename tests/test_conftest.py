@@ -1,4 +1,4 @@
-"""conftest.py: under `make test`'s two workers, the tests that train stay on one worker (one at a
+"""tests/fixtures.py: under `make test`'s two workers, the tests that train stay on one worker (one at a
 time) and every worker computes on one thread. Run any other way (plain pytest, one file), this file runs
 itself under two workers in a child pytest, so the checks never skip."""
 

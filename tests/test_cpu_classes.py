@@ -13,7 +13,7 @@ import pytest
 from tests.golden_curve import EMULATE, GOLDEN, REPO, can_emulate
 from tests.test_golden_curve import BF16_TOLERANCE
 
-pytestmark = pytest.mark.serial  # keeps the cores busy, or trains: one at a time (conftest.py)
+pytestmark = pytest.mark.serial  # keeps the cores busy, or trains: one at a time (tests/fixtures.py)
 
 DECIDE = r"""
 import json, sys, torch

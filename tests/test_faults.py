@@ -19,7 +19,7 @@ from tests.data_helpers import make_documents, write_local
 from tests.test_run_dir import claim_and_hold
 from tests.train_helpers import read_metrics, run_dirs, run_faulty, run_ranks, run_train, wait_for_step
 
-pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (conftest.py)
+pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (tests/fixtures.py)
 
 # fp32 (bitwise comparisons), dropout on (so the RNG state matters on resume), every step logged.
 EXACT = ["trainer.precision=fp32", "model.dropout=0.1", "trainer.log_interval=1"]

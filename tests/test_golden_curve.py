@@ -23,7 +23,7 @@ import torch
 import tests.golden_curve as golden_curve
 from tests.golden_curve import GOLDEN, STEPS, VARIANTS, bf16_class, computes_as_its_class, loss_curve
 
-pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (conftest.py)
+pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (tests/fixtures.py)
 
 TOLERANCE = 1e-3  # nats, per step
 BF16_TOLERANCE = 2e-3  # nats, per step, against this machine's class of bf16 hardware

@@ -22,7 +22,7 @@ from training.checkpoint import read_state
 from training.distributed import DistInfo
 from training.loop import CausalLMLoss
 
-pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (conftest.py)
+pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (tests/fixtures.py)
 
 SHORT = ["trainer.max_steps=4", "trainer.eval_interval=4", "trainer.ckpt_interval=4", "trainer.log_interval=1"]
 

@@ -137,7 +137,7 @@ FAST = [
 
 @pytest.fixture(scope="module")
 def cache_dir(tiny_data_cache):
-    return tiny_data_cache  # debug=tiny's data, prepared once per session (conftest.py)
+    return tiny_data_cache  # debug=tiny's data, prepared once per session (tests/fixtures.py)
 
 
 @pytest.fixture(scope="module")

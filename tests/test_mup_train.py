@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 from tests.train_helpers import read_metrics, run_dirs, run_train
 from training.cli import ConfigError, compose_train_config
 
-pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (conftest.py)
+pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (tests/fixtures.py)
 
 MUP = ["model.parametrization=mup", "model.mup_base_width=32"]  # debug=tiny: hidden 64, so m = 2
 

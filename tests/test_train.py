@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 from data import windows_per_epoch
 from tests.train_helpers import REPO, read_metrics, run_dirs, run_faulty, run_train
 
-pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (conftest.py)
+pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (tests/fixtures.py)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import pytest
 from dev.bench import model as bench_model
 from tests import forked
 
-pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (conftest.py)
+pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (tests/fixtures.py)
 
 TINY = ["--shape", "tiny", "--steps", "2", "--warmup", "1", "--batch", "2"]
 

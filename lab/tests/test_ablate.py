@@ -28,7 +28,7 @@ from tests.train_helpers import read_metrics
 from training.checkpoint import JOB_STATUS as STATUS_FILE
 from training.cli import exit_status
 
-pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (conftest.py)
+pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (tests/fixtures.py)
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +77,7 @@ def ablate_process(tmp_path, *args) -> forked.ForkedRun:
 
 @pytest.fixture(scope="module")
 def cache_dir(tiny_data_cache):
-    return tiny_data_cache  # debug=tiny's data, prepared once per session (conftest.py)
+    return tiny_data_cache  # debug=tiny's data, prepared once per session (tests/fixtures.py)
 
 
 @pytest.fixture(scope="module")

@@ -129,7 +129,7 @@ def sweep(tmp_path, cache_dir, *overrides, check=True, popen=False):
 
 @pytest.fixture(scope="module")
 def cache_dir(tiny_data_cache):
-    return tiny_data_cache  # debug=tiny's data, prepared once per session (conftest.py)
+    return tiny_data_cache  # debug=tiny's data, prepared once per session (tests/fixtures.py)
 
 
 @pytest.mark.serial
