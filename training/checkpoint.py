@@ -92,24 +92,9 @@ class RunFiles:
     def holds_run(self) -> bool:
         return self.metrics.exists() or self.checkpoints.exists()
 
-    def is_complete(self) -> bool:
-        """A run's two files every study reads."""
-        return self.config.is_file() and self.metrics.is_file()
-
     def read_config(self) -> dict:
         """config.yaml. OSError for a missing file, yaml.YAMLError for a corrupt one."""
         return yaml.safe_load(self.config.read_text()) or {}
-
-    def read_job_status(self) -> Optional[dict]:
-        """job_status.yaml (lab/launcher.py writes it), or None where the job never finished."""
-        try:
-            status = yaml.safe_load(self.job_status.read_text())
-        except (OSError, yaml.YAMLError):
-            return None
-        return status if isinstance(status, dict) else None
-
-    def write_job_status(self, status: dict) -> None:
-        self.job_status.write_text(yaml.safe_dump(status, sort_keys=False))
 
 
 # ---- the resumable state ----------------------------------------------------------------------------------------
