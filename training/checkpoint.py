@@ -923,7 +923,7 @@ def claim_new(run_dir: Path, max_tries: int = 1000) -> RunDirClaim:
     two runs started in it would share one. The claim is a file created with O_EXCL (atomic, NFSv3+), then flock'ed."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)  # Hydra made it already; another run may own it
-    held = RunFiles(run_dir).holds_run()  # a run from before claim files
+    held = RunFiles(run_dir).holds_run()  # a run whose .owner is gone (deleted, or copied without dotfiles)
     for n in range(max_tries):
         candidate = run_dir if n == 0 else run_dir.with_name(f"{run_dir.name}-{n}")
         if n > 0:
