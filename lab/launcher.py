@@ -39,7 +39,20 @@ class JobStatusFile(Callback):
             status["error"] = one_line(error)
             status["error_types"] = _chain(error)
         run_dir.mkdir(parents=True, exist_ok=True)  # train.py removes the directory of a failed start
-        RunFiles(run_dir).write_job_status(status)
+        write_job_status(run_dir, status)
+
+
+def write_job_status(run_dir: Path, status: dict) -> None:
+    RunFiles(run_dir).job_status.write_text(yaml.safe_dump(status, sort_keys=False))
+
+
+def read_job_status(run_dir: Path) -> Optional[dict]:
+    """job_status.yaml (JobStatusFile writes it), or None where the job never finished."""
+    try:
+        status = yaml.safe_load(RunFiles(run_dir).job_status.read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    return status if isinstance(status, dict) else None
 
 
 def _chain(error: BaseException) -> list:
@@ -211,7 +224,7 @@ def _relative(job: Job, root: Path) -> str:
 
 
 def _ended(job: Job, code: int, wall: Optional[float]) -> Ended:
-    status = RunFiles(job.run_dir).read_job_status() if job.run_dir.exists() else None
+    status = read_job_status(job.run_dir)
     if status is None:
         return Ended(job, NOT_RUN, exit_code=code, wall_s=wall)
     return Ended(job, status["status"], status.get("error"), tuple(status.get("error_types", ())), code, wall)

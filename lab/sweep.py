@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple
 
 from analysis.runs import Run, RunsError, read_run, steady_tokens_per_s
-from lab.launcher import Ended, Job, Launcher
+from lab.launcher import Ended, Job, Launcher, read_job_status
 from training.budget import LoopCost, event_counts
 from training.checkpoint import RunFiles
 
@@ -45,7 +45,7 @@ class State:
 
 def inspect(path: Path) -> State:
     """The run directory's state, from job_status.yaml (lab/launcher.py writes it), its metrics and checkpoints."""
-    status = RunFiles(path).read_job_status() or {}
+    status = read_job_status(path) or {}
     run = _read_run(path)
     if status.get("status") == "FAILED":
         return State(path, DIVERGED if is_divergence(status) else FAILED, run, status.get("error", ""))
@@ -63,7 +63,7 @@ def is_divergence(status: dict) -> bool:
 
 
 def _read_run(path: Path) -> Optional[Run]:
-    if not RunFiles(path).is_complete():
+    if not (RunFiles(path).config.is_file() and RunFiles(path).metrics.is_file()):  # the two files every study reads
         return None
     try:
         return read_run(path)
@@ -224,5 +224,5 @@ def seconds_at(budget: Budget, tps: float, per_eval: Optional[float] = None) -> 
     """Seconds one run of `budget` takes at `tps` training tokens/s; each eval `per_eval` seconds, or its
     FLOP estimate at that throughput; checkpoints of these small models are not counted."""
     per_eval = budget.eval_tokens * EVAL_COST / tps if per_eval is None else per_eval
-    loop = LoopCost.at_throughput(budget.tokens_per_step, tps, eval_s=per_eval, fixed_s=JOB_OVERHEAD_S)
+    loop = LoopCost(step_s=budget.tokens_per_step / tps, eval_s=per_eval, save_s=0.0, fixed_s=JOB_OVERHEAD_S)
     return loop.seconds(budget.max_steps, budget.eval_interval, ckpt_interval=budget.max_steps)

@@ -75,7 +75,7 @@ def test_a_plan_made_mid_run_counts_the_events_still_to_come(start, final_save):
 
 
 def test_seconds_at_a_throughput():
-    cost = LoopCost.at_throughput(tokens_per_step=2048, tokens_per_s=1024.0, eval_s=3.0, fixed_s=5.0)
+    cost = LoopCost(step_s=2048 / 1024.0, eval_s=3.0, save_s=0.0, fixed_s=5.0)
     assert cost.seconds(100, eval_interval=25, ckpt_interval=100) == 5.0 + 100 * 2.0 + 4 * 3.0  # saves cost 0
 
 

@@ -110,7 +110,7 @@ def test_autocast_runs_matmuls_in_bf16_only_when_asked():
         ("auto", "bf16", "amx", "bf16"),  # the same machine class: kept
         ("auto", "fp32", "amx", "fp32"),  # started on an AVX2 CPU: kept, though bf16 would be faster here
         ("bf16", "bf16", "avx2", "bf16"),  # asked for: kept, slowly
-        ("auto", "", "amx", "bf16"),  # a checkpoint from before state.json recorded it: decided as for a new run
+        ("auto", "", "amx", "bf16"),  # a new run (nothing trained yet): decided by the device
         ("auto", "", "avx2", "fp32"),
     ],
 )

@@ -4,7 +4,6 @@ import ast
 from pathlib import Path
 
 import pytest
-import yaml
 
 import training.checkpoint as F
 from training.checkpoint import RunFiles
@@ -59,30 +58,11 @@ def test_every_path_of_a_run_directory(tmp_path):
         tmp_path / ".owner",
         tmp_path / "checkpoints",
     )
-    assert not files.holds_run() and not files.is_complete()
+    assert not files.holds_run()
     files.config.write_text("model: {n_layers: 2}\ntrainer: {}\n")
     assert files.read_config() == {"model": {"n_layers": 2}, "trainer": {}} and not files.holds_run()
     files.metrics.write_text("")
-    assert files.holds_run() and files.is_complete()
-
-
-@pytest.mark.parametrize(
-    "text, expected",
-    [(None, None), ("status: COMPLETED\n", {"status": "COMPLETED"}), ("[1, 2]\n", None), ("status: [\n", None)],
-)
-def test_job_status_reads_back_or_is_none(tmp_path, text, expected):
-    """A job killed before its status (no file), or a status that is not a mapping, reads as None."""
-    files = RunFiles(tmp_path)
-    if text is not None:
-        files.job_status.write_text(text)
-    assert files.read_job_status() == expected
-
-
-def test_job_status_round_trips_in_its_written_order(tmp_path):
-    files = RunFiles(tmp_path)
-    files.write_job_status({"status": "FAILED", "error": "disk full", "error_types": ["OSError"]})
-    assert files.read_job_status() == {"status": "FAILED", "error": "disk full", "error_types": ["OSError"]}
-    assert list(yaml.safe_load(files.job_status.read_text())) == ["status", "error", "error_types"]
+    assert files.holds_run()
 
 
 def test_a_checkpoint_holds_the_runs_config_under_the_same_name(tmp_path):

@@ -63,10 +63,6 @@ class LoopCost:
             )
         return lo
 
-    @classmethod
-    def at_throughput(cls, tokens_per_step: int, tokens_per_s: float, eval_s: float = 0.0, fixed_s: float = 0.0):
-        return cls(step_s=tokens_per_step / tokens_per_s, eval_s=eval_s, save_s=0.0, fixed_s=fixed_s)
-
 
 # Where a speed window starts: the step, the clock, and the clock's paused and compiling seconds then.
 Mark = collections.namedtuple("Mark", "step wall paused compile_s")

@@ -92,24 +92,9 @@ class RunFiles:
     def holds_run(self) -> bool:
         return self.metrics.exists() or self.checkpoints.exists()
 
-    def is_complete(self) -> bool:
-        """A run's two files every study reads."""
-        return self.config.is_file() and self.metrics.is_file()
-
     def read_config(self) -> dict:
         """config.yaml. OSError for a missing file, yaml.YAMLError for a corrupt one."""
         return yaml.safe_load(self.config.read_text()) or {}
-
-    def read_job_status(self) -> Optional[dict]:
-        """job_status.yaml (lab/launcher.py writes it), or None where the job never finished."""
-        try:
-            status = yaml.safe_load(self.job_status.read_text())
-        except (OSError, yaml.YAMLError):
-            return None
-        return status if isinstance(status, dict) else None
-
-    def write_job_status(self, status: dict) -> None:
-        self.job_status.write_text(yaml.safe_dump(status, sort_keys=False))
 
 
 # ---- the resumable state ----------------------------------------------------------------------------------------
@@ -938,7 +923,7 @@ def claim_new(run_dir: Path, max_tries: int = 1000) -> RunDirClaim:
     two runs started in it would share one. The claim is a file created with O_EXCL (atomic, NFSv3+), then flock'ed."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)  # Hydra made it already; another run may own it
-    held = RunFiles(run_dir).holds_run()  # a run from before claim files
+    held = RunFiles(run_dir).holds_run()  # a run whose .owner is gone (deleted, or copied without dotfiles)
     for n in range(max_tries):
         candidate = run_dir if n == 0 else run_dir.with_name(f"{run_dir.name}-{n}")
         if n > 0:

@@ -45,7 +45,7 @@ def resolve_precision(requested: str, device: torch.device) -> Tuple[str, str]:
 def resume_precision(
     requested: str, device: torch.device, trained_in: str, step: int
 ) -> Tuple[str, str, Optional[str]]:
-    """(precision, why, warning) for a resume of a run that trained in `trained_in` ('' before it was recorded).
+    """(precision, why, warning) for a resume of a run that trained in `trained_in` ('': a new run, as resolved).
     auto keeps the run's precision — a run whose numerics change midway is not what an uninterrupted run computes —
     except bf16 where this device would not choose it (a session moved to an AVX2 CPU), which goes on in fp32."""
     if trained_in not in ("bf16", "fp32"):

@@ -13,8 +13,19 @@ import pytest
 import yaml
 
 from lab import CONFIGS, SEARCH_PATH
-from lab.launcher import COMPLETED, FAILED, NOT_RUN, TRAIN_PY, Job, Launcher, write_option
+from lab.launcher import (
+    COMPLETED,
+    FAILED,
+    NOT_RUN,
+    TRAIN_PY,
+    Job,
+    Launcher,
+    read_job_status,
+    write_job_status,
+    write_option,
+)
 from lab.mup_transfer import Cell
+from training.checkpoint import RunFiles
 from training.cli import compose_train_config
 
 
@@ -173,3 +184,20 @@ def test_a_job_composes_to_what_its_overrides_would(tmp_path):
         [SEARCH_PATH, "experiment=mup_transfer", "trainer.max_steps=7", *overrides, "optim.min_lr=0.0004"]
     )
     assert as_job == as_overrides and as_job.optim.name == "muon" and as_job.trainer.max_steps == 7
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [(None, None), ("status: COMPLETED\n", {"status": "COMPLETED"}), ("[1, 2]\n", None), ("status: [\n", None)],
+)
+def test_job_status_reads_back_or_is_none(tmp_path, text, expected):
+    """A job killed before its status (no file), or a status that is not a mapping, reads as None."""
+    if text is not None:
+        RunFiles(tmp_path).job_status.write_text(text)
+    assert read_job_status(tmp_path) == expected
+
+
+def test_job_status_round_trips_in_its_written_order(tmp_path):
+    write_job_status(tmp_path, {"status": "FAILED", "error": "disk full", "error_types": ["OSError"]})
+    assert read_job_status(tmp_path) == {"status": "FAILED", "error": "disk full", "error_types": ["OSError"]}
+    assert list(yaml.safe_load(RunFiles(tmp_path).job_status.read_text())) == ["status", "error", "error_types"]

@@ -10,7 +10,7 @@ import pytest
 
 from lab import CONFIGS
 from lab import mup_transfer as program
-from lab.launcher import COMPLETED, FAILED, NOT_RUN, Ended, write_option
+from lab.launcher import COMPLETED, FAILED, NOT_RUN, Ended, write_job_status, write_option
 from lab.mup_transfer import (
     DIVERGED,
     FINISHED,
@@ -26,7 +26,6 @@ from lab.mup_transfer import (
     write_report,
 )
 from tests.run_helpers import BPB_TO_LOSS, write_run
-from training.checkpoint import RunFiles
 from training.cli import compose_train_config
 
 SMALL = TransferSpec(widths=(32, 64), lrs=(0.01, 0.02, 0.04), seeds=(0,), optimizers=("adamw",))
@@ -79,13 +78,13 @@ class FakeLauncher:
                 return
             if value is None:
                 job.run_dir.mkdir(parents=True)
-                RunFiles(job.run_dir).write_job_status(
-                    {"status": FAILED, "error": "non-finite loss", "error_types": ["NonFiniteLoss"]}
+                write_job_status(
+                    job.run_dir, {"status": FAILED, "error": "non-finite loss", "error_types": ["NonFiniteLoss"]}
                 )
                 yield Ended(job, FAILED, exit_code=1, wall_s=1.0)
                 continue
             write_run(job.run_dir.parent, job.run_dir.name, bpb=value / BPB_TO_LOSS)
-            RunFiles(job.run_dir).write_job_status({"status": COMPLETED})
+            write_job_status(job.run_dir, {"status": COMPLETED})
             yield Ended(job, COMPLETED, wall_s=1.0)
 
 
