@@ -73,12 +73,6 @@ class Run:
         its metrics predate the train rows recording it."""
         return list(dict.fromkeys(r["precision"] for r in self.trains if "precision" in r))
 
-    def tokens_per_s(self) -> float:
-        """Median over log intervals: eval pauses are already excluded, and the median ignores the
-        slow first interval (allocator and thread-pool warm-up)."""
-        rates = [r["tokens_per_s"] for r in self.trains if "tokens_per_s" in r]
-        return statistics.median(rates) if rates else float("nan")
-
     def eval_seconds(self) -> List[tuple]:
         """(seconds into the training loop, val bpb) of each evaluation: when its row was written, from the loop's
         start (a train row's wall-clock stamp less its elapsed_s), so compilation and evaluations count, as a
