@@ -67,17 +67,12 @@ def summarize_variants(variants: Sequence[Variant]) -> List[Row]:
     return sorted(rows, key=lambda row: row.val_bpb.mean)
 
 
-def runner_up(rows: Sequence[Row]) -> Comparison:
-    """The runner-up (second row) against the best (first), paired over their common seeds."""
-    return compare(final_bpb(rows[1].variant), final_bpb(rows[0].variant))
-
-
 def verdict(rows: Sequence[Row]) -> str:
     """One sentence on whether the best variant really beats the runner-up."""
     if len(rows) < 2:
         return "Only one variant: nothing to compare."
     best, second = rows[0].variant.label, rows[1].variant.label
-    comparison = runner_up(rows)
+    comparison = compare(final_bpb(rows[1].variant), final_bpb(rows[0].variant))  # paired over their common seeds
     outcome, sentence = comparison.outcome, comparison.verdict()
     if outcome == "worse":  # the runner-up is worse than the best. Not in bold: the two were picked from the table
         # after the fact and the test is unadjusted, so it is a description, never a pre-registered verdict.
