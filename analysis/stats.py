@@ -137,12 +137,8 @@ class Comparison:
         t = self.test
         if t is None:
             if not self.common_seeds:
-                return paired_verdict(
-                    None, "no verdict", basis="no seed in common and too few seeds for an unpaired test"
-                )
-            return paired_verdict(
-                None, "no verdict", basis=f"1 paired seed (seed {self.common_seeds[0]}); a test needs at least 2"
-            )
+                return "no verdict: no seed in common and too few seeds for an unpaired test"
+            return f"no verdict: 1 paired seed (seed {self.common_seeds[0]}); a test needs at least 2"
         paired = t is self.paired
         basis = f"{t.n} paired seeds" if paired else f"unpaired (Welch), {len(self.common_seeds)} seed(s) in common"
         if self.unmatched_seeds and paired:

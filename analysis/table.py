@@ -7,7 +7,7 @@ from typing import Dict, List, Sequence
 
 import torch
 
-from analysis.runs import Run, RunsError, Variant
+from analysis.runs import Run, RunsError, Variant, steady_tokens_per_s
 from analysis.stats import Comparison, Summary, compare, p_text, summarize
 from model import ModelConfig, Transformer
 
@@ -20,7 +20,7 @@ class Row:
     params: dict  # Transformer.param_counts() + intermediate_size
     val_loss: Summary
     val_bpb: Summary
-    tokens_per_s: float  # mean over seeds of each run's median
+    tokens_per_s: float  # mean over seeds of each run's steady_tokens_per_s
     wall_time_s: float  # mean over seeds
     tokens: int  # training tokens at the final eval
     lr: str  # optim.lr of the variant's runs ("a–b" if its seeds differ)
@@ -58,7 +58,7 @@ def summarize_variants(variants: Sequence[Variant]) -> List[Row]:
                 params,
                 summarize([f["val_loss"] for f in finals]),
                 summarize([f["val_bpb"] for f in finals]),
-                _mean(r.tokens_per_s() for r in v.runs),
+                _mean(steady_tokens_per_s(r.trains) or math.nan for r in v.runs),
                 _mean(r.wall_time_s() for r in v.runs),
                 max(f["tokens"] for f in finals),
                 "–".join(f"{lr:g}" for lr in lrs),
@@ -67,17 +67,12 @@ def summarize_variants(variants: Sequence[Variant]) -> List[Row]:
     return sorted(rows, key=lambda row: row.val_bpb.mean)
 
 
-def runner_up(rows: Sequence[Row]) -> Comparison:
-    """The runner-up (second row) against the best (first), paired over their common seeds."""
-    return compare(final_bpb(rows[1].variant), final_bpb(rows[0].variant))
-
-
 def verdict(rows: Sequence[Row]) -> str:
     """One sentence on whether the best variant really beats the runner-up."""
     if len(rows) < 2:
         return "Only one variant: nothing to compare."
     best, second = rows[0].variant.label, rows[1].variant.label
-    comparison = runner_up(rows)
+    comparison = compare(final_bpb(rows[1].variant), final_bpb(rows[0].variant))  # paired over their common seeds
     outcome, sentence = comparison.outcome, comparison.verdict()
     if outcome == "worse":  # the runner-up is worse than the best. Not in bold: the two were picked from the table
         # after the fact and the test is unadjusted, so it is a description, never a pre-registered verdict.
@@ -137,7 +132,7 @@ def markdown(rows: Sequence[Row], skipped: Sequence[Run] = ()) -> str:
         _shared(rows),
         "Values are mean ± sample std (ddof=1) over seeds at the final eval; ★ = lowest mean val bpb. "
         "Params count the tied embedding once; MLP params are all layers' MLPs; tokens/s is the median "
-        "over each run's log intervals (evals excluded), averaged over seeds. Δ vs ★: every row by the same "
+        "over each run's log intervals (evals and the warm-up first excluded), averaged over seeds. Δ vs ★: every row by the same "
         "rule, the paired t-test over the seeds both ran (Welch without common seeds); 'can't tell' = its "
         "95 % CI includes 0, which is not 'the same'; unadjusted for the several rows and for the best being "
         "picked after the fact.",

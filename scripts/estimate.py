@@ -49,10 +49,8 @@ def gpu_memory_bytes(device_name: str):
     return gb * 1e9 if gb else None
 
 
-def current_memory_bytes(device: torch.device) -> int:
-    """Memory held now: CUDA allocated bytes, or the process's resident set size (0 where unknown)."""
-    if device.type == "cuda":
-        return torch.cuda.memory_allocated(device)
+def current_memory_bytes() -> int:
+    """This process's resident set size now (0 where unknown): a CPU run's runtime; a CUDA one's is CUDA_OVERHEAD."""
     try:
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * resource.getpagesize()
@@ -218,7 +216,7 @@ def device_memory(args, device: torch.device) -> tuple:
 def cpu_memory() -> tuple:
     """(bytes, where from): what this process may take (training/distributed.py memory_room), less its own runtime,
     which the verdict adds: the host's RAM says nothing of a process the kernel kills at its cgroup's limit."""
-    room, where = D.memory_room(own=current_memory_bytes(torch.device("cpu")))
+    room, where = D.memory_room(own=current_memory_bytes())
     return (room, where) if room is not None else (None, "unknown: pass --device-memory-gb")
 
 
@@ -333,7 +331,7 @@ def report(args, cfg) -> None:
         f"(B·T·vocab {t.micro_batch_size * t.seq_len * cfg.model.padded_vocab_size:,} vs threshold "
         f"{loss.chunk_above}); chunked {'saves' if saving >= 0 else 'costs'} {fmt(abs(saving))} here"
     )
-    runtime = CUDA_OVERHEAD if device.type == "cuda" else current_memory_bytes(torch.device("cpu"))
+    runtime = CUDA_OVERHEAD if device.type == "cuda" else current_memory_bytes()
     slack = 0.0 if device.type == "cuda" else CPU_ALLOCATOR_SLACK
     memory, source = device_memory(args, device)
     print(

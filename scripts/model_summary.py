@@ -12,18 +12,17 @@ from typing import List, Optional, Tuple
 import _bootstrap  # noqa: F401  (the repository root on sys.path; TORCHINDUCTOR_CACHE_DIR checked)
 import torch
 from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
 from model import MLPS, ModelConfig, Transformer, swiglu_intermediate_size
-from training.cli import REPO, run
+from training.cli import REPO, check_override_keys, compose, run
 
 MODEL_CONFIGS = REPO / "configs" / "model"
-DEFAULT_VOCAB = 4096  # the data pipeline's default BPE vocab; the model yamls take it from ${data.vocab_size}
 
 
-def split_args(argv: List[str]) -> Tuple[str, int, List[str]]:
-    """`model=NAME`, the vocab size and the remaining overrides as `key=value` on the model node."""
-    name, vocab, overrides = "cpu", DEFAULT_VOCAB, []
+def load_model_config(argv: List[str]) -> Tuple[ModelConfig, Path]:
+    """configs/model/<name>.yaml + overrides (`key=value` on the model, `vocab_size=` on the data) → a validated
+    ModelConfig, composed and checked as train.py composes it."""
+    name, overrides = "cpu", []
     for arg in argv:
         key, sep, value = arg.partition("=")
         if not sep:
@@ -31,33 +30,16 @@ def split_args(argv: List[str]) -> Tuple[str, int, List[str]]:
         key = key.removeprefix("+").removeprefix("model.")
         if key == "model":
             name = value
-        elif key in ("vocab_size", "data.vocab_size"):
-            try:
-                vocab = int(value)
-            except ValueError:
-                raise ValueError(f"vocab_size={value!r} is not an integer") from None
+        elif key in ("vocab_size", "data.vocab_size"):  # the yamls take it from ${data.vocab_size}
+            overrides.append(f"data.vocab_size={value}")
         else:
-            overrides.append(f"{key}={value}")
-    return name, vocab, overrides
-
-
-def load_model_config(argv: List[str]) -> Tuple[ModelConfig, Path]:
-    """configs/model/<name>.yaml + overrides → a validated ModelConfig, checked against its schema."""
-    name, vocab, overrides = split_args(argv)
+            overrides.append(f"model.{key}={value}")
     path = MODEL_CONFIGS / f"{name}.yaml"
     if not path.is_file():
         choices = sorted(p.stem for p in MODEL_CONFIGS.glob("*.yaml"))
         raise ValueError(f"model={name} not found in {MODEL_CONFIGS}; choose one of {choices}")
-    # The yamls read the vocab from the data group (`${data.vocab_size}`): provide one to resolve against.
-    root = OmegaConf.create({"data": {"vocab_size": vocab}, "model": OmegaConf.load(path)})
-    try:
-        root = OmegaConf.merge(root, OmegaConf.from_dotlist([f"model.{o}" for o in overrides]))
-        plain = OmegaConf.to_container(root, resolve=True)["model"]
-        typed = OmegaConf.merge(OmegaConf.structured(ModelConfig), plain)  # unknown keys, wrong types
-        return OmegaConf.to_object(typed), path
-    except OmegaConfBaseException as e:
-        where = f"model.{e.full_key}: " if getattr(e, "full_key", None) else ""
-        raise ValueError(where + str(e).splitlines()[0]) from None
+    check_override_keys(overrides)  # a typo'd key or a wrong type: one line naming it
+    return OmegaConf.to_object(compose([f"model={name}", *overrides]).model), path
 
 
 def config_fields(cfg: ModelConfig) -> dict:
