@@ -318,18 +318,18 @@ def launcher(spec: TransferSpec, options_dir: Path, threads: int, jobs: int, ext
     return Launcher(options_dir, overrides, workers=jobs)
 
 
-def probe_seconds(spec: TransferSpec, budget: sweep.Budget, threads: int, steps: int) -> Dict[tuple, float]:
-    """{(optimizer, width): seconds per run} from a `steps`-step timing run of each (lab/sweep.py's time_runs).
-    Parametrization, lr and seed cost the same."""
+def timing_runs(spec: TransferSpec, tmp: Path, threads: int, steps: int) -> Optional[Dict[tuple, sweep.State]]:
+    """{(optimizer, width): its `steps`-step timing run} in tmp (None for steps 0): parametrization, lr and seed cost
+    the same."""
+    if steps <= 0:
+        return None
     cells = [
         Cell(o, spec.parametrizations[0], w, min(spec.lrs), spec.seeds[0]) for o in spec.optimizers for w in spec.widths
     ]
-    with tempfile.TemporaryDirectory() as tmp:
-        keys = {Path(tmp) / c.name: (c.optimizer, c.width) for c in cells}
-        jobs = [c.job(Path(tmp) / c.name, spec.min_lr_ratio) for c in cells]
-        runs = launcher(spec, Path(tmp), threads, 1, sweep.timing_overrides(steps))
-        states = {keys[ended.job.run_dir]: state for ended, state in sweep.launch(jobs, runs, Path(tmp))}
-        return sweep.time_runs(states, dict.fromkeys(states, budget))
+    keys = {tmp / c.name: (c.optimizer, c.width) for c in cells}
+    jobs = [c.job(tmp / c.name, spec.min_lr_ratio) for c in cells]
+    runs = launcher(spec, tmp, threads, 1, sweep.timing_overrides(steps))
+    return {keys[ended.job.run_dir]: state for ended, state in sweep.launch(jobs, runs, tmp)}
 
 
 def print_plan(spec: TransferSpec):
@@ -351,15 +351,21 @@ def print_plan(spec: TransferSpec):
 
 
 def print_cost(spec: TransferSpec, budget: sweep.Budget, directory: Path, args) -> None:
-    """Runs to do and their time per optimizer and width: from the runs finished here, else a timing run."""
-    walls: Dict[tuple, list] = {}
-    results = read_results(directory)
-    for row in (r for r in results.values() if r.get("wall_s") is not None):
-        walls.setdefault((row["optimizer"], row["width"]), []).append(row["wall_s"])
-    measured = {key: statistics.median(values) for key, values in walls.items()}
-    known = all((o, w) in measured for o in spec.optimizers for w in spec.widths)
-    print(f"cost, per run from {'the runs finished here' if known else f'a {args.probe_steps}-step timing run'}:")
-    seconds = measured if known else probe_seconds(spec, budget, args.threads, args.probe_steps)
+    """Runs to do and their time per optimizer and width (lab/sweep.py's estimate)."""
+    results, finished = read_results(directory), {}
+    for row in results.values():
+        state = sweep.inspect(directory / "runs" / row["cell"])
+        if state.state == FINISHED:
+            finished.setdefault((row["optimizer"], row["width"]), []).append(state.run)
+    budgets = {(o, w): budget for o in spec.optimizers for w in spec.widths}
+    with tempfile.TemporaryDirectory() as tmp:
+        seconds, source = sweep.estimate(
+            budgets,
+            finished,
+            lambda: timing_runs(spec, Path(tmp), args.threads, args.probe_steps),
+            "optimizer and width",
+        )
+    print(f"cost, per run from {source}:")
     todo, total = [c for c in spec.cells() if c.name not in results], 0.0
     for (optimizer, width), per_run in sorted(seconds.items()):
         n = sum(c.optimizer == optimizer and c.width == width for c in todo)

@@ -211,13 +211,32 @@ def timing_overrides(steps: int) -> List[str]:
     ]
 
 
-def time_runs(states: Dict[Hashable, State], budgets: Dict[Hashable, Budget]) -> Dict[Hashable, Optional[float]]:
-    """{key: seconds one run of its budget takes} from its timing run (at the smallest LR: throughput does not depend
-    on it, and it is the least likely to diverge) as run_seconds scales it; a ValueError names one that did not finish."""
-    for s in states.values():
-        if s.state != FINISHED:
-            raise ValueError(f"the timing run {s.path} did not finish ({s.state}{': ' + s.error if s.error else ''})")
-    return {key: run_seconds(budgets[key], [s.run]) for key, s in states.items()}
+def estimate(
+    budgets: Dict[Hashable, Budget],
+    finished: Dict[Hashable, List[Run]],
+    timing: Callable[[], Optional[Dict[Hashable, State]]],
+    each: str,
+    stored: Dict[Hashable, float] = None,
+    stored_source: str = "",
+) -> Tuple[Dict[Hashable, Optional[float]], str]:
+    """({key: seconds one run of its budget takes, or None}, where from), for every study: the runs finished here
+    where every key has some; else the timing runs timing() gives (None: none; at the smallest LR, as throughput does
+    not depend on it and it is the least likely to diverge); else `stored` tokens/s covering every key; else nothing.
+    A ValueError names a timing run that did not finish."""
+    if all(finished.get(key) for key in budgets):
+        return {key: run_seconds(budgets[key], finished[key]) for key in budgets}, "the runs finished here"
+    states = timing()
+    if states:
+        for s in states.values():
+            if s.state != FINISHED:
+                raise ValueError(
+                    f"the timing run {s.path} did not finish ({s.state}{': ' + s.error if s.error else ''})"
+                )
+        seconds = {key: run_seconds(budgets[key], [s.run]) for key, s in states.items()}
+        return seconds, f"a {next(iter(states.values())).run.max_steps}-step timing run of each {each}"
+    if stored and set(budgets) <= set(stored):
+        return {key: seconds_at(budgets[key], stored[key]) for key in budgets}, stored_source
+    return dict.fromkeys(budgets), f"nothing yet (no timing run: --probe-steps N times each {each} first)"
 
 
 def seconds_at(budget: Budget, tps: float, per_eval: Optional[float] = None) -> float:

@@ -157,29 +157,47 @@ def after_stage(proto: Protocol, cells, stage: str, status: int) -> int:
 
 
 def measure(proto: Protocol, budgets: dict, probe_steps: int, values: dict) -> tuple:
-    """({size: seconds per run or None}, source): from this protocol's finished runs if every size
-    has some, else from a short timing run of the reference at each size (made once, kept in probe/)."""
+    """({size: seconds per run or None}, source) through lab/sweep.py's estimate: this protocol's finished runs,
+    else a short timing run of the reference at each size (made once, kept in probe/), else the stored throughput
+    (planning_tokens_per_s) where no override changes what a step costs."""
     spec = proto.spec
     finished = {
         size: [s.run for s in proto.stage1().values() if s.cell.size == size and s.state == sweep.FINISHED]
         for size in spec.sizes
     }
-    if all(finished.values()):
-        return {size: sweep.run_seconds(budgets[size], runs) for size, runs in finished.items()}, "this protocol's runs"
     cells = [C.Cell(size, spec.reference, min(spec.lr_grid), spec.stage1_seed) for size in spec.sizes]
     probe_dir = proto.dir / "probe"
-    probes = proto.states(cells, probe_dir)
-    if not all(s.state == sweep.FINISHED for s in probes.values()):
-        if probe_steps <= 0:
-            return stored_estimate(spec, budgets)
-        print(f"timing run: {probe_steps} steps of {spec.reference} at each size, to estimate the cost", flush=True)
-        run_cells(proto, cells, "probe", probe_dir, sweep.timing_overrides(probe_steps), values)
+
+    def timing():
         probes = proto.states(cells, probe_dir)
+        if not all(s.state == sweep.FINISHED for s in probes.values()):
+            if probe_steps <= 0:
+                return None
+            print(f"timing run: {probe_steps} steps of {spec.reference} at each size, to estimate the cost", flush=True)
+            run_cells(proto, cells, "probe", probe_dir, sweep.timing_overrides(probe_steps), values)
+            probes = proto.states(cells, probe_dir)
+        return {c.size: s for c, s in probes.items()}
+
+    same_step = all(o.split("=")[0].startswith(SAME_THROUGHPUT) for o in spec.train_overrides)
     try:
-        seconds = sweep.time_runs({c.size: s for c, s in probes.items()}, budgets)
+        return sweep.estimate(
+            budgets,
+            finished,
+            timing,
+            "size",
+            spec.planning_tokens_per_s if same_step else {},
+            f"the protocol's stored throughput, {spec.planning_tokens_per_s_source} (another machine may be 2-4× "
+            "off: --probe-steps 10 times each size here)",
+        )
     except ValueError as e:
         raise ProtocolError(f"{e}; its error is above: fix it, or skip the timing run with --probe-steps 0") from None
-    return seconds, f"a {next(iter(probes.values())).run.max_steps}-step timing run of each size"
+
+
+# Overrides that change what a run costs in steps, not what a step costs: a stored throughput still holds.
+SAME_THROUGHPUT = tuple(
+    "trainer.max_steps trainer.max_epochs trainer.eval_interval trainer.ckpt_interval trainer.log_interval "
+    "data.cache_dir logger.".split()
+)
 
 
 # --- what the protocol will cost and can detect ---
@@ -343,28 +361,6 @@ def power_table(spec: Spec, sd: Optional[float], source: str) -> str:
         + "; the MDE is proportional to the spread (MDE/sd), which longer runs may shrink"
     )
     return "\n".join(lines)
-
-
-# Overrides that change what a run costs in steps, not what a step costs: a stored throughput still holds.
-SAME_THROUGHPUT = tuple(
-    "trainer.max_steps trainer.max_epochs trainer.eval_interval trainer.ckpt_interval trainer.log_interval "
-    "data.cache_dir logger.".split()
-)
-
-
-def stored_estimate(spec, budgets: dict) -> tuple:
-    """({size: seconds per run or None}, source) from the protocol's stored throughput (planning_tokens_per_s),
-    where it covers every size and no override changes what a step costs; else nothing."""
-    stored = spec.planning_tokens_per_s
-    if set(spec.sizes) <= set(stored) and all(
-        o.split("=")[0].startswith(SAME_THROUGHPUT) for o in spec.train_overrides
-    ):
-        return (
-            {size: sweep.seconds_at(budgets[size], stored[size]) for size in spec.sizes},
-            f"the protocol's stored throughput, {spec.planning_tokens_per_s_source} (another machine may be 2-4× "
-            "off: --probe-steps 10 times each size here)",
-        )
-    return {size: None for size in spec.sizes}, "nothing yet (no timing run: --probe-steps N times each size first)"
 
 
 def print_cost(proto: Protocol, seconds: dict, source: str, before: str = "stage1") -> None:

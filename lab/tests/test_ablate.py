@@ -161,7 +161,7 @@ def test_manifest_records_the_plan_the_cost_the_look_and_every_cell(finished):
     assert m["cost"]["before stage1"]["source"] == "a 2-step timing run of each size"
     before = m["cost"]["before stage1"]["base"]
     assert (before["stage1_runs"], before["stage2_runs"]) == (6, 2 + 2 * 2)  # gelu counted at two LRs until known
-    assert m["cost"]["before stage2"]["source"] == "this protocol's runs" and m["wall_s"]["stage1"] > 0
+    assert m["cost"]["before stage2"]["source"] == "the runs finished here" and m["wall_s"]["stage1"] > 0
     states = {name: cell["state"] for name, cell in m["cells"].items()}
     assert sorted(states.values()).count("diverged") == 2 and len(states) == len(configs(protocol / "runs"))
     assert [look["seeds"] for look in m["looks"]] == [{"stage2": [0, 1]}]
