@@ -1,6 +1,5 @@
-"""How the sweep driver (lab/sweep.py) runs train.py: Jobs (each a generated Hydra option `+job=<name>`) as multiruns,
-all in one process (or a cluster's, hydra/launcher=…) or one process per job, `workers` at a time; Ctrl-C passed on
-exactly once; each job's outcome read back from job_status.yaml (JobStatusFile writes it at the end of every job)."""
+"""How the sweep driver runs train.py: Jobs (generated Hydra options `+job=<name>`) as one multirun or one process each,
+Ctrl-C passed on exactly once; each job's outcome read back from job_status.yaml (JobStatusFile writes it)."""
 
 import contextlib
 import os

@@ -1,7 +1,5 @@
-"""The lab's one sweep driver, for the ablation protocol and the μP transfer sweep: a list of jobs → each one not
-yet done launched through lab/launcher.py (a finished or diverged run directory is skipped, a cut-off one resumes
-from its checkpoint, a failed or empty one is moved aside first) → one results.jsonl row per ended run; and its
-cost: seconds per run from measured throughput through training/budget.py's LoopCost."""
+"""The lab's one sweep driver, for the ablation protocol and the μP transfer sweep: jobs → launch (skip done, resume
+cut-off, move failed aside) → one results.jsonl row per ended run; and its cost (seconds per run, one estimate)."""
 
 import hashlib
 import json

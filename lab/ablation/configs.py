@@ -1,6 +1,5 @@
-"""The protocol's cells as train.py configs: each composed and built (meta device) before anything
-trains, so a typo fails in seconds, then run by lab/launcher.py as generated Hydra options (`+job=<name>`),
-ONE `python train.py -m` multirun per stage. Composing and parsing overrides are passed in (cli.config)."""
+"""The protocol's cells as train.py configs: each composed and built (meta device) before anything trains, then run by
+lab/launcher.py as generated Hydra options (`+job=<name>`), one `train.py -m` multirun per stage."""
 
 import copy
 import dataclasses

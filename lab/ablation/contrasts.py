@@ -1,9 +1,5 @@
-"""The protocol's pre-registered contrasts, judged: each variant against the reference, paired over the
-measuring seeds, at two LR choices — each at its own best LR, and every variant at the reference's best
-(the shared LR) — Holm-adjusted within its family (one tier's contrasts × sizes at one LR choice), with
-a paired TOST against the equivalence margin — and beside each, its p under one Holm correction over the whole
-study, so a family's call the study-wide rule does not keep is worded so; their tables and the depth check.
-The scale check (does each verdict keep its direction across sizes; Kendall's τ between the sizes' rankings) too."""
+"""The protocol's pre-registered contrasts, judged (each variant vs the reference, paired over the measuring seeds, at
+its own and the shared LR; Holm within a family, a paired TOST, a study-wide Holm p); their tables; the scale check."""
 
 import math
 from dataclasses import dataclass
@@ -178,26 +174,7 @@ def table_cells(v: Verdict) -> list:
     return [f"{t.delta:+.4f}", interval, format_p(t.p), format_p(v.p_adjusted), tost, f"**{v.outcome}**"]
 
 
-def depth_markdown(spec: Spec, contrasts: List[Contrast], rankings: Dict[str, List[str]]) -> str:
-    """Does it hold across sizes? Each variant's Δ and verdict at every size (own LR), their consistency
-    and the rankings' agreement (scale_markdown below)."""
-    results = [
-        SizeResult(
-            size, rankings.get(size, []), {c.variant: c.verdict for c in pick(contrasts, choice="own", size=size)}
-        )
-        for size in spec.sizes
-    ]
-    return scale_markdown(results, spec.reference)
-
-
 # --- does it hold at scale? ---
-
-
-@dataclass
-class SizeResult:
-    name: str
-    ranking: List[str]  # variant names, best first (mean final val bpb)
-    verdicts: Dict[str, Verdict]  # variant → vs the reference at this size
 
 
 def consistency(outcomes: Sequence[Optional[str]]) -> str:
@@ -225,15 +202,18 @@ def rank_agreement(a: Sequence[str], b: Sequence[str]) -> Optional[float]:
     return float(stats.kendalltau([a.index(v) for v in common], [b.index(v) for v in common]).statistic)
 
 
-def scale_markdown(results: Sequence[SizeResult], reference: str, unit: str = "bpb") -> str:
-    """The scale check: Δ vs the reference per variant and size, its consistency, the rankings."""
-    variants = list(dict.fromkeys(v for r in results for v in r.verdicts))
-    header = ["variant"] + [f"Δ {unit} at {r.name}" for r in results] + ["across sizes"]
+def scale_markdown(
+    verdicts: Dict[str, Dict[str, Verdict]], rankings: Dict[str, List[str]], reference: str, unit: str = "bpb"
+) -> str:
+    """The scale check from each size's {variant: verdict vs the reference} (own LR) and ranking (best first): Δ per
+    variant and size, its consistency across sizes, and the rankings' agreement."""
+    variants = list(dict.fromkeys(v for per_size in verdicts.values() for v in per_size))
+    header = ["variant"] + [f"Δ {unit} at {size}" for size in verdicts] + ["across sizes"]
     rows = []
     for v in variants:
         cells, outcomes = [], []
-        for r in results:
-            c = r.verdicts.get(v)
+        for per_size in verdicts.values():
+            c = per_size.get(v)
             t = c.test if c else None
             outcomes.append(c.outcome if c else None)
             if t is None:
@@ -251,14 +231,15 @@ def scale_markdown(results: Sequence[SizeResult], reference: str, unit: str = "b
         f"Δ = variant − {reference} (paired, 95 % CI half-width). Ranking by mean final val {unit}, best first:",
         "",
     ]
-    lines += [f"- {r.name}: " + " < ".join(r.ranking) for r in results]
-    for first, second in zip(results, results[1:]):
-        tau = rank_agreement(first.ranking, second.ranking)
-        same = first.ranking == second.ranking
+    sizes = list(verdicts)
+    lines += [f"- {size}: " + " < ".join(rankings.get(size, [])) for size in sizes]
+    for first, second in zip(sizes, sizes[1:]):
+        tau = rank_agreement(rankings.get(first, []), rankings.get(second, []))
+        same = rankings.get(first, []) == rankings.get(second, [])
         agreement = (
             "the same order"
             if same
             else (f"Kendall's τ = {tau:+.2f}" if tau is not None else "different order (too few variants for τ)")
         )
-        lines.append(f"- {first.name} → {second.name}: {agreement}")
+        lines.append(f"- {first} → {second}: {agreement}")
     return "\n".join(lines) + "\n"

@@ -1,7 +1,5 @@
-"""Honest learning-rate selection for one variant at one size: the lowest final bpb over a log-spaced
-grid, on a seed no measurement uses, a near-tie going to the smaller LR; a best LR at the grid's edge adds
-one more point beyond that edge (same spacing), again and again until the best is interior or the stated
-cap is reached."""
+"""Honest learning-rate selection for one (variant, size): the lowest final bpb over a log-spaced grid on a seed of its
+own, a near-tie to the smaller LR; a best LR at the grid's edge adds a point beyond it, up to a stated cap."""
 
 import math
 from dataclasses import dataclass

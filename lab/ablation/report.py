@@ -80,7 +80,8 @@ def write(
         plot_forest({s: rows for s, rows in forest.items() if rows}, out / "forest.png", spec.reference)
         sections.append("![paired Δ per variant at its own LR, 95 % CI, coloured by verdict](forest.png)\n")
     if len(params) > 1:
-        sections += ["## Does it hold across sizes?\n", K.depth_markdown(spec, contrasts, rankings)]
+        own = {s: {c.variant: c.verdict for c in K.pick(contrasts, choice="own", size=s)} for s in spec.sizes}
+        sections += ["## Does it hold across sizes?\n", K.scale_markdown(own, rankings, spec.reference)]
         deltas = {
             v: [
                 next((c.verdict.test for c in K.pick(contrasts, choice="own", size=s, variant=v)), None) for s in params

@@ -36,11 +36,8 @@ def test_markdown_lists_every_size_and_the_rankings():
     pairs = {"better": ([1.0, 1.1, 1.2], [1.1, 1.2, 1.31]), "unclear": ([1.0, 1.3, 1.1], [1.1, 1.1, 1.1])}
     verdicts = judge(pairs, "primary, own LR", 0.05, 0.01, "holm")
     better, unclear = verdicts["better"], verdicts["unclear"]
-    results = [
-        scale.SizeResult("h96", ["gelu", "ref", "ln"], {"gelu": better, "ln": unclear}),
-        scale.SizeResult("h192", ["ref", "gelu", "ln"], {"gelu": better}),
-    ]
-    text = scale.scale_markdown(results, "ref")
+    verdicts = {"h96": {"gelu": better, "ln": unclear}, "h192": {"gelu": better}}
+    text = scale.scale_markdown(verdicts, {"h96": ["gelu", "ref", "ln"], "h192": ["ref", "gelu", "ln"]}, "ref")
     gelu = next(line for line in text.splitlines() if line.startswith("| gelu"))
     assert gelu.count("(better)") == 2 and gelu.endswith("**holds**: better at every size |")
     ln = next(line for line in text.splitlines() if line.startswith("| ln"))
