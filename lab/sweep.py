@@ -129,7 +129,7 @@ def row(job: Job, state: State, root: Path, wall_s: Optional[float], extra: dict
         "overrides": {**job.choices, **job.values},
         "run_dir": job.run_dir.relative_to(root).as_posix(),
         "val_bpb": state.final_bpb,
-        "tokens_per_s": tokens_per_s(state.run) if state.run else None,
+        "tokens_per_s": steady_tokens_per_s(state.run.trains) if state.run else None,
         "wall_s": wall_s,
         "time": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
@@ -175,11 +175,6 @@ class Budget:
         return event_counts(self.max_steps, self.eval_interval, self.max_steps)[0]
 
 
-def tokens_per_s(run: Run) -> Optional[float]:
-    """The run's steady training throughput (its log intervals' median, the warm-up one left out)."""
-    return steady_tokens_per_s(run.trains)
-
-
 def eval_seconds(run: Run) -> Optional[float]:
     """Median wall seconds of the run's evals: an eval row's time less that of the train row logged
     just before it at the same step. None when no eval follows a train row."""
@@ -191,7 +186,7 @@ def eval_seconds(run: Run) -> Optional[float]:
 def run_seconds(budget: Budget, runs: Sequence[Run]) -> Optional[float]:
     """Seconds one run of `budget` takes at the median throughput of `runs` (any length), its evals at
     the runs' measured eval time (the FLOP estimate where none was measured)."""
-    rates = [r for r in map(tokens_per_s, runs) if r]
+    rates = [r for r in (steady_tokens_per_s(run.trains) for run in runs) if r]
     if not rates:
         return None
     measured = [e for e in map(eval_seconds, runs) if e is not None]

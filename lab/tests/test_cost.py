@@ -11,12 +11,6 @@ def run_with_rates(rates) -> Run:
     return Run(path=None, config={}, evals=[], trains=[{"step": i, "tokens_per_s": r} for i, r in enumerate(rates)])
 
 
-def test_throughput_is_the_median_without_the_warm_up_interval():
-    assert sweep.tokens_per_s(run_with_rates([10.0, 1000.0, 1100.0, 900.0])) == 1000.0
-    assert sweep.tokens_per_s(run_with_rates([10.0, 1000.0])) == 505.0  # too few to drop one
-    assert sweep.tokens_per_s(run_with_rates([])) is None
-
-
 def test_run_seconds_scales_the_measured_rate_to_the_budget():
     budget = sweep.Budget(max_steps=100, tokens_per_step=2048, eval_interval=25, eval_tokens=8192)
     runs = [
