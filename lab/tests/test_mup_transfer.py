@@ -5,6 +5,7 @@ stopped, moves a cut-off run aside; the report finds each width's best lr; one t
 import dataclasses
 import json
 import math
+import re
 
 import pytest
 
@@ -207,3 +208,16 @@ def test_a_tiny_experiment_runs_end_to_end_and_a_rerun_has_nothing_to_do(tmp_pat
     assert "2 runs done, 0 to do" in capsys.readouterr().out
     assert program.main(["--dir", str(tmp_path / "exp"), "--dry-run", "--jobs", "1"]) == 0
     assert "per run from the runs finished here" in capsys.readouterr().out
+
+
+def test_a_dry_run_prices_each_optimizer_and_width_from_a_timing_run_and_writes_nothing(
+    tmp_path, tiny_data_cache, capsys
+):
+    args = ["--dir", str(tmp_path / "exp"), "--widths", "32,64", "--lrs", "0.01", "--seeds", "0", "--optimizers"]
+    args += ["adamw", "--parametrizations", "mup", "--jobs", "1", "--dry-run", "--probe-steps", "2"]
+    for value in ("trainer.max_steps=3", "trainer.eval_windows=2", "data.vocab_size=512", "model.mup_base_width=32"):
+        args += ["--set", value]
+    assert program.main([*args, "--set", f"data.cache_dir={tiny_data_cache}"]) == 0
+    out = capsys.readouterr().out
+    assert "cost, per run from a 2-step timing run of each optimizer and width:" in out
+    assert re.search(r"adamw width 64: \d+ s per run × 1 runs", out) and not (tmp_path / "exp").exists()
