@@ -7,10 +7,9 @@ from typing import Dict, List, Optional, Sequence
 
 import yaml
 
-from analysis.runs import RunsError, Variant, varying_keys
+from analysis.runs import RunsError, Variant, flatten, varying_keys
 from analysis.stats import CI, Comparison, TTest, compare, format_p
 from analysis.table import final_bpb, table_lines
-from training.cli import flat
 
 # The default model is the reference: LLaMA's choices. Keys the runs do not have are ignored, so
 # runs from before QK-norm existed still find theirs.
@@ -48,14 +47,13 @@ def references_by_config(variants: Sequence[Variant], spec: Dict[str, object]) -
     it on every other key that varies between the runs (e.g. the same hidden_size); a variant that
     matches `spec` itself is a reference and maps to itself."""
     varying = varying_keys([r for v in variants for r in v.runs])
-    configs = {v.label: flat(v.config) for v in variants}
-    candidates = [v for v in variants if all(_same(configs[v.label].get(k, value), value) for k, value in spec.items())]
+    flat = {v.label: flatten(v.config) for v in variants}
+    candidates = [v for v in variants if all(_same(flat[v.label].get(k, value), value) for k, value in spec.items())]
     found = {}
     for v in variants:
         context = [k for k in varying if k not in spec]
         found[v.label] = next(
-            (c for c in candidates if all(_same(configs[c.label].get(k), configs[v.label].get(k)) for k in context)),
-            None,
+            (c for c in candidates if all(_same(flat[c.label].get(k), flat[v.label].get(k)) for k in context)), None
         )
     return found
 

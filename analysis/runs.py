@@ -9,7 +9,6 @@ from typing import Dict, List, Optional, Sequence
 import yaml
 
 from training.checkpoint import METRICS, RunFiles, read_state, run_checkpoints
-from training.cli import flat
 from training.log import MetricsError, read_metrics
 
 # Keys that differ between runs without changing what is trained or measured: never part of a
@@ -156,11 +155,21 @@ def read_complete_runs(paths: Sequence[Path], warn=lambda m: print(m, file=sys.s
     return complete, skipped
 
 
+def flatten(config: dict, prefix: str = "") -> Dict[str, object]:
+    out = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = tuple(value) if isinstance(value, list) else value
+    return out
+
+
 def varying_keys(runs: Sequence[Run]) -> List[str]:
     """Config keys whose values differ between runs, except those in NOT_A_VARIANT (seed etc.)."""
-    configs = [flat(r.config) for r in runs]
-    keys = sorted(set().union(*configs))
-    differ = [k for k in keys if len({repr(c.get(k)) for c in configs}) > 1]
+    flat = [flatten(r.config) for r in runs]
+    keys = sorted(set().union(*flat))
+    differ = [k for k in keys if len({repr(f.get(k)) for f in flat}) > 1]
     return [k for k in differ if not any(k == n or (n.endswith(".") and k.startswith(n)) for n in NOT_A_VARIANT)]
 
 
@@ -170,9 +179,9 @@ def group_variants(runs: Sequence[Run], warn=lambda m: print(m, file=sys.stderr)
     extra = [k for k in varying_keys(runs) if k not in ("model.norm", "model.mlp")]
     variants: Dict[str, Variant] = {}
     for run in runs:
-        config = flat(run.config)
-        label = " + ".join([str(config.get("model.norm")), str(config.get("model.mlp"))])
-        label = ", ".join([label] + [f"{k}={_short(config.get(k))}" for k in extra])
+        flat = flatten(run.config)
+        label = " + ".join([str(flat.get("model.norm")), str(flat.get("model.mlp"))])
+        label = ", ".join([label] + [f"{k}={_short(flat.get(k))}" for k in extra])
         variants.setdefault(label, Variant(label)).runs.append(run)
     for v in variants.values():
         seeds = [r.seed for r in v.runs]
