@@ -16,7 +16,7 @@ import tomllib
 from collections import defaultdict
 from pathlib import Path
 
-from training.cli import REPO, description, run
+from training.program import REPO, description, run
 
 TARGETS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mutmut"]["only_mutate"]  # e.g. "model/*"
 REQUIRED = 0.90

@@ -16,7 +16,8 @@ from lab.ablation.configs import apply_transfer, cell_values, validate
 from lab.ablation.protocol import ProtocolError, Spec, load_spec_file, merge_overrides, parse_sizes, split_overrides
 from lab.ablation.runner import Protocol, report, run_stages, spread_from
 from lab.stats import check_added_seeds
-from training.cli import REPO, compose_train_config, description, override_values, run
+from training.cli import override_values
+from training.program import REPO, compose_train_config, description, run
 
 DEFAULT_PROTOCOL = CONFIGS / "protocol" / "default.yaml"
 PROBE_STEPS = 10  # the timing run's steps per size, when one is made

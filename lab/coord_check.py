@@ -24,11 +24,11 @@ from lab import SEARCH_PATH
 from lab.mup_transfer import NAMES, TransferSpec
 from model import ModelConfig, Transformer
 from model.attention import hook_attention_logits
-from training.cli import compose_train_config, description, run
 from training.config import LoggerConfig, OptimConfig, TrainConfig, TrainerConfig
 from training.distributed import DistInfo
 from training.loop import TrainStep, build
 from training.optim import apply_schedule
+from training.program import compose_train_config, description, run
 
 LAYERS = ("embedding", "attention", "mlp", "logits")  # what each block part hands on, averaged over blocks
 ATTENTION_LOGITS = "attention logits"  # q·k × scale before the softmax, every block: recorded beside LAYERS

@@ -16,8 +16,8 @@ import yaml
 from hydra.experimental.callback import Callback
 
 from lab import CONFIGS
+from training import one_line
 from training.checkpoint import RunFiles
-from training.cli import one_line
 
 TRAIN_PY = Path(__file__).resolve().parents[1] / "train.py"
 JOB_GROUP = "job"

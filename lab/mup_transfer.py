@@ -27,8 +27,8 @@ from lab.ablation.lr_search import choose_lr
 from lab.launcher import NOT_RUN, Job, Launcher
 from lab.sweep import DIVERGED, FINISHED
 from training.checkpoint import RunFiles
-from training.cli import compose_train_config, description, run
 from training.log import read_metrics
+from training.program import compose_train_config, description, run
 
 NAMES = {"sp": "SP", "mup": "μP", "adamw": "AdamW", "muon": "Muon"}
 GRID = {"widths": int, "lrs": float, "seeds": int, "optimizers": str, "parametrizations": str}  # each option's type

@@ -20,7 +20,7 @@ from analysis import reference as ref
 from analysis.plots import has_activation_rms, plot_activation_rms, plot_forest, plot_time_to_quality, plot_val_curves
 from analysis.runs import RunsError, group_variants, read_complete_runs
 from analysis.table import markdown, summarize_variants
-from training.cli import description, run
+from training.program import description, run
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -24,10 +24,10 @@ from omegaconf import OmegaConf
 from model import Transformer
 from training import distributed as D
 from training.checkpoint import METRICS, RunFiles
-from training.cli import compose_run_config, description, run
 from training.log import gpu_peak, peak_flops, read_metrics
 from training.loop import CausalLMLoss, autocast_context, resolve_precision
 from training.optim import build_optimizers
+from training.program import compose_run_config, description, run
 
 GiB, MiB = 2**30, 2**20
 CUDA_OVERHEAD = 1 * GiB  # CUDA context, cuBLAS workspaces, allocator slack: not tensors, still memory

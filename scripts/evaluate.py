@@ -31,10 +31,10 @@ from data.tokenizer import file_hash, read_special_tokens
 from interop.hf import checkpoint_for
 from training.checkpoint import CONFIG as CKPT_CONFIG
 from training.checkpoint import TOKENIZER, load_model
-from training.cli import CONFIGS, description, read_utf8, run
 from training.distributed import pick_device
 from training.evaluation import Score, score, split_windows
 from training.loop import CausalLMLoss, autocast_context, resolve_precision
+from training.program import CONFIGS, add_no_verify, description, read_utf8, run
 
 
 def load_data_config(data: Optional[str], ckpt: Path, sets: Sequence[str]) -> DataConfig:
@@ -101,12 +101,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="bf16 autocast over fp32 weights, as training evaluates; auto: bf16 where it is fast",
     )
     p.add_argument("--json", help="also write the results to this JSON file")
-    p.add_argument(
-        "--no-verify",
-        dest="verify",
-        action="store_false",
-        help="skip checking the checkpoint's files against manifest.json (SHA-256; ~1 s per GB)",
-    )
+    add_no_verify(p)
     return p.parse_args(argv)
 
 

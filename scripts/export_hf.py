@@ -10,7 +10,7 @@ import _bootstrap  # noqa: F401  (the repository root on sys.path; TORCHINDUCTOR
 
 from interop.hf_export import export_checkpoint
 from training.checkpoint import resolve_checkpoint
-from training.cli import description, run
+from training.program import add_no_verify, description, run
 
 
 def main(argv=None) -> int:
@@ -18,12 +18,7 @@ def main(argv=None) -> int:
     p.add_argument("checkpoint", help="a checkpoint dir, a run dir (its newest checkpoint) or 'latest'")
     p.add_argument("out_dir", help="the Hugging Face model directory to write")
     p.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists and is not empty")
-    p.add_argument(
-        "--no-verify",
-        dest="verify",
-        action="store_false",
-        help="skip checking the files against their manifest.json (SHA-256; ~1 s per GB)",
-    )
+    add_no_verify(p)
     args = p.parse_args(argv)
     ckpt = resolve_checkpoint(args.checkpoint)  # `latest`, `best` or a run dir: say which checkpoint went out
     out = export_checkpoint(str(ckpt), args.out_dir, force=args.force, verify=args.verify)

@@ -17,8 +17,8 @@ from data.tokenizer import read_special_tokens
 from interop.hf import checkpoint_for
 from model.generate import SAMPLING, check_sampling_args, generate
 from training.checkpoint import load_model
-from training.cli import description, read_utf8, run
 from training.distributed import pick_device
+from training.program import add_no_verify, description, read_utf8, run
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -56,12 +56,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         action="store_false",
         help="recompute the whole sequence each step (slow; for checking the cache)",
     )
-    p.add_argument(
-        "--no-verify",
-        dest="verify",
-        action="store_false",
-        help="skip checking the checkpoint's files against manifest.json (SHA-256; ~1 s per GB)",
-    )
+    add_no_verify(p)
     return p.parse_args(argv)
 
 

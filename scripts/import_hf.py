@@ -9,19 +9,14 @@ import argparse
 import _bootstrap  # noqa: F401  (the repository root on sys.path; TORCHINDUCTOR_CACHE_DIR checked)
 
 from interop.hf import import_checkpoint
-from training.cli import description, run
+from training.program import add_no_verify, description, run
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=description(__doc__))
     p.add_argument("hf_dir", help="a directory with config.json, model.safetensors (or shards) and tokenizer.json")
     p.add_argument("run_dir", help="where to write the checkpoint (RUN_DIR/checkpoints/step_0000000)")
-    p.add_argument(
-        "--no-verify",
-        dest="verify",
-        action="store_false",
-        help="skip checking the files against their manifest.json (SHA-256; ~1 s per GB)",
-    )
+    add_no_verify(p)
     args = p.parse_args(argv)
     ckpt = import_checkpoint(args.hf_dir, args.run_dir, verify=args.verify)
     print(f"imported to {ckpt}: try python scripts/generate.py {args.run_dir} --prompt 'Hello'")

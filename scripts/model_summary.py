@@ -14,7 +14,8 @@ import torch
 from omegaconf import OmegaConf
 
 from model import MLPS, ModelConfig, Transformer, swiglu_intermediate_size
-from training.cli import REPO, check_override_keys, compose, run
+from training.cli import check_override_keys
+from training.program import REPO, compose, run
 
 MODEL_CONFIGS = REPO / "configs" / "model"
 

@@ -14,7 +14,9 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from data import DataConfig, prepare
-from training.cli import ConfigError, compose, one_line, run
+from training import one_line
+from training.cli import ConfigError
+from training.program import compose, run
 
 
 def load_config(overrides):

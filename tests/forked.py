@@ -29,6 +29,7 @@ PRELOAD = [
     "torch.optim",
     "hydra",
     "training.cli",
+    "training.program",
     "training.loop",
     "tests.fault_injection",
     "datasets",

@@ -23,14 +23,27 @@ PARTS = ("lab", "dev")  # beside the framework: they import it, it never imports
 NEVER = {  # package → top-level modules it must never import (the "never" column of the doc)
     "model": {"data", "training", "interop", "analysis", "scripts", "train", *PARTS} | HYDRA,
     "data": {"model", "training", "interop", "analysis", "scripts", "train", *PARTS} | HYDRA,
-    "training": {"interop", "analysis", "scripts", "train", *PARTS},  # Hydra: training/cli.py only (below)
+    "training": {
+        "interop",
+        "analysis",
+        "scripts",
+        "train",
+        *PARTS,
+    },  # Hydra: training/cli.py and program.py only (below)
     "interop": {"analysis", "scripts", "train", *PARTS} | HYDRA,
     "analysis": {"interop", "scripts", "train", *PARTS} | HYDRA,  # statistics run nothing
     "scripts": {"train", *PARTS},  # the user's programs never need the lab or the developers' tools
     "lab": {"dev", "train"},
     "dev": {"lab", "train"},
 }
-EDGE = ("train.py", "training/cli.py", "scripts/", "lab/", "dev/")  # where Hydra and OmegaConf may be imported
+EDGE = (
+    "train.py",
+    "training/cli.py",
+    "training/program.py",
+    "scripts/",
+    "lab/",
+    "dev/",
+)  # where Hydra and OmegaConf may be imported
 # Who may touch sys.path: scripts/_bootstrap.py (`python scripts/x.py` puts scripts/, not the repository,
 # first on it), and the test helpers that start a script the way a fresh interpreter does — the script's
 # folder first: forked.py (a child forked from the preloaded server), fault_injection.py (it runs train.py
@@ -39,7 +52,7 @@ SYS_PATH_EDITORS = {"scripts/_bootstrap.py", "tests/forked.py", "tests/fault_inj
 MAX_MODULES_PER_FOLDER = 15
 # The core (every file train.py can import, lazy imports included; formatted by `ruff format`): a ratchet at what it
 # is, so that the core never grows back: lower them when it shrinks, raise them only for a feature, said here.
-CORE_MAX_FILES, CORE_MAX_LINES, STEP_MAX_FILES_OUTSIDE_MODEL = 25, 6669, 5
+CORE_MAX_FILES, CORE_MAX_LINES, STEP_MAX_FILES_OUTSIDE_MODEL = 25, 6575, 5
 
 
 def python_files(*roots: str, repo: Path = REPO) -> list:
@@ -195,7 +208,7 @@ def test_hydra_is_used_at_the_edge():
 
 
 def test_hydra_and_omegaconf_only_at_the_edge():
-    """Outside the tests (which check configs), only train.py, training/cli.py, scripts/, lab/ and dev/ import Hydra or
+    """Outside the tests (which check configs), only train.py, training/cli.py and program.py, scripts/, lab/ and dev/ import Hydra or
     OmegaConf: the library below them reads typed dataclasses, never a DictConfig."""
     violations = [
         f"{path}:{line} imports {name}"

@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 from scripts import evaluate, export_hf, generate, import_hf
 from tests.train_helpers import run_dirs, run_train, train_in_process
 from training.checkpoint import tokenizer_files
-from training.cli import exit_status
+from training.program import exit_status
 
 pytestmark = pytest.mark.serial  # trains (the run every case starts from, and the resumes)
 

@@ -14,7 +14,7 @@ from scripts.compare_runs import main
 from tests import forked
 from tests.run_helpers import BPB_TO_LOSS, write_run, write_variant
 from tests.train_helpers import REPO
-from training.cli import exit_status
+from training.program import exit_status
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

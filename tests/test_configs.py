@@ -9,8 +9,9 @@ from omegaconf import OmegaConf
 
 from model import Transformer
 from tests import forked
-from training.cli import ConfigError, check_override_keys, compose_train_config
+from training.cli import ConfigError, check_override_keys
 from training.config import TrainConfig
+from training.program import compose_train_config
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 TRAIN_PY = CONFIGS.parent / "train.py"  # run as a real process, forked from a server that has imported torch

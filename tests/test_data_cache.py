@@ -377,7 +377,7 @@ if {program!r} == "train.py":
     sys.argv = ["train.py", *args, "debug=tiny", "hydra.run.dir={tmp}/run"]
     runpy.run_path({repo!r} + "/train.py", run_name="__main__")
 else:
-    from training.cli import run
+    from training.program import run
     from scripts.prepare_data import main
     sys.argv = ["prepare_data.py", *args]
     run(main)

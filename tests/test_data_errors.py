@@ -9,7 +9,7 @@ from data import DataConfig, DataError, prepare
 from scripts import prepare_data
 from tests import forked
 from tests.data_helpers import QUIET, REPO, cache_entries, make_documents, write_local
-from training.cli import exit_status
+from training.program import exit_status
 
 
 def fails(cfg: DataConfig, match: str, **kwargs) -> str:

@@ -7,7 +7,8 @@ import torch
 
 from model import Transformer
 from tests.doc_commands import DOCS, fenced_python_commands, has_placeholder
-from training.cli import check_override_keys, compose_run_config
+from training.cli import check_override_keys
+from training.program import compose_run_config
 
 
 def documented_train_commands(paths=DOCS) -> list:

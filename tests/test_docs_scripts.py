@@ -18,7 +18,7 @@ import pytest
 from data.sources import load_plays
 from tests.doc_commands import fenced_python_commands, has_placeholder
 from tests.train_helpers import train_in_process
-from training.cli import exit_status
+from training.program import exit_status
 
 pytestmark = pytest.mark.serial  # trains a tiny run, then runs the commands on it
 

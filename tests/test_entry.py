@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from training import inductor_cache_problem
-from training.cli import description
+from training.program import description
 
 REPO = Path(__file__).resolve().parents[1]
 PROGRAMS = sorted(

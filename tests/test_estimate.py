@@ -13,8 +13,8 @@ from model import Transformer
 from scripts import estimate
 from tests.train_helpers import REPO, launch, tiny_args
 from training import distributed as D
-from training.cli import compose_run_config, exit_status
 from training.log import peak_memory_bytes
+from training.program import compose_run_config, exit_status
 
 TINY = [
     "model=tiny",

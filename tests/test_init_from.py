@@ -11,7 +11,8 @@ from model import Transformer
 from scripts import export_hf
 from tests.train_helpers import read_metrics, run_train, train_in_process
 from training.checkpoint import CheckpointError, InitFrom, load_model
-from training.cli import ConfigError, compose, compose_run_config, exit_status, resolve_config
+from training.cli import ConfigError, resolve_config
+from training.program import compose, compose_run_config, exit_status
 
 pytestmark = pytest.mark.serial  # trains
 

@@ -226,9 +226,9 @@ def test_chunked_loss_in_float64_is_the_float64_math():
 @pytest.mark.parametrize("setting, chunk_above", [("auto", CHUNK_ABOVE), ("true", 0), ("false", None)])
 def test_trainer_chunked_loss_reaches_the_loss_train_py_builds(setting, chunk_above):
     """trainer.chunked_loss through training/loop.py's build: true always chunks, false never, auto above 2^26 logits."""
-    from training.cli import compose_train_config
     from training.distributed import DistInfo
     from training.loop import build
+    from training.program import compose_train_config
 
     cfg, _ = compose_train_config(["debug=tiny", f"trainer.chunked_loss={setting}"])
     loss_module = build(cfg, DistInfo(), say=lambda *a: None).loss_module

@@ -9,7 +9,7 @@ import pytest
 
 from scripts import model_summary as summary
 from tests import forked
-from training.cli import exit_status
+from training.program import exit_status
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "model_summary.py"

@@ -11,7 +11,7 @@ from model_helpers import one_thread
 from model import ModelConfig, Transformer
 from tests.tiny_checkpoint import tiny_tokenizer
 from training.checkpoint import load_model, save_checkpoint, tokenizer_files
-from training.cli import compose_train_config
+from training.program import compose_train_config
 
 
 def compose_model(overrides: list) -> ModelConfig:

@@ -8,7 +8,8 @@ import torch
 from safetensors.torch import load_file
 
 from tests.train_helpers import read_metrics, run_dirs, run_train
-from training.cli import ConfigError, compose_train_config
+from training.cli import ConfigError
+from training.program import compose_train_config
 
 pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (tests/fixtures.py)
 

@@ -4,7 +4,8 @@ off; a typed step count with another length is refused in one line; the header n
 
 import pytest
 
-from training.cli import ConfigError, compose_run_config
+from training.cli import ConfigError
+from training.program import compose_run_config
 
 
 def length(*overrides):

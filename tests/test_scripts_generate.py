@@ -22,7 +22,7 @@ from tests.tiny_checkpoint import (
     tiny_tokenizer,
     write_checkpoint,
 )
-from training.cli import exit_status
+from training.program import exit_status
 
 TOKENIZER = tiny_tokenizer()
 GREEDY = ["--temperature", "0", "--max-new-tokens", "12", "--device", "cpu"]

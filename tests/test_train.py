@@ -179,7 +179,8 @@ def test_new_run_never_overwrites_an_existing_run(tmp_path, cache_dir):
 )
 def test_bad_values_fail_at_composition_naming_the_field(override, message):
     """resolve_config (the step before any data is prepared) turns them into one ValueError each."""
-    from training.cli import compose, resolve_config
+    from training.cli import resolve_config
+    from training.program import compose
 
     cfg = compose([override])  # as @hydra.main hands it to main(): HydraConfig set, no hydra node
     with pytest.raises(ValueError) as error:
@@ -476,7 +477,7 @@ def test_early_stopping_ends_at_the_patience_and_best_is_an_alias(tmp_path, cach
     saves it, and names the best (step 4); `best` then finds that checkpoint for generate, evaluate, export and
     resume — which refuses to restart a run that stopped early unless the patience is lifted."""
     from scripts import evaluate, export_hf, generate
-    from training.cli import exit_status
+    from training.program import exit_status
 
     proc = run_faulty(
         tmp_path,
@@ -541,7 +542,7 @@ def test_the_sample_a_run_prints_is_what_generate_py_makes_of_its_checkpoint(tmp
     """One code path for the eval-time sample and scripts/generate.py: same sampling defaults, same seed,
     same text from the same weights."""
     from scripts import generate
-    from training.cli import exit_status
+    from training.program import exit_status
 
     proc = run_train(
         tmp_path,
@@ -639,7 +640,7 @@ def test_a_hand_edited_run_config_is_kept_and_said_never_silently_overwritten(tm
 def test_experiment_small_corpus_is_an_alias_of_the_default_and_says_so(tmp_path, cache_dir):
     """Folded into the default (BENCHMARKS.md, "One default for every corpus"): the old name composes the default's
     model and length and says in one line that it is an alias."""
-    from training.cli import compose_train_config
+    from training.program import compose_train_config
 
     alias, default = (compose_train_config(args)[0] for args in (["experiment=small_corpus"], []))
     assert (alias.model, alias.trainer, alias.optim, alias.data) == (

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from tests import forked
-from training.cli import compose_train_config
+from training.program import compose_train_config
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,5 +1,5 @@
-"""The command line of train.py and scripts/: configs + overrides → a checked TrainConfig through Hydra (a resume's
-or init_from's checkpoint merged in), and how a program ends: one `error:` line and 1, or 130/143 on a signal."""
+"""The command line of train.py: configs + overrides → a checked TrainConfig through Hydra (a resume's or init_from's
+checkpoint merged in), the checks before a run starts, SIGTERM as Ctrl-C. The other programs': training/program.py."""
 
 import dataclasses
 import difflib
@@ -10,12 +10,9 @@ import sys
 import tempfile
 import typing
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
-from hydra import compose as hydra_compose
-from hydra import initialize_config_dir
 from hydra.core.config_store import ConfigStore
-from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
@@ -31,10 +28,7 @@ from training.config import TrainConfig
 if typing.TYPE_CHECKING:  # the checkpoint (torch) is imported where one is opened: preparing data never loads it
     from training.checkpoint import InitFrom, Resume
 
-# ---- how a program ends ----
-
-REPO = Path(__file__).resolve().parents[1]  # configs/, train.py and BENCHMARKS.md live here
-USER_ERRORS = (ValueError, OSError)  # DataError, CheckpointError, ConfigError, … are ValueErrors
+# ---- SIGTERM ----
 
 
 def sigterm_interrupts() -> None:
@@ -46,48 +40,8 @@ def sigterm_interrupts() -> None:
     signal.signal(signal.SIGTERM, handle)
 
 
-def exit_status(
-    main: Callable, argv: Optional[Sequence[str]] = None, also: tuple = (), interrupted: Optional[str] = None
-) -> int:
-    """main(argv)'s status: a user's error is one `error: …` line and 1; Ctrl-C 130, SIGTERM 143, with one line."""
-    try:
-        return main(argv) or 0
-    except (*USER_ERRORS, *also) as e:
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt as e:
-        signum = getattr(e, "signum", signal.SIGINT)
-        print(interrupted or f"\n{signal.Signals(signum).name}: interrupted", file=sys.stderr)
-        return 128 + int(signum)
-
-
-def run(main: Callable, also: tuple = (), interrupted: Optional[str] = None) -> None:
-    """A script's whole body: exit with main's status on the command line's arguments."""
-    sigterm_interrupts()
-    sys.exit(exit_status(main, None, also, interrupted))
-
-
-def read_utf8(path, flag: str) -> str:
-    """A text file's content; one line naming the file when it is not UTF-8 (or cannot be read)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except UnicodeDecodeError as e:
-        raise ValueError(
-            f"{flag} {path} is not UTF-8 text ({e.reason} at byte {e.start}); convert it to UTF-8"
-        ) from None
-    except OSError as e:
-        raise ValueError(f"{flag} {path}: {e.strerror.lower() if e.strerror else e}") from None
-
-
-def description(doc: str) -> str:
-    """A program's --help text: its docstring's first paragraph, on one line."""
-    return " ".join(doc.strip().split("\n\n")[0].split())
-
-
 # ---- Hydra → the typed config ----
 
-CONFIGS = REPO / "configs"
 TOP_LEVEL_KEYS = ("seed", "run_name", "outputs_dir", "verify_checkpoint", "resume_changed_data")
 LENGTH_KEYS = ("max_steps", "max_epochs", "time_budget")
 # What a typed length turns off among the config's: steps and epochs are exact; a budget keeps the config's epochs.
@@ -198,7 +152,7 @@ def resolve_config(dict_cfg: DictConfig) -> Resolved:
     said = apply_length_rule(dict_cfg, overrides)
     if said and os.environ.get("RANK", "0") == "0":
         print(said)
-    cfg, config_yaml = _typed(dict_cfg)
+    cfg, config_yaml = typed_config(dict_cfg)
     if cfg.trainer.seq_len > cfg.model.max_seq_len:
         raise ConfigError(
             f"trainer.seq_len={cfg.trainer.seq_len} exceeds model.max_seq_len={cfg.model.max_seq_len}; "
@@ -371,7 +325,7 @@ def apply_length_rule(cfg: DictConfig, overrides: Sequence[str]) -> Optional[str
     )
 
 
-def _typed(dict_cfg: DictConfig) -> Tuple[TrainConfig, str]:
+def typed_config(dict_cfg: DictConfig) -> Tuple[TrainConfig, str]:
     """(TrainConfig, its YAML) of a composed config, resolved; `resume` cleared (merged already)."""
     try:
         plain = OmegaConf.to_container(dict_cfg, resolve=True)
@@ -381,35 +335,6 @@ def _typed(dict_cfg: DictConfig) -> Tuple[TrainConfig, str]:
     except OmegaConfBaseException as e:
         raise ConfigError(str(e).splitlines()[0])
     return cfg, OmegaConf.to_yaml(plain)
-
-
-def compose(overrides: Sequence[str], keep_hydra: bool = False) -> DictConfig:
-    """configs/train.yaml with overrides, as @hydra.main hands it to train.py (HydraConfig set; the hydra node removed
-    unless keep_hydra); a ConfigError if it does not compose."""
-    register_configs()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-            cfg = hydra_compose("train", overrides=list(overrides), return_hydra_config=True)
-    except (HydraException, OmegaConfBaseException) as e:
-        raise ConfigError(one_line(e)) from None
-    HydraConfig.instance().set_config(cfg)
-    if not keep_hydra:
-        with open_dict(cfg):
-            del cfg["hydra"]
-    return cfg
-
-
-def compose_train_config(overrides: Sequence[str]) -> Tuple[TrainConfig, str]:
-    """(TrainConfig, its YAML) for `python train.py <overrides>`: composed, the length rule applied, typed."""
-    cfg = compose(overrides)
-    apply_length_rule(cfg, overrides)
-    return _typed(cfg)
-
-
-def compose_run_config(overrides: Sequence[str]) -> TrainConfig:
-    """The TrainConfig train.py would run with these overrides, with every check resolve_config makes."""
-    return resolve_config(compose(overrides)).cfg
 
 
 def override_values(overrides: Sequence[str]) -> List[Tuple[str, object]]:

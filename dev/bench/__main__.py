@@ -4,7 +4,7 @@
 import importlib
 import sys
 
-from training.cli import run
+from training.program import run
 
 NAMES = ("model", "data", "generate", "checkpoint", "train_overhead", "budget", "newton_schulz")
 

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from training.checkpoint import RunFiles, list_checkpoints, read_state
-from training.cli import REPO, description
+from training.program import REPO, description
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -19,7 +19,7 @@ from training.checkpoint import (
     read_manifest,
     save_checkpoint,
 )
-from training.cli import compose_train_config, description
+from training.program import compose_train_config, description
 
 
 def measure(model_name: str) -> dict:

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from data.cache import usable_cores
-from training.cli import REPO, description
+from training.program import REPO, description
 
 HEADING, BIG_HEADING = (
     "## Data pipeline (dev/bench/data.py)",

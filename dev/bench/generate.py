@@ -14,7 +14,7 @@ from dev.bench.benchmarks_doc import write_section
 from interop.hf_export import llama_config, to_hf_state_dict
 from model import ModelConfig, Transformer
 from model.generate import generate_ids
-from training.cli import REPO, description
+from training.program import REPO, description
 
 SECTION = "## Generation (dev/bench/generate.py)"
 PROMPT_TOKENS, NEW_TOKENS = 16, 256

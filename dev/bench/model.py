@@ -19,10 +19,10 @@ from omegaconf import OmegaConf
 
 from dev.bench import machine, measure_matmul_flops, timed
 from model import ModelConfig, Transformer
-from training.cli import REPO, description
 from training.config import OptimConfig
 from training.loop import CausalLMLoss, autocast_context, cache_for_this_cpu, resolve_precision
 from training.optim import build_optimizers
+from training.program import REPO, description
 
 VOCAB = 4096  # the default run's
 

@@ -12,8 +12,8 @@ import torch
 
 from dev.bench import machine, timed
 from model import Transformer
-from training.cli import compose_train_config, description
 from training.optim import build_optimizers, newton_schulz
+from training.program import compose_train_config, description
 
 REPEATS = 7
 

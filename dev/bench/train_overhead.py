@@ -18,7 +18,6 @@ from dev.bench import machine, timed
 from model import Transformer
 from training import distributed as D
 from training.checkpoint import RunFiles
-from training.cli import compose_run_config, description
 from training.log import read_metrics
 from training.loop import (
     CausalLMLoss,
@@ -30,6 +29,7 @@ from training.loop import (
     train,
 )
 from training.optim import build_optimizers
+from training.program import compose_run_config, description
 
 LOG_INTERVAL = 10  # steps per metrics.jsonl row in the loop, and per timed block of the bare step
 

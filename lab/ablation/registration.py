@@ -15,7 +15,7 @@ from analysis.runs import NOT_A_VARIANT
 from lab.ablation.configs import REGISTRATION_TAG
 from lab.ablation.protocol import ProtocolError, Spec
 from lab.sweep import file_digests
-from training.cli import REPO
+from training.program import REPO
 
 MANIFEST = "protocol.yaml"
 FORMAT = 2  # 2: pre-registered contrasts, LR seed apart from the measuring seeds, LR extensions

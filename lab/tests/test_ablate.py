@@ -26,7 +26,7 @@ from lab.ablation.registration import MANIFEST
 from tests import forked
 from tests.train_helpers import read_metrics
 from training.checkpoint import JOB_STATUS as STATUS_FILE
-from training.cli import exit_status
+from training.program import exit_status
 
 pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (tests/fixtures.py)
 

@@ -19,7 +19,7 @@ from lab.ablation.protocol import ProtocolError, Spec, load_spec_file
 from model import Transformer
 from tests import forked
 from tests.train_helpers import REPO, interrupt_once_training, launch, read_metrics
-from training.cli import compose, compose_train_config
+from training.program import compose, compose_train_config
 
 
 def compose_typed(overrides: list):

@@ -8,7 +8,7 @@ import pytest
 
 from tests.doc_commands import fenced_python_commands, has_placeholder
 from tests.test_docs_scripts import Parsed, arguments, parse_only, program
-from training.cli import exit_status
+from training.program import exit_status
 
 COMMANDS = [(where, words) for where, words in fenced_python_commands() if words[0] == "-m"]
 DRY = [(where, words) for where, words in COMMANDS if "--dry-run" in words and not has_placeholder(words)]

@@ -26,7 +26,7 @@ from lab.launcher import (
 )
 from lab.mup_transfer import Cell
 from training.checkpoint import RunFiles
-from training.cli import compose_train_config
+from training.program import compose_train_config
 
 
 def stand_in(tmp_path: Path, code: str) -> str:

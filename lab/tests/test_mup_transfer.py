@@ -27,7 +27,7 @@ from lab.mup_transfer import (
     write_report,
 )
 from tests.run_helpers import BPB_TO_LOSS, write_run
-from training.cli import compose_train_config
+from training.program import compose_train_config
 
 SMALL = TransferSpec(widths=(32, 64), lrs=(0.01, 0.02, 0.04), seeds=(0,), optimizers=("adamw",))
 

@@ -10,7 +10,7 @@ import pytest
 from lab.ablation import registration as R
 from lab.ablation.configs import config_digest
 from lab.ablation.protocol import ProtocolError, Spec
-from training.cli import compose_train_config
+from training.program import compose_train_config
 
 SPEC = dict(
     reference="ref",
