@@ -176,4 +176,4 @@ def evaluate(compute_loss, windows, batch_size: int, autocast: Callable, meta: d
     compute_loss.train()
     # A sample is charged the split's bytes per token; with eval_windows=all that is exactly val_bytes.
     result = Score(nats, tokens, tokens * meta["val_bytes"] / meta["val_tokens"])
-    return {"val_loss": result.loss, "val_ppl": math.exp(min(result.loss, 50.0)), "val_bpb": result.bits_per_byte}
+    return {"val_loss": result.loss, "val_ppl": result.perplexity, "val_bpb": result.bits_per_byte}
