@@ -1,6 +1,7 @@
 """Every variant against a reference variant: which runs are the reference, and the paired Δ table (Welch's unpaired
 test beside it, to show what pairing buys)."""
 
+import difflib
 import math
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
@@ -11,8 +12,7 @@ from analysis.runs import RunsError, Variant, flatten, varying_keys
 from analysis.stats import CI, Comparison, TTest, compare, format_p
 from analysis.table import final_bpb, table_lines
 
-# The default model is the reference: LLaMA's choices. Keys the runs do not have are ignored, so
-# runs from before QK-norm existed still find theirs.
+# The default model is the reference: LLaMA's choices.
 DEFAULT_REFERENCE = ("model.norm=rmsnorm", "model.mlp=swiglu", "model.qk_norm=false")
 
 OUTCOME_WORDS = {
@@ -48,7 +48,15 @@ def references_by_config(variants: Sequence[Variant], spec: Dict[str, object]) -
     matches `spec` itself is a reference and maps to itself."""
     varying = varying_keys([r for v in variants for r in v.runs])
     flat = {v.label: flatten(v.config) for v in variants}
-    candidates = [v for v in variants if all(_same(flat[v.label].get(k, value), value) for k, value in spec.items())]
+    keys = set().union(*flat.values())
+    if unknown := [k for k in spec if k not in keys]:  # a typo would otherwise match no run, or (ignored) every run
+        close = difflib.get_close_matches(unknown[0], keys, n=1)
+        raise RunsError(
+            f"reference key {unknown[0]}: no run's config.yaml has it"
+            + (f" (did you mean {close[0]}?)" if close else "")
+            + "; pass --reference with keys of config.yaml, e.g. model.norm=rmsnorm"
+        )
+    candidates = [v for v in variants if all(_same(flat[v.label].get(k), value) for k, value in spec.items())]
     found = {}
     for v in variants:
         context = [k for k in varying if k not in spec]

@@ -46,6 +46,7 @@ def write_run(
             "max_seq_len": 32,
             "norm": norm,
             "mlp": mlp,
+            "qk_norm": False,
             **(extra_model or {}),
         },
         "data": {"source": "shakespeare", "vocab_size": 64, "cache_dir": cache_dir},

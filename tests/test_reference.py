@@ -45,8 +45,12 @@ def test_reference_shares_every_other_differing_key(tmp_path):
     }
 
 
-def test_keys_the_runs_lack_are_ignored_and_missing_references_are_none(tmp_path):
-    found = variants(tmp_path, [dict(hidden_size=32), dict(mlp="gelu", hidden_size=64)])  # no qk_norm key at all
+def test_a_reference_key_no_run_has_is_refused_naming_the_closest_and_missing_references_are_none(tmp_path):
+    found = variants(tmp_path, [dict(hidden_size=32), dict(mlp="gelu", hidden_size=64)])
+    with pytest.raises(
+        RunsError, match=r"reference key model.nrom: no run's config.yaml has it \(did you mean model.norm\?\)"
+    ):
+        references_by_config(list(found.values()), parse_reference(["model.nrom=rmsnorm"]))
     refs = references_by_config(list(found.values()), parse_reference(DEFAULT_REFERENCE))
     assert refs["rmsnorm + swiglu, model.hidden_size=32"].label == "rmsnorm + swiglu, model.hidden_size=32"
     assert refs["rmsnorm + gelu, model.hidden_size=64"] is None  # no reference at its size
