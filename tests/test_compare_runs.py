@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from matplotlib import image
 
+import analysis.plots as plots
 from analysis.stats import paired_t
 from model import ModelConfig, Transformer
 from scripts.compare_runs import main
@@ -20,8 +21,11 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def compare(root: Path, capsys, *args) -> tuple:
-    """(exit status, table rows as {variant: cells}, results.md text, stderr)."""
-    status = exit_status(main, [str(root), *args])
+    """(exit status, table rows as {variant: cells}, results.md text, stderr). The figures are drawn but written
+    as a bare PNG signature, not rendered (~1 s a call): test_figures_are_valid_pngs renders them."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(plots, "save", lambda fig, path: Path(path).write_bytes(PNG_MAGIC))
+        status = exit_status(main, [str(root), *args])
     err = capsys.readouterr().err
     if status != 0:
         return status, {}, "", err
@@ -253,7 +257,6 @@ def test_command_line_exit_status(tmp_path):
 
 def test_the_legend_sits_below_the_panels_for_many_variants(tmp_path, monkeypatch):
     """Six variants (an ablation's usual count): a legend inside a panel covered the curves it names."""
-    import analysis.plots as plots
     from analysis.runs import group_variants, read_complete_runs
 
     for i, (norm, mlp) in enumerate(

@@ -13,8 +13,6 @@ import pytest
 from tests.golden_curve import EMULATE, GOLDEN, REPO, can_emulate
 from tests.test_golden_curve import BF16_TOLERANCE
 
-pytestmark = pytest.mark.serial  # keeps the cores busy, or trains: one at a time (tests/fixtures.py)
-
 DECIDE = r"""
 import json, sys, torch
 from training.loop import resolve_precision
@@ -42,6 +40,7 @@ def test_auto_decides_from_what_each_class_reports(cls):
     assert ("bf16 is emulated" in why) == (cls == "avx2")
 
 
+@pytest.mark.serial  # trains: one at a time (tests/fixtures.py); the precision check above only asks
 @pytest.mark.parametrize("cls", ["avx512_bf16", "avx2"])  # this machine's own class: tests/test_golden_curve.py
 def test_the_bf16_golden_curve_of_each_class_this_machine_can_emulate(tmp_path, tiny_data_cache, cls):
     from tests.golden_curve import bf16_class, computes_as_its_class

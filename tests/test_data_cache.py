@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ import data.cache
 from data import DataConfig, prepare
 from data.cache import damage, publish, read_meta, sweep_dead_builds
 from data.sources import DataError
+from tests import forked
 from tests.data_helpers import QUIET, REPO, cache_entries, make_documents, write_local
 
 
@@ -147,7 +149,8 @@ def test_killed_process_leaves_nothing_that_looks_valid(tmp_path, corpus):
         data.cache.write_split = killed
         prepare(DataConfig(source="local", path={corpus!r}, vocab_size=320, cache_dir={str(tmp_path / "cache")!r}))
     """)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    (tmp_path / "killed.py").write_text(script)
+    proc = forked.run([str(tmp_path / "killed.py")], dict(os.environ), REPO, timeout=120)  # a real process, forked
     assert proc.returncode == -9
     leftovers = cache_entries(tmp_path / "cache")
     assert len(leftovers) == 1 and ".tmp-" in leftovers[0]  # only a temp name, never a cache name
@@ -397,10 +400,13 @@ def test_sigterm_during_preparation_is_one_line_143_and_leaves_no_scratch(tmp_pa
     script = PREPARE_SLOWLY.format(
         repo=str(REPO), corpus=corpus, cache=tmp_path / "cache", program=program, tmp=str(tmp_path)
     )
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    (tmp_path / "prepare_slowly.py").write_text(script)
+    # A real process forked from the preloaded server (tests/forked.py): no ~4 s interpreter and torch start.
+    proc = forked.ForkedRun([str(tmp_path / "prepare_slowly.py")], dict(os.environ), REPO)
     try:
-        while "written" not in proc.stdout.readline():
+        while "written" not in proc.stdout.read():
             assert proc.poll() is None, proc.stderr.read()
+            time.sleep(0.05)
         assert any(".tmp-" in name for name in cache_entries(tmp_path / "cache"))
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)

@@ -15,11 +15,14 @@ import shutil
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import yaml
 from matplotlib import image
 
+import analysis.plots
+import lab.ablation.report
 import lab.launcher
 from lab.ablate import main
 from lab.ablation.registration import MANIFEST
@@ -316,7 +319,7 @@ def test_a_config_that_composes_otherwise_than_at_registration_is_refused(finish
         assert status == 1 and err.count("\n") == 1 and f"the composed config of {cell} (its preset" in err, err
 
 
-def test_the_report_rederives_its_files_from_the_runs_and_refuses_an_edited_one(finished, tmp_path, capsys):
+def test_the_report_rederives_its_files_from_the_runs_and_refuses_an_edited_one(finished, tmp_path, capsys, unrendered):
     """The same runs must give the same per_seed.csv, contrasts.csv and results.json byte for byte: an edit made
     consistently across all three is refused, naming the first; a copy without its runs has nothing to derive from."""
     protocol = tmp_path / "p"
@@ -337,12 +340,24 @@ def test_the_report_rederives_its_files_from_the_runs_and_refuses_an_edited_one(
     assert status == 1 and err.count("\n") == 1 and "a copy without its runs?" in err, err
 
 
+@pytest.fixture
+def unrendered(monkeypatch):
+    """The report's figures drawn but written as a bare PNG signature, not rendered (~1 s each): for the tests that
+    read its text files; test_report_has_the_verdicts_tables_figures_and_data reads the rendered ones."""
+
+    def save(fig, path):
+        Path(path).write_bytes(b"\x89PNG\r\n\x1a\n")
+
+    monkeypatch.setattr(analysis.plots, "save", save)
+    monkeypatch.setattr(lab.ablation.report, "save", save)
+
+
 def files(root) -> dict:
     return {p: p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def test_an_edited_file_in_a_cells_run_directory_is_refused_naming_it_and_a_refusal_writes_nothing(
-    finished, tmp_path, capsys
+    finished, tmp_path, capsys, unrendered
 ):
     """The manifest holds every done cell's files' digests: a result edited by hand is refused in one line naming
     the file, by a report and a resume alike, instead of being derived from; --report-only that refuses (here, or

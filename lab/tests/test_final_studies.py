@@ -2,6 +2,7 @@
 pages publish is recomputed here from the published files, with scipy and statsmodels alone, by the rules the pages
 state — a paired t-test over seeds with its 95 % interval, Holm over the lrs of one question."""
 
+import functools
 import itertools
 import json
 import re
@@ -57,6 +58,7 @@ def family(contrast: dict) -> dict:
     return {lr: (*t, p) for (lr, t), p in zip(tests.items(), holm(tests).values())}
 
 
+@functools.cache  # the published runs do not change within a session: two tests read the same answers
 def questions() -> dict:
     """Every question the page's table answers, by its row name: each arm's gap, each arm's gap against the control's,
     and the 2×2's interaction and main effects (A = sp_scale, B = hidden_lr, AB = both)."""

@@ -6,9 +6,11 @@ import dataclasses
 import json
 import math
 import re
+import subprocess
 
 import pytest
 
+import lab.launcher
 from lab import CONFIGS
 from lab import mup_transfer as program
 from lab.launcher import COMPLETED, FAILED, NOT_RUN, Ended, write_job_status, write_option
@@ -26,8 +28,16 @@ from lab.mup_transfer import (
     run_cells,
     write_report,
 )
+from tests import forked
 from tests.run_helpers import BPB_TO_LOSS, write_run
 from training.program import compose_train_config
+
+
+@pytest.fixture
+def forking(monkeypatch):
+    """The experiment's train.py runs fork from the preloaded server (tests/forked.py): real processes, ~3 s cheaper each."""
+    monkeypatch.setattr(lab.launcher.subprocess, "Popen", forked.popen_forking_train_py(subprocess.Popen))
+
 
 SMALL = TransferSpec(widths=(32, 64), lrs=(0.01, 0.02, 0.04), seeds=(0,), optimizers=("adamw",))
 
@@ -169,7 +179,7 @@ def test_the_report_finds_each_widths_best_lr_and_how_far_it_moved(tmp_path):
 
 
 @pytest.mark.serial  # trains (tiny): one at a time under make test's two workers
-def test_a_tiny_experiment_runs_end_to_end_and_a_rerun_has_nothing_to_do(tmp_path, tiny_data_cache, capsys):
+def test_a_tiny_experiment_runs_end_to_end_and_a_rerun_has_nothing_to_do(tmp_path, tiny_data_cache, capsys, forking):
     args = [
         "--dir",
         str(tmp_path / "exp"),
@@ -211,7 +221,7 @@ def test_a_tiny_experiment_runs_end_to_end_and_a_rerun_has_nothing_to_do(tmp_pat
 
 
 def test_a_dry_run_prices_each_optimizer_and_width_from_a_timing_run_and_writes_nothing(
-    tmp_path, tiny_data_cache, capsys
+    tmp_path, tiny_data_cache, capsys, forking
 ):
     args = ["--dir", str(tmp_path / "exp"), "--widths", "32,64", "--lrs", "0.01", "--seeds", "0", "--optimizers"]
     args += ["adamw", "--parametrizations", "mup", "--jobs", "1", "--dry-run", "--probe-steps", "2"]
