@@ -170,13 +170,9 @@ def main(argv=None) -> int:
     # A dry run writes nothing, not even its plan (a directory left behind would be a protocol begun); one
     # told to time (--probe-steps N) writes its timing runs, and the manifest that names them.
     proto.writes = not (args.dry_run and probe_steps == 0 and not args.report_only)
-    registered, refused = None, None
-    if proto.writes and not args.report_only:
-        cells_exist = bool(proto.data.get("cells")) or proto.runs_dir.is_dir()
-        try:  # before the first cell trains
-            registered = registration.register(proto.data, proto.spec, proto.command, configs, cells_exist)
-        except registration.TooLate as too_late:
-            refused = too_late
+    registered = None
+    if proto.writes and not args.report_only:  # before the first cell trains
+        registered = registration.register(proto.data, proto.spec, proto.command, configs)
     dry = "" if proto.writes else " (a dry run: nothing is written)"
     print(f"{'resuming' if proto.resumed else 'protocol directory:'} {proto.dir}{dry}")
     if registered:
@@ -188,8 +184,6 @@ def main(argv=None) -> int:
         print(
             f"{what}: SHA-256 {registered['sha256']} at {registered['registered']} (publish it before the results exist)"
         )
-    elif refused:
-        print(refused)
     elif not proto.writes:
         sha = registration.fingerprint(registration.preregistered(proto.spec, configs))
         print(f"pre-registration: SHA-256 {sha} (recorded when the protocol starts)")

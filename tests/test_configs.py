@@ -95,15 +95,7 @@ def test_model_presets_have_the_sizes_their_files_state(option):
 SHAPE = ("hidden_size", "n_layers", "n_heads", "n_kv_heads")
 
 
-# small_corpus is an alias of the default (tested in test_train.py), not a study with a shape of its own.
-@pytest.mark.parametrize(
-    "experiment",
-    sorted(
-        p.stem
-        for p in (Path(__file__).parents[1] / "configs" / "experiment").glob("*.yaml")
-        if p.stem != "small_corpus"
-    ),
-)
+@pytest.mark.parametrize("experiment", options("experiment"))
 def test_every_study_preset_pins_its_model_shape(experiment):
     """A preset's study means the same model whatever the default is: composed on top of two different
     model groups, it trains the same shape."""
@@ -234,15 +226,7 @@ def test_train_help_lists_the_groups_train_py_uses_and_their_every_option():
     assert "hidden_size: 192" in proc.stdout  # the composed config follows
 
 
-RECIPES = {"small_corpus"}  # presets a user trains with: they take the default data order; every other is a study
-
-
-@pytest.mark.parametrize(
-    "experiment",
-    sorted(
-        p.stem for p in (Path(__file__).parents[1] / "configs" / "experiment").glob("*.yaml") if p.stem not in RECIPES
-    ),
-)
+@pytest.mark.parametrize("experiment", options("experiment"))
 def test_every_study_preset_pins_its_data_order(experiment):
     """The studies' published runs drew windows at random (data.sampling=random); the default is now epochs. A
     preset that did not pin its order would change its study's data under it (and refuse its own resumes)."""
@@ -250,12 +234,7 @@ def test_every_study_preset_pins_its_data_order(experiment):
     assert compose_train_config([f"experiment={experiment}"])[0].data.sampling == "random"
 
 
-@pytest.mark.parametrize(
-    "experiment",
-    sorted(
-        p.stem for p in (Path(__file__).parents[1] / "configs" / "experiment").glob("*.yaml") if p.stem not in RECIPES
-    ),
-)
+@pytest.mark.parametrize("experiment", options("experiment"))
 def test_every_study_preset_pins_the_kernels_its_published_runs_used(experiment):
     """The default that changed a compiled CPU step's numbers since the studies ran — Muon's Newton–Schulz in bf16 on
     bf16 CPUs (optim.muon_ns_dtype=auto) — is pinned back in every study preset, so a rerun computes what its

@@ -33,12 +33,6 @@ def test_the_default_is_ten_minutes_or_four_passes_whichever_comes_first():
             "length: trainer.max_epochs=2 from the command line decides it; trainer.time_budget=10 from the config is off",
         ),
         (
-            ["experiment=small_corpus", "trainer.max_steps=30"],
-            (30, None, None),
-            "length: trainer.max_steps=30 from the command line decides it; trainer.max_epochs=4 and "
-            "trainer.time_budget=10 from the config are off",
-        ),
-        (
             ["trainer=gpu", "trainer.time_budget=2"],
             (None, None, 2.0),
             "length: trainer.time_budget=2 from the command line decides it; trainer.max_steps=5000 from the config is off",

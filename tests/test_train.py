@@ -635,19 +635,3 @@ def test_a_hand_edited_run_config_is_kept_and_said_never_silently_overwritten(tm
     assert (run / "config.yaml").read_text() == (run / "checkpoints" / "step_0000006" / "config.yaml").read_text()
     again = run_train(tmp_path, f"resume={run}", "trainer.max_steps=8", cache_dir=cache_dir)  # its own rewrite
     assert "differs from" not in again.stderr and not (run / "config.edited-2.yaml").exists()
-
-
-def test_experiment_small_corpus_is_an_alias_of_the_default_and_says_so(tmp_path, cache_dir):
-    """Folded into the default (BENCHMARKS.md, "One default for every corpus"): the old name composes the default's
-    model and length and says in one line that it is an alias."""
-    from training.program import compose_train_config
-
-    alias, default = (compose_train_config(args)[0] for args in (["experiment=small_corpus"], []))
-    assert (alias.model, alias.trainer, alias.optim, alias.data) == (
-        default.model,
-        default.trainer,
-        default.optim,
-        default.data,
-    )
-    proc = run_train(tmp_path, "experiment=small_corpus", "trainer.max_steps=2", cache_dir=cache_dir)
-    assert "experiment=small_corpus is an alias of the default now" in proc.stdout

@@ -1,8 +1,6 @@
 """Does a time-budgeted run land on its budget when the machine's speed changes mid-run? `python train.py` with
 trainer.time_budget=--minutes, and --hogs busy loops from 30 % to 60 % of the budget (the clock starts at the header's
-last line, where the loop starts). Prints the loop's length against the budget and every plan the run made
-(state.json); --repo runs another checkout's train.py (a `git worktree` of an older commit) for a before/after.
-"""
+last line, where the loop starts). Prints the loop's length against the budget and every plan it made (state.json)."""
 
 import argparse
 import subprocess
@@ -20,7 +18,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=description(__doc__))
     p.add_argument("--minutes", type=float, default=3.0, help="trainer.time_budget")
     p.add_argument("--hogs", type=int, default=1, help="busy loops to run from 30 %% to 60 %% of the budget")
-    p.add_argument("--repo", type=Path, default=REPO, help="the checkout whose train.py runs")
     return p.parse_args(argv)
 
 
@@ -28,12 +25,10 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     budget_s = 60 * args.minutes
     with tempfile.TemporaryDirectory() as out:
-        cmd = [sys.executable, str(args.repo / "train.py"), f"trainer.time_budget={args.minutes:g}"]
+        cmd = [sys.executable, str(REPO / "train.py"), f"trainer.time_budget={args.minutes:g}"]
         cmd += [f"outputs_dir={out}", "logger.wandb=disabled"]
         print("$ " + " ".join(cmd))
-        proc = subprocess.Popen(
-            cmd, cwd=args.repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
-        )
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
         started, events, run_dir, lines = None, [], None, []
         for line in proc.stdout:
             lines.append(line)
@@ -53,7 +48,7 @@ def main(argv=None) -> None:
             f"loop (header to exit, incl. the summary): {ended - started:.1f} s for a budget of {budget_s:.0f} s "
             f"({(ended - started) / budget_s - 1:+.1%})"
         )
-        _print_plans(run_dir if run_dir.is_absolute() else args.repo / run_dir)
+        _print_plans(run_dir if run_dir.is_absolute() else REPO / run_dir)
 
 
 def _hog(count: int, started: float, budget_s: float, events: list) -> None:
@@ -71,10 +66,6 @@ def _print_plans(run_dir: Path) -> None:
     if not checkpoints:
         return
     state = read_state(checkpoints[-1])
-    plans = state.get("plans") or (state.get("budget") or {}).get("plans")  # --repo: an older checkout's state.json
-    if not plans:
-        print(f"one plan: {state.get('max_steps')} steps (this checkout records no plans)")
-        return
     print("| plan at step | end planned | step (ms) | spent (s) |\n|---:|---:|---:|---:|")
-    for plan in plans:
+    for plan in state["plans"]:
         print(f"| {plan['at_step']} | {plan['max_steps']} | {plan['step_s'] * 1000:.0f} | {plan['spent_s']:.0f} |")

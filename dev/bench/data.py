@@ -78,10 +78,6 @@ def megabytes(meta: dict) -> float:
     return (meta["train_bytes"] + meta["val_bytes"]) / 1e6
 
 
-def bytes_per_token(meta: dict) -> float:
-    return megabytes(meta) * 1e6 / (meta["train_tokens"] + meta["val_tokens"])
-
-
 def side_by_side(corpus: Path, checkouts: list, tmp: Path) -> list:
     """Each checkout's command twice, alternating, into an empty cache; then once more into the full one (a hit)."""
     runs = {c: [] for c in checkouts}

@@ -28,11 +28,6 @@ PREREGISTERED = tuple(
     name for name in Spec.__dataclass_fields__ if not name.startswith("planning_") and name != "max_seeds"
 )
 
-NOT_REGISTERED = (
-    "Not pre-registered: no registration was recorded before its cells ran, so the spec below is the one it ran, "
-    "not a hypothesis fixed in advance."
-)
-
 
 def load(protocol_dir: Path) -> Optional[dict]:
     path = protocol_dir / MANIFEST
@@ -42,7 +37,8 @@ def load(protocol_dir: Path) -> Optional[dict]:
         manifest = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as e:
         raise ProtocolError(f"cannot read {path} ({type(e).__name__}); restore it or start a new --dir")
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or "spec" not in manifest:
+    known = isinstance(manifest, dict) and manifest.get("format") == FORMAT and "spec" in manifest
+    if not (known and manifest.get("registrations")):  # ablate.py registers a protocol before its first cell
         raise ProtocolError(f"{path} is not a protocol manifest of this version; start a new --dir")
     return manifest
 
@@ -122,10 +118,6 @@ def check_continuable(stored: Spec, new: Spec, manifest_path: Path) -> None:
                 )
 
 
-class TooLate(ProtocolError):
-    """A first registration asked for once cells exist."""
-
-
 def analysis_digest() -> str:
     """SHA-256 of the analysis code (ANALYSIS_CODE), each file named: what a verdict is reached by."""
     digest = hashlib.sha256()
@@ -159,16 +151,8 @@ def fingerprint(part: dict) -> str:
     return hashlib.sha256(json.dumps(part, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def register(
-    manifest: dict, spec: Spec, command: str, configs: Optional[Dict[str, str]] = None, cells_exist: bool = False
-) -> Optional[dict]:
-    """Record the spec's pre-registration (or, on a resume that changed it, an amendment); None when unchanged.
-    TooLate when no record exists and cells do: a record made then would follow the results."""
-    if cells_exist and not manifest.get("registrations"):
-        raise TooLate(
-            "pre-registration refused: this protocol's cells ran before any registration, and one recorded now "
-            "would follow its results; it stays not pre-registered, and its report says so"
-        )
+def register(manifest: dict, spec: Spec, command: str, configs: Dict[str, str]) -> Optional[dict]:
+    """Record the spec's pre-registration (or, on a resume that changed it, an amendment); None when unchanged."""
     part = preregistered(spec, configs)
     records: List[dict] = manifest.setdefault("registrations", [])
     sha = fingerprint(part)
@@ -191,9 +175,7 @@ def register(
 def check(manifest: dict, spec: Spec, where: str) -> str:
     """One line naming the registration the spec matches; a ProtocolError when it matches none, or when a record no
     longer hashes to its own SHA-256 (edited by hand)."""
-    records = manifest.get("registrations") or []
-    if not records:
-        return NOT_REGISTERED
+    records = manifest["registrations"]
     for record in records:
         if fingerprint(record["preregistered"]) != record["sha256"]:
             raise ProtocolError(
@@ -219,25 +201,26 @@ def check(manifest: dict, spec: Spec, where: str) -> str:
 def check_configs(manifest: dict, configs: Dict[str, str], where: str) -> None:
     """A ProtocolError when a cell's composed config (its preset, a config group) differs from the last record's, or
     the analysis rule is not the one it names: edits no amendment made (a new cell's config is an amendment's)."""
-    records = manifest.get("registrations") or []
-    last = records[-1]["preregistered"] if records else {}
-    recorded, sha = last.get("configs") or {}, records[-1]["sha256"][:12] if records else ""
-    if edited := sorted(cell for cell, digest in recorded.items() if configs.get(cell, digest) != digest):
+    if not manifest.get("registrations"):  # a new protocol: registered next, with these configs
+        return
+    record = manifest["registrations"][-1]
+    last, sha = record["preregistered"], record["sha256"][:12]
+    if edited := sorted(cell for cell, digest in last["configs"].items() if configs.get(cell, digest) != digest):
         raise ProtocolError(
             f"{where}: the composed config of {', '.join(edited)} (its preset or a config group it runs) no longer "
-            f"matches its pre-registration {sha} of {records[-1]['registered']}; restore the configs (git), or "
+            f"matches its pre-registration {sha} of {record['registered']}; restore the configs (git), or "
             "start a new --dir"
         )
-    if "configs" in last and last.get("analysis", "none recorded") != analysis_digest():
+    if last["analysis"] != analysis_digest():
         raise ProtocolError(
-            f"{where}: registered to be judged by analysis code {last.get('analysis', 'none recorded')[:12]}, but this "
+            f"{where}: registered to be judged by analysis code {last['analysis'][:12]}, but this "
             f"code's is {analysis_digest()[:12]} ({', '.join(ANALYSIS_CODE)}); report it with the code of its "
-            f"registration: git checkout {records[-1].get('commit', '<its commit>').split()[0]}"
+            f"registration: git checkout {record['commit'].split()[0]}"
         )
 
 
 def current(manifest: dict) -> Optional[str]:
-    """The SHA-256 the protocol runs under now (its last record), or None before registration existed."""
+    """The SHA-256 the protocol runs under now (its last record), or None in a dry run (nothing recorded)."""
     records = manifest.get("registrations") or []
     return records[-1]["sha256"] if records else None
 
@@ -245,8 +228,8 @@ def current(manifest: dict) -> Optional[str]:
 def check_cells(manifest: dict, states: Iterable, where) -> None:
     """Every cell that names a pre-registration in its config.yaml (a logger tag) must name one the manifest
     records: a manifest replaced by one registered afresh for an edited spec is refused, because the runs
-    themselves still carry the hash they ran under. Cells from before registration name none."""
-    recorded = {record["sha256"][:12] for record in manifest.get("registrations") or []}
+    themselves still carry the hash they ran under."""
+    recorded = {record["sha256"][:12] for record in manifest["registrations"]}
     for state in states:
         tags = ((state.run.config or {}).get("logger") or {}).get("tags") or [] if state.run is not None else []
         for tag in tags:

@@ -33,9 +33,9 @@ def write(
     chosen: Dict[str, Dict[str, Optional[float]]],
     out: Path,
     title: str,
+    registered: str,
     planning_source: str = "the spec's planning_sd",
     level: tuple = (None, 1),
-    registered: str = "",
 ) -> str:
     """Write results.md, its figures and data files into `out` (a partial protocol too); return the markdown.
     level: (α, looks) of a sequential design (lab/stats.py), (None, 1) for the spec's α."""
@@ -49,9 +49,7 @@ def write(
     )
     sections = [
         f"# {title}\n",
-        _setup(spec, states, registered.startswith("Pre-registered"))
-        + sequential
-        + (registered + "\n" if registered else ""),
+        _setup(spec, states) + sequential + registered + "\n",
         _verdicts(spec, contrasts),
         _power(spec, contrasts, planning_source),
         _lr_section(spec, states, chosen, out),
@@ -106,7 +104,7 @@ def _seeds(seeds) -> str:
     return ", ".join(map(str, seeds))
 
 
-def _setup(spec: Spec, states: States, preregistered: bool = True) -> str:
+def _setup(spec: Spec, states: States) -> str:
     counts = Counter(s.state for s in states.values())
     variants = "; ".join(f"**{name}**: {' '.join(o) or 'the preset'}" for name, o in spec.variants.items())
     sizes = "; ".join(f"**{name}**: {' '.join(o) or 'the preset'}" for name, o in spec.sizes.items()) + "".join(
@@ -130,8 +128,7 @@ def _setup(spec: Spec, states: States, preregistered: bool = True) -> str:
             )
             + f". Stage 2 (measurement) on seeds {_seeds(spec.seeds)}: every variant at its "
             f"own best LR and at {spec.reference}'s (the shared LR).",
-            ("Pre-registered before training" if preregistered else "Decided in the spec (not pre-registered)")
-            + f": primary contrasts {', '.join(spec.primary) or '(none)'}; secondary "
+            f"Pre-registered before training: primary contrasts {', '.join(spec.primary) or '(none)'}; secondary "
             f"{', '.join(spec.secondary) or '(none)'} (each vs {spec.reference}). Each family (one tier's contrasts × "
             f"sizes, at one LR choice) is adjusted on its own by {method_name(spec.multitest)} (statsmodels' "
             f"multipletests) at α = {spec.alpha:g}. "
@@ -421,7 +418,7 @@ FILES = ("per_seed.csv", "contrasts.csv", "results.json")
 
 
 def write_files(
-    out: Path, spec: Spec, states: Dict[Cell, CellState], chosen: dict, contrasts: List[Contrast], registered: str = ""
+    out: Path, spec: Spec, states: Dict[Cell, CellState], chosen: dict, contrasts: List[Contrast], registered: str
 ) -> List[str]:
     """Write the three files into `out`; return their names. results.json carries the pre-registration's line."""
     cells, judged = cell_rows(spec, states), contrast_rows(spec, contrasts)

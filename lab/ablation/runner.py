@@ -499,9 +499,9 @@ def report(proto: Protocol) -> int:
             chosen,
             Path(fresh),
             f"Ablation protocol {proto.data['id']}",
+            registered,
             proto.planning_source,
             alpha_for(spec.alpha, looks, "stage2"),
-            registered,
         )
         for name in protocol_report.FILES if unchanged else ():  # the same runs must give the same files, byte for byte
             if (out / name).exists() and (out / name).read_bytes() != (Path(fresh) / name).read_bytes():

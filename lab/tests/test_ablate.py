@@ -289,7 +289,7 @@ def test_the_pre_registration_is_recorded_before_training_and_a_hand_edit_is_ref
     (tag,) = {yaml.safe_load(p.read_text())["logger"]["tags"][-1] for p in protocol.glob("runs/*/*/*/config.yaml")}
     assert tag == f"registration={record['sha256'][:12]}"
     stored.pop("registrations")
-    registration.register(stored, spec_of(stored), "forged")
+    registration.register(stored, spec_of(stored), "forged", record["preregistered"]["configs"])
     (protocol / MANIFEST).write_text(yaml.safe_dump(stored, sort_keys=False))
     status = exit_status(main, ["--dir", str(protocol), "--report-only"])
     err = capsys.readouterr().err
@@ -386,31 +386,6 @@ def test_an_edited_file_in_a_cells_run_directory_is_refused_naming_it_and_a_refu
         err = capsys.readouterr().err
         assert status == 1 and err.count("\n") == 1 and f"{metrics} changed since" in err, err
         assert files(protocol) == before
-
-
-def test_a_protocol_whose_cells_ran_before_any_registration_is_never_registered_and_says_so(finished, tmp_path, capsys):
-    """Registering once cells exist would fix the hypothesis after its results: refused in one line; the report
-    then says "Not pre-registered", in its header and in results.json."""
-    protocol = tmp_path / "p"
-    shutil.copytree(finished[0], protocol)
-    stored = yaml.safe_load((protocol / MANIFEST).read_text())
-    stored.pop("registrations")  # a protocol from before registration, its runs naming none
-    for entry in stored["cells"].values():
-        entry.pop("files")  # nor their files' digests
-    (protocol / MANIFEST).write_text(yaml.safe_dump(stored, sort_keys=False))
-    for path in protocol.glob("runs/*/*/*/config.yaml"):
-        config = yaml.safe_load(path.read_text())
-        config["logger"]["tags"] = [t for t in config["logger"]["tags"] if not t.startswith("registration=")]
-        path.write_text(yaml.safe_dump(config))
-    shutil.rmtree(protocol / "report")  # written under the registration: derived anew
-    assert exit_status(main, ["--dir", str(protocol), "--probe-steps", "0"]) == 0  # a resume: nothing left to run
-    out = capsys.readouterr().out
-    assert "pre-registration refused: this protocol's cells ran before any registration" in out, out
-    assert "registrations" not in yaml.safe_load((protocol / MANIFEST).read_text())
-    results = (protocol / "report" / "results.md").read_text()
-    assert "Not pre-registered: no registration was recorded before its cells ran" in results
-    assert "Decided in the spec (not pre-registered): primary" in results and "Pre-registered" not in results
-    assert json.loads((protocol / "report" / "results.json").read_text())["preregistration"].startswith("Not pre")
 
 
 def test_seeds_are_not_added_after_a_look_unless_sequential(finished, tmp_path, capsys):

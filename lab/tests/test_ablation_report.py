@@ -30,6 +30,7 @@ SPEC = Spec(
     planning_sd=0.02,
     equivalence_margin=0.01,
 )
+REGISTERED = f"Pre-registered 2026-12-01 00:00:00 +0000, SHA-256 {'0' * 64}."  # registration.check's line
 MODEL = {"ref": {}, "gelu": {"mlp": "gelu"}, "ln": {"norm": "layernorm"}, "none": {"norm": "none"}}
 U = {1e-3: 2.5, 2e-3: 2.4, 4e-3: 2.45}  # a bowl with its bottom at 2e-3
 SWEEPS = {
@@ -98,7 +99,7 @@ def report(tmp_path, **kwargs):
     states = C.stage1_states(SPEC, lambda cells: {c: C.inspect(c, runs) for c in cells})
     chosen = C.chosen_lrs(SPEC, states)
     states.update({c: C.inspect(c, runs) for c in stage2_cells(SPEC, chosen)})
-    return chosen, protocol_report.write(SPEC, states, chosen, tmp_path / "report", "test protocol"), states
+    return chosen, protocol_report.write(SPEC, states, chosen, tmp_path / "report", "test protocol", REGISTERED), states
 
 
 @pytest.fixture(scope="module")

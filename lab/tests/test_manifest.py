@@ -21,7 +21,9 @@ def spec(**changes) -> Spec:
 
 
 def test_round_trip_and_no_leftover_temp_file(tmp_path):
-    registration.save(tmp_path, {"spec": spec().to_dict(), "chosen_lr": {"small": {"ref": 1e-3, "gelu": None}}})
+    manifest = {"spec": spec().to_dict(), "chosen_lr": {"small": {"ref": 1e-3, "gelu": None}}}
+    registration.register(manifest, spec(), "ablate.py", {})
+    registration.save(tmp_path, manifest)
     loaded = registration.load(tmp_path)
     assert registration.spec_of(loaded) == spec() and loaded["chosen_lr"]["small"] == {"ref": 1e-3, "gelu": None}
     assert [p.name for p in tmp_path.iterdir()] == [registration.MANIFEST]
@@ -32,9 +34,10 @@ def test_an_unreadable_manifest_is_a_one_line_error(tmp_path):
     (tmp_path / registration.MANIFEST).write_text("spec: [unclosed")
     with pytest.raises(ProtocolError, match="cannot read"):
         registration.load(tmp_path)
-    (tmp_path / registration.MANIFEST).write_text("format: 99\nspec: {}\n")
-    with pytest.raises(ProtocolError, match="not a protocol manifest of this version"):
-        registration.load(tmp_path)
+    for old in ("format: 99\nspec: {}\n", "format: 2\nspec: {}\n"):  # the second: from before registration existed
+        (tmp_path / registration.MANIFEST).write_text(old)
+        with pytest.raises(ProtocolError, match="not a protocol manifest of this version"):
+            registration.load(tmp_path)
 
 
 def test_identity_ignores_paths_threads_and_logging():

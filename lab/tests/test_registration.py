@@ -19,14 +19,15 @@ SPEC = dict(
     seeds=[0, 1],
     primary=["gelu"],
 )
+CONFIGS = {"base/ref": "a" * 64, "base/gelu": "b" * 64}
 
 
 def test_a_new_protocol_is_registered_once_with_its_hash_time_and_command():
     manifest, spec = {}, Spec(**SPEC)
-    record = R.register(manifest, spec, "ablate.py --dir p")
-    assert record["sha256"] == R.fingerprint(R.preregistered(spec)) and len(record["sha256"]) == 64
+    record = R.register(manifest, spec, "ablate.py --dir p", CONFIGS)
+    assert record["sha256"] == R.fingerprint(R.preregistered(spec, CONFIGS)) and len(record["sha256"]) == 64
     assert record["command"] == "ablate.py --dir p" and record["preregistered"]["alpha"] == 0.05
-    assert R.register(manifest, Spec(**SPEC), "ablate.py --dir p") is None  # the same spec: nothing new
+    assert R.register(manifest, Spec(**SPEC), "ablate.py --dir p", CONFIGS) is None  # the same spec: nothing new
     assert R.check(manifest, spec, "p") == f"Pre-registered {record['registered']}, SHA-256 {record['sha256']}."
 
 
@@ -39,9 +40,9 @@ def test_what_only_plans_is_not_registered():
 
 def test_an_amendment_through_ablate_is_recorded_and_named():
     manifest = {}
-    R.register(manifest, Spec(**SPEC), "first")
+    R.register(manifest, Spec(**SPEC), "first", CONFIGS)
     grown = Spec(**{**SPEC, "variants": {**SPEC["variants"], "relu2": ["model.mlp=relu2"]}})
-    record = R.register(manifest, grown, "second")
+    record = R.register(manifest, grown, "second", CONFIGS)
     assert record["amends"] == ["secondary", "variants"]  # relu2 joins the secondary family
     line = R.check(manifest, grown, "p")
     assert (
@@ -56,7 +57,7 @@ def test_an_amendment_through_ablate_is_recorded_and_named():
 )
 def test_a_spec_edited_by_hand_is_refused_in_one_line(field, value):
     manifest = {}
-    R.register(manifest, Spec(**SPEC), "first")
+    R.register(manifest, Spec(**SPEC), "first", CONFIGS)
     edited = Spec(**{**SPEC, field: value, **({"secondary": ["gelu"]} if field == "primary" else {})})
     with pytest.raises(
         ProtocolError,
@@ -68,27 +69,10 @@ def test_a_spec_edited_by_hand_is_refused_in_one_line(field, value):
 
 def test_a_record_edited_by_hand_no_longer_hashes_to_itself():
     manifest = {}
-    R.register(manifest, Spec(**SPEC), "first")
+    R.register(manifest, Spec(**SPEC), "first", CONFIGS)
     manifest["registrations"][0]["preregistered"]["alpha"] = 0.1  # the record moved along with the spec
     with pytest.raises(ProtocolError, match=r"no longer hashes to its recorded [0-9a-f]{12}: the manifest was edited"):
         R.check(manifest, Spec(**{**SPEC, "alpha": 0.1}), "p")
-
-
-def test_a_protocol_without_a_record_is_reported_as_not_pre_registered():
-    assert R.check({}, Spec(**SPEC), "p").startswith("Not pre-registered: no registration was recorded before")
-
-
-def test_register_itself_refuses_a_first_registration_once_cells_exist():
-    manifest = {}
-    with pytest.raises(R.TooLate, match="^pre-registration refused: this protocol's cells ran before any registration"):
-        R.register(manifest, Spec(**SPEC), "late", cells_exist=True)
-    assert manifest == {}  # nothing recorded
-    assert R.register(manifest, Spec(**SPEC), "first", cells_exist=False)  # a new protocol: before its first cell
-    amended = R.register(manifest, Spec(**{**SPEC, "lr_grid": [1e-3, 1e-2, 1e-1]}), "more", cells_exist=True)
-    assert amended["amends"] == ["lr_grid"]  # registered: a resume may amend it
-
-
-CONFIGS = {"base/ref": "a" * 64, "base/gelu": "b" * 64}
 
 
 def test_every_cells_composed_config_the_analysis_code_and_the_commit_are_registered():
