@@ -121,7 +121,7 @@ def model_config_from_hf(config: dict, n_tokens: Optional[int] = None) -> ModelC
             f"num_attention_heads = {derived.head_dim}"
         )
     try:  # our export's embedded config, if it still describes the same network
-        saved = ModelConfig.from_dict(config[MINILLAMA_CONFIG_KEY])
+        saved = ModelConfig(**config[MINILLAMA_CONFIG_KEY])
     except (KeyError, TypeError, ValueError, AttributeError):
         return derived
     network = (  # what the weights' shapes and numerics depend on

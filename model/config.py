@@ -42,11 +42,6 @@ class ModelConfig:
     mup_attention_scale: str = "mup"
     zero_query_init: bool = False
 
-    @classmethod
-    def from_dict(cls, fields: dict) -> "ModelConfig":
-        """A config from a saved model_config.json (format 1's older keys are refused with the format itself)."""
-        return cls(**fields)
-
     def __post_init__(self):
         from model.mlp import MLPS  # the variants' classes, hence torch: only once a model config is built
         from model.norm import NORMS

@@ -538,7 +538,7 @@ def move_aside_later_checkpoints(root: Path, step: int) -> List[Path]:
 
 def load_model_config(ckpt: Path) -> ModelConfig:
     try:
-        return ModelConfig.from_dict(json.loads((Path(ckpt) / MODEL_CONFIG).read_text()))
+        return ModelConfig(**json.loads((Path(ckpt) / MODEL_CONFIG).read_text()))
     except (OSError, json.JSONDecodeError, TypeError, ValueError, AttributeError) as e:  # [1]: not a dict at all
         raise CheckpointError(f"{ckpt}/{MODEL_CONFIG} is unreadable or invalid ({e}); the checkpoint is damaged")
 

@@ -147,8 +147,6 @@ def resolve_config(dict_cfg: DictConfig) -> Resolved:
         _model_of(dict_cfg, resume, overrides)
     elif dict_cfg.get("init_from"):
         init = _start_from_weights(dict_cfg, overrides)
-    if HydraConfig.get().runtime.choices.get("experiment") == "small_corpus" and os.environ.get("RANK", "0") == "0":
-        print("experiment=small_corpus is an alias of the default now, which stops a small corpus at 4 passes")
     said = apply_length_rule(dict_cfg, overrides)
     if said and os.environ.get("RANK", "0") == "0":
         print(said)
