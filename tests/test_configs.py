@@ -179,6 +179,43 @@ def test_train_py_refuses_a_mistyped_key_in_one_line_before_hydra():
     ]
 
 
+def test_train_py_refuses_an_option_no_config_group_holds_in_one_line(tmp_path):
+    result = forked.run_script(TRAIN_PY, "model=25M", f"outputs_dir={tmp_path}")
+    assert result.returncode == 1 and result.stdout == "" and not any(tmp_path.iterdir())
+    assert result.stderr.splitlines() == [
+        "error: model=25M is no option of the config group model; did you mean model=25m? its options are 125m, 25m, "
+        "cpu, tiny"
+    ]
+
+
+@pytest.mark.parametrize(
+    "arg, said",
+    [
+        ("optim=adam", "optim=adam is no option of the config group optim; did you mean optim=adamw? its options are "),
+        ("model=25m,12m", "model=12m is no option of the config group model; did you mean model=125m?"),  # a sweep
+        ("experiment=nonexistent", "experiment=nonexistent is no option of the config group experiment; its options"),
+    ],
+)
+def test_a_mistyped_group_option_is_one_line_naming_the_options(arg, said):
+    with pytest.raises(ConfigError) as raised:
+        check_override_keys([arg])
+    assert str(raised.value).startswith(said) and "\n" not in str(raised.value)
+    options = sorted(p.stem for p in (CONFIGS / arg.split("=")[0]).glob("*.yaml"))
+    assert str(raised.value).endswith(f"its options are {', '.join(options)}")
+
+
+def test_a_groups_options_are_those_on_hydras_search_path(tmp_path):
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "mine.yaml").write_text("# @package _global_\n")
+    searchpath = f"hydra.searchpath=[file://{tmp_path}]"
+    check_override_keys([searchpath, "experiment=mine", "experiment=null", "model=glob(*)"])
+    with pytest.raises(ConfigError, match=r"did you mean experiment=mine\? its options are .*\bmine\b"):
+        check_override_keys([searchpath, "experiment=mien"])
+    with pytest.raises(ConfigError, match="experiment=mine is no option"):
+        check_override_keys(["experiment=mine"])  # not on the search path without the override
+    check_override_keys(["--config-dir", str(tmp_path), "experiment=mine"])  # another config folder: Hydra's to judge
+
+
 @pytest.mark.parametrize(
     "arg, said",
     [

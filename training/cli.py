@@ -42,6 +42,7 @@ def sigterm_interrupts() -> None:
 
 # ---- Hydra → the typed config ----
 
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 TOP_LEVEL_KEYS = ("seed", "run_name", "outputs_dir", "verify_checkpoint", "resume_changed_data")
 LENGTH_KEYS = ("max_steps", "max_epochs", "time_budget")
 # What a typed length turns off among the config's: steps and epochs are exact; a budget keeps the config's epochs.
@@ -66,14 +67,16 @@ def _unwrap(kind):
 
 
 def check_override_keys(argv: Sequence[str]) -> None:
-    """A `key.path=value` whose key is no setting (naming the closest), or whose value is not of its type, in one line
-    (Hydra's answers are 6-7); groups, Hydra's own keys, +/~ overrides and sweeps are left to Hydra."""
+    """A `key.path=value` whose key is no setting (naming the closest), whose value is not of its type, or a group's
+    option no config file holds, in one line (Hydra's answers are 6-12); Hydra's own keys and +/~ overrides are left
+    to Hydra."""
     for arg in argv:
         key = arg.split("=", 1)[0]
         if "=" not in arg or key[0] in "+~-" or key.startswith("hydra."):
             continue
         if "." not in key and dataclasses.is_dataclass(_unwrap(_hints(TrainConfig).get(key, TrainConfig))):
-            continue  # a group (model=25m, experiment=…) or a name Hydra resolves
+            check_group_option(arg, argv)  # a group (model=25m, experiment=…) or a name Hydra resolves
+            continue
         owner, path, parts = TrainConfig, [], key.split(".")
         for depth, part in enumerate(parts):
             hints = _hints(owner)
@@ -105,6 +108,33 @@ def check_override_keys(argv: Sequence[str]) -> None:
                 raise ConfigError(
                     f"{arg}: {override.key_or_group} takes {wanted}, not {override.get_value_element_as_str()!r}"
                 ) from None
+
+
+def check_group_option(arg: str, argv: Sequence[str]) -> None:
+    """`model=25M`: an option of a config group that no file on Hydra's search path holds (configs/, the folders of a
+    hydra.searchpath in train.yaml or the overrides), with the options there. Other config folders: left to Hydra."""
+    try:
+        override = OverridesParser.create().parse_override(arg)
+    except HydraException:
+        return  # Hydra says what is wrong with its own grammar
+    group, value = override.key_or_group, override.value()
+    options = {p.stem for p in (CONFIGS / group).glob("*.yaml")}
+    missing = [o for o in getattr(value, "list", [value]) if isinstance(o, str) and o not in options]  # [a,b] sweeps
+    if not (options and missing) or any(a.startswith(("-cd", "-cp", "-cn", "--config")) for a in argv):
+        return
+    paths = list(OmegaConf.select(OmegaConf.load(CONFIGS / "train.yaml"), "hydra.searchpath", default=None) or [])
+    for other in (a for a in argv if a.startswith("hydra.searchpath=")):
+        paths += OverridesParser.create().parse_override(other).value()
+    if not all(str(p).startswith("file://") for p in paths):
+        return  # a package's configs: Hydra lists them
+    options |= {p.stem for path in paths for p in (Path(str(path).removeprefix("file://")) / group).glob("*.yaml")}
+    if missing := [o for o in missing if o not in options]:
+        close = difflib.get_close_matches(missing[0], options, n=1)
+        raise ConfigError(
+            f"{group}={missing[0]} is no option of the config group {group}; "
+            + (f"did you mean {group}={close[0]}? " if close else "")
+            + f"its options are {', '.join(sorted(options))}"
+        )
 
 
 def register_configs() -> None:
