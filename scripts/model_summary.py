@@ -14,7 +14,6 @@ import torch
 from omegaconf import OmegaConf
 
 from model import MLPS, ModelConfig, Transformer, swiglu_intermediate_size
-from training.cli import check_override_keys
 from training.program import REPO, compose, run
 
 MODEL_CONFIGS = REPO / "configs" / "model"
@@ -39,7 +38,6 @@ def load_model_config(argv: List[str]) -> Tuple[ModelConfig, Path]:
     if not path.is_file():
         choices = sorted(p.stem for p in MODEL_CONFIGS.glob("*.yaml"))
         raise ValueError(f"model={name} not found in {MODEL_CONFIGS}; choose one of {choices}")
-    check_override_keys(overrides)  # a typo'd key or a wrong type: one line naming it
     return OmegaConf.to_object(compose([f"model={name}", *overrides]).model), path
 
 

@@ -19,6 +19,7 @@ from training import one_line
 from training.cli import (
     ConfigError,
     apply_length_rule,
+    check_override_keys,
     register_configs,
     resolve_config,
     sigterm_interrupts,
@@ -87,7 +88,8 @@ def add_no_verify(parser: argparse.ArgumentParser) -> None:
 
 def compose(overrides: Sequence[str], keep_hydra: bool = False) -> DictConfig:
     """configs/train.yaml with overrides, as @hydra.main hands it to train.py (HydraConfig set; the hydra node removed
-    unless keep_hydra); a ConfigError if it does not compose."""
+    unless keep_hydra); a ConfigError if it does not compose (a mistyped key or option: train.py's line)."""
+    check_override_keys(overrides)
     register_configs()
     GlobalHydra.instance().clear()
     try:
