@@ -34,11 +34,8 @@ def load_model_config(argv: List[str]) -> Tuple[ModelConfig, Path]:
             overrides.append(f"data.vocab_size={value}")
         else:
             overrides.append(f"model.{key}={value}")
-    path = MODEL_CONFIGS / f"{name}.yaml"
-    if not path.is_file():
-        choices = sorted(p.stem for p in MODEL_CONFIGS.glob("*.yaml"))
-        raise ValueError(f"model={name} not found in {MODEL_CONFIGS}; choose one of {choices}")
-    return OmegaConf.to_object(compose([f"model={name}", *overrides]).model), path
+    model = OmegaConf.to_object(compose([f"model={name}", *overrides]).model)  # model=25M: "did you mean model=25m?"
+    return model, MODEL_CONFIGS / f"{name}.yaml"
 
 
 def config_fields(cfg: ModelConfig) -> dict:

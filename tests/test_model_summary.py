@@ -87,7 +87,7 @@ def test_padded_vocabulary_and_width_come_from_the_model(capsys, monkeypatch):
         (["hidden_size=250"], "model.hidden_size=250"),
         (["hiden_size=3"], "hiden_size"),
         (["hidden_size=big"], "model.hidden_size"),
-        (["model=nope"], "model=nope"),
+        (["model=25M"], "model=25M is no option of the config group model; did you mean model=25m?"),
         (
             ["norm=batchnorm"],
             "model.norm='batchnorm' is unknown; choose one of ['rmsnorm', 'rmsnorm_bf16', 'layernorm', 'none']",
