@@ -22,9 +22,11 @@ def launch(launcher: list, args: list, check: bool = True, timeout: int = 300, p
     """`<launcher> train.py <args>` from the repo root, no wandb; Popen if popen, else run to the end."""
     args = [*launcher, str(REPO / "train.py"), *args]
     env = {**os.environ, "WANDB_MODE": "disabled", "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"}
-    forkable = FORK and (launcher == [sys.executable] or forked.faults_of(launcher) is not None)
+    # torchrun's own interpreter is forked too (its workers start as torchrun starts them): ~3 s cheaper
+    torchrun = launcher[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    forkable = FORK and (launcher == [sys.executable] or forked.faults_of(launcher) is not None or torchrun)
     if forkable:
-        script_args, faults = args[len(launcher) :], forked.faults_of(launcher)
+        script_args, faults = args[1 if torchrun else len(launcher) :], forked.faults_of(launcher)
         if popen:
             return forked.ForkedRun(script_args, env, REPO, faults)
         proc = forked.run(script_args, env, REPO, timeout, faults)
