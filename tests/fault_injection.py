@@ -20,6 +20,8 @@ code under test is the real one — nothing in minillama knows about them:
   {"step_clock": [[0, 0.05], [40, 0.2]]}  the run's clock (training/budget.py clock) reads the seconds its steps
                                  would take: 0.05 s each from step 0, 0.2 s each from step 40; evaluations and
                                  checkpoints take none. A time budget then plans the same steps on every run
+  {"unprivileged": true}         root loses the capabilities to override permission bits, as under `setpriv
+                                 --bounding-set=-dac_override,-dac_read_search,-fowner` (a read-only folder binds)
 """
 
 import json
@@ -81,11 +83,30 @@ def step_clock(segments: list, setattr_=setattr) -> None:
     setattr_(checkpoint.Checkpointer, "time_one", lambda self: 0.0)
 
 
+def drop_root_overrides() -> None:
+    """Take CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH and CAP_FOWNER out of this process's effective, permitted and
+    inheritable sets (capset(2), version 3: two 32-bit words each); a user without them loses nothing."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    sets = (ctypes.c_uint32 * 6)()  # (effective, permitted, inheritable) of capabilities 0-31, then of 32-63
+    if libc.capget(header, sets) != 0:
+        raise OSError(ctypes.get_errno(), "capget")
+    for i in range(3):
+        sets[i] &= ~(1 << 1 | 1 << 2 | 1 << 3)
+    if libc.capset(header, sets) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
+
+
 def install(spec: dict) -> None:
     import data.cache as preparation
     import training.checkpoint as saving
     import training.loop as step_module
     import training.loop as validator
+
+    if spec.get("unprivileged"):
+        drop_root_overrides()
 
     if "step_clock" in spec:
         step_clock(spec["step_clock"])

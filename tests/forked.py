@@ -193,13 +193,18 @@ if __name__ == "__main__":  # a quick check: python tests/forked.py train.py deb
     print(done.returncode, f"{time.time() - t0:.1f} s", done.stdout[-300:], done.stderr[-300:])
 
 
-def popen_forking_train_py(real_popen):
-    """A subprocess.Popen stand-in (for monkeypatching) that forks `python train.py …` commands and
-    hands every other command to real_popen: for code under test that launches train.py itself."""
+def popen_forking_train_py(real_popen, scripts=("train.py",)):
+    """A subprocess.Popen stand-in (for monkeypatching) that forks `python train.py …` commands (or of the
+    other `scripts`) and hands every other command to real_popen: for code under test that launches them itself."""
 
     def popen(command, cwd=None, env=None, **kwargs):
         command = list(command)
-        if len(command) >= 2 and command[0] == sys.executable and command[1].endswith("train.py"):
+        if (
+            len(command) >= 2
+            and command[0] == sys.executable
+            and command[1].endswith(scripts)
+            and kwargs.get("preexec_fn") is None
+        ):
             out = kwargs.get("stdout")
             log = (
                 out.name

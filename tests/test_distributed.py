@@ -14,7 +14,6 @@ import math
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
 
@@ -363,7 +362,7 @@ def test_a_hung_rank_fails_the_run_within_the_timeout_and_tears_down(tmp_path, t
         ],
         tiny_data_cache,
     )
-    cmd = [
+    launcher = [
         sys.executable,
         "-m",
         "torch.distributed.run",
@@ -371,11 +370,8 @@ def test_a_hung_rank_fails_the_run_within_the_timeout_and_tears_down(tmp_path, t
         "--nproc_per_node=2",
         str(REPO / "tests" / "fault_injection.py"),
         json.dumps({"teardown_log": str(log)}),
-        str(REPO / "train.py"),
-        *args,
     ]
-    env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "0"}
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = launch(launcher, args, popen=True)
     rank1 = None
     try:
         wait_for_step(tmp_path / "outputs", 3, proc)
@@ -410,17 +406,9 @@ def test_a_killed_rank_leaves_the_survivor_one_line_naming_the_intact_checkpoint
         ],
         tiny_data_cache,
     )
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
-        str(REPO / "train.py"),
-        *args,
-    ]
-    env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "0"}
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = launch(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"], args, popen=True
+    )
     try:
         run = wait_for_step(tmp_path / "outputs", 5, proc)
         os.kill(torchrun_worker(proc.pid, 1), signal.SIGKILL)

@@ -128,10 +128,10 @@ def test_concurrent_starts_never_share_a_run_directory(tmp_path):
         f"data.path={corpus}",
     ]
     cache = tmp_path / "cold_cache"
-    # The build is made 5 s slower, so the second start always finds it under way (a cache already built
+    # The build is made 3 s slower, so the second start always finds it under way (a cache already built
     # would be a plain hit, and the waiting this test holds would go untested).
     procs = [
-        run_faulty(tmp_path, {"slow_prepare": 5}, *args, f"seed={seed}", cache_dir=cache, popen=True) for seed in (0, 1)
+        run_faulty(tmp_path, {"slow_prepare": 3}, *args, f"seed={seed}", cache_dir=cache, popen=True) for seed in (0, 1)
     ]
     outs = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]

@@ -192,7 +192,7 @@ def test_the_progress_bar_shows_the_steps_epochs_loss_learning_rate_and_tokens_p
 
 
 def test_tokens_per_second_exclude_compile_time(tmp_path, tiny_data_cache, counting_compile):
-    counting_compile["seconds"] = 1.5  # each compile
+    counting_compile["seconds"] = 0.5  # each compile (on top of dynamo's tracing)
     train_in_process(
         tmp_path / "run",
         "trainer.max_steps=4",
@@ -204,7 +204,7 @@ def test_tokens_per_second_exclude_compile_time(tmp_path, tiny_data_cache, count
     )
     first = next(r for r in read_metrics(tmp_path / "run") if r["kind"] == "train")
     tokens = 2 * 4 * 64  # two steps of micro batch 4 × seq 64
-    assert first["compile_s"] >= 1.5
+    assert first["compile_s"] >= 0.5
     # Counted, the compile time alone would cap tokens/s at tokens / compile_s; any margin above 1 tells the two
     # apart, and a small one keeps a slow machine (or mutmut's trampolines) from failing a correct loop.
     assert first["tokens_per_s"] > 1.5 * tokens / first["compile_s"]
@@ -385,7 +385,13 @@ def test_stop_at_step_stops_there_and_the_checkpoint_says_where_the_data_order_c
 def test_the_header_names_the_run_and_measures_the_peak_in_the_runs_precision(
     tmp_path, tiny_data_cache, capsys, precision, measured
 ):
-    train_in_process(tmp_path / "run", *SHORT, f"trainer.precision={precision}", cache_dir=tiny_data_cache)
+    train_in_process(
+        tmp_path / "run",
+        *SHORT,
+        f"trainer.precision={precision}",
+        "trainer.peak_tflops=null",
+        cache_dir=tiny_data_cache,
+    )
     out = capsys.readouterr().out
     assert f"run dir: {tmp_path / 'run'}\nmodel: rmsnorm + swiglu" in out
     assert f" TFLOP/s (one quick {measured} matmul probe on cpu, 1 threads), steps 0→4" in out

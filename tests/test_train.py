@@ -1,13 +1,14 @@
 """train.py end to end on the tiny debug config: learning, outputs, pruning, bad input (faults: test_faults.py)."""
 
 import json
+import sys
 
 import pytest
 import yaml
 from safetensors.torch import load_file
 
 from data import windows_per_epoch
-from tests.train_helpers import REPO, read_metrics, run_dirs, run_faulty, run_train
+from tests.train_helpers import REPO, launch, read_metrics, run_dirs, run_faulty, run_train, tiny_args
 
 pytestmark = pytest.mark.serial  # trains: one at a time under make test's two workers (tests/fixtures.py)
 
@@ -22,7 +23,12 @@ def cache_dir(tmp_path_factory, tiny_data_cache):
 
 def test_tiny_run_learns_and_writes_outputs(tmp_path, cache_dir):
     proc = run_train(
-        tmp_path, "trainer.max_steps=40", "trainer.eval_interval=20", "trainer.epoch_warning=0.002", cache_dir=cache_dir
+        tmp_path,
+        "trainer.max_steps=40",
+        "trainer.eval_interval=20",
+        "trainer.epoch_warning=0.002",
+        "trainer.peak_tflops=null",  # MFU against this machine's measured peak: below 1
+        cache_dir=cache_dir,
     )
     (run,) = run_dirs(tmp_path)
     rows = read_metrics(run)
@@ -377,36 +383,11 @@ def test_failed_starts_leave_no_directory_behind(tmp_path, cache_dir):
     assert not (tmp_path / "outputs").exists() or not any((tmp_path / "outputs").iterdir())
 
 
-def unprivileged() -> list:
-    """A command prefix under which permission bits bind (root ignores them): setpriv drops root's
-    override capabilities; an ordinary user needs none."""
-    import os
-    import shutil
-
-    if os.geteuid() != 0:
-        return []
-    if shutil.which("setpriv") is None:
-        pytest.skip("running as root and `setpriv` (util-linux) is missing to drop CAP_DAC_OVERRIDE")
-    return ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner"]
-
-
 def run_unprivileged(tmp_path, *overrides):
-    import os
-    import subprocess
-    import sys
-
-    from tests.train_helpers import tiny_args
-
-    env = {**os.environ, "WANDB_MODE": "disabled", "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"}
+    """train.py as a user under whom permission bits bind (root's overrides dropped: tests/fault_injection.py)."""
+    launcher = [sys.executable, str(REPO / "tests" / "fault_injection.py"), json.dumps({"unprivileged": True})]
     args = [a for a in tiny_args(tmp_path, overrides) if not a.startswith(("outputs_dir=", "data.cache_dir="))]
-    return subprocess.run(
-        [*unprivileged(), sys.executable, str(REPO / "train.py"), *args, *overrides],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd=REPO,
-    )
+    return launch(launcher, [*args, *overrides], check=False)
 
 
 def test_a_read_only_token_cache_serves_a_hit_and_refuses_a_miss_in_one_line(tmp_path, tiny_data_cache):

@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import stat
-import sys
 
 import pytest
 import torch
@@ -15,7 +14,7 @@ from safetensors.torch import load_file
 
 import training.checkpoint
 from data.sources import load_plays
-from tests.train_helpers import launch, read_metrics, run_dirs, run_train, tiny_args, train_in_process
+from tests.train_helpers import read_metrics, run_dirs, run_faulty, run_train, train_in_process
 
 pytestmark = pytest.mark.serial  # trains
 
@@ -64,16 +63,11 @@ def test_a_run_directory_that_cannot_be_written_resumes_beside_it(stopped, tmp_p
     copy = shutil.copytree(run, tmp_path / "archive" / "run", ignore=shutil.ignore_patterns(".owner"))
     for path in [copy, *copy.rglob("*")]:
         path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
-    as_user = []  # root writes anywhere: drop the capability that lets it, as tests/test_write_errors.py does
-    if os.geteuid() == 0 and shutil.which("setpriv"):
-        as_user = ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner"]
-    try:
-        proc = launch([*as_user, sys.executable], tiny_args(tmp_path, [f"resume={copy}"], tiny_data_cache))
+    try:  # root writes anywhere: run without the capabilities that let it (tests/fault_injection.py)
+        proc = run_faulty(tmp_path, {"unprivileged": True}, f"resume={copy}", cache_dir=tiny_data_cache)
     finally:
         for path in [copy, *copy.rglob("*")]:
             path.chmod(path.stat().st_mode | stat.S_IWUSR)
-    if "cannot write into" not in proc.stderr:
-        pytest.skip("running as root without `setpriv` (util-linux): a read-only folder is writable here")
     (new,) = [r for r in run_dirs(tmp_path) if "archive" not in str(r)]
     assert (
         f"resume: cannot write into {copy} (permission denied); the run goes on in a new directory, {new}"

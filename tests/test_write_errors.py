@@ -20,6 +20,7 @@ import torch
 
 import training.checkpoint
 from model import ModelConfig, Transformer
+from tests import forked
 from training.checkpoint import CheckpointWriteError, read_weights, save_checkpoint, tokenizer_files, write_error_cause
 
 CHILD = ["-m", "tests.write_faults"]  # run from the project root (run_child), which is then on sys.path
@@ -170,7 +171,10 @@ def test_a_bug_is_not_disguised_as_a_write_error(run, monkeypatch):
 def run_child(args) -> list:
     # From the project root: under mutation testing (docs/testing.md) the child imports the mutated copy,
     # whose trampolines read the mutmut config found in the working directory.
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=180, cwd=Path(__file__).parents[1])
+    return results(subprocess.run(args, capture_output=True, text=True, timeout=180, cwd=Path(__file__).parents[1]))
+
+
+def results(proc) -> list:
     assert proc.returncode == 0, proc.stderr[-2000:]
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
@@ -187,15 +191,11 @@ def check_case(result: dict, cause: str, file: str, fix: str) -> None:
 
 @pytest.fixture(scope="module")
 def limit_and_permission(tmp_path_factory) -> dict:
-    """One child for two real faults (importing torch dominates its time): an unwritable folder, then
-    ulimit -f. As root, setpriv drops the capability that lets root write anywhere."""
-    args, where = [sys.executable, *CHILD, "readonly-dir,fsize"], tmp_path_factory.mktemp("faults")
-    if os.geteuid() == 0:
-        if shutil.which("setpriv") is None:  # root without setpriv: only the file-size limit is real
-            args[-1] = "fsize"
-        else:
-            args = ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner"] + args
-    return {r["case"]: r for r in run_child(args + [str(where)])}
+    """One child for two real faults: an unwritable folder, then ulimit -f. Forked from the preloaded server
+    (tests/forked.py: no torch import to pay), without root's capability to write anywhere (fault_injection.py)."""
+    args = [*CHILD, "readonly-dir,fsize", str(tmp_path_factory.mktemp("faults"))]
+    proc = forked.run(args, dict(os.environ), forked.REPO, timeout=180, faults={"unprivileged": True})
+    return {r["case"]: r for r in results(proc)}
 
 
 def test_real_file_size_limit(limit_and_permission):
@@ -214,8 +214,6 @@ def test_real_file_size_limit(limit_and_permission):
 
 
 def test_real_permission_denied(limit_and_permission):
-    if "eacces" not in limit_and_permission:
-        pytest.skip("running as root and `setpriv` (util-linux) is missing to drop CAP_DAC_OVERRIDE")
     check_case(limit_and_permission["eacces"], "permission denied", "step_0000002.tmp", "writable for this user")
 
 

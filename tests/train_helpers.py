@@ -22,9 +22,11 @@ def launch(launcher: list, args: list, check: bool = True, timeout: int = 300, p
     """`<launcher> train.py <args>` from the repo root, no wandb; Popen if popen, else run to the end."""
     args = [*launcher, str(REPO / "train.py"), *args]
     env = {**os.environ, "WANDB_MODE": "disabled", "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"}
-    forkable = FORK and (launcher == [sys.executable] or forked.faults_of(launcher) is not None)
+    # torchrun's own interpreter is forked too (its workers start as torchrun starts them): ~3 s cheaper
+    torchrun = launcher[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    forkable = FORK and (launcher == [sys.executable] or forked.faults_of(launcher) is not None or torchrun)
     if forkable:
-        script_args, faults = args[len(launcher) :], forked.faults_of(launcher)
+        script_args, faults = args[1 if torchrun else len(launcher) :], forked.faults_of(launcher)
         if popen:
             return forked.ForkedRun(script_args, env, REPO, faults)
         proc = forked.run(script_args, env, REPO, timeout, faults)
@@ -37,13 +39,19 @@ def launch(launcher: list, args: list, check: bool = True, timeout: int = 300, p
     return proc
 
 
+# MFU against a given peak: each run skips the 0.3 s matmul probe (measured where a test names
+# trainer.peak_tflops=null: test_loop's header, test_train's first run).
+GIVEN_PEAK = "trainer.peak_tflops=1"
+
+
 def tiny_args(tmp_path: Path, overrides: tuple, cache_dir: Path = None) -> list:
-    """debug=tiny with outputs and the data cache under tmp_path, one thread."""
+    """debug=tiny with outputs and the data cache under tmp_path, one thread, a given peak."""
     return [
         "debug=tiny",
         f"outputs_dir={tmp_path / 'outputs'}",
         f"data.cache_dir={cache_dir or tmp_path / 'cache'}",
         "trainer.num_threads=1",
+        GIVEN_PEAK,
         *overrides,
     ]
 
@@ -182,7 +190,7 @@ def train_in_process(run_dir: Path, *overrides: str, cache_dir: Path, resume_ckp
     from training.loop import RunSpec, train
 
     cfg, config_yaml = compose_train_config(
-        ["debug=tiny", f"data.cache_dir={cache_dir}", "trainer.num_threads=1", *overrides]
+        ["debug=tiny", f"data.cache_dir={cache_dir}", "trainer.num_threads=1", GIVEN_PEAK, *overrides]
     )
     data = prepare(cfg.data, seq_len=cfg.trainer.seq_len, model_vocab_size=cfg.model.vocab_size, log=lambda *a: None)
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,7 @@ from lab.ablation.configs import apply_transfer, validate
 from lab.ablation.protocol import ProtocolError, Spec, load_spec_file
 from model import Transformer
 from tests import forked
-from tests.train_helpers import REPO, interrupt_once_training, launch, read_metrics
+from tests.train_helpers import GIVEN_PEAK, REPO, interrupt_once_training, launch, read_metrics
 from training.program import compose, compose_train_config
 
 
@@ -122,6 +122,7 @@ def sweep(tmp_path, cache_dir, *overrides, check=True, popen=False):
         f"hydra.sweep.dir={tmp_path / 'sweep'}",
         f"data.cache_dir={cache_dir}",
         "trainer.num_threads=1",
+        GIVEN_PEAK,
         *overrides,
     ]
     return launch([sys.executable], args, check=check, popen=popen)

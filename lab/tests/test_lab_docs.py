@@ -29,7 +29,6 @@ def test_a_documented_lab_or_dev_command_is_accepted_by_its_program(monkeypatch,
         main(argv)
 
 
-@pytest.mark.serial  # a dry run composes every cell
 @pytest.mark.parametrize("where, words", DRY, ids=[w for w, _ in DRY])
 def test_a_documented_dry_run_runs_as_written_and_writes_nothing(tmp_path, monkeypatch, where, words):
     monkeypatch.chdir(tmp_path)

@@ -4,9 +4,9 @@ outcomes read back, Ctrl-C passed on exactly once and its exit status."""
 
 import os
 import signal
-import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +25,7 @@ from lab.launcher import (
     write_option,
 )
 from lab.mup_transfer import Cell
+from tests import forked
 from training.checkpoint import RunFiles
 from training.program import compose_train_config
 
@@ -68,9 +69,21 @@ PARENT = """
 """
 
 
-def parent_process(tmp_path, child: str, **kwargs) -> subprocess.Popen:
+def parent_process(tmp_path, child: str, new_session: bool = False) -> forked.ForkedRun:
+    """PARENT as a real process forked from the preloaded server (tests/forked.py: no torch import to pay), in a
+    session of its own if new_session."""
     code = textwrap.dedent(PARENT).format(tmp=str(tmp_path), python=stand_in(tmp_path, child))
-    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, **kwargs)
+    script = tmp_path / "parent.py"
+    script.write_text(("import os\nos.setsid()\n" if new_session else "") + code)
+    return forked.ForkedRun([str(script)], dict(os.environ), forked.REPO)
+
+
+def first_line(proc: forked.ForkedRun, timeout: float = 60) -> str:
+    """The first line the process wrote (its output is a file, read as it grows)."""
+    deadline = time.time() + timeout
+    while "\n" not in proc.stdout.read() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    return proc.stdout.read().split("\n")[0]
 
 
 @pytest.mark.parametrize("to_group", [True, False], ids=["terminal-ctrl-c", "kill-the-study"])
@@ -78,14 +91,14 @@ def test_ctrl_c_reaches_the_jobs_exactly_once(tmp_path, to_group):
     """A terminal's Ctrl-C goes to the whole foreground process group. The jobs run in a session of their
     own, so each gets the SIGINT once, passed on by the study — twice would mean 'stop now, without a
     checkpoint' to train.py. Signalling the study's process alone works the same."""
-    parent = parent_process(tmp_path, CHILD, start_new_session=True)  # a stand-in for the foreground group
-    assert parent.stdout.readline().strip() == "ready"
+    parent = parent_process(tmp_path, CHILD, new_session=True)  # a stand-in for the foreground group
+    assert first_line(parent) == "ready"
     if to_group:
         os.killpg(parent.pid, signal.SIGINT)
     else:
         parent.send_signal(signal.SIGINT)
     assert parent.wait(timeout=30) == 128 + signal.SIGINT  # stopped on request
-    assert parent.stdout.read().strip() == "got 1"  # the job saw the SIGINT exactly once
+    assert parent.stdout.read().split() == ["ready", "got", "1"]  # the job saw the SIGINT exactly once
 
 
 def test_a_signal_death_is_reported_as_128_plus_the_signal(tmp_path):
@@ -99,7 +112,7 @@ def test_a_stop_request_wins_over_the_multiruns_own_exit_status(tmp_path):
     study still reports it as stopped, so it prints how to continue instead of an error."""
     child = "signal.signal(signal.SIGINT, lambda *a: sys.exit(1)); print('ready', flush=True); time.sleep(20)"
     parent = parent_process(tmp_path, child)
-    assert parent.stdout.readline().strip() == "ready"
+    assert first_line(parent) == "ready"
     parent.send_signal(signal.SIGINT)
     assert parent.wait(timeout=30) == 128 + signal.SIGINT
 
