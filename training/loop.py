@@ -19,8 +19,8 @@ from torch import nn
 
 from data import SAMPLERS, eval_windows, windows_per_epoch
 from data.tokenizer import read_special_tokens
-from model import Transformer
 from model.attention import hook_attention_logits
+from model.transformer import Transformer
 from training import distributed as D
 from training import one_line
 from training.budget import TimeBudget, clock

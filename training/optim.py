@@ -7,7 +7,7 @@ from typing import Optional, Sequence
 import torch
 from torch.optim._muon import _adjust_lr  # torch's per-shape lr scaling, reused so it stays in step
 
-from model import Block, Transformer
+from model.transformer import Block, Transformer
 from training import distributed as D
 from training.config import OptimConfig
 
