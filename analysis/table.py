@@ -172,9 +172,11 @@ def _shared(rows: Sequence[Row]) -> str:
     m, t, o, d = c["model"], c["trainer"], c["optim"], c["data"]
     min_lrs = {r.config["optim"].get("min_lr") for row in rows for r in row.variant.runs}
     decay = f"min_lr {min_lrs.pop():g}" if len(min_lrs) == 1 else "each run's min_lr"
+    ends = sorted({r.max_steps for row in rows for r in row.variant.runs})  # a time budget plans each run's own
+    steps = f"{ends[0]}" if len(ends) == 1 else f"{ends[0]}–{ends[-1]}"
     return (
         f"Setup (every variant's, unless its label says otherwise): {d.get('source')} data (vocab "
-        f"{d.get('vocab_size')}), {t['max_steps']} steps, {rows[0].tokens:,} tokens; {o.get('warmup_steps')} "
+        f"{d.get('vocab_size')}), {steps} steps, {rows[0].tokens:,} tokens; {o.get('warmup_steps')} "
         f"warmup steps, then {o.get('schedule', 'cosine')} decay to {decay}; hidden_size {m.get('hidden_size')}, "
         f"{m.get('n_layers')} layers; precision {t.get('precision')}."
     )

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from matplotlib import image
 
 import analysis.plots as plots
@@ -312,3 +313,18 @@ def test_a_run_is_complete_at_the_end_its_checkpoint_planned_not_at_trainer_max_
     ckpt.mkdir(parents=True)
     (ckpt / "state.json").write_text(json.dumps(state))
     assert read_run(path).complete is complete
+
+
+def test_the_setup_line_gives_the_steps_each_run_planned_when_a_time_budget_left_max_steps_null(tmp_path, capsys):
+    """The default run's config has trainer.max_steps: null (its time budget plans the end, in state.json): the setup
+    line gives the planned ends, a range when the seeds' budgets planned differently — never 'None steps'."""
+    for seed, end in ((0, 4), (1, 6)):
+        path = write_run(tmp_path, f"budget_seed{seed}", seed=seed, bpb=1.0 + seed / 100, max_steps=end)
+        config = yaml.safe_load((path / "config.yaml").read_text())
+        config["trainer"].update(max_steps=None, time_budget=10.0)
+        (path / "config.yaml").write_text(yaml.safe_dump(config))
+        ckpt = path / "checkpoints" / f"step_{end:07d}"
+        ckpt.mkdir(parents=True)
+        (ckpt / "state.json").write_text(json.dumps({"step": end, "max_steps": end}))
+    status, _, text, _ = compare(tmp_path, capsys)
+    assert status == 0 and "(vocab 64), 4–6 steps, " in text and "None steps" not in text
