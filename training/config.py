@@ -102,7 +102,7 @@ class TrainerConfig:
     dist_timeout_s: int = 300  # a rank that stops answering fails the run instead of hanging it
     peak_tflops: Optional[float] = None  # MFU denominator; None = a GPU's data sheet, or one quick probe
     sample_tokens: int = 0  # > 0: print a sample of this many tokens at each eval
-    sample_prompt: str = "\n"
+    sample_prompt: str = ""  # '' starts a new document, as after <|eos|>: a prompt every corpus knows
     activation_rms: bool = True  # log per-layer RMS at each eval: residual stream, norms' outputs, attention logits
     # log each block's relative weight change since the previous eval (or since the run started or resumed):
     # |W - W_prev| / |W_prev| over the block's matrices; keeps a copy of the blocks' weights in host memory

@@ -497,6 +497,6 @@ def summary(outcome, run_dir: Path, device: torch.device) -> str:
             f"peak memory {peak_memory_bytes(device) / 2**30:.2f} GiB ({memory})",
             f"checkpoint: {ckpt}",
             f"metrics:    {run_dir}/metrics.jsonl",
-            f"generate:   python scripts/generate.py {ckpt} --prompt 'ROMEO:' --max-new-tokens 200",
+            f"generate:   python scripts/generate.py {ckpt} --prompt '' --max-new-tokens 200",
         ]
     )
