@@ -9,6 +9,9 @@ from training.program import run
 NAMES = ("model", "data", "generate", "checkpoint", "train_overhead", "budget", "newton_schulz")
 
 if __name__ == "__main__":
+    if sys.argv[1:] in (["-h"], ["--help"]):
+        print(__doc__)
+        sys.exit(0)
     if len(sys.argv) < 2 or sys.argv[1] not in NAMES:
         given = f"'{sys.argv[1]}' is no benchmark" if len(sys.argv) > 1 else "no benchmark named"
         sys.exit(f"error: {given}; run python -m dev.bench NAME [options], NAME one of {', '.join(NAMES)}")

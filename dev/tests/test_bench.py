@@ -100,6 +100,11 @@ def test_an_unknown_benchmark_is_one_error_line_naming_the_benchmarks():
     assert "model, data, generate" in out.stderr and len(out.stderr.strip().splitlines()) == 1
 
 
+def test_help_names_the_benchmarks_and_exits_0():
+    out = forked.run_script("-m", "dev.bench", "--help")
+    assert out.returncode == 0 and "NAME one of the modules below" in out.stdout and "newton_schulz" in out.stdout
+
+
 def test_bench_checkpoint_reports_save_and_verify_costs(capsys):
     from dev.bench import checkpoint as bench_checkpoint
 
