@@ -75,7 +75,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="a data config: a name under configs/data/, a YAML file, or a prepared cache "
         "directory (with meta.json); default: the checkpoint's training data",
     )
-    what.add_argument("--text", nargs="+", help=".txt/.md or .jsonl files to score")
+    what.add_argument("--text", nargs="+", metavar="FILE", help=".txt/.md or .jsonl files to score")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a data config field")
     p.add_argument("--split", choices=["val", "train"], default="val", help="which split of the data to score")
     p.add_argument(
@@ -124,7 +124,7 @@ def text_documents(paths: list, sample_by: str, column: str) -> list:
     docs = []
     for path in map(Path, paths):
         if path.suffix not in (".txt", ".md", ".jsonl"):
-            raise ValueError(f"--text {path}: only .txt, .md and .jsonl files can be scored")
+            raise ValueError(f"--text {path}: not a .txt, .md or .jsonl file; --text takes the files to score")
         text = read_utf8(path, "--text")
         if path.suffix == ".jsonl":
             docs += [

@@ -161,7 +161,7 @@ def test_hugging_face_directory_scores_like_the_checkpoint(tmp_path, capsys, ckp
         (["--context", "0"], "--context 0 must be between 1"),
         (["--text", "{tmp}/a.txt", "--split", "train"], "--set and --split apply to a data config"),
         (["--context", "32"], "--context 32 must be between 1 and the model's max_seq_len=16"),
-        (["--text", "{tmp}/doc.pdf"], "only .txt, .md and .jsonl files can be scored"),
+        (["--text", "{tmp}/doc.pdf"], "doc.pdf: not a .txt, .md or .jsonl file; --text takes the files to score"),
         (["--text", "{tmp}/bad.jsonl"], "bad.jsonl:1 has no string field 'text'; set --text-column"),
         (["--text", "{tmp}/empty.txt"], "no non-empty document to score"),
         (
