@@ -7,11 +7,13 @@ from typing import Dict, List, Sequence
 
 import torch
 
-from analysis.runs import Run, RunsError, Variant, steady_tokens_per_s
+from analysis.runs import Run, RunsError, Variant, steady_tokens_per_s, varying_keys
 from analysis.stats import Comparison, Summary, compare, p_text, summarize
 from model import ModelConfig, Transformer
 
 VS_BEST = {"better": "better", "worse": "behind", "unclear": "can't tell", "same": "identical", "none": "no test"}
+# The data.* keys that choose the validation text (the tokenizer and the training order do not: bpb is per byte).
+VAL_TEXT = "source path data_files name text_column sample_by val_split val_fraction val_token_budget seed".split()
 
 
 @dataclass
@@ -142,6 +144,12 @@ def markdown(rows: Sequence[Row], skipped: Sequence[Run] = ()) -> str:
             "⚠ The variants trained on different token budgets ("
             + ", ".join(f"{r.variant.label}: {r.tokens:,}" for r in rows)
             + "): not like for like."
+        )
+    runs = [r for row in rows for r in row.variant.runs]
+    if text := [k for k in varying_keys(runs) if k.startswith("data.") and k[5:] in VAL_TEXT]:
+        notes.append(
+            f"⚠ The variants were scored on different validation text ({', '.join(text)} differ): their bpb "
+            "compare the data as much as the models."
         )
     if skipped:
         notes.append(

@@ -328,3 +328,20 @@ def test_the_setup_line_gives_the_steps_each_run_planned_when_a_time_budget_left
         (ckpt / "state.json").write_text(json.dumps({"step": end, "max_steps": end}))
     status, _, text, _ = compare(tmp_path, capsys)
     assert status == 0 and "(vocab 64), 4–6 steps, " in text and "None steps" not in text
+
+
+@pytest.mark.parametrize("key, other, warned", [("source", "local", True), ("vocab_size", 128, False)])
+def test_variants_scored_on_other_validation_text_are_flagged_but_another_tokenizer_is_not(
+    tmp_path, capsys, key, other, warned
+):
+    """Bits per byte on other text compare the data as much as the models; another vocabulary on the same text is a
+    fair comparison (bpb is per byte), as is any key that does not choose the validation text."""
+    for seed in range(2):
+        write_run(tmp_path, f"a_seed{seed}", seed=seed, bpb=1.0 + seed / 100)
+        path = write_run(tmp_path, f"b_seed{seed}", seed=seed, bpb=1.1 + seed / 100)
+        config = yaml.safe_load((path / "config.yaml").read_text())
+        config["data"][key] = other
+        (path / "config.yaml").write_text(yaml.safe_dump(config))
+    status, rows, text, _ = compare(tmp_path, capsys)
+    flagged = f"⚠ The variants were scored on different validation text (data.{key} differ)" in text
+    assert status == 0 and len(rows) == 2 and flagged is warned
