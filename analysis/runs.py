@@ -53,7 +53,7 @@ class Run:
         return self.config.get("seed", 0)
 
     @property
-    def max_steps(self) -> int:
+    def max_steps(self) -> Optional[int]:
         """Where the run was heading: its newest checkpoint's end (what a time budget planned, what max_epochs
         made of the data, or where early stopping ended it), else trainer.max_steps."""
         return self.planned_end or self.config["trainer"]["max_steps"]
@@ -61,7 +61,7 @@ class Run:
     @property
     def complete(self) -> bool:
         """Reached its last step and evaluated there (a diverged or stopped run did not)."""
-        return bool(self.evals) and self.evals[-1]["step"] >= self.max_steps
+        return bool(self.evals) and self.max_steps is not None and self.evals[-1]["step"] >= self.max_steps
 
     @property
     def final(self) -> dict:
@@ -148,7 +148,8 @@ def read_complete_runs(paths: Sequence[Path], warn=lambda m: print(m, file=sys.s
     skipped = [r for r in runs if not r.complete]
     for r in skipped:
         last = r.evals[-1]["step"] if r.evals else "no eval"
-        warn(f"warning: skipping {r.path}: incomplete (last eval at step {last} of {r.max_steps})")
+        end = r.max_steps if r.max_steps is not None else "an end only its deleted checkpoints recorded"
+        warn(f"warning: skipping {r.path}: incomplete (last eval at step {last} of {end})")
     complete = [r for r in runs if r.complete]
     if not complete:
         raise RunsError(f"none of the {len(runs)} runs found reached its last eval (trainer.max_steps)")

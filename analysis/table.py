@@ -178,9 +178,10 @@ def vs_best(c: Comparison) -> str:
 def _shared(rows: Sequence[Row]) -> str:
     c = rows[0].variant.config
     m, t, o, d = c["model"], c["trainer"], c["optim"], c["data"]
-    min_lrs = {r.config["optim"].get("min_lr") for row in rows for r in row.variant.runs}
+    runs = [r for row in rows for r in row.variant.runs]
+    min_lrs = {r.config["optim"].get("min_lr") for r in runs}
     decay = f"min_lr {min_lrs.pop():g}" if len(min_lrs) == 1 else "each run's min_lr"
-    ends = sorted({r.max_steps for row in rows for r in row.variant.runs})  # a time budget plans each run's own
+    ends = sorted({r.max_steps for r in runs})  # a time budget plans each run's own
     steps = f"{ends[0]}" if len(ends) == 1 else f"{ends[0]}–{ends[-1]}"
     return (
         f"Setup (every variant's, unless its label says otherwise): {d.get('source')} data (vocab "

@@ -345,3 +345,19 @@ def test_variants_scored_on_other_validation_text_are_flagged_but_another_tokeni
     status, rows, text, _ = compare(tmp_path, capsys)
     flagged = f"⚠ The variants were scored on different validation text (data.{key} differ)" in text
     assert status == 0 and len(rows) == 2 and flagged is warned
+
+
+def test_a_budget_run_whose_checkpoints_were_deleted_is_skipped_with_a_warning_not_a_traceback(tmp_path, capsys):
+    """Only state.json knows where a time budget ended a run (trainer.max_steps is null): without a checkpoint left,
+    the run cannot be shown complete, and it is skipped saying why."""
+    for name, keep_checkpoint in (("kept", True), ("pruned", False)):
+        path = write_run(tmp_path, name, bpb=1.0, max_steps=4)
+        config = yaml.safe_load((path / "config.yaml").read_text())
+        config["trainer"]["max_steps"] = None
+        (path / "config.yaml").write_text(yaml.safe_dump(config))
+        if keep_checkpoint:
+            (path / "checkpoints" / "step_0000004").mkdir(parents=True)
+            (path / "checkpoints" / "step_0000004" / "state.json").write_text(json.dumps({"step": 4, "max_steps": 4}))
+    status, rows, _, err = compare(tmp_path, capsys)
+    assert status == 0 and len(rows) == 1
+    assert "skipping" in err and "pruned: incomplete (last eval at step 4 of an end only its deleted checkpoints" in err
